@@ -1,0 +1,247 @@
+"""Binning: per-feature cut points from a mergeable quantile sketch.
+
+A feature's cut points are computed by the party that holds the feature.  For
+horizontal federations the parties must agree on *common* cut points without
+showing raw values: each party summarises its column in a
+:class:`QuantileSketch`, the sketches are merged (the merge is associative and
+commutative), and cut points are read off the merged sketch.
+
+Bin codes (``X_binned``, uint8) are local to each feature: a feature with
+``c`` cut points has ``c + 1`` value bins coded ``0..c`` and its missing values
+(NaN) are coded ``c + 1``.  Value ``x`` falls in bin ``b`` when
+``cuts[b-1] < x <= cuts[b]``; a split "bin <= t" therefore equals the raw
+threshold test ``x <= cuts[t]``.  At most 255 value bins per feature plus the
+missing bin: 256 codes, one byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from fedgrove.exceptions import DataError, InvalidParameterError
+
+MAX_BINS = 255
+X_BINNED_DTYPE = np.uint8
+
+
+@dataclass
+class QuantileSketch:
+    """A weighted summary of one column, mergeable across parties.
+
+    Holds at most ``max_size`` (value, weight) pairs, sorted by value.  While a
+    column has no more than ``max_size`` distinct values the summary is exact
+    (distinct values and their counts), so small-cardinality features merge
+    without loss.  Beyond that the summary keeps ``max_size`` representatives
+    at evenly spaced cumulative weight, each carrying the weight of the values
+    it stands for; the rank error of a quantile is then at most about
+    ``total_weight / max_size`` per compression step.
+    """
+
+    values: np.ndarray
+    weights: np.ndarray
+    max_size: int = 2048
+
+    @classmethod
+    def from_column(cls, column: np.ndarray, max_size: int = 2048) -> "QuantileSketch":
+        col = np.asarray(column, dtype=np.float64)
+        col = col[~np.isnan(col)]
+        values, counts = np.unique(col, return_counts=True)
+        return cls(values, counts.astype(np.float64), max_size)._compressed()
+
+    def merge(self, other: "QuantileSketch") -> "QuantileSketch":
+        values = np.concatenate([self.values, other.values])
+        weights = np.concatenate([self.weights, other.weights])
+        uniq, inverse = np.unique(values, return_inverse=True)
+        summed = np.bincount(inverse, weights=weights, minlength=uniq.size)
+        return QuantileSketch(uniq, summed, max(self.max_size, other.max_size))._compressed()
+
+    @property
+    def total_weight(self) -> float:
+        return float(self.weights.sum())
+
+    def _compressed(self) -> "QuantileSketch":
+        if self.values.size <= self.max_size:
+            return self
+        cum = np.cumsum(self.weights)
+        total = cum[-1]
+        targets = (np.arange(self.max_size) + 0.5) * (total / self.max_size)
+        picks = np.unique(np.searchsorted(cum, targets, side="left"))
+        picks[-1] = self.values.size - 1  # keep the maximum
+        # each representative carries the weight of all values since the previous one
+        weights = np.diff(np.concatenate([[0.0], cum[picks]]))
+        return QuantileSketch(self.values[picks].copy(), weights, self.max_size)
+
+    def cut_points(self, max_bins: int) -> np.ndarray:
+        """Cut points giving at most ``max_bins`` value bins."""
+        n = self.values.size
+        if n <= 1:
+            return np.empty(0, dtype=np.float64)
+        if n <= max_bins:
+            # every distinct value its own bin; cut half-way between neighbours
+            return (self.values[:-1] + self.values[1:]) * 0.5
+        cum = np.cumsum(self.weights)
+        total = cum[-1]
+        ranks = np.arange(1, max_bins) * (total / max_bins)
+        idx = np.searchsorted(cum, ranks, side="left")
+        idx = np.unique(np.minimum(idx, n - 2))
+        # cut half-way between the quantile value and the next sketch value so
+        # that no sketch value sits on a cut
+        return (self.values[idx] + self.values[idx + 1]) * 0.5
+
+    def to_dict(self) -> dict:
+        return {"values": self.values.tolist(), "weights": self.weights.tolist(), "max_size": self.max_size}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "QuantileSketch":
+        return cls(np.asarray(d["values"], dtype=np.float64), np.asarray(d["weights"], dtype=np.float64), int(d["max_size"]))
+
+
+class BinMapper:
+    """Maps raw feature values to bin codes with per-feature cut points.
+
+    Parameters
+    ----------
+    max_bins : int, default 255
+        Number of bins for non-missing values (2..255).  Missing values take
+        one extra bin, so a feature never has more than 256 codes.
+    subsample : int or None, default 200_000
+        Rows sampled (with ``seed``) to build the sketches; ``None`` uses all.
+    seed : int, default 0
+    sketch_size : int, default 2048
+    """
+
+    def __init__(self, max_bins: int = MAX_BINS, subsample: int | None = 200_000, seed: int = 0,
+                 sketch_size: int = 2048):
+        if not isinstance(max_bins, (int, np.integer)) or not 2 <= max_bins <= MAX_BINS:
+            raise InvalidParameterError(f"max_bins must be an integer in [2, {MAX_BINS}], got {max_bins!r}")
+        if subsample is not None and subsample < 1:
+            raise InvalidParameterError(f"subsample must be a positive integer or None, got {subsample!r}")
+        self.max_bins = int(max_bins)
+        self.subsample = subsample
+        self.seed = seed
+        self.sketch_size = sketch_size
+        self.cuts_: list[np.ndarray] | None = None
+
+    # -- fitting -----------------------------------------------------------------
+    def sketches(self, X: np.ndarray) -> list[QuantileSketch]:
+        """Per-feature sketches of ``X`` (what a party shares to agree on cut points)."""
+        X = _as_float_matrix(X)
+        if self.subsample is not None and X.shape[0] > self.subsample:
+            rng = np.random.default_rng(self.seed)
+            rows = np.sort(rng.choice(X.shape[0], self.subsample, replace=False))
+            X = X[rows]
+        return [QuantileSketch.from_column(X[:, j], self.sketch_size) for j in range(X.shape[1])]
+
+    def fit(self, X: np.ndarray) -> "BinMapper":
+        return self.fit_sketches(self.sketches(X))
+
+    def fit_sketches(self, sketches: list[QuantileSketch]) -> "BinMapper":
+        self.cuts_ = [s.cut_points(self.max_bins) for s in sketches]
+        return self
+
+    @classmethod
+    def from_cuts(cls, cuts: list[np.ndarray], max_bins: int = MAX_BINS) -> "BinMapper":
+        m = cls(max_bins=max_bins)
+        m.cuts_ = [np.asarray(c, dtype=np.float64) for c in cuts]
+        for j, c in enumerate(m.cuts_):
+            if c.size > max_bins - 1 or (c.size > 1 and np.any(np.diff(c) <= 0)):
+                raise InvalidParameterError(f"cut points of feature {j} must be strictly increasing and at most {max_bins - 1}")
+        return m
+
+    # -- layout ------------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        self._check_fitted()
+        return len(self.cuts_)
+
+    @property
+    def n_value_bins(self) -> np.ndarray:
+        """Value bins per feature (missing bin excluded)."""
+        self._check_fitted()
+        return np.array([c.size + 1 for c in self.cuts_], dtype=np.int32)
+
+    @property
+    def missing_codes(self) -> np.ndarray:
+        """The bin code of NaN for each feature (= its number of value bins)."""
+        return self.n_value_bins
+
+    @property
+    def feature_offsets(self) -> np.ndarray:
+        """Offsets of each feature's bins in a flat histogram (value bins + missing bin)."""
+        return np.concatenate([[0], np.cumsum(self.n_value_bins + 1)]).astype(np.int32)
+
+    def bin_upper_bounds(self, feature_idx: int) -> np.ndarray:
+        """Raw threshold for "bin <= t": ``cuts[t]``; the last value bin maps to +inf."""
+        self._check_fitted()
+        return np.concatenate([self.cuts_[feature_idx], [np.inf]])
+
+    def threshold(self, feature_idx: int, bin_idx: int) -> float:
+        return float(self.bin_upper_bounds(feature_idx)[bin_idx])
+
+    # -- transform ----------------------------------------------------------------
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """Bin ``X``; returns a row-major uint8 array (one sample's codes contiguous)."""
+        self._check_fitted()
+        X = _as_float_matrix(X)
+        if X.shape[1] != len(self.cuts_):
+            raise DataError(f"X has {X.shape[1]} features, the bin mapper was fitted on {len(self.cuts_)}")
+        n_cuts = np.array([c.size for c in self.cuts_], dtype=np.int64)
+        cut_offsets = np.concatenate([[0], np.cumsum(n_cuts)]).astype(np.int64)
+        flat_cuts = np.concatenate(self.cuts_ + [np.empty(0)]).astype(np.float64)
+        return _map_to_bins(X, flat_cuts, cut_offsets)
+
+    def fit_transform(self, X: np.ndarray) -> np.ndarray:
+        return self.fit(X).transform(X)
+
+    def to_dict(self) -> dict:
+        self._check_fitted()
+        return {"max_bins": self.max_bins, "cuts": [c.tolist() for c in self.cuts_]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BinMapper":
+        return cls.from_cuts([np.asarray(c, dtype=np.float64) for c in d["cuts"]], int(d["max_bins"]))
+
+    def _check_fitted(self):
+        if self.cuts_ is None:
+            from fedgrove.exceptions import NotFittedError
+
+            raise NotFittedError("BinMapper is not fitted; call fit() or fit_sketches() first")
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _map_to_bins(X, flat_cuts, cut_offsets):
+    n, d = X.shape
+    out = np.empty((n, d), dtype=np.uint8)
+    for i in prange(n):
+        for j in range(d):
+            lo = cut_offsets[j]
+            hi = cut_offsets[j + 1]
+            x = X[i, j]
+            if np.isnan(x):
+                out[i, j] = hi - lo + 1
+                continue
+            # first cut >= x (searchsorted, side="left")
+            a = lo
+            b = hi
+            while a < b:
+                m = (a + b) >> 1
+                if flat_cuts[m] < x:
+                    a = m + 1
+                else:
+                    b = m
+            out[i, j] = a - lo
+    return out
+
+
+def _as_float_matrix(X) -> np.ndarray:
+    if hasattr(X, "toarray"):
+        X = X.toarray()
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise DataError(f"X must be 2-dimensional, got shape {X.shape}")
+    if np.isinf(X).any():
+        raise DataError("X contains infinite values; use NaN for missing values")
+    return X

@@ -1,0 +1,241 @@
+"""Gradient-boosted decision trees on the histogram engine.
+
+Functional core: :func:`train_gbdt` takes :class:`GBDTParams` and arrays and
+returns a :class:`~fedgrove.engine.model.GBDTModel`.  Objectives: ``binary``
+(logistic), ``multiclass`` (softmax, one tree per class per round),
+``regression`` (squared error).  Early stopping raises
+:class:`EarlyStopException` from a callback, as LightGBM does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.params import Interval, OneOf, validate
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+from fedgrove.engine.tree import PackedEnsemble
+from fedgrove.engine.threads import thread_limit
+from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.log import logger
+from fedgrove.metrics import get_metric
+
+
+@dataclass
+class GBDTParams:
+    """Hyper-parameters of gradient boosting (names follow XGBoost/LightGBM)."""
+
+    objective: str = "binary"
+    n_estimators: int = 100
+    learning_rate: float = 0.1
+    max_depth: int = 6
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1e-3
+    min_samples_leaf: int = 1
+    max_bins: int = 255
+    subsample: float = 1.0
+    colsample_bytree: float = 1.0
+    base_score: float | str = "auto"
+    n_classes: int | None = None
+    early_stopping_rounds: int | None = None
+    eval_metric: str | None = None
+    seed: int = 0
+    n_threads: int | None = None
+
+    CONSTRAINTS = {
+        "objective": OneOf(("binary", "multiclass", "regression")),
+        "n_estimators": Interval(int, 1),
+        "learning_rate": Interval(float, 0, None, low_open=True),
+        "max_depth": Interval(int, 1, 64),
+        "reg_lambda": Interval(float, 0),
+        "gamma": Interval(float, 0),
+        "min_child_weight": Interval(float, 0),
+        "min_samples_leaf": Interval(int, 1),
+        "max_bins": Interval(int, 2, 255),
+        "subsample": Interval(float, 0, 1, low_open=True),
+        "colsample_bytree": Interval(float, 0, 1, low_open=True),
+        "n_classes": Interval(int, 2, allow_none=True),
+        "early_stopping_rounds": Interval(int, 1, allow_none=True),
+        "seed": Interval(int, 0),
+        "n_threads": Interval(int, 1, allow_none=True),
+    }
+
+    def __post_init__(self):
+        validate(self, self.CONSTRAINTS)
+        if not (self.base_score == "auto" or (isinstance(self.base_score, (int, float))
+                                              and np.isfinite(self.base_score))):
+            raise InvalidParameterError(f"base_score must be 'auto' or a finite number, got {self.base_score!r}")
+        if self.eval_metric is not None:
+            get_metric(self.eval_metric)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CallbackEnv:
+    """What a callback sees after each boosting round."""
+
+    iteration: int
+    n_iterations: int
+    eval_result: float | None
+    model: GBDTModel
+    elapsed: float
+
+
+class EarlyStopException(Exception):
+    def __init__(self, best_iteration: int, best_score: float):
+        super().__init__(best_iteration)
+        self.best_iteration = best_iteration
+        self.best_score = best_score
+
+
+def early_stopping(rounds: int, higher_is_better: bool) -> Callable[[CallbackEnv], None]:
+    state = {"best": None, "best_iter": -1}
+
+    def _callback(env: CallbackEnv) -> None:
+        score = env.eval_result
+        if score is None:
+            return
+        better = state["best"] is None or (score > state["best"] if higher_is_better else score < state["best"])
+        if better:
+            state["best"], state["best_iter"] = score, env.iteration
+        elif env.iteration - state["best_iter"] >= rounds:
+            raise EarlyStopException(state["best_iter"], state["best"])
+
+    return _callback
+
+
+def check_xy(X, y, n_features: int | None = None):
+    """Validate arrays at the public boundary."""
+    if hasattr(X, "toarray"):
+        X = X.toarray()
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+        raise DataError(f"X must be a non-empty 2-D array, got shape {X.shape}")
+    if np.isinf(X).any():
+        raise DataError("X contains infinite values; use NaN for missing values")
+    if n_features is not None and X.shape[1] != n_features:
+        raise DataError(f"X has {X.shape[1]} features, expected {n_features}")
+    if y is not None:
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if y.shape[0] != X.shape[0]:
+            raise DataError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        if not np.all(np.isfinite(y)):
+            raise DataError("labels contain NaN or infinite values")
+    return X, y
+
+
+def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapper: BinMapper | None = None,
+               feature_names=None, progress: Callable[[int, int], None] | None = None) -> GBDTModel:
+    """Train a GBDT model.
+
+    Parameters
+    ----------
+    params : GBDTParams
+    X : array (n_samples, n_features); NaN = missing
+    y : array (n_samples,)   0/1 for binary, 0..K-1 for multiclass
+    eval_set : (X_val, y_val) or None   used for early stopping / eval_metric
+    bin_mapper : a fitted BinMapper to use (e.g. common cut points of a federation)
+    progress : called with (iteration, n_estimators) after each round
+    """
+    X, y = check_xy(X, y)
+    n_classes = params.n_classes
+    if params.objective == "multiclass" and n_classes is None:
+        n_classes = int(y.max()) + 1
+    objective = make_objective(params.objective, n_classes or 1)
+    y = objective.check_labels(y)
+    if bin_mapper is None:
+        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
+    X_binned = bin_mapper.transform(X)
+    with thread_limit(params.n_threads):
+        return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress)
+
+
+def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress):
+    n, n_features = X_binned.shape
+    K = objective.n_outputs
+    base = (objective.init_score(y) if params.base_score == "auto"
+            else np.full(K, float(params.base_score)))
+    raw = np.tile(base, (n, 1))
+    model = GBDTModel(objective=params.objective, n_classes=objective.n_classes, base_score=base,
+                      bin_mapper=bin_mapper, params=params.to_dict(), feature_names=feature_names)
+    scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
+    rng = np.random.default_rng(params.seed)
+    thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(n_features)]
+    offsets, missing_codes = bin_mapper.feature_offsets, bin_mapper.missing_codes
+
+    callbacks = list(callbacks or [])
+    val = None
+    if eval_set is not None:
+        Xv, yv = check_xy(eval_set[0], eval_set[1], n_features)
+        yv = objective.check_labels(yv)
+        metric_name = params.eval_metric or objective.default_metric
+        metric, takes_proba, higher = get_metric(metric_name)
+        val = {"Xb": bin_mapper.transform(Xv), "y": yv, "raw": np.tile(base, (len(yv), 1)),
+               "metric": metric, "proba": takes_proba}
+        if params.early_stopping_rounds:
+            callbacks.append(early_stopping(params.early_stopping_rounds, higher))
+
+    stats = np.empty((n, 3))
+    stats[:, 2] = 1.0
+    t0 = time.perf_counter()
+    for it in range(params.n_estimators):
+        g, h = objective.gradients(y, raw)
+        rows = None
+        if params.subsample < 1.0:
+            rows = np.sort(rng.choice(n, max(1, int(round(params.subsample * n))), replace=False))
+        allowed = None
+        if params.colsample_bytree < 1.0:
+            k = max(1, int(round(params.colsample_bytree * n_features)))
+            mask = np.zeros(n_features, dtype=bool)
+            mask[rng.choice(n_features, k, replace=False)] = True
+            allowed = (lambda m: (lambda layer: np.broadcast_to(m, (len(layer), len(m)))))(mask)
+        for c in range(K):
+            stats[:, 0] = g[:, c]
+            stats[:, 1] = h[:, c]
+            finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
+                                          root_samples=rows, allowed=allowed)
+            grower = TreeGrower(finder, params.max_depth,
+                                lambda s: params.learning_rate * scorer.leaf_value(s),
+                                min_samples_split=2 * params.min_samples_leaf)
+            tree = grower.grow()
+            model.add_tree(tree, c)
+            if rows is None:
+                leaves = np.nonzero(tree.is_leaf)[0]
+                for leaf in leaves:
+                    raw[finder.node_samples(leaf), c] += tree.values[leaf, 0]
+            else:
+                leaf = PackedEnsemble([tree]).leaves_binned(X_binned, missing_codes)[:, 0]
+                raw[:, c] += tree.values[leaf, 0]
+            if val is not None:
+                vleaf = PackedEnsemble([tree]).leaves_binned(val["Xb"], missing_codes)[:, 0]
+                val["raw"][:, c] += tree.values[vleaf, 0]
+        score = None
+        if val is not None:
+            out = objective.transform(val["raw"])
+            if not val["proba"]:
+                out = model.decide(out)
+            score = val["metric"](val["y"], out)
+            logger.debug("iteration %d: eval %.6f", it, score)
+        if progress is not None:
+            progress(it + 1, params.n_estimators)
+        env = CallbackEnv(it, params.n_estimators, score, model, time.perf_counter() - t0)
+        try:
+            for cb in callbacks:
+                cb(env)
+        except EarlyStopException as stop:
+            model.best_iteration = stop.best_iteration
+            model.truncate(stop.best_iteration + 1)
+            logger.info("early stopping at iteration %d (best %d, score %.6f)", it, stop.best_iteration,
+                        stop.best_score)
+            break
+    return model

@@ -1,0 +1,191 @@
+"""Depth-wise tree growth driven by a pluggable split finder.
+
+The grower owns the tree's shape: the frontier (open nodes of the current
+layer), node records, stopping rules and leaf values.  *Where* histograms come
+from and *who* chooses a split is the :class:`SplitFinder`'s business: the local
+:class:`~fedgrove.engine.splitter.HistogramSplitFinder` for centralised
+training, and protocol-specific finders in :mod:`fedgrove.protocols` whose
+histograms come from other parties.  One call of :meth:`SplitFinder.find_splits`
+covers a whole layer, so a federated finder needs one round per layer.
+
+A protocol may grow a few layers here (:meth:`TreeGrower.grow_layer`), read the
+frontier and hand its nodes to another party, as HybridTree does.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from fedgrove.engine.tree import LEAF, NODE_DTYPE, Tree
+
+
+@dataclass
+class Layer:
+    """The open nodes of one depth: tree node ids and their statistics."""
+
+    node_ids: np.ndarray  # int64 (n,)
+    stats: np.ndarray     # float64 (n, n_stats)
+    depth: int
+
+    def __len__(self) -> int:
+        return int(self.node_ids.shape[0])
+
+
+@dataclass
+class LayerSplits:
+    """The best split found for each node of a layer (``feature == -1``: none)."""
+
+    gain: np.ndarray
+    feature: np.ndarray
+    bin: np.ndarray
+    missing_left: np.ndarray
+    left_stats: np.ndarray
+    threshold: np.ndarray   # NaN where the deciding party does not know it
+    owner: np.ndarray       # party holding each split feature, -1 centralised
+
+    @classmethod
+    def empty(cls, n: int, n_stats: int) -> "LayerSplits":
+        return cls(np.full(n, -np.inf), np.full(n, LEAF, dtype=np.int32), np.zeros(n, dtype=np.int32),
+                   np.zeros(n, dtype=bool), np.zeros((n, n_stats)), np.full(n, np.nan),
+                   np.full(n, -1, dtype=np.int32))
+
+
+class SplitFinder(ABC):
+    """Builds histograms and chooses splits for the grower."""
+
+    n_stats: int
+
+    @abstractmethod
+    def root_stats(self) -> np.ndarray:
+        """Statistics of the root node, shape ``(n_stats,)``."""
+
+    @abstractmethod
+    def find_splits(self, layer: Layer) -> LayerSplits:
+        """Best split for every node of ``layer``."""
+
+    @abstractmethod
+    def apply_splits(self, layer: Layer, split_rows: np.ndarray, splits: LayerSplits,
+                     child_ids: np.ndarray) -> None:
+        """Partition the nodes ``layer.node_ids[split_rows]``; children get ``child_ids[k] = (left, right)``.
+
+        The next layer handed to :meth:`find_splits` lists the children in this
+        order: left, right of the first split node, then of the second, ...
+        """
+
+    @abstractmethod
+    def sample_weight(self, stats: np.ndarray) -> np.ndarray:
+        """(Weighted) sample count of nodes with statistics ``stats`` (n, n_stats)."""
+
+
+class TreeGrower:
+    """Grow one tree layer by layer.
+
+    Parameters
+    ----------
+    finder : SplitFinder
+    max_depth : int or None
+        Depth of the deepest leaf (root has depth 0); ``None``: grow until no
+        node can split.
+    leaf_value : callable
+        Maps node statistics ``(n, n_stats)`` to leaf values ``(n, n_outputs)``.
+    min_samples_split : float
+        A node with fewer (weighted) samples is a leaf.
+    min_split_gain : float
+        A split is kept only when its gain exceeds this value (>= for CART's
+        ``min_impurity_decrease``, see ``gain_inclusive``).
+    """
+
+    def __init__(self, finder: SplitFinder, max_depth: int | None, leaf_value: Callable[[np.ndarray], np.ndarray],
+                 min_samples_split: float = 2.0, min_split_gain: float = 0.0, gain_inclusive: bool = False):
+        self.finder = finder
+        self.max_depth = max_depth
+        self.leaf_value = leaf_value
+        self.min_samples_split = min_samples_split
+        self.min_split_gain = min_split_gain
+        self.gain_inclusive = gain_inclusive
+        self._records: list[np.ndarray] = []
+        self._stats: list[np.ndarray] = []
+        self.frontier: Layer | None = None
+
+    # -- node bookkeeping ------------------------------------------------------------
+    def _new_nodes(self, stats: np.ndarray, depth: int) -> np.ndarray:
+        first = sum(len(r) for r in self._records)
+        rec = np.zeros(len(stats), dtype=NODE_DTYPE)
+        rec["feature"] = LEAF
+        rec["left"] = LEAF
+        rec["right"] = LEAF
+        rec["threshold"] = np.nan
+        rec["owner"] = -1
+        rec["depth"] = depth
+        rec["count"] = self.finder.sample_weight(stats)
+        self._records.append(rec)
+        self._stats.append(np.asarray(stats, dtype=np.float64))
+        return np.arange(first, first + len(stats), dtype=np.int64)
+
+    def _all_nodes(self) -> np.ndarray:
+        return np.concatenate(self._records)
+
+    # -- growth ---------------------------------------------------------------------
+    def start(self) -> Layer:
+        root = np.asarray(self.finder.root_stats(), dtype=np.float64)[None, :]
+        ids = self._new_nodes(root, 0)
+        self.frontier = Layer(ids, root, 0)
+        return self.frontier
+
+    @property
+    def done(self) -> bool:
+        return self.frontier is None or len(self.frontier) == 0
+
+    def grow_layer(self) -> Layer:
+        """Split the frontier once; returns the new frontier (possibly empty)."""
+        layer = self.frontier
+        if self.max_depth is not None and layer.depth >= self.max_depth:
+            self.frontier = Layer(np.zeros(0, dtype=np.int64), np.zeros((0, layer.stats.shape[1])), layer.depth + 1)
+            return self.frontier
+        can_split = self.finder.sample_weight(layer.stats) >= self.min_samples_split
+        splits = self.finder.find_splits(layer)
+        if self.gain_inclusive:
+            good = splits.gain >= self.min_split_gain
+        else:
+            good = splits.gain > self.min_split_gain
+        rows = np.nonzero(can_split & good & (splits.feature != LEAF) & (splits.gain > 0))[0]
+        child_stats = np.empty((2 * len(rows), layer.stats.shape[1]))
+        child_stats[0::2] = splits.left_stats[rows]
+        child_stats[1::2] = layer.stats[rows] - splits.left_stats[rows]
+        child_ids = self._new_nodes(child_stats, layer.depth + 1).reshape(-1, 2)
+        nodes = self._all_nodes()
+        ids = layer.node_ids[rows]
+        nodes["feature"][ids] = splits.feature[rows]
+        nodes["bin"][ids] = splits.bin[rows]
+        nodes["threshold"][ids] = splits.threshold[rows]
+        nodes["missing_left"][ids] = splits.missing_left[rows]
+        nodes["gain"][ids] = splits.gain[rows]
+        nodes["owner"][ids] = splits.owner[rows]
+        nodes["left"][ids] = child_ids[:, 0]
+        nodes["right"][ids] = child_ids[:, 1]
+        self._records = [nodes]
+        if len(rows):
+            self.finder.apply_splits(layer, rows, splits, child_ids)
+        self.frontier = Layer(child_ids.reshape(-1), child_stats, layer.depth + 1)
+        return self.frontier
+
+    def grow(self) -> Tree:
+        """Grow from the root until no node can split; return the tree."""
+        if self.frontier is None:
+            self.start()
+        while not self.done:
+            self.grow_layer()
+        return self.finish()
+
+    def node_stats(self) -> np.ndarray:
+        return np.concatenate(self._stats)
+
+    def finish(self) -> Tree:
+        nodes = self._all_nodes()
+        stats = self.node_stats()
+        values = np.asarray(self.leaf_value(stats), dtype=np.float64).reshape(len(nodes), -1)
+        return Tree(nodes, values)

@@ -1,0 +1,125 @@
+"""Objectives: gradients, hessians, initial scores and output transforms.
+
+Raw scores have shape ``(n_samples, n_outputs)``: 1 column for ``binary`` and
+``regression``, ``n_classes`` for ``multiclass`` (one tree per class per round).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit, softmax
+
+from fedgrove.exceptions import DataError, InvalidParameterError
+
+
+class Objective:
+    name: str
+    default_metric: str
+
+    def __init__(self, n_classes: int = 1):
+        self.n_classes = n_classes
+
+    @property
+    def n_outputs(self) -> int:
+        return 1
+
+    def check_labels(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(y)):
+            raise DataError("labels contain NaN or infinite values")
+        return y
+
+    def init_score(self, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def gradients(self, y: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def transform(self, raw: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class SquaredError(Objective):
+    name = "regression"
+    default_metric = "rmse"
+
+    def init_score(self, y):
+        return np.array([y.mean()])
+
+    def gradients(self, y, raw):
+        return (raw[:, 0] - y)[:, None], np.ones((len(y), 1))
+
+    def transform(self, raw):
+        return raw[:, 0]
+
+
+class Logistic(Objective):
+    name = "binary"
+    default_metric = "logloss"
+
+    def __init__(self, n_classes: int = 2):
+        super().__init__(2)
+
+    def check_labels(self, y):
+        y = super().check_labels(y)
+        values = np.unique(y)
+        if not np.all(np.isin(values, [0.0, 1.0])):
+            raise DataError(f"binary objective needs labels 0/1, got values {values[:10].tolist()}"
+                            + (" ..." if values.size > 10 else ""))
+        return y
+
+    def init_score(self, y):
+        p = np.clip(y.mean(), 1e-15, 1 - 1e-15)
+        return np.array([np.log(p / (1 - p))])
+
+    def gradients(self, y, raw):
+        p = expit(raw[:, 0])
+        return (p - y)[:, None], (p * (1.0 - p))[:, None]
+
+    def transform(self, raw):
+        p = expit(raw[:, 0])
+        return np.column_stack([1.0 - p, p])
+
+
+class Softmax(Objective):
+    name = "multiclass"
+    default_metric = "mlogloss"
+
+    def __init__(self, n_classes: int):
+        if n_classes < 2:
+            raise InvalidParameterError(f"multiclass needs at least 2 classes, got {n_classes}")
+        super().__init__(n_classes)
+
+    @property
+    def n_outputs(self):
+        return self.n_classes
+
+    def check_labels(self, y):
+        y = super().check_labels(y)
+        if np.any(y != np.round(y)) or y.min() < 0 or y.max() >= self.n_classes:
+            raise DataError(f"multiclass labels must be integers in [0, {self.n_classes - 1}]")
+        return y
+
+    def init_score(self, y):
+        prior = np.bincount(y.astype(np.int64), minlength=self.n_classes) / len(y)
+        return np.log(np.clip(prior, 1e-15, None))
+
+    def gradients(self, y, raw):
+        p = softmax(raw, axis=1)
+        onehot = np.zeros_like(p)
+        onehot[np.arange(len(y)), y.astype(np.int64)] = 1.0
+        # K/(K-1) p(1-p): Friedman's diagonal bound, as LightGBM uses
+        factor = self.n_classes / (self.n_classes - 1.0)
+        return p - onehot, factor * p * (1.0 - p)
+
+    def transform(self, raw):
+        return softmax(raw, axis=1)
+
+
+OBJECTIVES = {"binary": Logistic, "multiclass": Softmax, "regression": SquaredError}
+
+
+def make_objective(name: str, n_classes: int = 1) -> Objective:
+    if name not in OBJECTIVES:
+        raise InvalidParameterError(f"objective must be one of {sorted(OBJECTIVES)}, got {name!r}")
+    return OBJECTIVES[name](n_classes)

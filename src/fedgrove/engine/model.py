@@ -1,0 +1,292 @@
+"""Trained models and their versioned JSON form.
+
+A model file is one JSON object::
+
+    {"format": "fedgrove-model", "version": 1, "kind": "gbdt" | "forest",
+     "fedgrove_version": "...", ...model fields..., "trees": [...]}
+
+Loading a file of another format, another version or a corrupt file raises
+:class:`~fedgrove.exceptions.ModelFormatError` with the reason.  Files are
+written atomically (temporary file, then rename): a failed save leaves no
+half-written model behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from fedgrove._version import __version__
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.tree import PackedEnsemble, Tree
+from fedgrove.exceptions import ModelFormatError, NotFittedError
+
+FORMAT = "fedgrove-model"
+FORMAT_VERSION = 1
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class TreeEnsembleModel:
+    """Common part of boosted and forest models: trees, packing, persistence."""
+
+    kind = "base"
+
+    def __init__(self, bin_mapper: BinMapper | None, params: dict, feature_names=None, classes=None):
+        self.trees: list[Tree] = []
+        self.bin_mapper = bin_mapper
+        self.params = dict(params)
+        self.feature_names = list(feature_names) if feature_names is not None else None
+        self.classes = list(classes) if classes is not None else None
+        self.metadata: dict = {}
+        self._packed: PackedEnsemble | None = None
+
+    @property
+    def n_trees(self) -> int:
+        return len(self.trees)
+
+    def _pack(self) -> PackedEnsemble:
+        if not self.trees:
+            raise NotFittedError("the model has no trees")
+        if self._packed is None or len(self._packed.trees) != len(self.trees):
+            self._packed = PackedEnsemble(self.trees)
+        return self._packed
+
+    def _check_X(self, X) -> np.ndarray:
+        if hasattr(X, "toarray"):
+            X = X.toarray()
+        X = np.asarray(X, dtype=np.float64)
+        n_features = self.n_features
+        if X.ndim != 2 or (n_features is not None and X.shape[1] != n_features):
+            from fedgrove.exceptions import DataError
+
+            raise DataError(f"X must have shape (n_samples, {n_features}), got {X.shape}")
+        return X
+
+    @property
+    def n_features(self) -> int | None:
+        return self.bin_mapper.n_features if self.bin_mapper is not None else None
+
+    def predict_leaf(self, X) -> np.ndarray:
+        """Leaf index of every sample in every tree, shape ``(n_samples, n_trees)``."""
+        return self._pack().leaves(self._check_X(X))
+
+    # -- persistence ----------------------------------------------------------------------
+    def _fields(self) -> dict:
+        return {}
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "kind": self.kind,
+            "fedgrove_version": __version__,
+            "params": _jsonable(self.params),
+            "feature_names": self.feature_names,
+            "classes": _jsonable(self.classes),
+            "metadata": _jsonable(self.metadata),
+            "bin_mapper": self.bin_mapper.to_dict() if self.bin_mapper is not None else None,
+            **self._fields(),
+            "trees": [t.to_dict() for t in self.trees],
+        }
+
+    def save(self, path) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), allow_nan=False))
+
+    @staticmethod
+    def load(path) -> "TreeEnsembleModel":
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ModelFormatError(f"model file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelFormatError(f"cannot read model file {str(path)!r}: {exc}") from None
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ModelFormatError(f"{str(path)!r} is not a fedgrove model file: invalid JSON ({exc})") from None
+        return model_from_dict(d, source=str(path))
+
+
+def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise ModelFormatError(f"{source!r} is not a fedgrove model file (no \"format\": \"{FORMAT}\" field)")
+    if d.get("version") != FORMAT_VERSION:
+        raise ModelFormatError(f"{source!r} has model format version {d.get('version')!r}; this fedgrove "
+                               f"({__version__}) reads version {FORMAT_VERSION}")
+    kinds = {"gbdt": GBDTModel, "forest": ForestModel}
+    if d.get("kind") not in kinds:
+        raise ModelFormatError(f"{source!r} has unknown model kind {d.get('kind')!r}")
+    try:
+        return kinds[d["kind"]]._from_dict(d)
+    except ModelFormatError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFormatError(f"{source!r} is corrupt: {type(exc).__name__}: {exc}") from None
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+class GBDTModel(TreeEnsembleModel):
+    """A boosted ensemble: ``raw = base_score + sum of tree values`` per output."""
+
+    kind = "gbdt"
+
+    def __init__(self, objective: str, n_classes: int, base_score, bin_mapper=None, params=None,
+                 feature_names=None, classes=None):
+        super().__init__(bin_mapper, params or {}, feature_names, classes)
+        self.objective = objective
+        self.n_classes = int(n_classes)
+        self._obj = make_objective(objective, self.n_classes)
+        self.base_score = np.asarray(base_score, dtype=np.float64).reshape(-1)
+        self.tree_class: list[int] = []
+        self.best_iteration: int | None = None
+
+    @property
+    def n_outputs(self) -> int:
+        return self._obj.n_outputs
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.trees) // self.n_outputs
+
+    def add_tree(self, tree: Tree, output: int = 0) -> None:
+        self.trees.append(tree)
+        self.tree_class.append(int(output))
+        self._packed = None
+
+    def truncate(self, n_rounds: int) -> None:
+        keep = n_rounds * self.n_outputs
+        self.trees = self.trees[:keep]
+        self.tree_class = self.tree_class[:keep]
+        self._packed = None
+
+    def predict_raw(self, X, n_rounds: int | None = None) -> np.ndarray:
+        """Raw margins, shape ``(n_samples,)`` or ``(n_samples, n_classes)`` for multiclass."""
+        X = self._check_X(X)
+        leaves = self._pack().leaves(X)
+        return self.raw_from_leaves(leaves, n_rounds)
+
+    def raw_from_leaves(self, leaves: np.ndarray, n_rounds: int | None = None) -> np.ndarray:
+        n_trees = len(self.trees) if n_rounds is None else min(len(self.trees), n_rounds * self.n_outputs)
+        raw = np.tile(self.base_score, (leaves.shape[0], 1))
+        for t in range(n_trees):
+            raw[:, self.tree_class[t]] += self.trees[t].values[leaves[:, t], 0]
+        return raw[:, 0] if self.n_outputs == 1 else raw
+
+    def predict_proba(self, X, n_rounds: int | None = None) -> np.ndarray:
+        if self.objective == "regression":
+            raise NotFittedError("predict_proba is only defined for classification models")
+        raw = self.predict_raw(X, n_rounds)
+        return self._obj.transform(raw.reshape(len(raw), -1))
+
+    def decide(self, out: np.ndarray) -> np.ndarray:
+        if self.objective == "regression":
+            return out
+        return np.argmax(out, axis=1)
+
+    def predict(self, X, n_rounds: int | None = None) -> np.ndarray:
+        """Class index (classification) or value (regression)."""
+        if self.objective == "regression":
+            return self.predict_raw(X, n_rounds)
+        return self.decide(self.predict_proba(X, n_rounds))
+
+    def _fields(self) -> dict:
+        return {"objective": self.objective, "n_classes": self.n_classes, "base_score": self.base_score.tolist(),
+                "tree_class": self.tree_class, "best_iteration": self.best_iteration}
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> "GBDTModel":
+        bm = BinMapper.from_dict(d["bin_mapper"]) if d.get("bin_mapper") else None
+        m = cls(d["objective"], d["n_classes"], d["base_score"], bm, d.get("params"), d.get("feature_names"),
+                d.get("classes"))
+        m.metadata = d.get("metadata") or {}
+        m.best_iteration = d.get("best_iteration")
+        tree_class = d["tree_class"]
+        if len(tree_class) != len(d["trees"]):
+            raise ModelFormatError("tree_class and trees have different lengths")
+        for tree, c in zip(d["trees"], tree_class):
+            m.add_tree(Tree.from_dict(tree), c)
+        return m
+
+
+class ForestModel(TreeEnsembleModel):
+    """A random forest: class probabilities or values averaged over trees."""
+
+    kind = "forest"
+
+    def __init__(self, task: str, n_classes: int, bin_mapper=None, params=None, feature_names=None, classes=None):
+        super().__init__(bin_mapper, params or {}, feature_names, classes)
+        if task not in ("classification", "regression"):
+            raise ModelFormatError(f"unknown forest task {task!r}")
+        self.task = task
+        self.n_classes = int(n_classes)
+
+    def add_tree(self, tree: Tree) -> None:
+        self.trees.append(tree)
+        self._packed = None
+
+    def _mean_values(self, leaves: np.ndarray) -> np.ndarray:
+        acc = np.zeros((leaves.shape[0], self.trees[0].values.shape[1]))
+        for t, tree in enumerate(self.trees):
+            acc += tree.values[leaves[:, t]]
+        return acc / len(self.trees)
+
+    def predict_proba(self, X) -> np.ndarray:
+        if self.task != "classification":
+            raise NotFittedError("predict_proba is only defined for classification forests")
+        return self._mean_values(self._pack().leaves(self._check_X(X)))
+
+    def predict(self, X) -> np.ndarray:
+        out = self._mean_values(self._pack().leaves(self._check_X(X)))
+        return np.argmax(out, axis=1) if self.task == "classification" else out[:, 0]
+
+    def decide(self, out):
+        return np.argmax(out, axis=1) if self.task == "classification" else out
+
+    def _fields(self) -> dict:
+        return {"task": self.task, "n_classes": self.n_classes}
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> "ForestModel":
+        bm = BinMapper.from_dict(d["bin_mapper"]) if d.get("bin_mapper") else None
+        m = cls(d["task"], d["n_classes"], bm, d.get("params"), d.get("feature_names"), d.get("classes"))
+        m.metadata = d.get("metadata") or {}
+        for tree in d["trees"]:
+            m.add_tree(Tree.from_dict(tree))
+        return m
+
+
+def load_model(path) -> TreeEnsembleModel:
+    """Load a model saved by :meth:`TreeEnsembleModel.save`."""
+    return TreeEnsembleModel.load(path)

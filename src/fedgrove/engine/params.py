@@ -1,0 +1,48 @@
+"""Declarative parameter validation, done once at the public boundary."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, fields
+
+from fedgrove.exceptions import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Accepts numbers of ``kind`` in [low, high] (open ends with the flags)."""
+
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    allow_none: bool = False
+
+    def check(self, name, value):
+        if value is None and self.allow_none:
+            return
+        ok_type = isinstance(value, numbers.Integral) if self.kind is int else isinstance(value, numbers.Real)
+        if isinstance(value, bool) or not ok_type:
+            raise InvalidParameterError(f"{name} must be {'an integer' if self.kind is int else 'a number'}"
+                                        f"{' or None' if self.allow_none else ''}, got {value!r}")
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            raise InvalidParameterError(f"{name} must be {'>' if self.low_open else '>='} {self.low}, got {value!r}")
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            raise InvalidParameterError(f"{name} must be {'<' if self.high_open else '<='} {self.high}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OneOf:
+    options: tuple
+
+    def check(self, name, value):
+        if value not in self.options:
+            raise InvalidParameterError(f"{name} must be one of {list(self.options)}, got {value!r}")
+
+
+def validate(params, constraints: dict) -> None:
+    """Check every field of the dataclass ``params`` that has a constraint."""
+    for f in fields(params):
+        if f.name in constraints:
+            constraints[f.name].check(f.name, getattr(params, f.name))

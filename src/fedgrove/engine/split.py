@@ -1,0 +1,326 @@
+"""Split search kernels (numba and numpy reference).
+
+Two scorers share one layout: :func:`find_splits_gbdt` (second-order gain of
+XGBoost / LightGBM) and :func:`find_splits_cart` (impurity decrease of CART).
+For each node the best (feature, bin, missing direction) is returned; the
+candidate "bin <= t" sends value bins ``0..t`` left and the missing bin left or
+right.  Ties are broken towards the lowest feature, then the lowest bin, then
+"missing right": a candidate replaces the best only when its gain exceeds it
+by more than a relative ``TIE_TOL``.  That keeps the choice identical when the
+same histograms are summed in a different order (federated protocols), where
+gains of equivalent splits differ only by rounding.
+
+When a node has no missing values the missing direction does not change the
+gain; missing values are then sent to the child with more samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+TIE_TOL = 1e-10
+NO_FEATURE = -1
+CRITERIA = {"gini": 0, "entropy": 1, "mse": 2}
+
+
+@njit(cache=True, inline="always")
+def _better(gain, best):
+    if best == -np.inf:
+        return gain > best
+    return gain > best + TIE_TOL * max(1.0, abs(best))
+
+
+@njit(cache=True, inline="always")
+def _gbdt_score(g, h, reg_lambda):
+    return g * g / (h + reg_lambda)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
+                     min_child_weight, min_samples_leaf):
+    """Best split per node from (g, h, count) histograms.
+
+    Parameters
+    ----------
+    hist : float64 (n_rows, n_total_bins, 3)
+    rows : int64 (n_nodes,)      row of each node in ``hist``
+    node_stats : float64 (n_nodes, 3)   (G, H, count) of each node
+    feature_offsets : int32 (n_features + 1,)
+    allowed : bool (n_nodes, n_features)   features each node may split on
+
+    Returns
+    -------
+    gain, feature, bin, missing_left, left_stats : per node; ``feature == -1``
+    where no valid split exists.  ``gain`` already has ``gamma`` subtracted.
+    """
+    n_nodes = rows.shape[0]
+    n_features = feature_offsets.shape[0] - 1
+    n_pairs = n_nodes * n_features
+    pg = np.full(n_pairs, -np.inf)
+    pb = np.zeros(n_pairs, dtype=np.int32)
+    pm = np.zeros(n_pairs, dtype=np.bool_)
+    pl = np.zeros((n_pairs, 3))
+    for q in prange(n_pairs):
+        j = q // n_features
+        f = q % n_features
+        if not allowed[j, f]:
+            continue
+        h = hist[rows[j]]
+        off = feature_offsets[f]
+        nvb = feature_offsets[f + 1] - off - 1  # value bins; the missing bin follows
+        G = node_stats[j, 0]
+        H = node_stats[j, 1]
+        C = node_stats[j, 2]
+        mg = h[off + nvb, 0]
+        mh = h[off + nvb, 1]
+        mc = h[off + nvb, 2]
+        parent = _gbdt_score(G, H, reg_lambda)
+        best = -np.inf
+        gl = 0.0
+        hl = 0.0
+        cl = 0.0
+        for t in range(nvb):
+            gl += h[off + t, 0]
+            hl += h[off + t, 1]
+            cl += h[off + t, 2]
+            for d in range(2):  # 0: missing right, 1: missing left
+                if d == 1 and mc <= 0.0:
+                    break
+                lg = gl + mg * d
+                lh = hl + mh * d
+                lc = cl + mc * d
+                rg = G - lg
+                rh = H - lh
+                rc = C - lc
+                if lc < min_samples_leaf or rc < min_samples_leaf:
+                    continue
+                if lh < min_child_weight or rh < min_child_weight:
+                    continue
+                if lc <= 0.0 or rc <= 0.0:
+                    continue
+                gain = 0.5 * (_gbdt_score(lg, lh, reg_lambda) + _gbdt_score(rg, rh, reg_lambda) - parent) - gamma
+                if _better(gain, best):
+                    best = gain
+                    pb[q] = t
+                    pm[q] = d == 1
+                    pl[q, 0] = lg
+                    pl[q, 1] = lh
+                    pl[q, 2] = lc
+        pg[q] = best
+    return _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats)
+
+
+@njit(cache=True)
+def _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats):
+    n_stats = pl.shape[1]
+    gain = np.full(n_nodes, -np.inf)
+    feature = np.full(n_nodes, NO_FEATURE, dtype=np.int32)
+    bins = np.zeros(n_nodes, dtype=np.int32)
+    missing_left = np.zeros(n_nodes, dtype=np.bool_)
+    left = np.zeros((n_nodes, n_stats))
+    for j in range(n_nodes):
+        best = -np.inf
+        for f in range(n_features):
+            q = j * n_features + f
+            if pg[q] == -np.inf:
+                continue
+            if _better(pg[q], best):
+                best = pg[q]
+                feature[j] = f
+                bins[j] = pb[q]
+                missing_left[j] = pm[q]
+                for c in range(n_stats):
+                    left[j, c] = pl[q, c]
+        gain[j] = best
+    return gain, feature, bins, missing_left, left
+
+
+@njit(cache=True, inline="always")
+def _impurity(stats, criterion):
+    """Impurity of a node from its statistics (class weights, or w, wy, wy2)."""
+    if criterion == 2:
+        w = stats[0]
+        if w <= 0.0:
+            return 0.0
+        mean = stats[1] / w
+        return max(stats[2] / w - mean * mean, 0.0)
+    total = 0.0
+    for c in range(stats.shape[0]):
+        total += stats[c]
+    if total <= 0.0:
+        return 0.0
+    acc = 0.0
+    if criterion == 0:
+        for c in range(stats.shape[0]):
+            p = stats[c] / total
+            acc += p * p
+        return 1.0 - acc
+    for c in range(stats.shape[0]):
+        if stats[c] > 0.0:
+            p = stats[c] / total
+            acc -= p * math.log2(p)
+    return acc
+
+
+@njit(cache=True, inline="always")
+def _weight(stats, criterion):
+    if criterion == 2:
+        return stats[0]
+    total = 0.0
+    for c in range(stats.shape[0]):
+        total += stats[c]
+    return total
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
+                     min_samples_leaf):
+    """Best split per node by weighted impurity decrease (scikit-learn's definition).
+
+    ``gain = N_t / N * (imp - N_L / N_t * imp_L - N_R / N_t * imp_R)`` with N the
+    root's (bootstrap-weighted) sample count.  Statistics are class weights for
+    ``gini``/``entropy`` and (w, w*y, w*y^2) for ``mse``.
+    """
+    n_nodes = rows.shape[0]
+    n_features = feature_offsets.shape[0] - 1
+    n_stats = node_stats.shape[1]
+    n_pairs = n_nodes * n_features
+    pg = np.full(n_pairs, -np.inf)
+    pb = np.zeros(n_pairs, dtype=np.int32)
+    pm = np.zeros(n_pairs, dtype=np.bool_)
+    pl = np.zeros((n_pairs, n_stats))
+    for q in prange(n_pairs):
+        j = q // n_features
+        f = q % n_features
+        if not allowed[j, f]:
+            continue
+        h = hist[rows[j]]
+        off = feature_offsets[f]
+        nvb = feature_offsets[f + 1] - off - 1
+        tot = node_stats[j]
+        wt = _weight(tot, criterion)
+        imp = _impurity(tot, criterion)
+        miss = h[off + nvb]
+        mw = _weight(miss, criterion)
+        acc = np.zeros(n_stats)
+        lft = np.empty(n_stats)
+        rgt = np.empty(n_stats)
+        best = -np.inf
+        for t in range(nvb):
+            for c in range(n_stats):
+                acc[c] += h[off + t, c]
+            for d in range(2):
+                if d == 1 and mw <= 0.0:
+                    break
+                for c in range(n_stats):
+                    lft[c] = acc[c] + miss[c] * d
+                    rgt[c] = tot[c] - lft[c]
+                wl = _weight(lft, criterion)
+                wr = wt - wl
+                if wl < min_samples_leaf or wr < min_samples_leaf or wl <= 0.0 or wr <= 0.0:
+                    continue
+                gain = wt / root_weight * (imp - wl / wt * _impurity(lft, criterion)
+                                           - wr / wt * _impurity(rgt, criterion))
+                if _better(gain, best):
+                    best = gain
+                    pb[q] = t
+                    pm[q] = d == 1
+                    for c in range(n_stats):
+                        pl[q, c] = lft[c]
+        pg[q] = best
+    return _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats)
+
+
+# --------------------------------------------------------------------------- references
+def _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score_fn, valid_fn):
+    n_nodes = len(rows)
+    n_features = len(feature_offsets) - 1
+    n_stats = node_stats.shape[1]
+    gain = np.full(n_nodes, -np.inf)
+    feature = np.full(n_nodes, NO_FEATURE, dtype=np.int32)
+    bins = np.zeros(n_nodes, dtype=np.int32)
+    missing_left = np.zeros(n_nodes, dtype=bool)
+    left = np.zeros((n_nodes, n_stats))
+
+    def better(g, b):
+        return g > b if b == -np.inf else g > b + TIE_TOL * max(1.0, abs(b))
+
+    for j in range(n_nodes):
+        best = -np.inf
+        for f in range(n_features):
+            if not allowed[j, f]:
+                continue
+            off, end = feature_offsets[f], feature_offsets[f + 1]
+            values = hist[rows[j], off:end - 1]
+            miss = hist[rows[j], end - 1]
+            cum = np.cumsum(values, axis=0)
+            fbest, fcand = -np.inf, None
+            for t in range(len(values)):
+                for d in (0, 1):
+                    if d == 1 and not score_fn.missing_weight(miss) > 0:
+                        break
+                    lft = cum[t] + miss * d
+                    rgt = node_stats[j] - lft
+                    if not valid_fn(lft, rgt):
+                        continue
+                    g = score_fn(node_stats[j], lft, rgt)
+                    if better(g, fbest):
+                        fbest, fcand = g, (t, d == 1, lft.copy())
+            if fcand is not None and better(fbest, best):
+                best = fbest
+                feature[j], bins[j], missing_left[j], left[j] = f, fcand[0], fcand[1], fcand[2]
+        gain[j] = best
+    return gain, feature, bins, missing_left, left
+
+
+def find_splits_gbdt_reference(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
+                               min_child_weight, min_samples_leaf):
+    """Numpy reference of :func:`find_splits_gbdt`."""
+
+    def score(tot, lft, rgt):
+        s = lambda v: v[0] ** 2 / (v[1] + reg_lambda)  # noqa: E731
+        return 0.5 * (s(lft) + s(rgt) - s(tot)) - gamma
+
+    score.missing_weight = lambda m: m[2]
+
+    def valid(lft, rgt):
+        return (min(lft[2], rgt[2]) >= min_samples_leaf and min(lft[1], rgt[1]) >= min_child_weight
+                and lft[2] > 0 and rgt[2] > 0)
+
+    return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid)
+
+
+def _impurity_reference(v, criterion):
+    if criterion == 2:
+        return 0.0 if v[0] <= 0 else max(v[2] / v[0] - (v[1] / v[0]) ** 2, 0.0)
+    tot = v.sum()
+    if tot <= 0:
+        return 0.0
+    p = v / tot
+    if criterion == 0:
+        return 1.0 - float(np.sum(p * p))
+    p = p[p > 0]
+    return float(-np.sum(p * np.log2(p)))
+
+
+def find_splits_cart_reference(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
+                               min_samples_leaf):
+    """Numpy reference of :func:`find_splits_cart`."""
+    weight = (lambda v: v[0]) if criterion == 2 else (lambda v: v.sum())  # noqa: E731
+
+    def score(tot, lft, rgt):
+        wt, wl = weight(tot), weight(lft)
+        wr = wt - wl
+        return wt / root_weight * (_impurity_reference(tot, criterion) - wl / wt * _impurity_reference(lft, criterion)
+                                   - wr / wt * _impurity_reference(rgt, criterion))
+
+    score.missing_weight = weight
+
+    def valid(lft, rgt):
+        wl, wr = weight(lft), weight(rgt)
+        return wl >= min_samples_leaf and wr >= min_samples_leaf and wl > 0 and wr > 0
+
+    return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid)

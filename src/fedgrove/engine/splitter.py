@@ -1,0 +1,209 @@
+"""The local split finder: histograms from local data, splits chosen here.
+
+:class:`HistogramSplitFinder` is what centralised training plugs into the
+grower.  Each node owns a segment of a shared ``sample_indices`` buffer; per
+layer it builds the histograms of the smaller children and obtains the larger
+ones by subtraction from the parent, scores all nodes in one kernel call, and
+partitions all split nodes in one kernel call.
+
+Protocols reuse its pieces: a passive party builds histograms with
+:meth:`HistogramSplitFinder.layer_histograms` and partitions with
+:meth:`HistogramSplitFinder.partition`, while another party scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numba
+import numpy as np
+
+from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
+from fedgrove.engine.histogram import build_histograms, subtract_histograms, sum_rows
+from fedgrove.engine.partition import partition_nodes
+from fedgrove.engine.split import CRITERIA, find_splits_cart, find_splits_gbdt
+
+
+@dataclass
+class GBDTScorer:
+    """Second-order gain on (g, h, count) statistics."""
+
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1e-3
+    min_samples_leaf: float = 1.0
+    n_stats: int = 3
+
+    def find(self, hist, rows, node_stats, feature_offsets, allowed):
+        return find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, float(self.reg_lambda),
+                                float(self.gamma), float(self.min_child_weight), float(self.min_samples_leaf))
+
+    @staticmethod
+    def sample_weight(stats):
+        return stats[:, 2]
+
+    def leaf_value(self, stats):
+        return -stats[:, 0] / (stats[:, 1] + self.reg_lambda)
+
+
+@dataclass
+class CARTScorer:
+    """Impurity decrease on class-weight or (w, wy, wy^2) statistics."""
+
+    criterion: str
+    root_weight: float
+    min_samples_leaf: float = 1.0
+    n_stats: int = 0
+
+    def find(self, hist, rows, node_stats, feature_offsets, allowed):
+        return find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, CRITERIA[self.criterion],
+                                float(self.root_weight), float(self.min_samples_leaf))
+
+    def sample_weight(self, stats):
+        return stats[:, 0] if self.criterion == "mse" else stats.sum(axis=1)
+
+    def leaf_value(self, stats):
+        if self.criterion == "mse":
+            w = stats[:, 0]
+            return np.where(w > 0, stats[:, 1] / np.where(w > 0, w, 1.0), 0.0)[:, None]
+        tot = stats.sum(axis=1, keepdims=True)
+        return stats / np.where(tot > 0, tot, 1.0)
+
+
+AllowedFn = Callable[[Layer], np.ndarray]
+
+
+class HistogramSplitFinder(SplitFinder):
+    """Split finder over local binned data.
+
+    Parameters
+    ----------
+    X_binned : uint8 (n_samples, n_features), row-major
+    feature_offsets, missing_codes : from the :class:`~fedgrove.engine.binning.BinMapper`
+    thresholds : list of arrays, ``thresholds[f][b]`` = raw threshold of "bin <= b"
+    stats : float64 (n_samples, n_stats)   per-sample statistics
+    scorer : GBDTScorer or CARTScorer
+    root_samples : int array, rows in the root (default: all)
+    allowed : callable(Layer) -> bool (n_nodes, n_features), default: all features
+    """
+
+    def __init__(self, X_binned, feature_offsets, missing_codes, thresholds, stats, scorer,
+                 root_samples=None, allowed: AllowedFn | None = None, owner: int = -1):
+        self.X_binned = X_binned
+        self.feature_offsets = np.asarray(feature_offsets, dtype=np.int32)
+        self.missing_codes = np.asarray(missing_codes, dtype=np.int32)
+        self.thresholds = thresholds
+        self.stats = np.ascontiguousarray(stats, dtype=np.float64)
+        self.scorer = scorer
+        self.n_stats = self.stats.shape[1]
+        self.n_features = X_binned.shape[1]
+        self.allowed_fn = allowed
+        self.owner = owner
+        if root_samples is None:
+            root_samples = np.arange(X_binned.shape[0], dtype=np.int64)
+        self.sample_indices = np.ascontiguousarray(root_samples, dtype=np.int64)
+        self.segments: dict[int, tuple[int, int]] = {0: (0, len(self.sample_indices))}
+        self._hist = None          # histograms of the current layer
+        self._hist_row: dict[int, int] = {}
+        self._pending: list[tuple[int, int, int]] | None = None  # (parent, left, right)
+
+    # -- SplitFinder -------------------------------------------------------------------
+    def root_stats(self):
+        return sum_rows(self.stats, self.sample_indices)
+
+    def sample_weight(self, stats):
+        return self.scorer.sample_weight(np.atleast_2d(stats))
+
+    def allowed(self, layer: Layer) -> np.ndarray:
+        if self.allowed_fn is None:
+            return np.ones((len(layer), self.n_features), dtype=np.bool_)
+        return np.ascontiguousarray(self.allowed_fn(layer), dtype=np.bool_)
+
+    def find_splits(self, layer: Layer) -> LayerSplits:
+        allowed = self.allowed(layer)
+        hist = self.layer_histograms(layer, np.nonzero(allowed.any(axis=0))[0])
+        rows = np.arange(len(layer), dtype=np.int64)
+        gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.feature_offsets,
+                                                                   allowed)
+        splits = LayerSplits(gain, feature, bins, missing_left, left, np.full(len(layer), np.nan),
+                             np.full(len(layer), self.owner, dtype=np.int32))
+        ok = feature >= 0
+        splits.threshold[ok] = [self.thresholds[f][b] for f, b in zip(feature[ok], bins[ok])]
+        self._resolve_missing_direction(splits, layer)
+        return splits
+
+    def apply_splits(self, layer, split_rows, splits, child_ids):
+        ids = layer.node_ids[split_rows]
+        mids = self.partition(ids, splits.feature[split_rows], splits.bin[split_rows],
+                              splits.missing_left[split_rows])
+        pending = []
+        for k, nid in enumerate(ids):
+            s, e = self.segments[int(nid)]
+            left, right = int(child_ids[k, 0]), int(child_ids[k, 1])
+            self.segments[left] = (s, int(mids[k]))
+            self.segments[right] = (int(mids[k]), e)
+            pending.append((int(nid), left, right))
+        self._pending = pending
+
+    # -- pieces protocols reuse -----------------------------------------------------------
+    def node_samples(self, node_id: int) -> np.ndarray:
+        """Row indices of the training samples in a node (a view; do not modify)."""
+        s, e = self.segments[int(node_id)]
+        return self.sample_indices[s:e]
+
+    def layer_histograms(self, layer: Layer, features: np.ndarray) -> np.ndarray:
+        """Histograms of the layer's nodes, rows in layer order; smaller siblings built, larger subtracted."""
+        features = np.ascontiguousarray(features, dtype=np.int64)
+        n = len(layer)
+        total_bins = int(self.feature_offsets[-1])
+        hist = np.zeros((n, total_bins, self.n_stats))
+        row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
+        build, parent_rows, small_rows, large_rows = [], [], [], []
+        if self._pending is None or self._hist is None:
+            build = list(range(n))
+        else:
+            for parent, left, right in self._pending:
+                if left not in row_of or right not in row_of:
+                    build += [row_of[c] for c in (left, right) if c in row_of]
+                    continue
+                ls, le = self.segments[left]
+                rs, re = self.segments[right]
+                small, large = (left, right) if (le - ls) <= (re - rs) else (right, left)
+                build.append(row_of[small])
+                parent_rows.append(self._hist_row[parent])
+                small_rows.append(row_of[small])
+                large_rows.append(row_of[large])
+        if build:
+            build = np.asarray(build, dtype=np.int64)
+            starts = np.array([self.segments[int(layer.node_ids[r])][0] for r in build], dtype=np.int64)
+            ends = np.array([self.segments[int(layer.node_ids[r])][1] for r in build], dtype=np.int64)
+            build_histograms(self.X_binned, self.sample_indices, starts, ends, self.stats, self.feature_offsets,
+                             features, hist, build, numba.get_num_threads())
+        if parent_rows:
+            subtract_histograms(self._hist, np.asarray(parent_rows, dtype=np.int64), hist,
+                                np.asarray(small_rows, dtype=np.int64), np.asarray(large_rows, dtype=np.int64))
+        self._hist = hist
+        self._hist_row = row_of
+        self._pending = None
+        return hist
+
+    def partition(self, node_ids, features, bins, missing_left) -> np.ndarray:
+        starts = np.array([self.segments[int(i)][0] for i in node_ids], dtype=np.int64)
+        ends = np.array([self.segments[int(i)][1] for i in node_ids], dtype=np.int64)
+        return partition_nodes(self.X_binned, self.sample_indices, starts, ends,
+                               np.asarray(features, dtype=np.int64), np.asarray(bins, dtype=np.int64),
+                               np.asarray(missing_left, dtype=np.bool_), self.missing_codes)
+
+    def _resolve_missing_direction(self, splits: LayerSplits, layer: Layer) -> None:
+        """Where a node had no missing values, send them to the child with more samples."""
+        ok = np.nonzero(splits.feature >= 0)[0]
+        if not len(ok):
+            return
+        offs = self.feature_offsets
+        miss_bins = offs[splits.feature[ok] + 1] - 1
+        miss_w = self.scorer.sample_weight(self._hist[ok, miss_bins, :])
+        no_missing = miss_w <= 0
+        lw = self.scorer.sample_weight(splits.left_stats[ok])
+        tw = self.scorer.sample_weight(layer.stats[ok])
+        splits.missing_left[ok[no_missing]] = (lw >= tw - lw)[no_missing]

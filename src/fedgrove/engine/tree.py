@@ -1,0 +1,145 @@
+"""Trees as structured arrays.
+
+A :class:`Tree` is one structured array of nodes (:data:`NODE_DTYPE`, one
+record per node, children by index) plus a ``values`` matrix (one row per node,
+one column per output: 1 for boosting and regression, ``n_classes`` for a
+classification forest).  The same arrays go to disk, to the wire and to the
+prediction kernels.
+
+``threshold`` is NaN where the holder of the tree does not know it: in
+vertical protocols only the party that owns a split feature stores its
+threshold (``owner`` names that party; -1 means a centralised tree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedgrove.engine.predict import predict_leaves, predict_leaves_binned
+from fedgrove.exceptions import ModelFormatError
+
+NODE_DTYPE = np.dtype([
+    ("feature", np.int32),       # split feature, -1 for a leaf
+    ("bin", np.int32),           # split bin: code <= bin goes left
+    ("threshold", np.float64),   # raw threshold: x <= threshold goes left
+    ("missing_left", np.uint8),  # where NaN goes
+    ("left", np.int32),
+    ("right", np.int32),
+    ("gain", np.float64),
+    ("count", np.float64),       # (weighted) number of training samples
+    ("depth", np.int32),
+    ("owner", np.int32),         # party holding the split, -1 if centralised
+])
+LEAF = -1
+
+
+@dataclass
+class Tree:
+    nodes: np.ndarray   # NODE_DTYPE
+    values: np.ndarray  # float64 (n_nodes, n_outputs)
+
+    def __post_init__(self):
+        if self.nodes.dtype != NODE_DTYPE:
+            raise ModelFormatError("tree nodes do not have the fedgrove node layout")
+        if self.values.ndim != 2 or self.values.shape[0] != self.nodes.shape[0]:
+            raise ModelFormatError("tree values must be (n_nodes, n_outputs)")
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.nodes.shape[0])
+
+    @property
+    def is_leaf(self) -> np.ndarray:
+        return self.nodes["feature"] == LEAF
+
+    @property
+    def n_leaves(self) -> int:
+        return int(self.is_leaf.sum())
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.nodes["depth"].max())
+
+    def to_dict(self) -> dict:
+        return {
+            "nodes": {name: _encode_column(self.nodes[name]) for name in NODE_DTYPE.names},
+            "values": self.values.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Tree":
+        try:
+            cols = d["nodes"]
+            n = len(cols["feature"])
+            nodes = np.zeros(n, dtype=NODE_DTYPE)
+            for name in NODE_DTYPE.names:
+                col = [np.nan if v is None else _decode_float(v) for v in cols[name]]
+                if len(col) != n:
+                    raise ModelFormatError(f"node column {name!r} has {len(col)} entries, expected {n}")
+                nodes[name] = np.asarray(col, dtype=NODE_DTYPE[name])
+            values = np.asarray(d["values"], dtype=np.float64).reshape(n, -1)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFormatError(f"malformed tree record: {exc}") from exc
+        tree = cls(nodes, values)
+        tree.validate()
+        return tree
+
+    def validate(self) -> None:
+        """Check child links: every internal node points at two later nodes."""
+        n = self.n_nodes
+        internal = ~self.is_leaf
+        idx = np.nonzero(internal)[0]
+        for side in ("left", "right"):
+            child = self.nodes[side][internal]
+            if np.any(child <= idx) or np.any(child >= n):
+                raise ModelFormatError("tree has a child index out of range")
+
+
+def _encode_column(col: np.ndarray) -> list:
+    if col.dtype.kind == "f":
+        return [None if np.isnan(v) else (float(v) if np.isfinite(v) else ("inf" if v > 0 else "-inf"))
+                for v in col.tolist()]
+    return col.tolist()
+
+
+def _decode_float(v):
+    if v == "inf":
+        return np.inf
+    if v == "-inf":
+        return -np.inf
+    return v
+
+
+class PackedEnsemble:
+    """Flat node arrays of several trees, ready for the prediction kernels."""
+
+    def __init__(self, trees: list[Tree]):
+        self.trees = trees
+        sizes = [t.n_nodes for t in trees]
+        self.tree_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        nodes = np.concatenate([t.nodes for t in trees]) if trees else np.zeros(0, dtype=NODE_DTYPE)
+        self.feature = np.ascontiguousarray(nodes["feature"])
+        self.bin = np.ascontiguousarray(nodes["bin"])
+        self.threshold = np.ascontiguousarray(nodes["threshold"])
+        self.missing_left = np.ascontiguousarray(nodes["missing_left"]).astype(np.bool_)
+        self.left = np.ascontiguousarray(nodes["left"])
+        self.right = np.ascontiguousarray(nodes["right"])
+
+    def leaves(self, X: np.ndarray) -> np.ndarray:
+        """Leaf index (local to each tree) per sample and tree, from raw features."""
+        if not self.trees:
+            return np.zeros((X.shape[0], 0), dtype=np.int32)
+        if np.isnan(self.threshold[self.feature >= 0]).any():
+            raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
+                                   "predict through the federation instead")
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        return predict_leaves(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
+                              self.tree_offsets)
+
+    def leaves_binned(self, X_binned: np.ndarray, missing_codes: np.ndarray) -> np.ndarray:
+        if not self.trees:
+            return np.zeros((X_binned.shape[0], 0), dtype=np.int32)
+        return predict_leaves_binned(X_binned, self.feature, self.bin, self.missing_left, self.left, self.right,
+                                     np.asarray(missing_codes, dtype=np.int32), self.tree_offsets)

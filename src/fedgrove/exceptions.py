@@ -1,0 +1,56 @@
+"""One exception family for the whole package.
+
+Every error fedgrove raises on purpose derives from :class:`FedgroveError`, so a
+caller (and the CLI) can tell a user mistake from a bug.  Each subclass carries
+the CLI exit code it maps to; the codes are documented in ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+
+class FedgroveError(Exception):
+    """Base class of all errors raised on purpose by fedgrove."""
+
+    exit_code = 1
+
+
+class InvalidParameterError(FedgroveError, ValueError):
+    """A parameter has a value outside what is accepted."""
+
+    exit_code = 2
+
+
+class DataError(FedgroveError, ValueError):
+    """Input data cannot be read or does not have the expected content."""
+
+    exit_code = 3
+
+
+class ModelFormatError(FedgroveError, ValueError):
+    """A model file is corrupt, of another kind, or of an unsupported version."""
+
+    exit_code = 4
+
+
+class NotFittedError(FedgroveError, AttributeError):
+    """A model was used before it was trained."""
+
+    exit_code = 2
+
+
+class ProtocolError(FedgroveError):
+    """A federated protocol received something it must not accept."""
+
+    exit_code = 5
+
+
+class PeerTimeoutError(ProtocolError):
+    """A peer did not answer within the configured timeout."""
+
+    exit_code = 6
+
+
+class PrivacyBudgetError(FedgroveError):
+    """A differential-privacy mechanism would exceed the configured budget."""
+
+    exit_code = 7

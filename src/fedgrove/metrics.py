@@ -1,0 +1,62 @@
+"""Evaluation metrics (thin wrappers over scikit-learn with input checks)."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn import metrics as skm
+
+from fedgrove.exceptions import InvalidParameterError
+
+
+def accuracy(y_true, y_pred) -> float:
+    return float(skm.accuracy_score(y_true, y_pred))
+
+
+def error_rate(y_true, y_pred) -> float:
+    return 1.0 - accuracy(y_true, y_pred)
+
+
+def auc(y_true, score) -> float:
+    score = np.asarray(score)
+    if score.ndim == 2:
+        if score.shape[1] == 2:
+            score = score[:, 1]
+        else:
+            return float(skm.roc_auc_score(y_true, score, multi_class="ovr"))
+    return float(skm.roc_auc_score(y_true, score))
+
+
+def auprc(y_true, score) -> float:
+    score = np.asarray(score)
+    if score.ndim == 2:
+        score = score[:, 1]
+    return float(skm.average_precision_score(y_true, score))
+
+
+def log_loss(y_true, proba) -> float:
+    proba = np.asarray(proba)
+    if proba.ndim == 1:
+        proba = np.column_stack([1 - proba, proba])
+    return float(skm.log_loss(y_true, proba, labels=np.arange(proba.shape[1])))
+
+
+def rmse(y_true, y_pred) -> float:
+    return float(np.sqrt(np.mean((np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)) ** 2)))
+
+
+# name -> (function, takes probabilities?, higher is better?)
+METRICS = {
+    "accuracy": (accuracy, False, True),
+    "error": (error_rate, False, False),
+    "auc": (auc, True, True),
+    "auprc": (auprc, True, True),
+    "logloss": (log_loss, True, False),
+    "mlogloss": (log_loss, True, False),
+    "rmse": (rmse, False, False),
+}
+
+
+def get_metric(name: str):
+    if name not in METRICS:
+        raise InvalidParameterError(f"metric must be one of {sorted(METRICS)}, got {name!r}")
+    return METRICS[name]
