@@ -193,17 +193,18 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
         rows = None
         if params.subsample < 1.0:
             rows = np.sort(rng.choice(n, max(1, int(round(params.subsample * n))), replace=False))
-        allowed = None
+        allowed, features = None, None
         if params.colsample_bytree < 1.0:
             k = max(1, int(round(params.colsample_bytree * n_features)))
+            features = np.sort(rng.choice(n_features, k, replace=False))
             mask = np.zeros(n_features, dtype=bool)
-            mask[rng.choice(n_features, k, replace=False)] = True
+            mask[features] = True
             allowed = (lambda m: (lambda layer: np.broadcast_to(m, (len(layer), len(m)))))(mask)
         for c in range(K):
             stats[:, 0] = g[:, c]
             stats[:, 1] = h[:, c]
             finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
-                                          root_samples=rows, allowed=allowed)
+                                          root_samples=rows, allowed=allowed, features=features)
             grower = TreeGrower(finder, params.max_depth,
                                 lambda s: params.learning_rate * scorer.leaf_value(s),
                                 min_samples_split=2 * params.min_samples_leaf)

@@ -86,10 +86,14 @@ class HistogramSplitFinder(SplitFinder):
     scorer : GBDTScorer or CARTScorer
     root_samples : int array, rows in the root (default: all)
     allowed : callable(Layer) -> bool (n_nodes, n_features), default: all features
+    features : features whose histograms are built (default: all).  Histograms
+        of larger children come from subtraction, so every node must have the
+        histograms of every feature any of its descendants may use: a per-node
+        draw restricts only the split search, a per-tree subset can go here.
     """
 
     def __init__(self, X_binned, feature_offsets, missing_codes, thresholds, stats, scorer,
-                 root_samples=None, allowed: AllowedFn | None = None, owner: int = -1):
+                 root_samples=None, allowed: AllowedFn | None = None, owner: int = -1, features=None):
         self.X_binned = X_binned
         self.feature_offsets = np.asarray(feature_offsets, dtype=np.int32)
         self.missing_codes = np.asarray(missing_codes, dtype=np.int32)
@@ -99,6 +103,8 @@ class HistogramSplitFinder(SplitFinder):
         self.n_stats = self.stats.shape[1]
         self.n_features = X_binned.shape[1]
         self.allowed_fn = allowed
+        self.features = np.arange(self.n_features, dtype=np.int64) if features is None else \
+            np.ascontiguousarray(features, dtype=np.int64)
         self.owner = owner
         if root_samples is None:
             root_samples = np.arange(X_binned.shape[0], dtype=np.int64)
@@ -122,7 +128,7 @@ class HistogramSplitFinder(SplitFinder):
 
     def find_splits(self, layer: Layer) -> LayerSplits:
         allowed = self.allowed(layer)
-        hist = self.layer_histograms(layer, np.nonzero(allowed.any(axis=0))[0])
+        hist = self.layer_histograms(layer, self.features)
         rows = np.arange(len(layer), dtype=np.int64)
         gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.feature_offsets,
                                                                    allowed)

@@ -1,0 +1,1 @@
+"""The ``fedgrove`` command line (typer + rich); one module per command."""

@@ -1,0 +1,81 @@
+"""Helpers shared by CLI commands: console, progress, input resolution, label encoding."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fedgrove.data.datasets import available_datasets, load_dataset
+from fedgrove.data.io import Table, load_table
+from fedgrove.exceptions import DataError
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+DATASET_PREFIX = "dataset:"
+
+
+def load_input(source: str, label, fmt: str | None = None, split: str = "train") -> Table:
+    """A data file, or ``dataset:NAME`` for a named dataset (``dataset:NAME:test`` for its test part)."""
+    if source.startswith(DATASET_PREFIX):
+        spec = source[len(DATASET_PREFIX):]
+        name, _, part = spec.partition(":")
+        part = part or split
+        ds = load_dataset(name)
+        if part not in ("train", "test"):
+            raise DataError(f"dataset part must be train or test, got {part!r}")
+        table = ds.train if part == "train" else ds.test
+        if table is None:
+            raise DataError(f"dataset {name!r} has no separate test part")
+        return table
+    return load_table(Path(source), label=label, format=fmt)
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int, enabled: bool = True):
+    """Yields ``update(done, total)``; draws a bar on stderr."""
+    if not enabled:
+        yield lambda done, tot: None
+        return
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as prog:
+        task = prog.add_task(description, total=total)
+        yield lambda done, tot: prog.update(task, completed=done, total=tot)
+
+
+def infer_objective(y: np.ndarray) -> str:
+    values = np.unique(y)
+    if len(values) == 2:
+        return "binary"
+    if len(values) <= 100 and np.all(values == np.round(values)):
+        return "multiclass"
+    return "regression"
+
+
+def encode_labels(y: np.ndarray, objective: str):
+    """Class codes 0..K-1 and the original classes; regression labels pass through."""
+    if objective == "regression":
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise DataError("labels contain NaN or infinite values")
+        return y, None
+    try:
+        classes, codes = np.unique(y, return_inverse=True)
+    except TypeError:
+        raise DataError("labels mix types and cannot be ordered") from None
+    if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
+        raise DataError("labels contain NaN or infinite values")
+    if objective == "binary" and len(classes) != 2:
+        raise DataError(f"objective 'binary' needs exactly 2 label values, the label column has {len(classes)}: "
+                        f"{[_plain(c) for c in classes[:10]]}{' ...' if len(classes) > 10 else ''}")
+    if len(classes) < 2:
+        raise DataError(f"classification needs at least 2 label values, got {len(classes)}")
+    return codes.astype(np.float64), [_plain(c) for c in classes]
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v

@@ -1,0 +1,74 @@
+"""``fedgrove info``: describe a model file, a data file or a partition directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+from rich.table import Table as RichTable
+
+from fedgrove.cli.common import load_input, out
+
+
+def info(
+    path: str = typer.Argument(..., help="Model file, data file, partition directory or dataset:NAME"),
+    label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column of a data file"),
+):
+    """Show what a model, data file or partition holds."""
+    import fedgrove
+    from fedgrove.data.partition import MANIFEST, read_manifest
+    from fedgrove.engine.model import load_model
+
+    p = Path(path)
+    if p.is_dir() and (p / MANIFEST).exists():
+        m = read_manifest(p)
+        t = RichTable(title=f"{m['scheme']} partition of {m['n_samples']} samples")
+        for col in ("party", "role", "samples", "features", "label"):
+            t.add_column(col)
+        for party in m["parties"]:
+            t.add_row(party["name"], party["role"], str(party["n_samples"]), str(len(party["features"])),
+                      "yes" if party["has_label"] else "")
+        out.print(t)
+        return
+    if p.is_file() and _looks_like_model(p):
+        m = load_model(p)
+        depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
+        rows = [("kind", m.kind), ("trees", str(m.n_trees)), ("max depth", str(depth)),
+                ("features", str(m.n_features)), ("classes", str(m.classes)),
+                ("fedgrove version", fedgrove.__version__)]
+        if m.kind == "gbdt":
+            rows.insert(1, ("objective", m.objective))
+        t = RichTable(title=str(p), show_header=False)
+        t.add_column("field")
+        t.add_column("value")
+        for k, v in rows:
+            t.add_row(k, v)
+        for k, v in sorted(m.params.items()):
+            t.add_row(f"param {k}", str(v))
+        out.print(t)
+        return
+    table = load_input(path, label)
+    t = RichTable(title=f"{path}: {table.n_samples} samples x {table.n_features} features", show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    t.add_row("missing values", str(int(np.isnan(table.X).sum())))
+    if table.y is not None:
+        values, counts = np.unique(table.y, return_counts=True)
+        shown = ", ".join(f"{v}: {c}" for v, c in list(zip(values, counts))[:10])
+        t.add_row(f"label {table.label_name}", shown + (" ..." if len(values) > 10 else ""))
+    t.add_row("features", ", ".join(table.feature_names[:12]) + (" ..." if table.n_features > 12 else ""))
+    out.print(t)
+
+
+def _looks_like_model(p: Path) -> bool:
+    if p.suffix.lower() != ".json":
+        return False
+    with open(p, "rb") as fh:
+        head = fh.read(4096)
+    try:
+        return b'"format"' in head or json.loads(p.read_text()) is not None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return True  # let the model loader report the corruption

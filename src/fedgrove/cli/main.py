@@ -1,0 +1,77 @@
+"""Entry point: the typer app, its commands, and error-to-exit-code mapping.
+
+Exit codes: 0 success; 1 other fedgrove error; 2 bad parameter or usage;
+3 bad input data; 4 bad model file; 5 protocol error; 6 peer timeout;
+7 privacy budget exhausted; 130 interrupted.  Errors print one line on
+stderr, never a traceback (set FEDGROVE_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from fedgrove.cli import info as info_cmd
+from fedgrove.cli import partition as partition_cmd
+from fedgrove.cli import predict as predict_cmd
+from fedgrove.cli import train as train_cmd
+from fedgrove.exceptions import FedgroveError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="fedgrove: federated gradient-boosted trees and random forests.")
+app.command()(train_cmd.train)
+app.command()(predict_cmd.predict)
+app.command()(partition_cmd.partition)
+app.command()(info_cmd.info)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit")):
+    if version:
+        import fedgrove
+
+        typer.echo(fedgrove.__version__)
+        raise typer.Exit()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fedgrove.cli.common import console
+
+    try:
+        app(args=argv, standalone_mode=False)
+        return 0
+    except FedgroveError as exc:
+        if os.environ.get("FEDGROVE_DEBUG"):
+            raise
+        console.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        console.print("aborted")
+        return 130
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+    except Exception as exc:  # click usage errors and OS errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, OSError):
+            if os.environ.get("FEDGROVE_DEBUG"):
+                raise
+            console.print(f"[red]error:[/red] {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+            return 1
+        raise
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

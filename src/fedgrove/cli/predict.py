@@ -1,0 +1,75 @@
+"""``fedgrove predict``: apply a saved model to a data file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import typer
+
+from fedgrove.cli.common import console, load_input, out
+
+
+def predict(
+    model: Path = typer.Argument(..., help="Model file written by fedgrove train"),
+    data: str = typer.Argument(..., help="Data: CSV/Parquet/LIBSVM file, or dataset:NAME[:test]"),
+    output: Optional[Path] = typer.Option(None, "--out", "-o", help="Write predictions to this CSV file "
+                                          "(default: print them)"),
+    label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column to drop and score against"),
+    proba: bool = typer.Option(False, help="Output class probabilities instead of classes"),
+    leaf: bool = typer.Option(False, help="Output the leaf index of every tree"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm"),
+):
+    """Predict with a saved model; with --label also print test metrics."""
+    from fedgrove import metrics
+    from fedgrove.engine.model import load_model
+
+    m = load_model(model)
+    table = load_input(data, label, fmt, split="test")
+    classification = m.classes is not None
+    if leaf:
+        leaves = m.predict_leaf(table.X)
+        df = pd.DataFrame(leaves, columns=[f"tree{t}" for t in range(leaves.shape[1])])
+    elif proba:
+        if not classification:
+            from fedgrove.exceptions import DataError
+
+            raise DataError("--proba needs a classification model")
+        p = m.predict_proba(table.X)
+        df = pd.DataFrame(p, columns=[f"p_{c}" for c in m.classes])
+    else:
+        pred = m.predict(table.X)
+        df = pd.DataFrame({"prediction": np.asarray(m.classes, dtype=object)[pred] if classification else pred})
+    if table.ids is not None:
+        df.insert(0, "_id", table.ids)
+    if table.y is not None:
+        _report(m, table, metrics)
+    if output is None:
+        out.print(df.to_csv(index=False), end="")
+    else:
+        from fedgrove.engine.model import atomic_write_text
+
+        atomic_write_text(output, df.to_csv(index=False))
+        console.print(f"wrote {len(df)} predictions to {output}")
+
+
+def _report(m, table, metrics):
+    from fedgrove.exceptions import DataError
+
+    if m.classes is not None:
+        lookup = {c: i for i, c in enumerate(m.classes)}
+        try:
+            y = np.array([lookup[v.item() if hasattr(v, "item") else v] for v in table.y])
+        except KeyError as exc:
+            raise DataError(f"label {exc.args[0]!r} was not seen in training") from None
+        p = m.predict_proba(table.X)
+        acc = metrics.accuracy(y, p.argmax(axis=1))
+        line = f"accuracy {acc:.4f}"
+        if p.shape[1] == 2:
+            line += f"  auc {metrics.auc(y, p):.4f}  auprc {metrics.auprc(y, p):.4f}"
+        line += f"  logloss {metrics.log_loss(y, p):.4f}"
+    else:
+        line = f"rmse {metrics.rmse(table.y.astype(float), m.predict(table.X)):.6g}"
+    console.print(line)

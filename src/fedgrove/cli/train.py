@@ -1,0 +1,113 @@
+"""``fedgrove train``: train a GBDT or random forest on one data file."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fedgrove.cli.common import console, encode_labels, infer_objective, load_input, progress_bar
+from fedgrove.exceptions import DataError
+
+
+class Algorithm(str, Enum):
+    gbdt = "gbdt"
+    forest = "forest"
+
+
+def train(
+    data: str = typer.Argument(..., help="Training data: CSV/Parquet/LIBSVM file, or dataset:NAME"),
+    model: Path = typer.Option(..., "--model", "-m", help="Where to write the model (JSON)"),
+    label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column name or 0-based index "
+                                        "(default: the last column; LIBSVM files carry their label)"),
+    algorithm: Algorithm = typer.Option(Algorithm.gbdt, help="gbdt or forest"),
+    objective: str = typer.Option("auto", help="binary, multiclass, regression, or auto (from the labels)"),
+    n_estimators: int = typer.Option(100, "--n-estimators", "-n", help="Boosting rounds / forest trees"),
+    max_depth: Optional[int] = typer.Option(None, help="Maximum depth (default 6 for gbdt, unlimited for forest)"),
+    learning_rate: float = typer.Option(0.1, help="Shrinkage (gbdt)"),
+    reg_lambda: float = typer.Option(1.0, "--lambda", help="L2 regularisation of leaf values (gbdt)"),
+    gamma: float = typer.Option(0.0, help="Minimum gain to split (gbdt)"),
+    min_samples_leaf: int = typer.Option(1, help="Minimum samples per leaf"),
+    max_bins: int = typer.Option(255, help="Bins per feature for non-missing values (2..255)"),
+    subsample: float = typer.Option(1.0, help="Row subsampling per tree (gbdt)"),
+    colsample: float = typer.Option(1.0, help="Column subsampling per tree (gbdt)"),
+    max_features: str = typer.Option("sqrt", help="Features tried per split (forest): sqrt, log2, all, int, float"),
+    criterion: Optional[str] = typer.Option(None, help="gini, entropy or mse (forest)"),
+    valid: Optional[str] = typer.Option(None, help="Validation data for early stopping (same columns)"),
+    early_stopping: Optional[int] = typer.Option(None, help="Stop after this many rounds without improvement"),
+    seed: int = typer.Option(0, help="Random seed"),
+    threads: Optional[int] = typer.Option(None, help="Threads (default: all cores)"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm (default: from extension)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
+):
+    """Train a model on a data file and save it as JSON."""
+    from fedgrove.engine.forest import ForestParams, train_forest
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+
+    table = load_input(data, label if label is not None else -1, fmt)
+    if table.y is None:
+        raise DataError("the training data has no label column; pass --label")
+    if objective == "auto":
+        objective = infer_objective(table.y) if algorithm == Algorithm.gbdt else (
+            "regression" if infer_objective(table.y) == "regression" else "multiclass")
+    y, classes = encode_labels(table.y, objective)
+    if algorithm == Algorithm.gbdt:
+        params = GBDTParams(objective=objective, n_estimators=n_estimators, learning_rate=learning_rate,
+                            max_depth=max_depth if max_depth is not None else 6, reg_lambda=reg_lambda, gamma=gamma,
+                            min_samples_leaf=min_samples_leaf, max_bins=max_bins, subsample=subsample,
+                            colsample_bytree=colsample, early_stopping_rounds=early_stopping, seed=seed,
+                            n_threads=threads, n_classes=len(classes) if objective == "multiclass" else None)
+        eval_set = None
+        if valid is not None:
+            vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test")
+            if vt.y is None:
+                raise DataError("the validation data has no label column")
+            vy = _encode_like(vt.y, classes, objective)
+            eval_set = (vt.X, vy)
+        elif early_stopping:
+            raise DataError("--early-stopping needs --valid")
+        with progress_bar("boosting", n_estimators, not quiet) as update:
+            fitted = train_gbdt(params, table.X, y, eval_set=eval_set, feature_names=table.feature_names,
+                                progress=update)
+    else:
+        task = "regression" if objective == "regression" else "classification"
+        mf = _parse_max_features(max_features)
+        params = ForestParams(task=task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
+                              min_samples_leaf=min_samples_leaf, max_features=mf, max_bins=max_bins, seed=seed,
+                              n_threads=threads)
+        with progress_bar("growing forest", n_estimators, not quiet) as update:
+            fitted = train_forest(params, table.X, y, feature_names=table.feature_names, progress=update)
+    fitted.classes = classes
+    fitted.metadata["label"] = table.label_name
+    fitted.save(model)
+    console.print(f"trained {algorithm.value} ({objective}) on {table.n_samples} samples x {table.n_features} "
+                  f"features: {fitted.n_trees} trees -> {model}")
+
+
+def _parse_max_features(value: str):
+    if value in ("sqrt", "log2"):
+        return value
+    if value in ("all", "none", "None"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        raise DataError(f"--max-features must be sqrt, log2, all, an integer or a fraction, got {value!r}") from None
+
+
+def _encode_like(y, classes, objective):
+    import numpy as np
+
+    if classes is None:
+        return np.asarray(y, dtype=np.float64)
+    lookup = {c: i for i, c in enumerate(classes)}
+    try:
+        return np.array([lookup[v.item() if hasattr(v, "item") else v] for v in y], dtype=np.float64)
+    except KeyError as exc:
+        raise DataError(f"validation label {exc.args[0]!r} does not occur in the training labels") from None

@@ -1,0 +1,218 @@
+"""Loading and writing tables: CSV, Parquet, LIBSVM.
+
+Every loader returns a :class:`Table`: a float64 feature matrix (NaN for
+missing values), an optional label vector, the feature names and, for files
+written by the partition simulators, the global instance IDs (column ``_id``).
+Problems with the input raise :class:`~fedgrove.exceptions.DataError` with a
+message that names the file, the column and the bad value.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedgrove.exceptions import DataError
+
+ID_COLUMN = "_id"
+FORMATS = ("csv", "parquet", "libsvm")
+_EXTENSIONS = {
+    ".csv": "csv", ".tsv": "csv", ".txt": "csv", ".data": "csv", ".parquet": "parquet", ".pq": "parquet",
+    ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm",
+}
+
+
+@dataclass
+class Table:
+    X: np.ndarray
+    y: np.ndarray | None
+    feature_names: list[str]
+    label_name: str | None = None
+    ids: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+    def subset(self, rows=None, features=None, with_label: bool = True) -> "Table":
+        rows = slice(None) if rows is None else rows
+        feats = np.arange(self.n_features) if features is None else np.asarray(features)
+        return Table(self.X[rows][:, feats], self.y[rows] if (with_label and self.y is not None) else None,
+                     [self.feature_names[j] for j in feats], self.label_name if with_label else None,
+                     None if self.ids is None else self.ids[rows])
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    name = Path(path).name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    ext = Path(name).suffix
+    if ext in _EXTENSIONS:
+        return _EXTENSIONS[ext]
+    raise DataError(f"cannot tell the format of {str(path)!r} from its extension; pass format= one of {FORMATS}")
+
+
+def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,
+               n_features: int | None = None, ids: bool = True) -> Table:
+    """Load a table.
+
+    Parameters
+    ----------
+    path : file path (``.gz`` accepted for CSV and LIBSVM)
+    label : label column name or 0-based index (negative counts from the end);
+        ``None`` for CSV/Parquet means "no label".  LIBSVM files always carry one.
+    format : "csv", "parquet" or "libsvm"; default from the extension.
+    header : CSV only; ``None`` detects a header row (a first row that is not all numbers).
+    n_features : LIBSVM only; number of features (files may not mention the last ones).
+    ids : use a column named ``_id`` as instance IDs when present.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"data file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise DataError(f"{str(path)!r} is a directory, expected a data file")
+    fmt = format or detect_format(path)
+    if fmt not in FORMATS:
+        raise DataError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if path.stat().st_size == 0:
+        raise DataError(f"data file {str(path)!r} is empty")
+    if fmt == "libsvm":
+        return _load_libsvm(path, n_features)
+    if fmt == "parquet":
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises many types for corrupt files
+            raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
+    else:
+        df = _read_csv(path, header)
+    return table_from_frame(df, label, source=str(path), ids=ids)
+
+
+def _first_line(path: Path) -> str:
+    import gzip
+
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    return line
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {str(path)!r} as text: {exc}") from None
+    raise DataError(f"data file {str(path)!r} is empty")
+
+
+def _read_csv(path: Path, header: bool | None) -> pd.DataFrame:
+    line = _first_line(path)
+    sep = max([",", "\t", ";", "|"], key=line.count)
+    if line.count(sep) == 0:
+        sep = r"\s+" if len(line.split()) > 1 else ","
+    try:
+        if header is None:
+            first = pd.read_csv(path, header=None, nrows=1, sep=sep, skipinitialspace=True)
+            numeric = pd.to_numeric(first.iloc[0], errors="coerce").notna() | first.iloc[0].isna()
+            header = not bool(numeric.all())
+        df = pd.read_csv(path, header=0 if header else None, sep=sep, skipinitialspace=True,
+                         na_values=["?", "NA", "NaN", "nan", ""])
+    except pd.errors.EmptyDataError:
+        raise DataError(f"data file {str(path)!r} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"cannot parse {str(path)!r} as CSV: {exc}") from None
+    if not header:
+        df.columns = [f"f{j}" for j in range(df.shape[1])]
+    if df.shape[0] == 0:
+        raise DataError(f"data file {str(path)!r} has no data rows")
+    return df
+
+
+def _resolve_label(columns: list[str], label, source: str) -> str | None:
+    if label is None:
+        return None
+    if isinstance(label, str) and label in columns:
+        return label
+    if isinstance(label, str):
+        try:
+            label = int(label)
+        except ValueError:
+            shown = ", ".join(map(str, columns[:20])) + (" ..." if len(columns) > 20 else "")
+            raise DataError(f"label column {label!r} not found in {source!r}; columns are: {shown}") from None
+    if -len(columns) <= label < len(columns):
+        return columns[label]
+    raise DataError(f"label column index {label} is out of range for {source!r}, which has {len(columns)} columns")
+
+
+def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: bool = True) -> Table:
+    df = df.copy()
+    df.columns = [str(c) for c in df.columns]
+    label_name = _resolve_label(list(df.columns), label, source)
+    id_values = None
+    if ids and ID_COLUMN in df.columns and label_name != ID_COLUMN:
+        id_values = df.pop(ID_COLUMN).to_numpy()
+        if pd.isna(id_values).any() or len(np.unique(id_values)) != len(id_values):
+            raise DataError(f"column {ID_COLUMN!r} of {source!r} must hold unique, non-empty instance IDs")
+        id_values = id_values.astype(np.int64)
+    y = None
+    if label_name is not None:
+        y = df.pop(label_name).to_numpy()
+        if pd.isna(y).any():
+            bad = int(np.nonzero(pd.isna(y))[0][0])
+            raise DataError(f"label column {label_name!r} of {source!r} has a missing value (data row {bad + 1})")
+    X = np.empty(df.shape, dtype=np.float64)
+    for j, col in enumerate(df.columns):
+        values = df[col]
+        numeric = pd.to_numeric(values, errors="coerce")
+        bad = numeric.isna() & values.notna()
+        if bad.any():
+            row = int(np.nonzero(bad.to_numpy())[0][0])
+            raise DataError(f"column {col!r} of {source!r} has a non-numeric value {values.iloc[row]!r} "
+                            f"(data row {row + 1}); features must be numbers (empty or '?' for missing)")
+        X[:, j] = numeric.to_numpy(dtype=np.float64)
+    if np.isinf(X).any():
+        j = int(np.nonzero(np.isinf(X).any(axis=0))[0][0])
+        raise DataError(f"column {df.columns[j]!r} of {source!r} has an infinite value")
+    return Table(X, y, list(df.columns), label_name, id_values)
+
+
+def _load_libsvm(path: Path, n_features: int | None) -> Table:
+    from sklearn.datasets import load_svmlight_file
+
+    try:
+        X, y = load_svmlight_file(str(path), n_features=n_features)
+    except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
+    if X.shape[0] == 0:
+        raise DataError(f"data file {str(path)!r} has no data rows")
+    X = X.toarray()
+    return Table(X, np.asarray(y, dtype=np.float64), [f"f{j + 1}" for j in range(X.shape[1])], "label")
+
+
+def write_table(table: Table, path, format: str | None = None) -> None:
+    """Write a table (IDs as ``_id`` first, then features, then the label), atomically."""
+    path = Path(path)
+    fmt = format or detect_format(path)
+    df = pd.DataFrame(table.X, columns=table.feature_names)
+    if table.ids is not None:
+        df.insert(0, ID_COLUMN, table.ids)
+    if table.y is not None:
+        df[table.label_name or "label"] = table.y
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        elif fmt == "csv":
+            df.to_csv(tmp, index=False, float_format="%.17g")
+        else:
+            raise DataError(f"cannot write format {fmt!r}; use csv or parquet")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,242 @@
+"""Partition simulators: split one table into per-party files.
+
+* horizontal: parties hold different samples of the same features —
+  ``balanced`` (equal random split), ``unbalanced`` (SimFL's ratio theta: one
+  subset takes theta of class 0 and 1 - theta of class 1, the other the rest;
+  with more parties each subset is split equally), ``dirichlet`` (per class,
+  proportions drawn from Dir(beta)).
+* vertical: parties hold different features of the same samples (random,
+  near-equal split); the first party holds the labels.
+* hybrid (HybridTree, Appendix C): a host gets a random number of features
+  (1..d-1), all samples and the labels; the other features go to guests, which
+  split the samples.  Variants: several hosts (C.2: the host's samples split
+  among hosts), guest label skew (C.3: Dir(beta) per host label), overlapping
+  samples and heterogeneous guest features (C.4: each sample also goes to
+  another guest with probability ``overlap``; each guest drops a random
+  number of its features).
+
+Every party file carries the global instance IDs in column ``_id``;
+``manifest.json`` records the scheme, parameters and who holds what, so
+:func:`join_partition` can put the table back together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fedgrove.data.io import Table, load_table, write_table
+from fedgrove.exceptions import DataError, InvalidParameterError
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class PartyShard:
+    name: str
+    role: str
+    rows: np.ndarray       # global row indices (= instance IDs), sorted
+    features: np.ndarray   # global feature indices, sorted
+    has_label: bool
+
+
+@dataclass
+class Partition:
+    scheme: str
+    shards: list[PartyShard]
+    n_samples: int
+    n_features: int
+    params: dict = field(default_factory=dict)
+
+    def shard(self, name: str) -> PartyShard:
+        for s in self.shards:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+def _check_parties(n_parties: int, minimum: int = 1) -> None:
+    if not isinstance(n_parties, (int, np.integer)) or n_parties < minimum:
+        raise InvalidParameterError(f"number of parties must be an integer >= {minimum}, got {n_parties!r}")
+
+
+def _split_equally(rows: np.ndarray, k: int, rng) -> list[np.ndarray]:
+    return [np.sort(p) for p in np.array_split(rng.permutation(rows), k)]
+
+
+def _dirichlet_split(y: np.ndarray, rows: np.ndarray, k: int, beta: float, rng) -> list[np.ndarray]:
+    if not beta > 0:
+        raise InvalidParameterError(f"dirichlet beta must be > 0, got {beta!r}")
+    parts = [[] for _ in range(k)]
+    for cls in np.unique(y[rows]):
+        idx = rng.permutation(rows[y[rows] == cls])
+        p = rng.dirichlet(np.full(k, beta))
+        cuts = (np.cumsum(p)[:-1] * len(idx)).astype(int)
+        for j, chunk in enumerate(np.split(idx, cuts)):
+            parts[j].append(chunk)
+    return [np.sort(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
+
+
+def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", theta: float = 0.8,
+                         beta: float = 0.5, seed: int = 0) -> Partition:
+    _check_parties(n_parties, 1)
+    y = np.asarray(y)
+    rng = np.random.default_rng(seed)
+    rows = np.arange(len(y))
+    n_features = -1  # filled by write/use; horizontal parties hold every feature
+    if mode == "balanced":
+        parts = _split_equally(rows, n_parties, rng)
+    elif mode == "unbalanced":
+        if not 0.0 < theta < 1.0:
+            raise InvalidParameterError(f"theta must be in (0, 1), got {theta!r}")
+        classes = np.unique(y)
+        if len(classes) != 2:
+            raise DataError(f"the unbalanced partition needs two classes, got {len(classes)}")
+        if n_parties < 2:
+            raise InvalidParameterError("the unbalanced partition needs at least 2 parties")
+        a_parts, b_parts = [], []
+        for cls, share in ((classes[0], theta), (classes[1], 1.0 - theta)):
+            idx = rng.permutation(rows[y == cls])
+            cut = int(round(share * len(idx)))
+            a_parts.append(idx[:cut])
+            b_parts.append(idx[cut:])
+        a, b = np.concatenate(a_parts), np.concatenate(b_parts)
+        n_a = (n_parties + 1) // 2
+        parts = _split_equally(a, n_a, rng) + _split_equally(b, n_parties - n_a, rng)
+    elif mode == "dirichlet":
+        parts = _dirichlet_split(y, rows, n_parties, beta, rng)
+    else:
+        raise InvalidParameterError(f"horizontal mode must be balanced, unbalanced or dirichlet, got {mode!r}")
+    shards = [PartyShard(f"party{j}", "party", p, np.zeros(0, dtype=np.int64), True) for j, p in enumerate(parts)]
+    return Partition("horizontal", shards, len(y), n_features,
+                     {"mode": mode, "theta": theta, "beta": beta, "seed": seed})
+
+
+def vertical_partition(n_samples: int, n_features: int, n_parties: int, seed: int = 0) -> Partition:
+    _check_parties(n_parties, 1)
+    if n_parties > n_features:
+        raise InvalidParameterError(f"cannot split {n_features} features among {n_parties} parties")
+    rng = np.random.default_rng(seed)
+    feats = _split_equally(np.arange(n_features), n_parties, rng)
+    rows = np.arange(n_samples)
+    shards = [PartyShard(f"party{j}", "active" if j == 0 else "passive", rows, f, j == 0)
+              for j, f in enumerate(feats)]
+    return Partition("vertical", shards, n_samples, n_features, {"seed": seed})
+
+
+def hybrid_partition(y: np.ndarray, n_features: int, n_guests: int = 5, n_hosts: int = 1, seed: int = 0,
+                     beta: float | None = None, overlap: float = 0.0, drop_features: bool = False,
+                     n_host_features: int | None = None) -> Partition:
+    _check_parties(n_guests, 1)
+    _check_parties(n_hosts, 1)
+    if n_features < 2:
+        raise InvalidParameterError("the hybrid partition needs at least 2 features")
+    if not 0.0 <= overlap <= 1.0:
+        raise InvalidParameterError(f"overlap must be in [0, 1], got {overlap!r}")
+    y = np.asarray(y)
+    n = len(y)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n_features)
+    d_host = n_host_features if n_host_features is not None else int(rng.integers(1, n_features))
+    if not 1 <= d_host < n_features:
+        raise InvalidParameterError(f"n_host_features must be in [1, {n_features - 1}], got {d_host!r}")
+    host_feats, guest_feats = np.sort(perm[:d_host]), np.sort(perm[d_host:])
+    rows = np.arange(n)
+    host_rows = _split_equally(rows, n_hosts, rng) if n_hosts > 1 else [rows]
+    if beta is not None:
+        guest_rows = _dirichlet_split(y, rows, n_guests, beta, rng)
+    else:
+        guest_rows = _split_equally(rows, n_guests, rng)
+    if overlap > 0 and n_guests > 1:
+        owner = np.empty(n, dtype=np.int64)
+        for j, r in enumerate(guest_rows):
+            owner[r] = j
+        extra = rng.random(n) < overlap
+        other = (owner + rng.integers(1, n_guests, n)) % n_guests
+        guest_rows = [np.sort(np.concatenate([guest_rows[j], rows[extra & (other == j)]])) for j in range(n_guests)]
+    shards = [PartyShard(f"host{h}" if n_hosts > 1 else "host", "host", r, host_feats, True)
+              for h, r in enumerate(host_rows)]
+    for j, r in enumerate(guest_rows):
+        feats = guest_feats
+        if drop_features and len(guest_feats) > 1:
+            n_drop = int(rng.integers(0, len(guest_feats)))
+            feats = np.sort(rng.choice(guest_feats, len(guest_feats) - n_drop, replace=False))
+        shards.append(PartyShard(f"guest{j}", "guest", r, feats, False))
+    return Partition("hybrid", shards, n, n_features,
+                     {"n_guests": n_guests, "n_hosts": n_hosts, "seed": seed, "beta": beta, "overlap": overlap,
+                      "drop_features": drop_features})
+
+
+def write_partition(partition: Partition, table: Table, out_dir, format: str = "csv") -> list[Path]:
+    """Write one file per party and a manifest; returns the files written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if format not in ("csv", "parquet"):
+        raise InvalidParameterError(f"format must be csv or parquet, got {format!r}")
+    written = []
+    ids = table.ids if table.ids is not None else np.arange(table.n_samples)
+    entries = []
+    for s in partition.shards:
+        feats = s.features if (partition.scheme != "horizontal") else np.arange(table.n_features)
+        part = Table(table.X[s.rows][:, feats], table.y[s.rows] if (s.has_label and table.y is not None) else None,
+                     [table.feature_names[j] for j in feats], table.label_name or "label", ids[s.rows])
+        path = out_dir / f"{s.name}.{format}"
+        write_table(part, path, format)
+        written.append(path)
+        entries.append({"name": s.name, "role": s.role, "file": path.name, "n_samples": int(len(s.rows)),
+                        "features": [table.feature_names[j] for j in feats], "has_label": bool(s.has_label)})
+    manifest = {"scheme": partition.scheme, "params": partition.params, "n_samples": table.n_samples,
+                "feature_names": table.feature_names, "label": table.label_name or "label", "parties": entries}
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
+    written.append(out_dir / MANIFEST)
+    return written
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(type(o).__name__)
+
+
+def read_manifest(directory) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        raise DataError(f"{str(directory)!r} has no {MANIFEST}; is it a partition written by fedgrove?")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{str(path)!r} is not valid JSON: {exc}") from None
+
+
+def read_partition(directory) -> tuple[dict, dict[str, Table]]:
+    """The manifest and each party's table, keyed by party name."""
+    manifest = read_manifest(directory)
+    tables = {}
+    for p in manifest["parties"]:
+        label = manifest["label"] if p["has_label"] else None
+        tables[p["name"]] = load_table(Path(directory) / p["file"], label=label)
+    return manifest, tables
+
+
+def join_partition(directory) -> Table:
+    """Reassemble the original table from a partition directory (rows by ID, features in original order)."""
+    manifest, tables = read_partition(directory)
+    names = manifest["feature_names"]
+    col = {name: j for j, name in enumerate(names)}
+    n = manifest["n_samples"]
+    X = np.full((n, len(names)), np.nan)
+    y = np.full(n, np.nan)
+    seen = np.zeros(n, dtype=bool)
+    for p in manifest["parties"]:
+        t = tables[p["name"]]
+        cols = [col[f] for f in t.feature_names]
+        X[np.ix_(t.ids, cols)] = t.X
+        seen[t.ids] = True
+        if t.y is not None:
+            y[t.ids] = t.y
+    if not seen.all():
+        raise DataError(f"{int((~seen).sum())} instances are held by no party")
+    return Table(X, y, names, manifest["label"], np.arange(n))

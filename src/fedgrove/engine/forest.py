@@ -1,0 +1,173 @@
+"""Random forest (CART) on the histogram engine.
+
+Classification (``gini``, ``entropy``) and regression (``mse``), bootstrap,
+``max_features`` drawn per node (scikit-learn's way) or per tree (Federated
+Forest's way), pre-pruning by depth, samples and impurity decrease.  Each
+tree's random draws come from ``numpy.random.default_rng([seed, tree_index])``
+through :func:`draw_tree`, which the Federated Forest protocol calls too, so a
+federation reproduces the centralised forest tree for tree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import check_xy
+from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.model import ForestModel
+from fedgrove.engine.params import Interval, OneOf, validate
+from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
+from fedgrove.engine.threads import thread_limit
+from fedgrove.exceptions import DataError, InvalidParameterError
+
+
+@dataclass
+class ForestParams:
+    """Hyper-parameters of the random forest (names follow scikit-learn)."""
+
+    task: str = "classification"
+    n_estimators: int = 100
+    criterion: str | None = None          # default: gini (classification) / mse (regression)
+    max_depth: int | None = None
+    min_samples_split: int = 2
+    min_samples_leaf: int = 1
+    min_impurity_decrease: float = 0.0
+    max_features: str | int | float | None = "sqrt"
+    feature_sampling: str = "node"        # "node" (scikit-learn) or "tree" (Federated Forest)
+    bootstrap: bool = True
+    max_bins: int = 255
+    seed: int = 0
+    n_threads: int | None = None
+
+    CONSTRAINTS = {
+        "task": OneOf(("classification", "regression")),
+        "n_estimators": Interval(int, 1),
+        "max_depth": Interval(int, 1, 64, allow_none=True),
+        "min_samples_split": Interval(int, 2),
+        "min_samples_leaf": Interval(int, 1),
+        "min_impurity_decrease": Interval(float, 0),
+        "feature_sampling": OneOf(("node", "tree")),
+        "max_bins": Interval(int, 2, 255),
+        "seed": Interval(int, 0),
+        "n_threads": Interval(int, 1, allow_none=True),
+    }
+
+    def __post_init__(self):
+        validate(self, self.CONSTRAINTS)
+        if self.criterion is None:
+            self.criterion = "gini" if self.task == "classification" else "mse"
+        allowed = ("gini", "entropy") if self.task == "classification" else ("mse",)
+        if self.criterion not in allowed:
+            raise InvalidParameterError(f"criterion for {self.task} must be one of {list(allowed)}, "
+                                        f"got {self.criterion!r}")
+        mf = self.max_features
+        ok = (mf is None or mf in ("sqrt", "log2") or (isinstance(mf, int) and not isinstance(mf, bool) and mf >= 1)
+              or (isinstance(mf, float) and 0.0 < mf <= 1.0))
+        if not ok:
+            raise InvalidParameterError("max_features must be 'sqrt', 'log2', None, a positive integer or a "
+                                        f"float in (0, 1], got {mf!r}")
+
+    def n_features_drawn(self, n_features: int) -> int:
+        mf = self.max_features
+        if mf is None:
+            k = n_features
+        elif mf == "sqrt":
+            k = int(math.sqrt(n_features))
+        elif mf == "log2":
+            k = int(math.log2(n_features))
+        elif isinstance(mf, float):
+            k = int(mf * n_features)
+        else:
+            k = mf
+        return int(min(n_features, max(1, k)))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TreeDraw:
+    """The random choices of one tree: bootstrap weights and (per-tree) features."""
+
+    weights: np.ndarray            # float64 (n_samples,) multiplicity of each sample
+    features: np.ndarray | None    # sorted feature indices (feature_sampling="tree") or None
+    rng: np.random.Generator       # continues with the per-node draws
+
+
+def draw_tree(params: ForestParams, tree_index: int, n_samples: int, n_features: int) -> TreeDraw:
+    rng = np.random.default_rng([params.seed, tree_index])
+    if params.bootstrap:
+        weights = np.bincount(rng.integers(0, n_samples, n_samples), minlength=n_samples).astype(np.float64)
+    else:
+        weights = np.ones(n_samples)
+    features = None
+    if params.feature_sampling == "tree":
+        features = np.sort(rng.choice(n_features, params.n_features_drawn(n_features), replace=False))
+    return TreeDraw(weights, features, rng)
+
+
+def node_feature_sampler(params: ForestParams, draw: TreeDraw, n_features: int) -> Callable:
+    """``allowed(layer)`` for the grower: which features each node may split on."""
+    k = params.n_features_drawn(n_features)
+    if draw.features is not None:
+        mask = np.zeros(n_features, dtype=bool)
+        mask[draw.features] = True
+        return lambda layer: np.broadcast_to(mask, (len(layer), n_features))
+
+    def per_node(layer):
+        allowed = np.zeros((len(layer), n_features), dtype=bool)
+        for i in range(len(layer)):
+            allowed[i, draw.rng.choice(n_features, k, replace=False)] = True
+        return allowed
+
+    return per_node
+
+
+def forest_stats(task: str, y: np.ndarray, weights: np.ndarray, n_classes: int) -> np.ndarray:
+    """Per-sample statistics: weighted one-hot labels, or (w, w*y, w*y^2)."""
+    if task == "classification":
+        stats = np.zeros((len(y), n_classes))
+        stats[np.arange(len(y)), y.astype(np.int64)] = weights
+        return stats
+    return np.column_stack([weights, weights * y, weights * y * y])
+
+
+def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None, feature_names=None,
+                 progress: Callable[[int, int], None] | None = None) -> ForestModel:
+    """Train a random forest; labels 0..K-1 for classification."""
+    X, y = check_xy(X, y)
+    n, n_features = X.shape
+    n_classes = 1
+    if params.task == "classification":
+        if np.any(y != np.round(y)) or y.min() < 0:
+            raise DataError("classification labels must be integers 0..K-1")
+        n_classes = int(y.max()) + 1
+    if bin_mapper is None:
+        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
+    X_binned = bin_mapper.transform(X)
+    thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(n_features)]
+    model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)
+    with thread_limit(params.n_threads):
+        for t in range(params.n_estimators):
+            draw = draw_tree(params, t, n, n_features)
+            model.add_tree(grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes))
+            if progress is not None:
+                progress(t + 1, params.n_estimators)
+    return model
+
+
+def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes):
+    stats = forest_stats(params.task, y, draw.weights, n_classes)
+    root = np.nonzero(draw.weights > 0)[0]
+    scorer = CARTScorer(params.criterion, float(draw.weights.sum()), params.min_samples_leaf)
+    finder = HistogramSplitFinder(X_binned, bin_mapper.feature_offsets, bin_mapper.missing_codes, thresholds, stats,
+                                  scorer, root_samples=root,
+                                  allowed=node_feature_sampler(params, draw, X_binned.shape[1]), features=draw.features)
+    grower = TreeGrower(finder, params.max_depth, scorer.leaf_value, min_samples_split=params.min_samples_split,
+                        min_split_gain=params.min_impurity_decrease, gain_inclusive=True)
+    return grower.grow()
