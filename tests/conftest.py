@@ -1,0 +1,48 @@
+"""Shared fixtures.  Real datasets come from the data directory (../shared/data
+in this workplace, or FEDGROVE_DATA_DIR); tests that need one skip with the
+reason when it is absent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedgrove.data.datasets import dataset_files, load_dataset
+from fedgrove.exceptions import DataError
+
+
+def _dataset_or_skip(name):
+    try:
+        dataset_files(name)
+    except DataError as exc:
+        pytest.skip(f"dataset {name} not available: {exc}")
+    return load_dataset(name)
+
+
+@pytest.fixture(scope="session")
+def a9a():
+    return _dataset_or_skip("a9a")
+
+
+@pytest.fixture(scope="session")
+def spambase():
+    return _dataset_or_skip("spambase")
+
+
+@pytest.fixture(scope="session")
+def waveform():
+    return _dataset_or_skip("waveform")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def make_classification(n=2000, d=6, seed=0, missing=0.0):
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, d))
+    y = (X[:, 0] + 0.7 * X[:, 1] * X[:, 2] + 0.3 * r.normal(size=n) > 0).astype(float)
+    if missing:
+        X[r.random(X.shape) < missing] = np.nan
+    return X, y

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedgrove.engine.binning import BinMapper, QuantileSketch
+from fedgrove.exceptions import InvalidParameterError
+
+
+def test_sketch_is_exact_and_mergeable_for_few_distinct_values(rng):
+    # below max_size a sketch is (distinct values, counts); merging parts equals sketching the whole
+    x = rng.integers(0, 50, size=10_000).astype(float)
+    whole = QuantileSketch.from_column(x)
+    merged = QuantileSketch.from_column(x[:3000]).merge(QuantileSketch.from_column(x[3000:]))
+    np.testing.assert_array_equal(whole.values, merged.values)
+    np.testing.assert_array_equal(whole.weights, merged.weights)
+    assert whole.total_weight == 10_000
+
+
+def test_merged_sketch_quantiles_are_close_to_exact(rng):
+    # large columns: cut points from merged party sketches have small rank error
+    x = rng.normal(size=200_000)
+    parts = np.array_split(x, 4)
+    sk = QuantileSketch.from_column(parts[0])
+    for p in parts[1:]:
+        sk = sk.merge(QuantileSketch.from_column(p))
+    assert sk.values.size <= sk.max_size
+    cuts = sk.cut_points(64)
+    ranks = np.searchsorted(np.sort(x), cuts) / x.size
+    expected = np.arange(1, 64) / 64
+    assert np.abs(ranks - expected).max() < 0.01
+
+
+def test_missing_and_constant_features():
+    X = np.array([[1.0, 5.0], [np.nan, 5.0], [3.0, 5.0], [2.0, np.nan]])
+    bm = BinMapper(max_bins=16).fit(X)
+    assert list(bm.n_value_bins) == [3, 1]
+    Xb = bm.transform(X)
+    assert Xb[1, 0] == bm.missing_codes[0] and Xb[3, 1] == bm.missing_codes[1]
+    assert set(Xb[[0, 1, 2], 1]) <= {0, 1} and Xb[0, 1] == 0  # the constant feature has one value bin
+
+
+def test_max_bins_is_validated():
+    with pytest.raises(InvalidParameterError, match="max_bins"):
+        BinMapper(max_bins=300)
+    with pytest.raises(InvalidParameterError, match="max_bins"):
+        BinMapper(max_bins=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=300), st.integers(2, 255))
+def test_bin_codes_agree_with_raw_thresholds(values, max_bins):
+    # code <= b  <=>  x <= threshold(b): binned and raw prediction route alike
+    x = np.array(values)[:, None]
+    bm = BinMapper(max_bins=max_bins).fit(x)
+    codes = bm.transform(x)[:, 0]
+    ub = bm.bin_upper_bounds(0)
+    assert codes.max() < bm.n_value_bins[0]
+    for b in range(bm.n_value_bins[0]):
+        np.testing.assert_array_equal(codes <= b, x[:, 0] <= ub[b])
+
+
+def test_sketches_of_parties_give_common_cut_points(rng):
+    # a horizontal federation: parties share sketches, not values, and agree on the cut points
+    X = rng.normal(size=(5000, 3))
+    a, b = BinMapper(subsample=None), BinMapper(subsample=None)
+    merged = [sa.merge(sb) for sa, sb in zip(a.sketches(X[:2000]), b.sketches(X[2000:]))]
+    common = BinMapper().fit_sketches(merged)
+    again = BinMapper().fit_sketches([sb.merge(sa) for sa, sb in zip(a.sketches(X[:2000]), b.sketches(X[2000:]))])
+    for c1, c2 in zip(common.cuts_, again.cuts_):
+        np.testing.assert_array_equal(c1, c2)
+    assert all(len(c) == 254 for c in common.cuts_)

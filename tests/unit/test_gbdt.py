@@ -1,0 +1,132 @@
+"""GBDT against LightGBM as an oracle, and the engine's own contracts.
+
+Like scikit-learn's test_compare_lightgbm: both libraries get the same
+pre-binned data (our bin codes, fewer distinct values than LightGBM's bins),
+so any difference comes from the boosting itself.  LightGBM keeps gradients in
+float32, so near-tied candidates in tiny nodes can go either way; leaves of at
+least 20 samples (both libraries) keep the comparison about the algorithm.
+"""
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.engine.tree import PackedEnsemble
+from tests.conftest import make_classification
+
+
+MIN_LEAF = 20
+
+
+def _lgb(objective, Xb, y, n_estimators, depth, n_classes=None, base_zero=False):
+    params = dict(objective=objective, num_leaves=2 ** depth, max_depth=depth, learning_rate=0.1, max_bin=256,
+                  min_data_in_bin=1, lambda_l2=1.0, min_sum_hessian_in_leaf=1e-3, min_data_in_leaf=MIN_LEAF,
+                  num_threads=1, verbose=-1, deterministic=True, boost_from_average=not base_zero,
+                  feature_pre_filter=False)
+    if n_classes:
+        params["num_class"] = n_classes
+    return lgb.train(params, lgb.Dataset(Xb.astype(np.float64), y), num_boost_round=n_estimators)
+
+
+def test_binary_matches_lightgbm_on_a9a(a9a):
+    X, y = a9a.train.X[:20000], a9a.train.y[:20000]
+    bm = BinMapper().fit(X)
+    Xb = bm.transform(X)
+    ours = train_gbdt(GBDTParams("binary", n_estimators=10, max_depth=5, min_samples_leaf=MIN_LEAF), Xb.astype(float), y)
+    theirs = _lgb("binary", Xb, y, 10, 5)
+    Xt = bm.transform(a9a.test.X).astype(float)
+    p_ours, p_lgb = ours.predict_raw(Xt), theirs.predict(Xt, raw_score=True)
+    assert np.median(np.abs(p_ours - p_lgb)) < 1e-3
+    assert np.mean(np.abs(p_ours - p_lgb)) < 0.01
+    assert np.mean((p_ours > 0) == (p_lgb > 0)) > 0.99
+
+
+def test_multiclass_matches_lightgbm_on_waveform(waveform):
+    X, y = waveform.train.X, waveform.train.y
+    Xb = BinMapper(max_bins=63).fit_transform(X).astype(float)
+    ours = train_gbdt(GBDTParams("multiclass", n_estimators=10, max_depth=4, base_score=0.0, min_samples_leaf=MIN_LEAF), Xb, y)
+    theirs = _lgb("multiclass", Xb, y, 10, 4, n_classes=3, base_zero=True)
+    p_ours, p_lgb = ours.predict_proba(Xb), theirs.predict(Xb)
+    assert np.mean(np.abs(p_ours - p_lgb)) < 0.01
+    assert np.mean(p_ours.argmax(1) == p_lgb.argmax(1)) > 0.98
+
+
+def test_regression_matches_lightgbm():
+    r = np.random.default_rng(3)
+    X = r.normal(size=(4000, 8))
+    y = X[:, 0] * 3 + np.sin(3 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.1 * r.normal(size=4000)
+    Xb = BinMapper(max_bins=63).fit_transform(X).astype(float)
+    ours = train_gbdt(GBDTParams("regression", n_estimators=10, max_depth=5, min_samples_leaf=MIN_LEAF), Xb, y)
+    theirs = _lgb("regression", Xb, y, 10, 5)
+    p_ours, p_lgb = ours.predict(Xb), theirs.predict(Xb)
+    assert np.mean(np.isclose(p_ours, p_lgb, rtol=1e-3, atol=1e-3)) > 0.95
+    rmse = lambda p: np.sqrt(np.mean((p - y) ** 2))  # noqa: E731
+    assert abs(rmse(p_ours) - rmse(p_lgb)) < 0.005 * rmse(p_lgb)
+
+
+def test_same_seed_same_model_with_subsampling():
+    X, y = make_classification(3000)
+    p = GBDTParams(n_estimators=8, max_depth=4, subsample=0.7, colsample_bytree=0.5, seed=7)
+    a, b = train_gbdt(p, X, y), train_gbdt(p, X, y)
+    c = train_gbdt(GBDTParams(n_estimators=8, max_depth=4, subsample=0.7, colsample_bytree=0.5, seed=8), X, y)
+    np.testing.assert_array_equal(a.predict_raw(X), b.predict_raw(X))
+    assert not np.array_equal(a.predict_raw(X), c.predict_raw(X))
+
+
+def test_early_stopping_truncates_to_best_iteration():
+    X, y = make_classification(4000, seed=1)
+    Xv, yv = make_classification(2000, seed=2)
+    m = train_gbdt(GBDTParams(n_estimators=400, max_depth=6, learning_rate=0.5, early_stopping_rounds=5), X, y,
+                   eval_set=(Xv, yv))
+    assert m.best_iteration is not None and m.n_rounds == m.best_iteration + 1 < 400
+
+
+def test_leaf_indices_reconstruct_raw_margins():
+    X, y = make_classification(1000, missing=0.05)
+    m = train_gbdt(GBDTParams(n_estimators=6, max_depth=3), X, y)
+    leaves = m.predict_leaf(X)
+    assert leaves.shape == (1000, 6)
+    raw = m.base_score[0] + sum(m.trees[t].values[leaves[:, t], 0] for t in range(6))
+    np.testing.assert_allclose(raw, m.predict_raw(X))
+    assert all(m.trees[t].is_leaf[leaves[:, t]].all() for t in range(6))
+
+
+def test_missing_values_learn_a_direction():
+    r = np.random.default_rng(0)
+    X = r.normal(size=(3000, 2))
+    y = (X[:, 0] > 0).astype(float)
+    X[y == 1, 1] = np.nan  # missingness alone predicts the label
+    X[:, 0] = r.normal(size=3000)
+    m = train_gbdt(GBDTParams(n_estimators=5, max_depth=2), X, y)
+    assert np.mean(m.predict(X) == y) > 0.99
+
+
+def test_training_raw_scores_equal_prediction():
+    # the in-training update from node segments equals predicting the trees afterwards
+    X, y = make_classification(2000, missing=0.1)
+    bm = BinMapper().fit(X)
+    m = train_gbdt(GBDTParams(n_estimators=4, max_depth=4), X, y, bin_mapper=bm)
+    leaves = PackedEnsemble(m.trees).leaves_binned(bm.transform(X), bm.missing_codes)
+    np.testing.assert_allclose(m.raw_from_leaves(leaves), m.predict_raw(X))
+
+
+def test_bad_parameters_name_the_value():
+    from fedgrove.exceptions import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="learning_rate must be > 0, got -1"):
+        GBDTParams(learning_rate=-1)
+    with pytest.raises(InvalidParameterError, match="objective must be one of"):
+        GBDTParams(objective="poisson")
+
+
+def test_binary_labels_are_checked():
+    from fedgrove.exceptions import DataError
+
+    X, y = make_classification(100)
+    with pytest.raises(DataError, match="labels 0/1"):
+        train_gbdt(GBDTParams(n_estimators=1), X, y + 1)
+    y[3] = np.nan
+    with pytest.raises(DataError, match="NaN"):
+        train_gbdt(GBDTParams(n_estimators=1), X, y)
