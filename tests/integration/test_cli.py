@@ -1,0 +1,105 @@
+"""The CLI end to end, in-process through ``main(argv)`` (same code path as the
+console script), plus one real subprocess to check the installed command."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgrove.cli.main import main
+
+
+@pytest.fixture
+def csv(tmp_path):
+    r = np.random.default_rng(0)
+    X = r.normal(size=(400, 4))
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    df["label"] = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
+    path = tmp_path / "train.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_predict_info_partition(csv, tmp_path, capsys):
+    model = tmp_path / "m.json"
+    code, _, err = run(["train", csv, "-m", model, "-l", "label", "-n", "20", "--max-depth", "3", "-q"], capsys)
+    assert code == 0, err
+    assert "trained gbdt (binary)" in err
+    preds = tmp_path / "p.csv"
+    code, _, err = run(["predict", model, csv, "-l", "label", "-o", preds], capsys)
+    assert code == 0, err
+    assert "accuracy" in err
+    got = pd.read_csv(preds)["prediction"]
+    truth = pd.read_csv(csv)["label"]
+    assert (got == truth).mean() > 0.9
+    code, out, _ = run(["info", model], capsys)
+    assert code == 0 and "gbdt" in out
+    code, _, err = run(["train", csv, "-m", tmp_path / "f.json", "-l", "label", "--algorithm", "forest", "-n", "5",
+                        "-q"], capsys)
+    assert code == 0, err
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", csv, "-o", parts, "--scheme", "hybrid", "-p", "3", "-l", "label"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in parts.iterdir()) == ["guest0.csv", "guest1.csv", "guest2.csv", "host.csv",
+                                                       "manifest.json"]
+    code, out, _ = run(["info", parts], capsys)
+    assert code == 0 and "hybrid partition" in out
+
+
+def _bad_inputs(tmp_path, csv):
+    df = pd.read_csv(csv)
+    text = df.astype(object)
+    text.loc[5, "b"] = "twelve"
+    text.to_csv(tmp_path / "text.csv", index=False)
+    nanlab = df.copy()
+    nanlab["label"] = nanlab["label"].where(nanlab.index != 3)
+    nanlab.to_csv(tmp_path / "nanlabel.csv", index=False)
+    three = df.copy()
+    three.loc[:10, "label"] = "maybe"
+    three.to_csv(tmp_path / "three.csv", index=False)
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "broken.json").write_text('{"format": "fedgrove-model", "trees": [')
+    inf = df.copy()
+    inf.loc[2, "c"] = np.inf
+    inf.to_csv(tmp_path / "inf.csv", index=False)
+    return {
+        "missing file": (["train", tmp_path / "nope.csv", "-l", "label"], 3, "does not exist"),
+        "no such label": (["train", csv, "-l", "target"], 3, "label column 'target' not found"),
+        "non-numeric": (["train", tmp_path / "text.csv", "-l", "label"], 3, "non-numeric value 'twelve'"),
+        "nan label": (["train", tmp_path / "nanlabel.csv", "-l", "label"], 3, "missing value"),
+        "binary with 3 labels": (["train", tmp_path / "three.csv", "-l", "label", "--objective", "binary"], 3,
+                                 "exactly 2 label values"),
+        "empty file": (["train", tmp_path / "empty.csv", "-l", "label"], 3, "is empty"),
+        "infinite value": (["train", tmp_path / "inf.csv", "-l", "label"], 3, "infinite"),
+        "bad parameter": (["train", csv, "-l", "label", "--learning-rate", "-1"], 2, "learning_rate must be > 0"),
+        "broken model": (["predict", tmp_path / "broken.json", csv, "-l", "label"], 4, "not a fedgrove model file"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing file", "no such label", "non-numeric", "nan label", "binary with 3 labels",
+                                  "empty file", "infinite value", "bad parameter", "broken model"])
+def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys, case):
+    argv, expected_code, message = _bad_inputs(tmp_path, csv)[case]
+    before = set(tmp_path.rglob("*"))
+    out_file = tmp_path / "out.json"
+    argv = argv + (["-m", out_file] if argv[0] == "train" else ["-o", tmp_path / "out.csv"])
+    code, out, err = run(argv, capsys)
+    assert code == expected_code, err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert set(tmp_path.rglob("*")) == before  # no half-written output
+
+
+def test_console_script_runs_as_a_process(csv, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fedgrove.cli.main", "train", str(csv), "-l", "nope", "-m",
+                           str(tmp_path / "m.json")], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert "label column 'nope' not found" in proc.stderr and "Traceback" not in proc.stderr

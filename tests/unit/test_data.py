@@ -1,0 +1,141 @@
+import gzip
+import hashlib
+import http.server
+import threading
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgrove.data import datasets
+from fedgrove.data.io import load_table, write_table
+from fedgrove.exceptions import DataError
+
+
+@pytest.fixture
+def frame():
+    return pd.DataFrame({"a": [1.0, 2.0, np.nan, 4.0], "b": [0.5, 0.1, 0.2, 0.3], "y": [0, 1, 1, 0]})
+
+
+def test_csv_with_and_without_header(frame, tmp_path):
+    p = tmp_path / "t.csv"
+    frame.to_csv(p, index=False)
+    t = load_table(p, label="y")
+    assert t.feature_names == ["a", "b"] and t.y.tolist() == [0, 1, 1, 0] and np.isnan(t.X[2, 0])
+    t2 = load_table(p, label=-1)
+    np.testing.assert_array_equal(t2.X, t.X)
+    q = tmp_path / "noheader.csv.gz"
+    frame.to_csv(q, index=False, header=False, compression="gzip")
+    t3 = load_table(q, label=2)
+    np.testing.assert_array_equal(t3.X, t.X)
+    assert t3.feature_names == ["f0", "f1"]
+
+
+def test_parquet_and_libsvm(frame, tmp_path):
+    frame.to_parquet(tmp_path / "t.parquet")
+    t = load_table(tmp_path / "t.parquet", label="y")
+    assert t.X.shape == (4, 2)
+    (tmp_path / "t.libsvm").write_text("1 1:0.5 3:2\n0 2:1\n")
+    s = load_table(tmp_path / "t.libsvm", n_features=4)
+    np.testing.assert_array_equal(s.X, [[0.5, 0, 2, 0], [0, 1, 0, 0]])
+    assert s.y.tolist() == [1, 0]
+
+
+def test_write_table_round_trip(frame, tmp_path):
+    t = load_table(_csv(frame, tmp_path), label="y")
+    t.ids = np.array([10, 11, 12, 13])
+    write_table(t, tmp_path / "out.parquet")
+    back = load_table(tmp_path / "out.parquet", label="y")
+    np.testing.assert_array_equal(back.X, t.X)
+    np.testing.assert_array_equal(back.ids, t.ids)
+
+
+def _csv(frame, tmp_path, name="t.csv"):
+    p = tmp_path / name
+    frame.to_csv(p, index=False)
+    return p
+
+
+@pytest.mark.parametrize("case,match", [
+    ("missing", "does not exist"),
+    ("label", "label column 'nope' not found"),
+    ("index", "out of range"),
+    ("text", "non-numeric value 'abc'"),
+    ("empty", "is empty"),
+    ("header-only", "no data rows"),
+    ("nan-label", "missing value"),
+])
+def test_bad_input_names_the_problem(frame, tmp_path, case, match):
+    p = tmp_path / "bad.csv"
+    label = "y"
+    if case == "missing":
+        p = tmp_path / "nothere.csv"
+    elif case == "label":
+        label = "nope"
+        _csv(frame, tmp_path, "bad.csv")
+    elif case == "index":
+        label = 7
+        _csv(frame, tmp_path, "bad.csv")
+    elif case == "text":
+        f = frame.astype(object)
+        f.loc[1, "b"] = "abc"
+        _csv(f, tmp_path, "bad.csv")
+    elif case == "empty":
+        p.write_text("")
+    elif case == "header-only":
+        p.write_text("a,b,y\n")
+    elif case == "nan-label":
+        f = frame.copy()
+        f.loc[2, "y"] = np.nan
+        _csv(f, tmp_path, "bad.csv")
+    with pytest.raises(DataError, match=match):
+        load_table(p, label=label)
+
+
+def test_named_dataset_missing_says_where_to_get_it(tmp_path):
+    with pytest.raises(DataError, match=r"csie\.ntu\.edu\.tw.*FEDGROVE_DATA_DIR"):
+        datasets.load_dataset("a9a", directory=tmp_path)
+    with pytest.raises(DataError, match="unknown dataset"):
+        datasets.load_dataset("mnist", directory=tmp_path)
+
+
+@pytest.fixture
+def file_server(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_download_checks_the_checksum(file_server, tmp_path, monkeypatch):
+    # the download path, against a local file server standing in for the official source
+    root, url = file_server
+    content = b"1 1:1\n0 2:1\n"
+    (root / "spambase.data").write_bytes(b"1,2,3\n")
+    good = datasets.RemoteFile("spambase.data", None, hashlib.sha256(b"1,2,3\n").hexdigest())
+    monkeypatch.setitem(datasets._FILES, "spambase", [good])
+    dest = tmp_path / "data"
+    paths = datasets.dataset_files("spambase", dest, download=True, base_url=url)
+    assert paths[0].read_bytes() == b"1,2,3\n"
+    bad = datasets.RemoteFile("spambase.data", None, "0" * 64)
+    monkeypatch.setitem(datasets._FILES, "spambase", [bad])
+    (paths[0]).unlink()
+    with pytest.raises(DataError, match="checksum mismatch"):
+        datasets.dataset_files("spambase", dest, download=True, base_url=url)
+    assert list((dest / "spambase").iterdir()) == []  # nothing half-downloaded is kept
+    del content
+
+
+def test_gzipped_local_files_are_found(tmp_path):
+    d = tmp_path / "ionosphere"
+    d.mkdir()
+    rows = "\n".join(",".join(["0.5"] * 34 + ["g" if i % 2 else "b"]) for i in range(6))
+    with gzip.open(d / "ionosphere.data.gz", "wt") as fh:
+        fh.write(rows + "\n")
+    ds = datasets.load_dataset("ionosphere", directory=tmp_path)
+    assert ds.train.X.shape == (6, 34) and ds.train.y.tolist() == [0, 1, 0, 1, 0, 1]

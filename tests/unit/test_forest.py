@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+from sklearn.model_selection import train_test_split
+
+from fedgrove.engine.forest import ForestParams, train_forest
+from fedgrove.exceptions import InvalidParameterError
+
+
+def test_forest_accuracy_matches_sklearn_on_spambase(spambase):
+    # the CART oracle for Federated Forest: same accuracy as scikit-learn's forest within seed noise
+    X, y = spambase.train.X, spambase.train.y
+    ours, theirs = [], []
+    for seed in range(2):
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed)
+        m = train_forest(ForestParams(n_estimators=40, seed=seed), Xtr, ytr)
+        ours.append(np.mean(m.predict(Xte) == yte))
+        theirs.append(RandomForestClassifier(40, random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+    assert abs(np.mean(ours) - np.mean(theirs)) < 0.01, (ours, theirs)
+    assert np.mean(ours) > 0.93
+
+
+def test_regression_forest_matches_sklearn():
+    r = np.random.default_rng(0)
+    X = r.normal(size=(3000, 6))
+    y = X[:, 0] * 2 + np.sin(2 * X[:, 1]) + 0.2 * r.normal(size=3000)
+    Xtr, Xte, ytr, yte = X[:2000], X[2000:], y[:2000], y[2000:]
+    m = train_forest(ForestParams(task="regression", n_estimators=30, max_features=1.0, min_samples_leaf=5), Xtr, ytr)
+    s = RandomForestRegressor(30, min_samples_leaf=5, random_state=0).fit(Xtr, ytr)
+    rmse = lambda p: np.sqrt(np.mean((p - yte) ** 2))  # noqa: E731
+    assert rmse(m.predict(Xte)) < 1.05 * rmse(s.predict(Xte))
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy"])
+def test_tree_level_feature_sampling_and_pruning(criterion):
+    r = np.random.default_rng(1)
+    X = r.normal(size=(1500, 8))
+    y = (X[:, 0] + X[:, 1] > 0).astype(float)
+    p = ForestParams(n_estimators=10, criterion=criterion, feature_sampling="tree", max_features=0.5, max_depth=4,
+                     min_samples_leaf=5, min_impurity_decrease=1e-3, seed=3)
+    m = train_forest(p, X, y)
+    for tree in m.trees:
+        used = set(tree.nodes["feature"][~tree.is_leaf])
+        assert len(used) <= 4                     # one feature subset per tree
+        assert tree.max_depth <= 4
+        assert tree.nodes["count"][tree.is_leaf].min() >= 5
+    proba = m.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(m.predict(X), train_forest(p, X, y).predict(X))  # same seed, same forest
+
+
+def test_forest_parameters_are_validated():
+    with pytest.raises(InvalidParameterError, match="criterion"):
+        ForestParams(task="regression", criterion="gini")
+    with pytest.raises(InvalidParameterError, match="max_features"):
+        ForestParams(max_features="half")

@@ -1,0 +1,78 @@
+import json
+
+import numpy as np
+import pytest
+
+from fedgrove.engine.forest import ForestParams, train_forest
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.engine.model import FORMAT_VERSION, load_model
+from fedgrove.exceptions import ModelFormatError
+from tests.conftest import make_classification
+
+
+@pytest.fixture(scope="module")
+def models():
+    X, y = make_classification(1500, missing=0.05)
+    y3 = np.digitize(X[:, 1], [-0.5, 0.5]).astype(float)
+    return X, [
+        train_gbdt(GBDTParams(n_estimators=5, max_depth=4), X, y),
+        train_gbdt(GBDTParams("multiclass", n_estimators=3, max_depth=3), X, y3),
+        train_gbdt(GBDTParams("regression", n_estimators=3, max_depth=3), X, np.nan_to_num(X[:, 0])),
+        train_forest(ForestParams(n_estimators=4, max_depth=5), X, y3),
+    ]
+
+
+def test_save_load_gives_identical_predictions(models, tmp_path):
+    X, ms = models
+    for i, m in enumerate(ms):
+        path = tmp_path / f"m{i}.json"
+        m.save(path)
+        loaded = load_model(path)
+        np.testing.assert_array_equal(loaded.predict(X), m.predict(X))
+        np.testing.assert_array_equal(loaded.predict_leaf(X), m.predict_leaf(X))
+
+
+def test_other_version_is_refused_with_both_versions_named(models, tmp_path):
+    d = models[1][0].to_dict()
+    d["version"] = FORMAT_VERSION + 1
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ModelFormatError, match=f"version {FORMAT_VERSION + 1}.*reads version {FORMAT_VERSION}"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "not-a-model", "bad-child", "missing-field", "binary"])
+def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
+    text = json.dumps(models[1][0].to_dict())
+    path = tmp_path / "bad.json"
+    if damage == "truncate":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "not-a-model":
+        path.write_text(json.dumps({"hello": 1}))
+    elif damage == "bad-child":
+        d = json.loads(text)
+        d["trees"][0]["nodes"]["left"][0] = 10_000
+        path.write_text(json.dumps(d))
+    elif damage == "missing-field":
+        d = json.loads(text)
+        del d["trees"][0]["nodes"]["threshold"]
+        path.write_text(json.dumps(d))
+    else:
+        path.write_bytes(b"\x00\xff\xfe")
+    with pytest.raises(ModelFormatError):
+        load_model(path)
+
+
+def test_failed_save_leaves_previous_file(models, tmp_path, monkeypatch):
+    path = tmp_path / "m.json"
+    models[1][0].save(path)
+    before = path.read_text()
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("fedgrove.engine.model.json.dumps", boom)
+    with pytest.raises(RuntimeError):
+        models[1][1].save(path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]

@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from fedgrove.data.io import Table
+from fedgrove.data.partition import (horizontal_partition, hybrid_partition, join_partition, read_partition,
+                                     vertical_partition, write_partition)
+
+
+@pytest.fixture
+def table():
+    r = np.random.default_rng(0)
+    X = r.normal(size=(600, 9))
+    X[r.random(X.shape) < 0.05] = np.nan
+    y = (r.random(600) < 0.3).astype(float)
+    return Table(X, y, [f"c{j}" for j in range(9)], "target")
+
+
+def _covers_disjointly(parts, n):
+    allrows = np.concatenate(parts)
+    return len(allrows) == n and len(np.unique(allrows)) == n
+
+
+@pytest.mark.parametrize("mode", ["balanced", "unbalanced", "dirichlet"])
+def test_horizontal_partitions_cover_all_samples_once(table, mode):
+    p = horizontal_partition(table.y, 4, mode, theta=0.8, beta=0.5, seed=1)
+    assert _covers_disjointly([s.rows for s in p.shards], 600)
+
+
+def test_unbalanced_partition_has_the_theta_ratio(table):
+    p = horizontal_partition(table.y, 2, "unbalanced", theta=0.8, seed=2)
+    a = p.shards[0].rows
+    n0, n1 = (table.y == 0).sum(), (table.y == 1).sum()
+    assert abs((table.y[a] == 0).sum() - 0.8 * n0) <= 1 and abs((table.y[a] == 1).sum() - 0.2 * n1) <= 1
+
+
+def test_hybrid_partition_shapes(table):
+    p = hybrid_partition(table.y, 9, n_guests=3, seed=4)
+    host, guests = p.shards[0], p.shards[1:]
+    assert host.has_label and len(host.rows) == 600 and not any(g.has_label for g in guests)
+    assert _covers_disjointly([g.rows for g in guests], 600)
+    assert set(host.features).isdisjoint(guests[0].features)
+    assert len(host.features) + len(guests[0].features) == 9
+    multi = hybrid_partition(table.y, 9, n_guests=3, n_hosts=2, seed=4)
+    assert _covers_disjointly([s.rows for s in multi.shards if s.role == "host"], 600)
+    skew = hybrid_partition(table.y, 9, n_guests=3, beta=0.1, seed=4)
+    assert _covers_disjointly([g.rows for g in skew.shards[1:]], 600)
+    over = hybrid_partition(table.y, 9, n_guests=3, overlap=0.5, drop_features=True, seed=4)
+    assert sum(len(g.rows) for g in over.shards[1:]) > 600
+    assert any(len(g.features) < len(guests[0].features) for g in over.shards[1:]) or len(guests[0].features) == 1
+
+
+@pytest.mark.parametrize("scheme", ["horizontal", "vertical", "hybrid", "hybrid-overlap"])
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_partition_files_rejoin_to_the_original(table, tmp_path, scheme, fmt):
+    if scheme == "horizontal":
+        p = horizontal_partition(table.y, 3, "dirichlet", seed=5)
+    elif scheme == "vertical":
+        p = vertical_partition(600, 9, 3, seed=5)
+    elif scheme == "hybrid":
+        p = hybrid_partition(table.y, 9, n_guests=4, n_hosts=2, seed=5)
+    else:
+        p = hybrid_partition(table.y, 9, n_guests=4, overlap=0.3, seed=5)
+    write_partition(p, table, tmp_path, fmt)
+    back = join_partition(tmp_path)
+    np.testing.assert_array_equal(back.X, table.X)
+    np.testing.assert_array_equal(back.y, table.y)
+    manifest, tables = read_partition(tmp_path)
+    for s in p.shards:  # a party without labels has no label column in its file
+        assert (tables[s.name].y is not None) == s.has_label
