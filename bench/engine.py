@@ -140,7 +140,7 @@ def warm_cache_check():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per (library, dataset); the median is reported")
     ap.add_argument("--datasets", default="a9a,cod-rna,kddcup99,synthetic-1m")
     ap.add_argument("--libs", default="fedgrove,lightgbm,xgboost")
     ap.add_argument("--omp-wait-policy", default=None,
@@ -187,10 +187,19 @@ def main():
                                                       "metric_diff": f["value"] - lg["value"]}
             print(f"{dataset:>14} fedgrove/LightGBM fit ratio {entry['ratio_fedgrove_over_lightgbm']['fit']:.2f}, "
                   f"metric diff {entry['ratio_fedgrove_over_lightgbm']['metric_diff']:+.4f}", flush=True)
+        entry["repeats"] = args.repeats
         results["datasets"][dataset] = entry
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2))
+        _save(results)
     print(f"wrote {RESULTS}")
+
+
+def _save(results):
+    """Merge into the results file: datasets measured in earlier runs are kept."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"datasets": {}}
+    merged.update({k: v for k, v in results.items() if k != "datasets"})
+    merged.setdefault("datasets", {}).update(results["datasets"])
+    RESULTS.write_text(json.dumps(merged, indent=2))
 
 
 if __name__ == "__main__":
