@@ -151,23 +151,25 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
     X_binned = bin_mapper.transform(X)
     thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(n_features)]
+    X_columns = np.asfortranarray(X_binned)
     model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)
     with thread_limit(params.n_threads):
         for t in range(params.n_estimators):
             draw = draw_tree(params, t, n, n_features)
-            model.add_tree(grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes))
+            model.add_tree(grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns))
             if progress is not None:
                 progress(t + 1, params.n_estimators)
     return model
 
 
-def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes):
+def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns=None):
     stats = forest_stats(params.task, y, draw.weights, n_classes)
     root = np.nonzero(draw.weights > 0)[0]
     scorer = CARTScorer(params.criterion, float(draw.weights.sum()), params.min_samples_leaf)
     finder = HistogramSplitFinder(X_binned, bin_mapper.feature_offsets, bin_mapper.missing_codes, thresholds, stats,
                                   scorer, root_samples=root,
-                                  allowed=node_feature_sampler(params, draw, X_binned.shape[1]), features=draw.features)
+                                  allowed=node_feature_sampler(params, draw, X_binned.shape[1]), features=draw.features,
+                                  X_columns=X_columns)
     grower = TreeGrower(finder, params.max_depth, scorer.leaf_value, min_samples_split=params.min_samples_split,
                         min_split_gain=params.min_impurity_decrease, gain_inclusive=True)
     return grower.grow()

@@ -185,6 +185,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
         if params.early_stopping_rounds:
             callbacks.append(early_stopping(params.early_stopping_rounds, higher))
 
+    X_columns = np.asfortranarray(X_binned)
     stats = np.empty((n, 3))
     stats[:, 2] = 1.0
     t0 = time.perf_counter()
@@ -204,7 +205,8 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             stats[:, 0] = g[:, c]
             stats[:, 1] = h[:, c]
             finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
-                                          root_samples=rows, allowed=allowed, features=features)
+                                          root_samples=rows, allowed=allowed, features=features,
+                                          X_columns=X_columns)
             grower = TreeGrower(finder, params.max_depth,
                                 lambda s: params.learning_rate * scorer.leaf_value(s),
                                 min_samples_split=2 * params.min_samples_leaf)

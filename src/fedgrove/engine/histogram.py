@@ -27,6 +27,36 @@ def _feature_blocks(n_features, n_threads):
 _CHUNK_ROWS = 1 << 16
 
 
+@njit(cache=True, inline="always")
+def _accumulate(h, codes, code_base, ordered, p0, p1, q0, q1, offsets):
+    """h[offsets[q] + codes[p, q]] += ordered[p] for rows p0..p1, block columns q0..q1."""
+    n_stats = ordered.shape[1]
+    if n_stats == 3:
+        for p in range(p0, p1):
+            s0 = ordered[p, 0]
+            s1 = ordered[p, 1]
+            s2 = ordered[p, 2]
+            for q in range(q0, q1):
+                b = offsets[q] + codes[code_base + p, q]
+                h[b, 0] += s0
+                h[b, 1] += s1
+                h[b, 2] += s2
+    elif n_stats == 2:
+        for p in range(p0, p1):
+            s0 = ordered[p, 0]
+            s1 = ordered[p, 1]
+            for q in range(q0, q1):
+                b = offsets[q] + codes[code_base + p, q]
+                h[b, 0] += s0
+                h[b, 1] += s1
+    else:
+        for p in range(p0, p1):
+            for q in range(q0, q1):
+                b = offsets[q] + codes[code_base + p, q]
+                for c in range(n_stats):
+                    h[b, c] += ordered[p, c]
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def build_histograms(X_binned, sample_indices, starts, ends, stats, feature_offsets, features, out, out_rows,
                      n_threads=1):
@@ -38,11 +68,19 @@ def build_histograms(X_binned, sample_indices, starts, ends, stats, feature_offs
     contiguous buffers (independent loads, many misses in flight), then the
     histograms are accumulated from the buffers, row-wise within blocks of
     features and in parallel over blocks.  Each sample's updates within a block
-    hit different features' bins, so they do not wait on each other.
+    hit different features' bins, so they do not wait on each other.  One
+    node over consecutive rows (the root) is read in place.
     """
     n_nodes = starts.shape[0]
     n_stats = stats.shape[1]
     n_used = features.shape[0]
+    n_features = X_binned.shape[1]
+    all_features = n_used == n_features
+    offsets = np.empty(n_used, dtype=np.int64)
+    for q in range(n_used):
+        offsets[q] = feature_offsets[features[q]]
+        if features[q] != q:
+            all_features = False
     n_blocks, size = _feature_blocks(n_used, n_threads)
     pos = np.empty(n_nodes + 1, dtype=np.int64)
     pos[0] = 0
@@ -63,19 +101,13 @@ def build_histograms(X_binned, sample_indices, starts, ends, stats, feature_offs
                 for b in range(feature_offsets[f], feature_offsets[f + 1]):
                     for c in range(n_stats):
                         h[b, c] = 0.0
-    if n_nodes == 1 and total > 0 and flat_rows[total - 1] - flat_rows[0] == total - 1:
-        # one node over consecutive rows (the root): read in place, no gather
+    if all_features and n_nodes == 1 and total > 0 and flat_rows[total - 1] - flat_rows[0] == total - 1:
         r0 = flat_rows[0]
         h = out[out_rows[0]]
         for blk in prange(n_blocks):
             q0 = blk * size
             q1 = min(n_used, q0 + size)
-            for p in range(total):
-                r = r0 + p
-                for q in range(q0, q1):
-                    b = feature_offsets[features[q]] + X_binned[r, features[q]]
-                    for c in range(n_stats):
-                        h[b, c] += stats[r, c]
+            _accumulate(h, X_binned, r0, stats[r0:r0 + total], 0, total, q0, q1, offsets)
         return
     chunk = min(_CHUNK_ROWS, max(total, 1))
     codes = np.empty((chunk, n_used), dtype=X_binned.dtype)
@@ -86,33 +118,20 @@ def build_histograms(X_binned, sample_indices, starts, ends, stats, feature_offs
             r = flat_rows[p]
             for c in range(n_stats):
                 ordered[p - c0, c] = stats[r, c]
-            for q in range(n_used):
-                codes[p - c0, q] = X_binned[r, features[q]]
+            if all_features:
+                codes[p - c0, :] = X_binned[r, :]
+            else:
+                for q in range(n_used):
+                    codes[p - c0, q] = X_binned[r, features[q]]
         j0 = np.searchsorted(pos, c0, side="right") - 1
         for blk in prange(n_blocks):
             q0 = blk * size
             q1 = min(n_used, q0 + size)
             j = j0
             while j < n_nodes and pos[j] < c1:
-                h = out[out_rows[j]]
                 p0 = max(pos[j], c0) - c0
                 p1 = min(pos[j + 1], c1) - c0
-                if n_stats == 3:
-                    for p in range(p0, p1):
-                        s0 = ordered[p, 0]
-                        s1 = ordered[p, 1]
-                        s2 = ordered[p, 2]
-                        for q in range(q0, q1):
-                            b = feature_offsets[features[q]] + codes[p, q]
-                            h[b, 0] += s0
-                            h[b, 1] += s1
-                            h[b, 2] += s2
-                else:
-                    for p in range(p0, p1):
-                        for q in range(q0, q1):
-                            b = feature_offsets[features[q]] + codes[p, q]
-                            for c in range(n_stats):
-                                h[b, c] += ordered[p, c]
+                _accumulate(out[out_rows[j]], codes, 0, ordered, p0, p1, q0, q1, offsets)
                 j += 1
 
 
