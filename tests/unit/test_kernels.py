@@ -25,12 +25,12 @@ def _segments(rng, n, k):
     return idx, starts, ends
 
 
-@pytest.mark.parametrize("n_stats", [3, 4])
+@pytest.mark.parametrize("n_stats", [2, 3, 4])
 @pytest.mark.parametrize("n_threads", [1, 3])
 def test_build_histograms_matches_reference(rng, n_stats, n_threads):
     X, bm, Xb = _data(rng)
     idx, starts, ends = _segments(rng, len(X), 5)
-    stats = rng.normal(size=(len(X), n_stats))
+    stats = rng.normal(size=(len(X), n_stats))  # ordered: row i belongs to idx[i]
     feats = np.array([0, 2, 3, 6], dtype=np.int64)
     rows = np.array([4, 0, 2, 1, 3], dtype=np.int64)
     out_a = np.full((5, bm.feature_offsets[-1], n_stats), 7.0)
@@ -69,18 +69,21 @@ def _random_layer_hist(rng, bm, Xb, n_nodes, stats):
     idx, starts, ends = _segments(rng, len(Xb), n_nodes)
     hist = np.zeros((n_nodes, bm.feature_offsets[-1], stats.shape[1]))
     feats = np.arange(Xb.shape[1], dtype=np.int64)
-    histogram.build_histograms_reference(Xb, idx, starts, ends, stats, bm.feature_offsets, feats, hist,
+    histogram.build_histograms_reference(Xb, idx, starts, ends, stats[idx], bm.feature_offsets, feats, hist,
                                          np.arange(n_nodes))
     node_stats = np.array([stats[idx[s:e]].sum(axis=0) for s, e in zip(starts, ends)])
     return hist, node_stats
 
 
 @pytest.mark.parametrize("params", [(1.0, 0.0, 1e-3, 1.0), (0.0, 0.5, 5.0, 20.0)])
-def test_gbdt_split_search_matches_reference(rng, params):
+@pytest.mark.parametrize("with_count", [True, False])
+def test_gbdt_split_search_matches_reference(rng, params, with_count):
     X, bm, Xb = _data(rng)
     p = 1 / (1 + np.exp(-rng.normal(size=len(X))))
     stats = np.column_stack([p - (rng.random(len(X)) < 0.4), p * (1 - p), np.ones(len(X))])
     hist, node_stats = _random_layer_hist(rng, bm, Xb, 4, stats)
+    if not with_count:
+        hist = np.ascontiguousarray(hist[..., :2])
     allowed = rng.random((4, Xb.shape[1])) < 0.8
     rows = np.arange(4, dtype=np.int64)
     a = split.find_splits_gbdt(hist, rows, node_stats, bm.feature_offsets, allowed, *params)
@@ -88,6 +91,24 @@ def test_gbdt_split_search_matches_reference(rng, params):
     for x, y in zip(a, b):
         np.testing.assert_allclose(np.asarray(x, dtype=float), np.asarray(y, dtype=float), rtol=1e-9)
     assert (a[1] >= 0).any()
+
+
+
+def test_split_search_without_counts_equals_with_counts_when_counts_are_not_needed(rng):
+    # min_samples_leaf <= 1 and min_child_weight > 0: (g, h) histograms choose the same splits as (g, h, count)
+    X, bm, Xb = _data(rng)
+    p = 1 / (1 + np.exp(-rng.normal(size=len(X))))
+    stats = np.column_stack([p - (rng.random(len(X)) < 0.4), p * (1 - p), np.ones(len(X))])
+    hist, node_stats = _random_layer_hist(rng, bm, Xb, 6, stats)
+    allowed = np.ones((6, Xb.shape[1]), dtype=bool)
+    rows = np.arange(6, dtype=np.int64)
+    args = (rows, node_stats, bm.feature_offsets, allowed, 1.0, 0.0, 1e-3, 1.0)
+    a = split.find_splits_gbdt(hist, *args)
+    b = split.find_splits_gbdt(np.ascontiguousarray(hist[..., :2]), *args)
+    for x, y in zip(a[:4], b[:4]):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a[4][:, :2], b[4][:, :2])
+    assert np.isnan(b[4][:, 2]).all()
 
 
 @pytest.mark.parametrize("criterion", ["gini", "entropy", "mse"])
@@ -119,10 +140,13 @@ def test_partition_matches_reference(rng):
     bins = np.array([10, 1, 3], dtype=np.int64)
     ml = np.array([True, False, True])
     a_idx, b_idx = idx.copy(), idx.copy()
-    ma = partition.partition_nodes(Xb, a_idx, starts, ends, feats, bins, ml, bm.missing_codes)
-    mb = partition.partition_nodes_reference(Xb, b_idx, starts, ends, feats, bins, ml, bm.missing_codes)
+    stats = rng.normal(size=(len(idx), 2))
+    a_st, b_st = stats.copy(), stats.copy()
+    ma = partition.partition_nodes(np.asfortranarray(Xb), a_idx, a_st, starts, ends, feats, bins, ml, bm.missing_codes)
+    mb = partition.partition_nodes_reference(Xb, b_idx, b_st, starts, ends, feats, bins, ml, bm.missing_codes)
     np.testing.assert_array_equal(ma, mb)
     np.testing.assert_array_equal(a_idx, b_idx)
+    np.testing.assert_array_equal(a_st, b_st)  # statistics travel with their samples
 
 
 def test_predict_kernels_match_reference(rng):

@@ -186,8 +186,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             callbacks.append(early_stopping(params.early_stopping_rounds, higher))
 
     X_columns = np.asfortranarray(X_binned)
-    stats = np.empty((n, 3))
-    stats[:, 2] = 1.0
+    stats = np.ones((n, 3 if scorer.hist_needs_count else 2))
     t0 = time.perf_counter()
     for it in range(params.n_estimators):
         g, h = objective.gradients(y, raw)

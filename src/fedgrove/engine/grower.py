@@ -69,11 +69,13 @@ class SplitFinder(ABC):
 
     @abstractmethod
     def apply_splits(self, layer: Layer, split_rows: np.ndarray, splits: LayerSplits,
-                     child_ids: np.ndarray) -> None:
+                     child_ids: np.ndarray) -> np.ndarray | None:
         """Partition the nodes ``layer.node_ids[split_rows]``; children get ``child_ids[k] = (left, right)``.
 
         The next layer handed to :meth:`find_splits` lists the children in this
         order: left, right of the first split node, then of the second, ...
+        May return the children's statistics (same order) when the partition
+        knows them better than the histograms did (exact counts); else None.
         """
 
     @abstractmethod
@@ -156,7 +158,13 @@ class TreeGrower:
         child_stats = np.empty((2 * len(rows), layer.stats.shape[1]))
         child_stats[0::2] = splits.left_stats[rows]
         child_stats[1::2] = layer.stats[rows] - splits.left_stats[rows]
-        child_ids = self._new_nodes(child_stats, layer.depth + 1).reshape(-1, 2)
+        first = sum(len(r) for r in self._records)
+        child_ids = np.arange(first, first + 2 * len(rows), dtype=np.int64).reshape(-1, 2)
+        if len(rows):
+            exact = self.finder.apply_splits(layer, rows, splits, child_ids)
+            if exact is not None:
+                child_stats = np.asarray(exact, dtype=np.float64)
+        self._new_nodes(child_stats, layer.depth + 1)
         nodes = self._all_nodes()
         ids = layer.node_ids[rows]
         nodes["feature"][ids] = splits.feature[rows]
@@ -168,8 +176,6 @@ class TreeGrower:
         nodes["left"][ids] = child_ids[:, 0]
         nodes["right"][ids] = child_ids[:, 1]
         self._records = [nodes]
-        if len(rows):
-            self.finder.apply_splits(layer, rows, splits, child_ids)
         self.frontier = Layer(child_ids.reshape(-1), child_stats, layer.depth + 1)
         return self.frontier
 

@@ -20,8 +20,10 @@ def _goes_left(code, mcode, t, ml):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def partition_nodes(X_binned, sample_indices, starts, ends, features, bins, missing_left, missing_codes):
+def partition_nodes(X_binned, sample_indices, ordered_stats, starts, ends, features, bins, missing_left, missing_codes):
     """Stable in-place partition of each segment; returns the split position of each.
+
+    ``ordered_stats`` (one row per entry of ``sample_indices``) moves along.
 
     Work is cut into tasks of at most 32k rows so a large node (the root) is
     partitioned by all threads: count the left rows per task, turn the counts
@@ -72,30 +74,39 @@ def partition_nodes(X_binned, sample_indices, starts, ends, features, bins, miss
             right_at[q] = rp
             lp += n_left[q]
             rp += (task_hi[q] - task_lo[q]) - n_left[q]
+    n_stats = ordered_stats.shape[1]
     buffer = np.empty(span, dtype=sample_indices.dtype)
+    sbuffer = np.empty((span, n_stats), dtype=ordered_stats.dtype)
     for q in prange(n_tasks):
         lp = left_at[q] - base
         rp = right_at[q] - base
         for i in range(task_lo[q], task_hi[q]):
-            r = sample_indices[i]
             if flags[i - base]:
-                buffer[lp] = r
+                w = lp
                 lp += 1
             else:
-                buffer[rp] = r
+                w = rp
                 rp += 1
+            buffer[w] = sample_indices[i]
+            for c in range(n_stats):
+                sbuffer[w, c] = ordered_stats[i, c]
     for q in prange(n_tasks):
         for i in range(task_lo[q], task_hi[q]):
             sample_indices[i] = buffer[i - base]
+            for c in range(n_stats):
+                ordered_stats[i, c] = sbuffer[i - base, c]
     return mids
 
 
-def partition_nodes_reference(X_binned, sample_indices, starts, ends, features, bins, missing_left, missing_codes):
+def partition_nodes_reference(X_binned, sample_indices, ordered_stats, starts, ends, features, bins, missing_left,
+                              missing_codes):
     mids = np.empty(len(starts), dtype=np.int64)
     for j in range(len(starts)):
         seg = sample_indices[starts[j]:ends[j]].copy()
+        block = ordered_stats[starts[j]:ends[j]].copy()
         codes = X_binned[seg, features[j]]
         go_left = np.where(codes == missing_codes[features[j]], bool(missing_left[j]), codes <= bins[j])
         sample_indices[starts[j]:ends[j]] = np.concatenate([seg[go_left], seg[~go_left]])
+        ordered_stats[starts[j]:ends[j]] = np.concatenate([block[go_left], block[~go_left]])
         mids[j] = starts[j] + go_left.sum()
     return mids

@@ -45,7 +45,11 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
 
     Parameters
     ----------
-    hist : float64 (n_rows, n_total_bins, 3)
+    hist : float64 (n_rows, n_total_bins, 3 or 2)   (g, h, count) sums, or (g, h) when
+        no rule needs counts (``min_samples_leaf <= 1``, ``min_child_weight > 0``):
+        then count checks are skipped and the returned left count is NaN (the
+        partition supplies it); a missing bin counts as empty when its g and h
+        sums are both zero.
     rows : int64 (n_nodes,)      row of each node in ``hist``
     node_stats : float64 (n_nodes, 3)   (G, H, count) of each node
     feature_offsets : int32 (n_features + 1,)
@@ -63,6 +67,7 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
     pb = np.zeros(n_pairs, dtype=np.int32)
     pm = np.zeros(n_pairs, dtype=np.bool_)
     pl = np.zeros((n_pairs, 3))
+    has_count = hist.shape[2] >= 3
     for q in prange(n_pairs):
         j = q // n_features
         f = q % n_features
@@ -73,10 +78,13 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
         nvb = feature_offsets[f + 1] - off - 1  # value bins; the missing bin follows
         G = node_stats[j, 0]
         H = node_stats[j, 1]
-        C = node_stats[j, 2]
+        C = node_stats[j, 2] if has_count else np.inf
         mg = h[off + nvb, 0]
         mh = h[off + nvb, 1]
-        mc = h[off + nvb, 2]
+        if has_count:
+            mc = h[off + nvb, 2]
+        else:
+            mc = 1.0 if (mg != 0.0 or mh != 0.0) else 0.0
         parent = _gbdt_score(G, H, reg_lambda)
         best = -np.inf
         gl = 0.0
@@ -85,7 +93,10 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
         for t in range(nvb):
             gl += h[off + t, 0]
             hl += h[off + t, 1]
-            cl += h[off + t, 2]
+            if has_count:
+                cl += h[off + t, 2]
+            else:
+                cl = np.inf
             for d in range(2):  # 0: missing right, 1: missing left
                 if d == 1 and mc <= 0.0:
                     break
@@ -108,7 +119,7 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                     pm[q] = d == 1
                     pl[q, 0] = lg
                     pl[q, 1] = lh
-                    pl[q, 2] = lc
+                    pl[q, 2] = lc if has_count else np.nan
         pg[q] = best
     return _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats)
 
@@ -290,6 +301,13 @@ def find_splits_gbdt_reference(hist, rows, node_stats, feature_offsets, allowed,
         return (min(lft[2], rgt[2]) >= min_samples_leaf and min(lft[1], rgt[1]) >= min_child_weight
                 and lft[2] > 0 and rgt[2] > 0)
 
+    if hist.shape[2] == 2:  # counts unknown: presence flags stand in, count checks are skipped
+        present = ((hist[..., 0] != 0) | (hist[..., 1] != 0)).astype(float)
+        hist = np.concatenate([hist, present[..., None]], axis=2)
+        out = _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score,
+                              lambda lft, rgt: min(lft[1], rgt[1]) >= min_child_weight)
+        out[4][:, 2] = np.nan
+        return out
     return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid)
 
 

@@ -20,20 +20,30 @@ import numba
 import numpy as np
 
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
-from fedgrove.engine.histogram import build_histograms, subtract_histograms, sum_rows
+from fedgrove.engine.histogram import build_histograms, gather_rows, subtract_histograms, sum_rows
 from fedgrove.engine.partition import partition_nodes
 from fedgrove.engine.split import CRITERIA, find_splits_cart, find_splits_gbdt
 
 
 @dataclass
 class GBDTScorer:
-    """Second-order gain on (g, h, count) statistics."""
+    """Second-order gain; node statistics are (G, H, count).
+
+    Per-sample statistics are (g, h, 1), or just (g, h) when no rule needs
+    per-bin counts (:attr:`hist_needs_count` is false: ``min_samples_leaf <= 1``
+    and ``min_child_weight > 0``, so a child with H >= min_child_weight is never
+    empty).  That makes histograms a third smaller; node counts then come from
+    the partition.
+    """
 
     reg_lambda: float = 1.0
     gamma: float = 0.0
     min_child_weight: float = 1e-3
     min_samples_leaf: float = 1.0
-    n_stats: int = 3
+
+    @property
+    def hist_needs_count(self) -> bool:
+        return self.min_samples_leaf > 1 or self.min_child_weight <= 0
 
     def find(self, hist, rows, node_stats, feature_offsets, allowed):
         return find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, float(self.reg_lambda),
@@ -42,6 +52,11 @@ class GBDTScorer:
     @staticmethod
     def sample_weight(stats):
         return stats[:, 2]
+
+    @staticmethod
+    def hist_weight(hist_rows):
+        """Weight of histogram bins: counts when present, else hessians."""
+        return hist_rows[..., 2] if hist_rows.shape[-1] == 3 else hist_rows[..., 1]
 
     def leaf_value(self, stats):
         return -stats[:, 0] / (stats[:, 1] + self.reg_lambda)
@@ -54,14 +69,15 @@ class CARTScorer:
     criterion: str
     root_weight: float
     min_samples_leaf: float = 1.0
-    n_stats: int = 0
 
     def find(self, hist, rows, node_stats, feature_offsets, allowed):
         return find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, CRITERIA[self.criterion],
                                 float(self.root_weight), float(self.min_samples_leaf))
 
     def sample_weight(self, stats):
-        return stats[:, 0] if self.criterion == "mse" else stats.sum(axis=1)
+        return stats[..., 0] if self.criterion == "mse" else stats.sum(axis=-1)
+
+    hist_weight = sample_weight
 
     def leaf_value(self, stats):
         if self.criterion == "mse":
@@ -82,7 +98,7 @@ class HistogramSplitFinder(SplitFinder):
     X_binned : uint8 (n_samples, n_features), row-major
     feature_offsets, missing_codes : from the :class:`~fedgrove.engine.binning.BinMapper`
     thresholds : list of arrays, ``thresholds[f][b]`` = raw threshold of "bin <= b"
-    stats : float64 (n_samples, n_stats)   per-sample statistics
+    stats : float64 (n_samples, k)   per-sample statistics: (g, h[, 1]) or CART's
     scorer : GBDTScorer or CARTScorer
     root_samples : int array, rows in the root (default: all)
     allowed : callable(Layer) -> bool (n_nodes, n_features), default: all features
@@ -103,9 +119,8 @@ class HistogramSplitFinder(SplitFinder):
         self.feature_offsets = np.asarray(feature_offsets, dtype=np.int32)
         self.missing_codes = np.asarray(missing_codes, dtype=np.int32)
         self.thresholds = thresholds
-        self.stats = np.ascontiguousarray(stats, dtype=np.float64)
+        stats = np.ascontiguousarray(stats, dtype=np.float64)
         self.scorer = scorer
-        self.n_stats = self.stats.shape[1]
         self.n_features = X_binned.shape[1]
         self.allowed_fn = allowed
         self.features = np.arange(self.n_features, dtype=np.int64) if features is None else \
@@ -114,6 +129,10 @@ class HistogramSplitFinder(SplitFinder):
         if root_samples is None:
             root_samples = np.arange(X_binned.shape[0], dtype=np.int64)
         self.sample_indices = np.ascontiguousarray(root_samples, dtype=np.int64)
+        # statistics in sample_indices order; the partition moves them along
+        self.ordered_stats = gather_rows(stats, self.sample_indices)
+        self.count_from_segments = isinstance(scorer, GBDTScorer) and stats.shape[1] == 2
+        self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
         self.segments: dict[int, tuple[int, int]] = {0: (0, len(self.sample_indices))}
         self._hist = None          # histograms of the current layer
         self._hist_row: dict[int, int] = {}
@@ -121,7 +140,10 @@ class HistogramSplitFinder(SplitFinder):
 
     # -- SplitFinder -------------------------------------------------------------------
     def root_stats(self):
-        return sum_rows(self.stats, self.sample_indices)
+        total = sum_rows(self.ordered_stats)
+        if self.count_from_segments:
+            total = np.append(total, float(len(self.sample_indices)))
+        return total
 
     def sample_weight(self, stats):
         return self.scorer.sample_weight(np.atleast_2d(stats))
@@ -149,13 +171,22 @@ class HistogramSplitFinder(SplitFinder):
         mids = self.partition(ids, splits.feature[split_rows], splits.bin[split_rows],
                               splits.missing_left[split_rows])
         pending = []
+        counts = np.empty(2 * len(ids))
         for k, nid in enumerate(ids):
             s, e = self.segments[int(nid)]
             left, right = int(child_ids[k, 0]), int(child_ids[k, 1])
             self.segments[left] = (s, int(mids[k]))
             self.segments[right] = (int(mids[k]), e)
+            counts[2 * k], counts[2 * k + 1] = mids[k] - s, e - mids[k]
             pending.append((int(nid), left, right))
         self._pending = pending
+        if self.count_from_segments:
+            child = np.empty((2 * len(ids), 3))
+            child[0::2] = splits.left_stats[split_rows]
+            child[1::2] = layer.stats[split_rows] - splits.left_stats[split_rows]
+            child[:, 2] = counts
+            return child
+        return None
 
     # -- pieces protocols reuse -----------------------------------------------------------
     def node_samples(self, node_id: int) -> np.ndarray:
@@ -168,7 +199,7 @@ class HistogramSplitFinder(SplitFinder):
         features = np.ascontiguousarray(features, dtype=np.int64)
         n = len(layer)
         total_bins = int(self.feature_offsets[-1])
-        hist = np.zeros((n, total_bins, self.n_stats))
+        hist = np.zeros((n, total_bins, self.ordered_stats.shape[1]))
         row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
         build, parent_rows, small_rows, large_rows = [], [], [], []
         if self._pending is None or self._hist is None:
@@ -189,7 +220,7 @@ class HistogramSplitFinder(SplitFinder):
             build = np.asarray(build, dtype=np.int64)
             starts = np.array([self.segments[int(layer.node_ids[r])][0] for r in build], dtype=np.int64)
             ends = np.array([self.segments[int(layer.node_ids[r])][1] for r in build], dtype=np.int64)
-            build_histograms(self.X_binned, self.sample_indices, starts, ends, self.stats, self.feature_offsets,
+            build_histograms(self.X_binned, self.sample_indices, starts, ends, self.ordered_stats, self.feature_offsets,
                              features, hist, build, numba.get_num_threads())
         if parent_rows:
             subtract_histograms(self._hist, np.asarray(parent_rows, dtype=np.int64), hist,
@@ -202,7 +233,7 @@ class HistogramSplitFinder(SplitFinder):
     def partition(self, node_ids, features, bins, missing_left) -> np.ndarray:
         starts = np.array([self.segments[int(i)][0] for i in node_ids], dtype=np.int64)
         ends = np.array([self.segments[int(i)][1] for i in node_ids], dtype=np.int64)
-        return partition_nodes(self.X_columns, self.sample_indices, starts, ends,
+        return partition_nodes(self.X_columns, self.sample_indices, self.ordered_stats, starts, ends,
                                np.asarray(features, dtype=np.int64), np.asarray(bins, dtype=np.int64),
                                np.asarray(missing_left, dtype=np.bool_), self.missing_codes)
 
@@ -213,8 +244,11 @@ class HistogramSplitFinder(SplitFinder):
             return
         offs = self.feature_offsets
         miss_bins = offs[splits.feature[ok] + 1] - 1
-        miss_w = self.scorer.sample_weight(self._hist[ok, miss_bins, :])
+        miss_w = self.scorer.hist_weight(self._hist[ok, miss_bins, :])
         no_missing = miss_w <= 0
-        lw = self.scorer.sample_weight(splits.left_stats[ok])
-        tw = self.scorer.sample_weight(layer.stats[ok])
+        if self.count_from_segments:  # counts of children are not known yet: weigh by hessian
+            lw, tw = splits.left_stats[ok, 1], layer.stats[ok, 1]
+        else:
+            lw = self.scorer.sample_weight(splits.left_stats[ok])
+            tw = self.scorer.sample_weight(layer.stats[ok])
         splits.missing_left[ok[no_missing]] = (lw >= tw - lw)[no_missing]
