@@ -139,14 +139,17 @@ def test_partition_matches_reference(rng):
     feats = np.array([0, 3, 5], dtype=np.int64)
     bins = np.array([10, 1, 3], dtype=np.int64)
     ml = np.array([True, False, True])
-    a_idx, b_idx = idx.copy(), idx.copy()
     stats = rng.normal(size=(len(idx), 2))
-    a_st, b_st = stats.copy(), stats.copy()
-    ma = partition.partition_nodes(np.asfortranarray(Xb), a_idx, a_st, starts, ends, feats, bins, ml, bm.missing_codes)
-    mb = partition.partition_nodes_reference(Xb, b_idx, b_st, starts, ends, feats, bins, ml, bm.missing_codes)
+    a_idx, b_idx = np.full_like(idx, -1), np.full_like(idx, -1)
+    a_st, b_st = np.zeros_like(stats), np.zeros_like(stats)
+    ma = partition.partition_nodes(np.asfortranarray(Xb), idx, stats, a_idx, a_st, starts, ends, feats, bins, ml,
+                                   bm.missing_codes)
+    mb = partition.partition_nodes_reference(Xb, idx, stats, b_idx, b_st, starts, ends, feats, bins, ml,
+                                             bm.missing_codes)
     np.testing.assert_array_equal(ma, mb)
     np.testing.assert_array_equal(a_idx, b_idx)
     np.testing.assert_array_equal(a_st, b_st)  # statistics travel with their samples
+    assert (a_idx >= 0).all()
 
 
 def test_predict_kernels_match_reference(rng):

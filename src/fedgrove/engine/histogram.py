@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine._intrinsics import prefetch
+
 _MAX_BLOCK = 32
 
 
@@ -29,6 +31,8 @@ def _feature_blocks(n_features, n_threads):
 
 
 _CHUNK_ROWS = 1 << 16
+_PREFETCH_AHEAD = 8
+_GATHER_PIECE = 4096
 
 
 @njit(cache=True, inline="always")
@@ -119,15 +123,21 @@ def build_histograms(X_binned, sample_indices, starts, ends, ordered_stats, feat
         n_in = 0
         while j0 + n_in < n_nodes and pos[j0 + n_in] < c1:
             n_in += 1
-        for k in prange(n_in):
-            j = j0 + k
-            p0 = max(pos[j], c0)
-            p1 = min(pos[j + 1], c1)
-            i0 = starts[j] + p0 - pos[j]
-            for p in range(p0, p1):
-                r = sample_indices[i0 + p - p0]
+        n_pieces = (c1 - c0 + _GATHER_PIECE - 1) // _GATHER_PIECE
+        for piece in prange(n_pieces):
+            p_lo = c0 + piece * _GATHER_PIECE
+            p_hi = min(c1, p_lo + _GATHER_PIECE)
+            j = np.searchsorted(pos, p_lo, side="right") - 1
+            for p in range(p_lo, p_hi):
+                while p >= pos[j + 1]:
+                    j += 1
+                i = starts[j] + p - pos[j]
+                if i + _PREFETCH_AHEAD < ends[j]:
+                    prefetch(X_binned, sample_indices[i + _PREFETCH_AHEAD], 0)
+                r = sample_indices[i]
                 if all_features:
-                    codes[p - c0, :] = X_binned[r, :]
+                    for q in range(n_used):
+                        codes[p - c0, q] = X_binned[r, q]
                 else:
                     for q in range(n_used):
                         codes[p - c0, q] = X_binned[r, features[q]]

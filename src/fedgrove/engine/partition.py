@@ -1,14 +1,18 @@
-"""Partition kernel: split each node's segment of ``sample_indices`` in place.
+"""Partition kernel: split each node's segment of ``sample_indices``.
 
-Each node owns a contiguous segment ``sample_indices[start:end]``.  Applying a
-split rewrites the segment as [left samples, right samples], each in their
-original (ascending) order, and returns where the right part starts.
+Each node owns a contiguous segment ``sample_indices[start:end]`` (and the
+matching rows of ``ordered_stats``).  Applying a split writes the same segment
+of a second buffer as [left samples, right samples], each in their original
+(ascending) order, and returns where the right part starts.  Layers alternate
+between the two buffers, so nothing is copied back.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+
+from fedgrove.engine._intrinsics import prefetch
 
 
 _TASK_ROWS = 1 << 15
@@ -20,14 +24,14 @@ def _goes_left(code, mcode, t, ml):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def partition_nodes(X_binned, sample_indices, ordered_stats, starts, ends, features, bins, missing_left, missing_codes):
-    """Stable in-place partition of each segment; returns the split position of each.
+def partition_nodes(X_binned, sample_indices, ordered_stats, out_indices, out_stats, starts, ends, features, bins,
+                    missing_left, missing_codes):
+    """Stable partition of each segment into ``out_indices``/``out_stats``; returns the split positions.
 
-    ``ordered_stats`` (one row per entry of ``sample_indices``) moves along.
-
-    Work is cut into tasks of at most 32k rows so a large node (the root) is
-    partitioned by all threads: count the left rows per task, turn the counts
-    into write offsets, scatter into a buffer, copy back.
+    ``X_binned`` is best column-major (one feature's codes contiguous).  Work is
+    cut into tasks of at most 32k rows so a large node (the root) is
+    partitioned by all threads: decide and count the left rows per task, turn
+    the counts into write offsets, scatter.
     """
     n = starts.shape[0]
     n_tasks_of = np.empty(n, dtype=np.int64)
@@ -54,7 +58,10 @@ def partition_nodes(X_binned, sample_indices, ordered_stats, starts, ends, featu
         j = task_node[q]
         f = features[j]
         cnt = 0
-        for i in range(task_lo[q], task_hi[q]):
+        hi = task_hi[q]
+        for i in range(task_lo[q], hi):
+            if i + 8 < hi:
+                prefetch(X_binned, sample_indices[i + 8], f)
             go = _goes_left(X_binned[sample_indices[i], f], missing_codes[f], bins[j], missing_left[j])
             flags[i - base] = go
             cnt += go
@@ -75,11 +82,9 @@ def partition_nodes(X_binned, sample_indices, ordered_stats, starts, ends, featu
             lp += n_left[q]
             rp += (task_hi[q] - task_lo[q]) - n_left[q]
     n_stats = ordered_stats.shape[1]
-    buffer = np.empty(span, dtype=sample_indices.dtype)
-    sbuffer = np.empty((span, n_stats), dtype=ordered_stats.dtype)
     for q in prange(n_tasks):
-        lp = left_at[q] - base
-        rp = right_at[q] - base
+        lp = left_at[q]
+        rp = right_at[q]
         for i in range(task_lo[q], task_hi[q]):
             if flags[i - base]:
                 w = lp
@@ -87,26 +92,21 @@ def partition_nodes(X_binned, sample_indices, ordered_stats, starts, ends, featu
             else:
                 w = rp
                 rp += 1
-            buffer[w] = sample_indices[i]
+            out_indices[w] = sample_indices[i]
             for c in range(n_stats):
-                sbuffer[w, c] = ordered_stats[i, c]
-    for q in prange(n_tasks):
-        for i in range(task_lo[q], task_hi[q]):
-            sample_indices[i] = buffer[i - base]
-            for c in range(n_stats):
-                ordered_stats[i, c] = sbuffer[i - base, c]
+                out_stats[w, c] = ordered_stats[i, c]
     return mids
 
 
-def partition_nodes_reference(X_binned, sample_indices, ordered_stats, starts, ends, features, bins, missing_left,
-                              missing_codes):
+def partition_nodes_reference(X_binned, sample_indices, ordered_stats, out_indices, out_stats, starts, ends, features,
+                              bins, missing_left, missing_codes):
     mids = np.empty(len(starts), dtype=np.int64)
     for j in range(len(starts)):
-        seg = sample_indices[starts[j]:ends[j]].copy()
-        block = ordered_stats[starts[j]:ends[j]].copy()
+        seg = sample_indices[starts[j]:ends[j]]
+        block = ordered_stats[starts[j]:ends[j]]
         codes = X_binned[seg, features[j]]
         go_left = np.where(codes == missing_codes[features[j]], bool(missing_left[j]), codes <= bins[j])
-        sample_indices[starts[j]:ends[j]] = np.concatenate([seg[go_left], seg[~go_left]])
-        ordered_stats[starts[j]:ends[j]] = np.concatenate([block[go_left], block[~go_left]])
+        out_indices[starts[j]:ends[j]] = np.concatenate([seg[go_left], seg[~go_left]])
+        out_stats[starts[j]:ends[j]] = np.concatenate([block[go_left], block[~go_left]])
         mids[j] = starts[j] + go_left.sum()
     return mids

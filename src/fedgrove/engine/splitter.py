@@ -128,21 +128,23 @@ class HistogramSplitFinder(SplitFinder):
         self.owner = owner
         if root_samples is None:
             root_samples = np.arange(X_binned.shape[0], dtype=np.int64)
-        self.sample_indices = np.ascontiguousarray(root_samples, dtype=np.int64)
-        # statistics in sample_indices order; the partition moves them along
-        self.ordered_stats = gather_rows(stats, self.sample_indices)
+        root = np.ascontiguousarray(root_samples, dtype=np.int64)
+        # two (indices, statistics in index order) buffers; each layer's partition
+        # writes into the buffer its parents are not in
+        self._indices = [root, np.empty_like(root)]
+        self._stats = [gather_rows(stats, root), np.empty((len(root), stats.shape[1]))]
         self.count_from_segments = isinstance(scorer, GBDTScorer) and stats.shape[1] == 2
         self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
-        self.segments: dict[int, tuple[int, int]] = {0: (0, len(self.sample_indices))}
+        self.segments: dict[int, tuple[int, int, int]] = {0: (0, len(root), 0)}  # node -> (start, end, buffer)
         self._hist = None          # histograms of the current layer
         self._hist_row: dict[int, int] = {}
         self._pending: list[tuple[int, int, int]] | None = None  # (parent, left, right)
 
     # -- SplitFinder -------------------------------------------------------------------
     def root_stats(self):
-        total = sum_rows(self.ordered_stats)
+        total = sum_rows(self._stats[0])
         if self.count_from_segments:
-            total = np.append(total, float(len(self.sample_indices)))
+            total = np.append(total, float(len(self._indices[0])))
         return total
 
     def sample_weight(self, stats):
@@ -173,10 +175,10 @@ class HistogramSplitFinder(SplitFinder):
         pending = []
         counts = np.empty(2 * len(ids))
         for k, nid in enumerate(ids):
-            s, e = self.segments[int(nid)]
+            s, e, buf = self.segments[int(nid)]
             left, right = int(child_ids[k, 0]), int(child_ids[k, 1])
-            self.segments[left] = (s, int(mids[k]))
-            self.segments[right] = (int(mids[k]), e)
+            self.segments[left] = (s, int(mids[k]), 1 - buf)
+            self.segments[right] = (int(mids[k]), e, 1 - buf)
             counts[2 * k], counts[2 * k + 1] = mids[k] - s, e - mids[k]
             pending.append((int(nid), left, right))
         self._pending = pending
@@ -191,15 +193,15 @@ class HistogramSplitFinder(SplitFinder):
     # -- pieces protocols reuse -----------------------------------------------------------
     def node_samples(self, node_id: int) -> np.ndarray:
         """Row indices of the training samples in a node (a view; do not modify)."""
-        s, e = self.segments[int(node_id)]
-        return self.sample_indices[s:e]
+        s, e, buf = self.segments[int(node_id)]
+        return self._indices[buf][s:e]
 
     def layer_histograms(self, layer: Layer, features: np.ndarray) -> np.ndarray:
         """Histograms of the layer's nodes, rows in layer order; smaller siblings built, larger subtracted."""
         features = np.ascontiguousarray(features, dtype=np.int64)
         n = len(layer)
         total_bins = int(self.feature_offsets[-1])
-        hist = np.zeros((n, total_bins, self.ordered_stats.shape[1]))
+        hist = np.zeros((n, total_bins, self._stats[0].shape[1]))
         row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
         build, parent_rows, small_rows, large_rows = [], [], [], []
         if self._pending is None or self._hist is None:
@@ -209,19 +211,19 @@ class HistogramSplitFinder(SplitFinder):
                 if left not in row_of or right not in row_of:
                     build += [row_of[c] for c in (left, right) if c in row_of]
                     continue
-                ls, le = self.segments[left]
-                rs, re = self.segments[right]
+                ls, le, _ = self.segments[left]
+                rs, re, _ = self.segments[right]
                 small, large = (left, right) if (le - ls) <= (re - rs) else (right, left)
                 build.append(row_of[small])
                 parent_rows.append(self._hist_row[parent])
                 small_rows.append(row_of[small])
                 large_rows.append(row_of[large])
-        if build:
-            build = np.asarray(build, dtype=np.int64)
-            starts = np.array([self.segments[int(layer.node_ids[r])][0] for r in build], dtype=np.int64)
-            ends = np.array([self.segments[int(layer.node_ids[r])][1] for r in build], dtype=np.int64)
-            build_histograms(self.X_binned, self.sample_indices, starts, ends, self.ordered_stats, self.feature_offsets,
-                             features, hist, build, numba.get_num_threads())
+        for buf, group in self._by_buffer([int(layer.node_ids[r]) for r in build], build):
+            starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
+            ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
+            out_rows = np.array([r for _, r in group], dtype=np.int64)
+            build_histograms(self.X_binned, self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets,
+                             features, hist, out_rows, numba.get_num_threads())
         if parent_rows:
             subtract_histograms(self._hist, np.asarray(parent_rows, dtype=np.int64), hist,
                                 np.asarray(small_rows, dtype=np.int64), np.asarray(large_rows, dtype=np.int64))
@@ -231,11 +233,26 @@ class HistogramSplitFinder(SplitFinder):
         return hist
 
     def partition(self, node_ids, features, bins, missing_left) -> np.ndarray:
-        starts = np.array([self.segments[int(i)][0] for i in node_ids], dtype=np.int64)
-        ends = np.array([self.segments[int(i)][1] for i in node_ids], dtype=np.int64)
-        return partition_nodes(self.X_columns, self.sample_indices, self.ordered_stats, starts, ends,
-                               np.asarray(features, dtype=np.int64), np.asarray(bins, dtype=np.int64),
-                               np.asarray(missing_left, dtype=np.bool_), self.missing_codes)
+        """Split the nodes' segments (into the other buffer); returns where each right part starts."""
+        features = np.asarray(features, dtype=np.int64)
+        bins = np.asarray(bins, dtype=np.int64)
+        missing_left = np.asarray(missing_left, dtype=np.bool_)
+        mids = np.empty(len(node_ids), dtype=np.int64)
+        for buf, group in self._by_buffer([int(i) for i in node_ids], range(len(node_ids))):
+            k = np.array([r for _, r in group], dtype=np.int64)
+            starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
+            ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
+            mids[k] = partition_nodes(self.X_columns, self._indices[buf], self._stats[buf], self._indices[1 - buf],
+                                      self._stats[1 - buf], starts, ends, features[k], bins[k], missing_left[k],
+                                      self.missing_codes)
+        return mids
+
+    def _by_buffer(self, node_ids, tags):
+        """Group (node, tag) pairs by the buffer holding the node (a layer normally uses one)."""
+        groups: dict[int, list] = {}
+        for nid, tag in zip(node_ids, tags):
+            groups.setdefault(self.segments[nid][2], []).append((nid, tag))
+        return sorted(groups.items())
 
     def _resolve_missing_direction(self, splits: LayerSplits, layer: Layer) -> None:
         """Where a node had no missing values, send them to the child with more samples."""
