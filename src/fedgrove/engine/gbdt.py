@@ -213,8 +213,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             model.add_tree(tree, c)
             if rows is None:
                 leaves = np.nonzero(tree.is_leaf)[0]
-                for leaf in leaves:
-                    raw[finder.node_samples(leaf), c] += tree.values[leaf, 0]
+                finder.add_node_values(raw, c, leaves, tree.values[leaves, 0])
             else:
                 leaf = PackedEnsemble([tree]).leaves_binned(X_binned, missing_codes)[:, 0]
                 raw[:, c] += tree.values[leaf, 0]

@@ -216,3 +216,14 @@ def sum_rows(stats):
         for c in range(n_stats):
             out[c] += partial[k, c]
     return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def add_to_segments(target, column, indices_a, indices_b, starts, ends, buffers, values):
+    """``target[i, column] += values[k]`` for every sample ``i`` of segment ``k``
+    (``starts[k]:ends[k]`` of ``indices_a`` or ``indices_b`` per ``buffers[k]``)."""
+    for k in prange(starts.shape[0]):
+        idx = indices_a if buffers[k] == 0 else indices_b
+        v = values[k]
+        for i in range(starts[k], ends[k]):
+            target[idx[i], column] += v

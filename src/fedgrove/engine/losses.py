@@ -6,10 +6,53 @@ Raw scores have shape ``(n_samples, n_outputs)``: 1 column for ``binary`` and
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit, prange
 from scipy.special import expit, softmax
 
 from fedgrove.exceptions import DataError, InvalidParameterError
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _logistic_gradients(y, raw):
+    n = y.shape[0]
+    g = np.empty((n, 1))
+    h = np.empty((n, 1))
+    for i in prange(n):
+        r = raw[i, 0]
+        # numerically stable sigmoid
+        if r >= 0.0:
+            p = 1.0 / (1.0 + math.exp(-r))
+        else:
+            e = math.exp(r)
+            p = e / (1.0 + e)
+        g[i, 0] = p - y[i]
+        h[i, 0] = p * (1.0 - p)
+    return g, h
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _softmax_gradients(y, raw, factor):
+    n, k = raw.shape
+    g = np.empty((n, k))
+    h = np.empty((n, k))
+    for i in prange(n):
+        m = raw[i, 0]
+        for c in range(1, k):
+            m = max(m, raw[i, c])
+        total = 0.0
+        for c in range(k):
+            e = math.exp(raw[i, c] - m)
+            g[i, c] = e
+            total += e
+        label = int(y[i])
+        for c in range(k):
+            p = g[i, c] / total
+            g[i, c] = p - (1.0 if c == label else 0.0)
+            h[i, c] = factor * p * (1.0 - p)
+    return g, h
 
 
 class Objective:
@@ -73,8 +116,7 @@ class Logistic(Objective):
         return np.array([np.log(p / (1 - p))])
 
     def gradients(self, y, raw):
-        p = expit(raw[:, 0])
-        return (p - y)[:, None], (p * (1.0 - p))[:, None]
+        return _logistic_gradients(y, np.ascontiguousarray(raw))
 
     def transform(self, raw):
         p = expit(raw[:, 0])
@@ -105,12 +147,8 @@ class Softmax(Objective):
         return np.log(np.clip(prior, 1e-15, None))
 
     def gradients(self, y, raw):
-        p = softmax(raw, axis=1)
-        onehot = np.zeros_like(p)
-        onehot[np.arange(len(y)), y.astype(np.int64)] = 1.0
-        # K/(K-1) p(1-p): Friedman's diagonal bound, as LightGBM uses
-        factor = self.n_classes / (self.n_classes - 1.0)
-        return p - onehot, factor * p * (1.0 - p)
+        # hessian K/(K-1) p(1-p): Friedman's diagonal bound, as LightGBM uses
+        return _softmax_gradients(y, np.ascontiguousarray(raw), self.n_classes / (self.n_classes - 1.0))
 
     def transform(self, raw):
         return softmax(raw, axis=1)

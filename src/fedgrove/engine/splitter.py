@@ -20,7 +20,8 @@ import numba
 import numpy as np
 
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
-from fedgrove.engine.histogram import build_histograms, gather_rows, subtract_histograms, sum_rows
+from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather_rows, subtract_histograms,
+                                       sum_rows)
 from fedgrove.engine.partition import partition_nodes
 from fedgrove.engine.split import CRITERIA, find_splits_cart, find_splits_gbdt
 
@@ -195,6 +196,13 @@ class HistogramSplitFinder(SplitFinder):
         """Row indices of the training samples in a node (a view; do not modify)."""
         s, e, buf = self.segments[int(node_id)]
         return self._indices[buf][s:e]
+
+    def add_node_values(self, target: np.ndarray, column: int, node_ids, values) -> None:
+        """``target[samples of node k, column] += values[k]`` (e.g. leaf values into raw scores)."""
+        segs = [self.segments[int(i)] for i in node_ids]
+        add_to_segments(target, column, self._indices[0], self._indices[1],
+                        np.array([s[0] for s in segs], dtype=np.int64), np.array([s[1] for s in segs], dtype=np.int64),
+                        np.array([s[2] for s in segs], dtype=np.int64), np.asarray(values, dtype=np.float64))
 
     def layer_histograms(self, layer: Layer, features: np.ndarray) -> np.ndarray:
         """Histograms of the layer's nodes, rows in layer order; smaller siblings built, larger subtracted."""
