@@ -1,0 +1,41 @@
+"""Print the README's benchmark tables from bench/results/*.json (markdown)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def engine_table() -> str:
+    path = RESULTS / "engine.json"
+    if not path.exists():
+        return "_bench/results/engine.json not found: run `python3 bench/engine.py`._"
+    r = json.loads(path.read_text())
+    s = r["settings"]
+    lines = [
+        f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), "
+        f"{s['threads']} threads, OMP_WAIT_POLICY {s.get('omp_wait_policy', 'unset')}; "
+        f"fit time is the median of the repeats shown.",
+        "",
+        "| dataset | repeats | metric | fedgrove | LightGBM | XGBoost | fit s fedgrove | fit s LightGBM | fit s XGBoost "
+        "| fit ratio fedgrove/LightGBM | predict s fedgrove / LightGBM | peak RSS MB fedgrove / LightGBM |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in r["datasets"].items():
+        f, lg, xg = e["fedgrove"], e["lightgbm"], e.get("xgboost")
+        lines.append(
+            f"| {name} | {e.get('repeats', '?')} | {f['metric']} | {f['value']:.4f} | {lg['value']:.4f} | "
+            f"{xg['value']:.4f} | {f['fit_s']:.2f} | {lg['fit_s']:.2f} | {xg['fit_s']:.2f} | "
+            f"{e['ratio_fedgrove_over_lightgbm']['fit']:.2f} | {f['predict_s']:.3f} / {lg['predict_s']:.3f} | "
+            f"{f['peak_rss_mb']:.0f} / {lg['peak_rss_mb']:.0f} |")
+    nc = r.get("numba_cache")
+    if nc:
+        lines += ["", f"Second process start: recompiled kernels: {nc['second_start_recompiled'] or 'none'} "
+                      f"(start-up with a tiny fit {nc['second_start_s']:.2f} s)."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(engine_table())
