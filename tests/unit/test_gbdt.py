@@ -130,3 +130,16 @@ def test_binary_labels_are_checked():
     y[3] = np.nan
     with pytest.raises(DataError, match="NaN"):
         train_gbdt(GBDTParams(n_estimators=1), X, y)
+
+
+@pytest.mark.slow
+def test_full_size_a9a_metric_within_0002_of_lightgbm(a9a):
+    # the benchmark's setting (100 trees, depth 8) on raw features, each library binning its own way
+    from fedgrove import metrics
+
+    X, y, Xt, yt = a9a.train.X, a9a.train.y, a9a.test.X, a9a.test.y
+    ours = train_gbdt(GBDTParams("binary", n_estimators=100, max_depth=8), X, y)
+    theirs = lgb.train(dict(objective="binary", num_leaves=256, max_depth=8, learning_rate=0.1, lambda_l2=1.0,
+                            min_data_in_leaf=1, min_sum_hessian_in_leaf=1e-3, verbose=-1, num_threads=2),
+                       lgb.Dataset(X, y), 100)
+    assert abs(metrics.auc(yt, ours.predict_proba(Xt)) - metrics.auc(yt, theirs.predict(Xt))) < 0.002
