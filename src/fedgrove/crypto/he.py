@@ -1,0 +1,303 @@
+"""Additively homomorphic encryption behind one small interface.
+
+Backends:
+
+* ``heu`` — SecretFlow's HEU (package ``sf-heu``), multi-threaded C++:
+  Okamoto–Uchiyama (``ou``, default, as SecretFlow uses) and Paillier
+  (``paillier``); 2048-bit keys by default, 3072 selectable.
+* ``phe`` — python-paillier with gmpy2, the pure-Python reference used to
+  cross-check HEU and wherever HEU is not installed (Paillier only).
+
+An :class:`HEContext` holds a public key and, for the key holder, the secret
+key.  Ciphertext vectors are opaque :class:`Ciphertexts`; they serialise to
+bytes for the wire.  Plaintexts are Python ints (signed).
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
+
+SCHEMES = ("ou", "paillier")
+KEY_BITS = (2048, 3072)
+
+
+def _heu_available() -> bool:
+    try:
+        import heu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def available_backends() -> list[str]:
+    return (["heu"] if _heu_available() else []) + ["phe"]
+
+
+@dataclass
+class Ciphertexts:
+    backend: str
+    data: object   # backend-specific vector
+    size: int
+
+
+class HEContext(ABC):
+    scheme: str
+    key_bits: int
+    backend: str
+
+    @property
+    @abstractmethod
+    def has_secret(self) -> bool: ...
+
+    @property
+    @abstractmethod
+    def plaintext_bits(self) -> int:
+        """Largest |plaintext| is below 2**plaintext_bits."""
+
+    @abstractmethod
+    def encrypt(self, values: list[int]) -> Ciphertexts: ...
+
+    @abstractmethod
+    def select_sums(self, ct: Ciphertexts, groups: list[list[int]]) -> Ciphertexts:
+        """``[sum(ct[i] for i in g) for g in groups]`` (an empty group sums to an encryption of 0)."""
+
+    @abstractmethod
+    def add(self, a: Ciphertexts, b: Ciphertexts) -> Ciphertexts: ...
+
+    @abstractmethod
+    def mul_scalar(self, ct: Ciphertexts, factors: list[int]) -> Ciphertexts: ...
+
+    @abstractmethod
+    def decrypt(self, ct: Ciphertexts) -> list[int]: ...
+
+    @abstractmethod
+    def serialize(self, ct: Ciphertexts) -> bytes: ...
+
+    @abstractmethod
+    def deserialize(self, data: bytes) -> Ciphertexts: ...
+
+    @abstractmethod
+    def public_bytes(self) -> bytes: ...
+
+    def compress(self, ct: Ciphertexts, slot_bits: int, n_slots: int) -> Ciphertexts:
+        """Fold groups of ``n_slots`` ciphertexts into one: ``c0 + c1*2^W + c2*2^2W ...``."""
+        if n_slots <= 1:
+            return ct
+        n = ct.size
+        n_out = (n + n_slots - 1) // n_slots
+        factors = [1 << (slot_bits * (i % n_slots)) for i in range(n)]
+        shifted = self.mul_scalar(ct, factors)
+        groups = [list(range(k * n_slots, min(n, (k + 1) * n_slots))) for k in range(n_out)]
+        return self.select_sums(shifted, groups)
+
+
+# ------------------------------------------------------------------------------------- HEU
+class HEUContext(HEContext):
+    backend = "heu"
+
+    def __init__(self, scheme: str, key_bits: int, kit=None, public_key=None):
+        from heu import numpy as hnp
+        from heu import phe
+
+        self._phe, self._hnp = phe, hnp
+        self.scheme, self.key_bits = scheme, key_bits
+        schema = phe.SchemaType.OU if scheme == "ou" else phe.SchemaType.ZPaillier
+        if kit is None and public_key is None:
+            kit = hnp.setup(schema, key_bits)
+        self._kit = kit if kit is not None else hnp.setup(public_key)
+        self._secret = kit is not None
+        self._encoder = phe.BigintEncoder(schema)
+        self._enc = self._kit.encryptor()
+        self._ev = self._kit.evaluator()
+        self._dec = self._kit.decryptor() if self._secret else None
+        self._bound_bits = int(self._kit.public_key().plaintext_bound()).bit_length() - 1 \
+            if hasattr(self._kit.public_key().plaintext_bound(), "__int__") else None
+
+    @property
+    def has_secret(self):
+        return self._secret
+
+    @property
+    def plaintext_bits(self):
+        if self._bound_bits is not None:
+            return self._bound_bits
+        return 680 if self.scheme == "ou" else self.key_bits - 2
+
+    def _array(self, values):
+        return self._hnp.array(np.array(values, dtype=object).reshape(-1, 1), self._encoder)
+
+    def encrypt(self, values):
+        return Ciphertexts("heu", self._enc.encrypt(self._array(values)), len(values))
+
+    def select_sums(self, ct, groups):
+        return Ciphertexts("heu", self._ev.batch_select_sum(ct.data, [list(g) for g in groups]), len(groups))
+
+    def add(self, a, b):
+        return Ciphertexts("heu", self._ev.add(a.data, b.data), a.size)
+
+    def mul_scalar(self, ct, factors):
+        return Ciphertexts("heu", self._ev.mul(ct.data, self._array(factors)), ct.size)
+
+    def decrypt(self, ct):
+        if not self._secret:
+            raise ProtocolError("this party holds no secret key")
+        return [int(v) for v in self._dec.decrypt(ct.data).to_numpy(self._encoder).ravel()]
+
+    def serialize(self, ct):
+        return bytes(ct.data.serialize())
+
+    def deserialize(self, data):
+        try:
+            arr = self._hnp.CiphertextArray.load_from(data)
+        except Exception as exc:  # HEU raises its own runtime errors on bad bytes
+            raise ProtocolError(f"malformed ciphertext block: {exc}") from None
+        return Ciphertexts("heu", arr, int(arr.shape[0]) if arr.ndim else 1)
+
+    def public_bytes(self):
+        return _key_header("heu", self.scheme, self.key_bits) + bytes(self._kit.public_key().serialize())
+
+
+# ------------------------------------------------------------------------------------- phe
+class PheContext(HEContext):
+    """python-paillier with raw ciphertext arithmetic (gmpy2 when installed)."""
+
+    backend = "phe"
+
+    def __init__(self, scheme: str, key_bits: int, keypair=None, public_key=None):
+        from phe import paillier
+
+        if scheme != "paillier":
+            raise InvalidParameterError("the phe backend implements Paillier only; use scheme='paillier' or "
+                                        "install sf-heu for Okamoto-Uchiyama")
+        self.scheme, self.key_bits = scheme, key_bits
+        if keypair is None and public_key is None:
+            keypair = paillier.generate_paillier_keypair(n_length=key_bits)
+        self._pk = keypair[0] if keypair is not None else public_key
+        self._sk = keypair[1] if keypair is not None else None
+        self._n = self._pk.n
+        self._nsq = self._pk.nsquare
+        try:
+            import gmpy2
+
+            self._mpz = gmpy2.mpz
+        except ImportError:  # pragma: no cover - gmpy2 is a dependency of the crypto extra
+            self._mpz = int
+
+    @property
+    def has_secret(self):
+        return self._sk is not None
+
+    @property
+    def plaintext_bits(self):
+        return self._n.bit_length() - 2
+
+    def encrypt(self, values):
+        n = self._n
+        return Ciphertexts("phe", [self._mpz(self._pk.raw_encrypt(int(v) % n)) for v in values], len(values))
+
+    def select_sums(self, ct, groups):
+        nsq = self._nsq
+        one = self._mpz(self._pk.raw_encrypt(0))
+        out = []
+        for g in groups:
+            acc = one
+            for i in g:
+                acc = acc * ct.data[i] % nsq
+            out.append(acc)
+        return Ciphertexts("phe", out, len(groups))
+
+    def add(self, a, b):
+        nsq = self._nsq
+        return Ciphertexts("phe", [x * y % nsq for x, y in zip(a.data, b.data)], a.size)
+
+    def mul_scalar(self, ct, factors):
+        nsq, n = self._nsq, self._n
+        return Ciphertexts("phe", [pow(c, int(f) % n, nsq) for c, f in zip(ct.data, factors)], ct.size)
+
+    def decrypt(self, ct):
+        if self._sk is None:
+            raise ProtocolError("this party holds no secret key")
+        n, half = self._n, self._n // 2
+        out = []
+        for c in ct.data:
+            m = self._sk.raw_decrypt(int(c))
+            out.append(m - n if m > half else m)
+        return out
+
+    def serialize(self, ct):
+        width = (self._nsq.bit_length() + 7) // 8
+        return b"".join(int(c).to_bytes(width, "big") for c in ct.data)
+
+    def deserialize(self, data):
+        width = (self._nsq.bit_length() + 7) // 8
+        if len(data) % width:
+            raise ProtocolError(f"malformed ciphertext block: {len(data)} bytes is not a multiple of {width}")
+        vals = [self._mpz(int.from_bytes(data[i:i + width], "big")) for i in range(0, len(data), width)]
+        if any(v >= self._nsq for v in vals):
+            raise ProtocolError("malformed ciphertext block: value outside Z_{n^2}")
+        return Ciphertexts("phe", vals, len(vals))
+
+    def public_bytes(self):
+        return _key_header("phe", self.scheme, self.key_bits) + int(self._n).to_bytes((self._n.bit_length() + 7) // 8,
+                                                                                      "big")
+
+
+def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None) -> HEContext:
+    """A new key pair.  ``backend=None`` picks HEU when installed, else python-paillier."""
+    if scheme not in SCHEMES:
+        raise InvalidParameterError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    if key_bits not in KEY_BITS:
+        raise InvalidParameterError(f"key_bits must be one of {KEY_BITS}, got {key_bits!r}")
+    if backend is None:
+        if _heu_available():
+            backend = "heu"
+        else:
+            warnings.warn("sf-heu is not installed (it ships wheels for CPython 3.11 only): falling back to "
+                          "python-paillier, about 300x slower to encrypt than HEU's OU", RuntimeWarning,
+                          stacklevel=2)
+            backend, scheme = "phe", "paillier"
+    if backend == "heu":
+        return HEUContext(scheme, key_bits)
+    if backend == "phe":
+        return PheContext(scheme, key_bits)
+    raise InvalidParameterError(f"backend must be 'heu' or 'phe', got {backend!r}")
+
+
+def _key_header(kind: str, scheme: str, key_bits: int) -> bytes:
+    return f"{kind}|{scheme}|{key_bits}|".encode()
+
+
+def public_context(data: bytes) -> HEContext:
+    """The encrypting side of a key holder's context, from :meth:`HEContext.public_bytes`.
+
+    The format is a short text header and the key's own serialisation (never
+    pickle: the bytes come from another party)."""
+    try:
+        kind, scheme, bits, key = bytes(data).split(b"|", 3)
+        kind, scheme, key_bits = kind.decode(), scheme.decode(), int(bits)
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError("malformed public key") from None
+    if scheme not in SCHEMES or key_bits not in KEY_BITS:
+        raise ProtocolError(f"public key of unsupported scheme {scheme!r} / {key_bits} bits")
+    if kind == "heu":
+        from heu import phe
+
+        try:
+            pk = phe.PublicKey.load_from(key)
+        except Exception as exc:  # HEU raises its own runtime errors on bad bytes
+            raise ProtocolError(f"malformed public key: {exc}") from None
+        return HEUContext(scheme, key_bits, public_key=pk)
+    if kind == "phe":
+        from phe import paillier
+
+        n = int.from_bytes(key, "big")
+        if n.bit_length() < key_bits - 8:
+            raise ProtocolError("malformed public key: modulus too short")
+        return PheContext(scheme, key_bits, public_key=paillier.PaillierPublicKey(n))
+    raise ProtocolError(f"unknown public key kind {kind!r}")

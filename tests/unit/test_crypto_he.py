@@ -1,0 +1,96 @@
+"""Homomorphic encryption backends and the packing codec."""
+
+import numpy as np
+import pytest
+
+from fedgrove.crypto.he import available_backends, keygen, public_context
+from fedgrove.crypto.packing import GHPacker
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
+
+BACKENDS = [(b, s) for b, s in (("heu", "ou"), ("heu", "paillier"), ("phe", "paillier")) if b in available_backends()]
+
+
+@pytest.fixture(scope="module", params=BACKENDS, ids=[f"{b}-{s}" for b, s in BACKENDS])
+def ctx(request):
+    backend, scheme = request.param
+    return keygen(scheme, 2048, backend)
+
+
+def test_packed_sums_decode_exactly_to_fixed_point_sums(ctx, rng):
+    packer = GHPacker()
+    g = rng.normal(size=300) * 3
+    h = rng.random(300)
+    pub = public_context(ctx.public_bytes())
+    assert not pub.has_secret
+    ct = pub.encrypt(packer.encode(g, h))
+    groups = [list(range(0, 300, 3)), [], list(range(300)), [7]]
+    sums = pub.select_sums(ct, groups)
+    got = packer.decode(ctx.decrypt(ctx.deserialize(pub.serialize(sums))))
+    scale = 2.0 ** packer.frac_bits
+    for k, grp in enumerate(groups):  # exact integer sums, then one rounding to float
+        gi = int(sum(int(v) for v in packer.encode_fixed(g[grp]))) if grp else 0
+        hi = int(sum(int(v) for v in packer.encode_fixed(h[grp]))) if grp else 0
+        assert got[k, 0] == gi / scale and got[k, 1] == hi / scale
+        np.testing.assert_allclose(got[k], [g[grp].sum(), h[grp].sum()] if grp else [0, 0], rtol=1e-12, atol=1e-12)
+
+
+def test_compressed_sums_decode_like_uncompressed(ctx, rng):
+    packer = GHPacker()
+    g, h = rng.normal(size=40), rng.random(40)
+    ct = ctx.encrypt(packer.encode(g, h))
+    groups = [[i, (i + 1) % 40] for i in range(11)]
+    sums = ctx.select_sums(ct, groups)
+    slots = packer.slots_per_plaintext(ctx.plaintext_bits)
+    assert slots >= 3
+    comp = ctx.compress(sums, packer.slot_bits, slots)
+    assert comp.size == -(-11 // slots)
+    np.testing.assert_array_equal(packer.decode(ctx.decrypt(comp), n_slots=slots, n_sums=11),
+                                  packer.decode(ctx.decrypt(sums)))
+
+
+def test_key_holder_rejects_values_outside_the_expected_range(ctx):
+    packer = GHPacker()
+    forged = ctx.encrypt([1 << (packer.slot_bits + 5)])
+    with pytest.raises(ProtocolError, match="outside the range"):
+        packer.decode(ctx.decrypt(forged))
+    negative_h = ctx.encrypt([-(1 << packer.shift)])
+    with pytest.raises(ProtocolError, match="hessian"):
+        packer.decode(ctx.decrypt(negative_h))
+
+
+def test_malformed_bytes_are_protocol_errors(ctx):
+    with pytest.raises(ProtocolError):
+        ctx.deserialize(b"\x01\x02garbage")
+    with pytest.raises(ProtocolError):
+        public_context(b"not a key")
+
+
+def test_gradients_beyond_the_packable_range_are_refused():
+    with pytest.raises(ProtocolError, match="packable range"):
+        GHPacker().encode(np.array([1e6]), np.array([0.1]))
+    with pytest.raises(ProtocolError, match="finite"):
+        GHPacker().encode(np.array([np.nan]), np.array([0.1]))
+
+
+def test_heu_and_phe_agree():
+    # the reference backend cross-checks the fast one on the same plaintexts
+    if "heu" not in available_backends():
+        pytest.skip("sf-heu not installed")
+    packer = GHPacker()
+    r = np.random.default_rng(5)
+    g, h = r.normal(size=64), r.random(64)
+    groups = [list(range(k, 64, 5)) for k in range(5)]
+    out = []
+    for backend in ("heu", "phe"):
+        c = keygen("paillier", 2048, backend)
+        out.append(packer.decode(c.decrypt(c.select_sums(c.encrypt(packer.encode(g, h)), groups))))
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+def test_bad_parameters():
+    with pytest.raises(InvalidParameterError, match="scheme"):
+        keygen("rsa")
+    with pytest.raises(InvalidParameterError, match="key_bits"):
+        keygen("ou", 1024)
+    with pytest.raises(InvalidParameterError, match="Paillier only"):
+        keygen("ou", 2048, "phe")
