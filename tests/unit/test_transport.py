@@ -1,0 +1,89 @@
+"""Codec strictness and the in-process Channel."""
+
+import numpy as np
+import pytest
+
+from fedgrove.exceptions import PeerTimeoutError, ProtocolError
+from fedgrove.transport.codec import Message, array_field, decode, encode, register
+from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+
+@register
+class Probe(Message):
+    values: np.ndarray = array_field("<f8", 2)
+    ids: np.ndarray = array_field("<i8", 1)
+    blob: bytes = b""
+    parts: list[bytes] = None
+    count: int = 0
+    name: str = ""
+    flags: list[int] = None
+
+
+def _probe():
+    return Probe(np.arange(6.0).reshape(2, 3), np.array([5, 7]), b"\x00\x01", [b"ab", b"", b"c"], 3, "x", [1, 2])
+
+
+def test_round_trip():
+    m = decode(encode(_probe()), Probe)
+    np.testing.assert_array_equal(m.values, np.arange(6.0).reshape(2, 3))
+    assert m.ids.tolist() == [5, 7] and m.blob == b"\x00\x01" and m.parts == [b"ab", b"", b"c"]
+    assert (m.count, m.name, m.flags) == (3, "x", [1, 2])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip-header", "wrong-type", "oversize", "trailing", "shape"])
+def test_tampered_or_truncated_messages_are_rejected(damage):
+    data = encode(_probe())
+    if damage == "truncate":
+        data = data[:-5]
+    elif damage == "flip-header":
+        data = data[:12] + b"#" + data[13:]
+    elif damage == "wrong-type":
+        data = data.replace(b'"count":{"v":3}', b'"count":{"v":"3"}')
+    elif damage == "trailing":
+        data = data + b"\x00"
+    elif damage == "shape":
+        data = data.replace(b'"shape":[2,3]', b'"shape":[3,3]')
+    with pytest.raises(ProtocolError, match="malformed message \\(from peer\\)"):
+        decode(data, Probe, max_bytes=100 if damage == "oversize" else 1 << 20, context="from peer")
+
+
+def test_channel_scopes_tags_counts_bytes_and_times_out():
+    hub = InProcessHub(["a", "b"])
+
+    def a(ch):
+        with ch.scope(tree=1, layer=2):
+            ch.send("b", "probe", _probe())
+            return ch.recv("b", "reply", Probe).count
+
+    def b(ch):
+        with ch.scope(tree=1, layer=2):
+            m = ch.recv("a", "probe", Probe)
+            m.count += 1
+            ch.send("a", "reply", m)
+        return None
+
+    results, channels = run_parties(hub, {"a": a, "b": b})
+    assert results["a"] == 4
+    sa, sb = channels["a"].stats, channels["b"].stats
+    assert sa.bytes_sent["b"] == sb.bytes_received["a"] == len(encode(_probe()))
+    assert ("a", "b", "tree=1/layer=2/probe") in hub._boxes
+    lonely = InProcessHub(["a", "b"]).channel("a", timeout=0.3)
+    with pytest.raises(PeerTimeoutError, match="no message from b"):
+        lonely.recv("b", "never")
+
+
+def test_a_failing_party_stops_the_others_quickly():
+    import time
+
+    hub = InProcessHub(["a", "b"])
+
+    def a(ch):
+        raise RuntimeError("boom")
+
+    def b(ch):
+        return ch.recv("a", "never")
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="boom"):
+        run_parties(hub, {"a": a, "b": b}, timeout=30)
+    assert time.monotonic() - t0 < 5
