@@ -169,10 +169,13 @@ class HistogramSplitFinder(SplitFinder):
         self._resolve_missing_direction(splits, layer)
         return splits
 
-    def apply_splits(self, layer, split_rows, splits, child_ids):
+    def apply_splits(self, layer, split_rows, splits, child_ids, masks=None):
+        """Partition the split nodes (by the local codes, or by given left ``masks``) and record the children."""
         ids = layer.node_ids[split_rows]
-        mids = self.partition(ids, splits.feature[split_rows], splits.bin[split_rows],
-                              splits.missing_left[split_rows])
+        if masks is None:
+            mids = self._split_positions(ids, splits, split_rows)
+        else:
+            mids = self.partition_by_masks(ids, masks)
         pending = []
         counts = np.empty(2 * len(ids))
         for k, nid in enumerate(ids):
@@ -238,7 +241,36 @@ class HistogramSplitFinder(SplitFinder):
         self._hist = hist
         self._hist_row = row_of
         self._pending = None
+        # what was built and what subtracted, for protocols that mirror it on remote features
+        self.last_build_rows = sorted(int(r) for r in build) if len(build) else []
+        self.last_pairs = list(zip(parent_rows, small_rows, large_rows))
         return hist
+
+    def _split_positions(self, node_ids, splits, split_rows) -> np.ndarray:
+        """Partition the split nodes; a protocol's finder overrides this when other parties own splits."""
+        return self.partition(node_ids, splits.feature[split_rows], splits.bin[split_rows],
+                              splits.missing_left[split_rows])
+
+    def left_mask(self, node_id: int, feature: int, bin_: int, missing_left: bool) -> np.ndarray:
+        """Which of the node's samples (in :meth:`node_samples` order) a local split sends left."""
+        codes = self.X_binned[self.node_samples(node_id), feature]
+        return np.where(codes == self.missing_codes[feature], bool(missing_left), codes <= bin_)
+
+    def partition_by_masks(self, node_ids, masks) -> np.ndarray:
+        """Split nodes by given left masks (in :meth:`node_samples` order); returns the split positions."""
+        mids = np.empty(len(node_ids), dtype=np.int64)
+        for k, (nid, mask) in enumerate(zip(node_ids, masks)):
+            s, e, buf = self.segments[int(nid)]
+            mask = np.asarray(mask, dtype=bool)
+            if mask.shape != (e - s,):
+                raise ValueError(f"mask for node {nid} has {mask.shape[0]} entries, the node has {e - s} samples")
+            nl = int(mask.sum())
+            src_i, src_s = self._indices[buf][s:e], self._stats[buf][s:e]
+            dst_i, dst_s = self._indices[1 - buf], self._stats[1 - buf]
+            dst_i[s:s + nl], dst_i[s + nl:e] = src_i[mask], src_i[~mask]
+            dst_s[s:s + nl], dst_s[s + nl:e] = src_s[mask], src_s[~mask]
+            mids[k] = s + nl
+        return mids
 
     def partition(self, node_ids, features, bins, missing_left) -> np.ndarray:
         """Split the nodes' segments (into the other buffer); returns where each right part starts."""
@@ -263,17 +295,27 @@ class HistogramSplitFinder(SplitFinder):
         return sorted(groups.items())
 
     def _resolve_missing_direction(self, splits: LayerSplits, layer: Layer) -> None:
-        """Where a node had no missing values, send them to the child with more samples."""
-        ok = np.nonzero(splits.feature >= 0)[0]
-        if not len(ok):
-            return
-        offs = self.feature_offsets
-        miss_bins = offs[splits.feature[ok] + 1] - 1
-        miss_w = self.scorer.hist_weight(self._hist[ok, miss_bins, :])
-        no_missing = miss_w <= 0
-        if self.count_from_segments:  # counts of children are not known yet: weigh by hessian
-            lw, tw = splits.left_stats[ok, 1], layer.stats[ok, 1]
-        else:
-            lw = self.scorer.sample_weight(splits.left_stats[ok])
-            tw = self.scorer.sample_weight(layer.stats[ok])
-        splits.missing_left[ok[no_missing]] = (lw >= tw - lw)[no_missing]
+        resolve_missing_direction(splits, layer, self._hist, self.feature_offsets, self.scorer,
+                                  self.count_from_segments)
+
+
+def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_offsets, scorer,
+                              count_from_segments: bool) -> None:
+    """Where a node had no missing values, send them to the child with more samples.
+
+    Without per-bin counts (``count_from_segments``) presence of missing values is
+    read from the missing bin's g/h sums and "more samples" from hessians.
+    """
+    ok = np.nonzero(splits.feature >= 0)[0]
+    if not len(ok):
+        return
+    miss_bins = feature_offsets[splits.feature[ok] + 1] - 1
+    miss = hist[ok, miss_bins, :]
+    if count_from_segments:
+        no_missing = (miss[:, 0] == 0) & (miss[:, 1] == 0)
+        lw, tw = splits.left_stats[ok, 1], layer.stats[ok, 1]
+    else:
+        no_missing = scorer.hist_weight(miss) <= 0
+        lw = scorer.sample_weight(splits.left_stats[ok])
+        tw = scorer.sample_weight(layer.stats[ok])
+    splits.missing_left[ok[no_missing]] = (lw >= tw - lw)[no_missing]

@@ -41,7 +41,8 @@ class Message:
 
 def array_field(dtype, ndim: int):
     """Declare a numpy array field of fixed dtype and rank."""
-    return field(metadata={"dtype": np.dtype(dtype).str, "ndim": ndim})
+    dt = np.dtype(dtype)
+    return field(default_factory=lambda: np.zeros((0,) * ndim, dtype=dt), metadata={"dtype": dt.str, "ndim": ndim})
 
 
 def register(cls):

@@ -1,0 +1,277 @@
+"""The active party: labels and features.  It holds the secret key, decrypts
+per-bin sums of the passive parties' features, chooses every split and stores
+the trees; it never sees passive features, cut points or thresholds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.crypto.he import HEContext
+from fedgrove.crypto.packing import GHPacker
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
+from fedgrove.engine.tree import PackedEnsemble
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.protocols.vertical import messages as m
+
+
+class _Remote:
+    """One passive party as the active party sees it: bin layout and histograms per layer."""
+
+    def __init__(self, name: str, n_value_bins: np.ndarray, offset_features: int, offset_bins: int):
+        self.name = name
+        self.n_value_bins = n_value_bins.astype(np.int64)
+        self.n_features = len(n_value_bins)
+        self.first_feature = offset_features
+        self.local_offsets = np.concatenate([[0], np.cumsum(self.n_value_bins + 1)]).astype(np.int64)
+        self.first_bin = offset_bins
+        self.n_bins = int(self.local_offsets[-1])
+
+
+class VerticalSplitFinder(SplitFinder):
+    """The active party's split finder: local histograms plus decrypted remote ones."""
+
+    def __init__(self, local: HistogramSplitFinder, channel, remotes: list[_Remote], he: HEContext,
+                 packer: GHPacker, scorer: GBDTScorer, layer_counter: list):
+        self.local = local
+        self.ch = channel
+        self.remotes = remotes
+        self.he = he
+        self.packer = packer
+        self.scorer = scorer
+        self.n_stats = local.n_stats
+        self.local_bins = int(local.feature_offsets[-1])
+        self.n_local = local.n_features
+        remote_offsets = [r.local_offsets[1:] + r.first_bin for r in remotes]
+        self.offsets = np.concatenate([local.feature_offsets] + remote_offsets).astype(np.int32)
+        self.n_features = len(self.offsets) - 1
+        self._remote_hist = None
+        self._layer = layer_counter
+
+    def root_stats(self):
+        return self.local.root_stats()
+
+    def sample_weight(self, stats):
+        return self.local.sample_weight(stats)
+
+    def owner_of(self, feature: int) -> tuple[int, int]:
+        """(party index: 0 = active, k = k-th passive, local feature index) of a combined feature index."""
+        if feature < self.n_local:
+            return 0, feature
+        for k, r in enumerate(self.remotes, start=1):
+            if feature < r.first_feature + r.n_features:
+                return k, feature - r.first_feature
+        raise ProtocolError(f"feature index {feature} out of range")
+
+    def find_splits(self, layer: Layer) -> LayerSplits:
+        local_hist = self.local.layer_histograms(layer, self.local.features)
+        build = self.local.last_build_rows
+        pairs = self.local.last_pairs
+        nodes = [int(layer.node_ids[r]) for r in build]
+        request = m.HistogramRequest(self._layer[0], nodes)
+        for r in self.remotes:
+            self.ch.send(r.name, m.CONTROL, request)
+        total_bins = int(self.offsets[-1])
+        hist = np.zeros((len(layer), total_bins, 2))
+        hist[:, :self.local_bins] = local_hist
+        for r in self.remotes:
+            reply = self.ch.recv(r.name, m.REPLY, m.EncryptedHistograms)
+            part = self._decode_remote(r, reply, layer, build)
+            hist[build, r.first_bin:r.first_bin + r.n_bins] = part
+        if pairs:
+            prev = self._remote_hist
+            for parent_row, small, large in pairs:
+                hist[large, self.local_bins:] = prev[parent_row, self.local_bins:] - hist[small, self.local_bins:]
+        self._remote_hist = hist
+        allowed = np.ones((len(layer), self.n_features), dtype=np.bool_)
+        rows = np.arange(len(layer), dtype=np.int64)
+        gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.offsets, allowed)
+        splits = LayerSplits(gain, feature, bins, missing_left, left, np.full(len(layer), np.nan),
+                             np.full(len(layer), -1, dtype=np.int32))
+        for j in np.nonzero(feature >= 0)[0]:
+            party, f = self.owner_of(int(feature[j]))
+            splits.owner[j] = party
+            if party == 0:
+                splits.threshold[j] = self.local.thresholds[f][bins[j]]
+        resolve_missing_direction(splits, layer, hist, self.offsets, self.scorer, self.local.count_from_segments)
+        return splits
+
+    def _decode_remote(self, r: _Remote, reply: m.EncryptedHistograms, layer: Layer, build) -> np.ndarray:
+        n_build = len(build)
+        if reply.skipped.shape != (n_build * r.n_features,) or reply.n_bins.shape != reply.skipped.shape \
+                or int(reply.n_bins.sum()) != reply.n_sums or reply.bins.shape != (reply.n_sums,):
+            raise ProtocolError(f"histograms from {r.name} do not match the request (layer {self._layer[0]})")
+        expected_slots = self.packer.slots_per_plaintext(self.he.plaintext_bits)
+        if reply.n_slots != expected_slots:
+            raise ProtocolError(f"histograms from {r.name} use {reply.n_slots} slots, expected {expected_slots}")
+        sums = np.zeros((0, 2))
+        if reply.n_sums:
+            ct = self.he.deserialize(reply.ciphertexts)
+            if ct.size != -(-reply.n_sums // reply.n_slots):
+                raise ProtocolError(f"histograms from {r.name}: {ct.size} ciphertexts for {reply.n_sums} sums")
+            sums = self.packer.decode(self.he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
+        out = np.zeros((n_build, r.n_bins, 2))
+        pos = 0
+        k = 0
+        for j in range(n_build):
+            total = layer.stats[build[j], :2]
+            for f in range(r.n_features):
+                nb = int(r.n_value_bins[f]) + 1
+                base = int(r.local_offsets[f])
+                cnt = int(reply.n_bins[k])
+                skip = int(reply.skipped[k])
+                b_idx = reply.bins[pos:pos + cnt]
+                if skip < 0 or skip >= nb or np.any(b_idx < 0) or np.any(b_idx >= nb) or np.any(b_idx == skip):
+                    raise ProtocolError(f"histograms from {r.name}: bin index out of range")
+                out[j, base + b_idx] = sums[pos:pos + cnt]
+                out[j, base + skip] = total - sums[pos:pos + cnt].sum(axis=0)
+                pos += cnt
+                k += 1
+        return out
+
+    def apply_splits(self, layer, split_rows, splits, child_ids):
+        ids = [int(i) for i in layer.node_ids[split_rows]]
+        masks: list = [None] * len(ids)
+        queries: dict[int, list] = {}
+        for k, row in enumerate(split_rows):
+            party, f = self.owner_of(int(splits.feature[row]))
+            if party == 0:
+                masks[k] = self.local.left_mask(ids[k], f, int(splits.bin[row]), bool(splits.missing_left[row]))
+            else:
+                queries.setdefault(party, []).append((k, f, row))
+        for party, items in queries.items():
+            r = self.remotes[party - 1]
+            self.ch.send(r.name, m.CONTROL, m.SplitQuery(self._layer[0], [ids[k] for k, _, _ in items],
+                                                         [f for _, f, _ in items],
+                                                         [int(splits.bin[row]) for _, _, row in items],
+                                                         [int(splits.missing_left[row]) for _, _, row in items]))
+        for party, items in queries.items():
+            r = self.remotes[party - 1]
+            reply = self.ch.recv(r.name, m.REPLY, m.SplitMasks)
+            if len(reply.masks) != len(items):
+                raise ProtocolError(f"{r.name} answered {len(reply.masks)} masks for {len(items)} splits")
+            for (k, _, _), bits in zip(items, reply.masks):
+                masks[k] = m.unpack_mask(bits, len(self.local.node_samples(ids[k])))
+        partition = m.LayerPartition(self._layer[0], ids, [int(c) for c in child_ids[:, 0]],
+                                     [int(c) for c in child_ids[:, 1]], [m.pack_mask(x) for x in masks])
+        for r in self.remotes:
+            self.ch.send(r.name, m.CONTROL, partition)
+        self._layer[0] += 1
+        return self.local.apply_splits(layer, split_rows, splits, child_ids, masks=masks)
+
+
+class VerticalActive:
+    """The active side of training and prediction.
+
+    Parameters
+    ----------
+    channel : Channel of the active party
+    X, y : the active party's features and labels
+    passives : names of the passive parties, in the order their features follow the active's
+    params : GBDTParams (``min_samples_leaf`` must be 1: per-bin counts are not exchanged)
+    he : the key holder's HEContext (secret key)
+    """
+
+    def __init__(self, channel, X, y, passives: list[str], params: GBDTParams, he: HEContext,
+                 bin_mapper: BinMapper | None = None, packer: GHPacker | None = None):
+        if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
+            raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
+                                        "min_samples_leaf=1 and min_child_weight > 0")
+        if params.subsample < 1 or params.colsample_bytree < 1:
+            raise InvalidParameterError("row/column subsampling is not supported by the vertical protocol yet")
+        if not he.has_secret:
+            raise InvalidParameterError("the active party must hold the secret key")
+        self.ch = channel
+        self.X, self.y = check_xy(X, y)
+        self.passives = list(passives)
+        self.params = params
+        self.he = he
+        self.packer = packer or GHPacker()
+        self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
+        self.remotes: list[_Remote] = []
+
+    def fit(self) -> GBDTModel:
+        ch, p = self.ch, self.params
+        n_classes = p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass" else 1)
+        objective = make_objective(p.objective, n_classes)
+        y = objective.check_labels(self.y)
+        X_binned = self.bin_mapper.transform(self.X)
+        X_columns = np.asfortranarray(X_binned)
+        n, n_local = X_binned.shape
+        feat, bins = n_local, int(self.bin_mapper.feature_offsets[-1])
+        for name in self.passives:
+            layout = ch.recv(name, "layout", m.FeatureLayout)
+            if layout.n_value_bins.ndim != 1 or np.any(layout.n_value_bins < 1) or np.any(layout.n_value_bins > 255):
+                raise ProtocolError(f"feature layout from {name} is invalid")
+            self.remotes.append(_Remote(name, layout.n_value_bins, feat, bins))
+            feat += len(layout.n_value_bins)
+            bins += self.remotes[-1].n_bins
+        ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits), self.passives)
+
+        K = objective.n_outputs
+        base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
+        raw = np.tile(base, (n, 1))
+        model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
+        model.metadata["feature_owners"] = ([[ch.party, j] for j in range(n_local)]
+                                            + [[r.name, j] for r in self.remotes for j in range(r.n_features)])
+        scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
+        thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(n_local)]
+        tree_id = 0
+        for _ in range(p.n_estimators):
+            g, h = objective.gradients(y, raw)
+            for c in range(K):
+                with ch.scope(tree=tree_id):
+                    ct = self.he.encrypt(self.packer.encode(g[:, c], h[:, c]))
+                    ch.broadcast(m.CONTROL, m.EncryptedGradients(tree_id, self.he.serialize(ct), n), self.passives)
+                    stats = np.column_stack([g[:, c], h[:, c]])
+                    local = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
+                                                 self.bin_mapper.missing_codes, thresholds, stats, scorer,
+                                                 X_columns=X_columns)
+                    finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0])
+                    tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
+                                      min_samples_split=2 * p.min_samples_leaf).grow()
+                    ch.broadcast(m.CONTROL, m.TreeEnd(tree_id), self.passives)
+                model.add_tree(tree, c)
+                leaves = np.nonzero(tree.is_leaf)[0]
+                local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
+                tree_id += 1
+        with ch.scope(tree=tree_id):
+            ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.passives)
+        self.model = model
+        return model
+
+    def predict_raw(self, X_local: np.ndarray, model: GBDTModel | None = None) -> np.ndarray:
+        """One round: passives send go-left bits of their splits; the active routes every instance."""
+        model = model or self.model
+        X_local = np.asarray(X_local, dtype=np.float64)
+        n = len(X_local)
+        self.ch.broadcast("predict", m.PredictRequest(n), self.passives)
+        remote_bits = {}
+        for k, name in enumerate(self.passives, start=1):
+            reply = self.ch.recv(name, "predict", m.PredictBits)
+            for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
+                remote_bits[(t, node)] = m.unpack_mask(bits, n)
+        leaves = np.zeros((n, len(model.trees)), dtype=np.int32)
+        for t, tree in enumerate(model.trees):
+            node = np.zeros(n, dtype=np.int64)
+            active = tree.nodes["feature"][node] >= 0
+            while active.any():
+                for nid in np.unique(node[active]):
+                    rec = tree.nodes[nid]
+                    sel = active & (node == nid)
+                    if rec["owner"] <= 0:
+                        x = X_local[sel, rec["feature"]]
+                        go = np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
+                    else:
+                        bits = remote_bits.get((t, int(nid)))
+                        if bits is None:
+                            raise ProtocolError(f"no prediction bits for tree {t} node {nid} from its owner")
+                        go = bits[sel]
+                    node[sel] = np.where(go, rec["left"], rec["right"])
+                active = tree.nodes["feature"][node] >= 0
+            leaves[:, t] = node
+        return model.raw_from_leaves(leaves)

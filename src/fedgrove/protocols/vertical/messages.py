@@ -1,0 +1,135 @@
+"""Messages of the vertical protocol (stages in order).
+
+Setup:      passive -> active  FeatureLayout;   active -> passive  PublicKey
+Per tree:   active -> passive  EncryptedGradients (once)
+Per layer:  active -> passive  HistogramRequest;  passive -> active  EncryptedHistograms
+            active -> owner    SplitQuery;        owner -> active    SplitMasks
+            active -> passive  LayerPartition
+            active -> passive  TreeEnd
+End:        active -> passive  TrainingDone
+Prediction: active -> passive  PredictRequest;    passive -> active  PredictBits
+
+Active-to-passive control messages travel in order on one tag per tree
+(``tree=t/ctl``); replies on ``tree=t/reply``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.transport.codec import Message, array_field, register
+
+CONTROL = "ctl"
+REPLY = "reply"
+
+
+@register
+class FeatureLayout(Message):
+    """How many value bins each of the passive party's features has (not its cut points)."""
+
+    n_value_bins: np.ndarray = array_field("<i4", 1)
+
+
+@register
+class PublicKey(Message):
+    key: bytes = b""
+    frac_bits: int = 53
+
+
+@register
+class EncryptedGradients(Message):
+    """Packed Enc(g, h) of every instance, in instance order; sent once per tree."""
+
+    tree: int = 0
+    ciphertexts: bytes = b""
+    n: int = 0
+
+
+@register
+class HistogramRequest(Message):
+    layer: int = 0
+    nodes: list[int] = None
+
+
+@register
+class EncryptedHistograms(Message):
+    """Encrypted (G, H) sums of the requested nodes' non-default bins, compressed.
+
+    For each (node, feature) in order: ``skipped[k]`` is the bin left out (the
+    node's most frequent one; the key holder gets it by subtraction from the
+    node total) and ``n_bins[k]`` the number of sums that follow, whose bin
+    indices are the next entries of ``bins``.
+    """
+
+    ciphertexts: bytes = b""
+    n_sums: int = 0
+    n_slots: int = 1
+    skipped: np.ndarray = array_field("<i4", 1)
+    n_bins: np.ndarray = array_field("<i4", 1)
+    bins: np.ndarray = array_field("<i4", 1)
+
+
+@register
+class SplitQuery(Message):
+    """Splits chosen on the owner's features: local feature index and bin per node."""
+
+    layer: int = 0
+    nodes: list[int] = None
+    features: list[int] = None
+    bins: list[int] = None
+    missing_left: list[int] = None
+
+
+@register
+class SplitMasks(Message):
+    """Per queried node: packed bits, 1 = goes left, over the node's instances in ID order."""
+
+    masks: list[bytes] = None
+
+
+@register
+class LayerPartition(Message):
+    """How every split node of a layer divided its instances (bits as in SplitMasks)."""
+
+    layer: int = 0
+    nodes: list[int] = None
+    left: list[int] = None
+    right: list[int] = None
+    masks: list[bytes] = None
+
+
+@register
+class TreeEnd(Message):
+    tree: int = 0
+
+
+@register
+class TrainingDone(Message):
+    n_trees: int = 0
+
+
+@register
+class PredictRequest(Message):
+    n_samples: int = 0
+
+
+@register
+class PredictBits(Message):
+    """For each split the passive party owns (tree, node), packed go-left bits of all test instances."""
+
+    trees: list[int] = None
+    nodes: list[int] = None
+    bits: list[bytes] = None
+
+
+def pack_mask(mask: np.ndarray) -> bytes:
+    return np.packbits(np.asarray(mask, dtype=bool)).tobytes()
+
+
+def unpack_mask(data: bytes, n: int) -> np.ndarray:
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8))
+    if len(bits) < n or len(bits) >= n + 8 or bits[n:].any():
+        from fedgrove.exceptions import ProtocolError
+
+        raise ProtocolError(f"a mask of {len(data)} bytes does not describe {n} instances")
+    return bits[:n].astype(bool)

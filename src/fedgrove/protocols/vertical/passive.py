@@ -1,0 +1,148 @@
+"""The passive party: features only.  It sees encrypted gradients, the instance
+sets of tree nodes and the splits chosen on its own features; it keeps its cut
+points and the thresholds of its splits to itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedgrove.crypto.he import public_context
+from fedgrove.crypto.packing import GHPacker
+from fedgrove.engine.binning import BinMapper
+from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols.vertical import messages as m
+
+
+@dataclass
+class PassiveModel:
+    """What a passive party keeps: its cut points and its own splits."""
+
+    party: str
+    bin_mapper: BinMapper
+    splits: dict = field(default_factory=dict)  # (tree, node) -> (local feature, bin, missing_left, threshold)
+
+    def go_left(self, X: np.ndarray) -> dict:
+        out = {}
+        for key, (f, _b, ml, thr) in self.splits.items():
+            x = X[:, f]
+            out[key] = np.where(np.isnan(x), bool(ml), x <= thr)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"party": self.party, "bin_mapper": self.bin_mapper.to_dict(),
+                "splits": [[t, n, f, b, int(ml), float(thr)] for (t, n), (f, b, ml, thr) in self.splits.items()]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PassiveModel":
+        model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]))
+        for t, n, f, b, ml, thr in d["splits"]:
+            model.splits[(int(t), int(n))] = (int(f), int(b), bool(ml), float(thr))
+        return model
+
+
+class VerticalPassive:
+    """Run the passive side of training and prediction on a Channel."""
+
+    def __init__(self, channel, X: np.ndarray, active: str, max_bins: int = 255, seed: int = 0,
+                 bin_mapper: BinMapper | None = None):
+        self.ch = channel
+        self.active = active
+        self.X = np.asarray(X, dtype=np.float64)
+        self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
+        self.X_binned = self.bin_mapper.transform(self.X)
+        self.n_value_bins = self.bin_mapper.n_value_bins
+        self.model = PassiveModel(channel.party, self.bin_mapper)
+
+    def fit(self) -> PassiveModel:
+        ch = self.ch
+        ch.send(self.active, "layout", m.FeatureLayout(self.n_value_bins.astype(np.int32)))
+        key = ch.recv(self.active, "key", m.PublicKey)
+        he = public_context(key.key)
+        packer = GHPacker(frac_bits=key.frac_bits)
+        tree = 0
+        while True:
+            with ch.scope(tree=tree):
+                first = ch.recv(self.active, m.CONTROL)
+                if isinstance(first, m.TrainingDone):
+                    return self.model
+                if not isinstance(first, m.EncryptedGradients) or first.tree != tree:
+                    raise ProtocolError(f"{ch.party}: expected the encrypted gradients of tree {tree} from "
+                                        f"{self.active}, got {type(first).__name__}")
+                ct = he.deserialize(first.ciphertexts)
+                if ct.size != len(self.X):
+                    raise ProtocolError(f"{ch.party}: got {ct.size} encrypted gradients for {len(self.X)} instances")
+                self._grow(tree, ct, he, packer)
+            tree += 1
+
+    def _grow(self, tree, ct, he, packer) -> None:
+        ch = self.ch
+        rows = {0: np.arange(len(self.X))}
+        while True:
+            msg = ch.recv(self.active, m.CONTROL)
+            if isinstance(msg, m.TreeEnd):
+                return
+            if isinstance(msg, m.HistogramRequest):
+                ch.send(self.active, m.REPLY, self._histograms(msg.nodes, rows, ct, he, packer))
+            elif isinstance(msg, m.SplitQuery):
+                masks = []
+                for node, f, b, ml in zip(msg.nodes, msg.features, msg.bins, msg.missing_left):
+                    if not 0 <= f < self.X.shape[1] or not 0 <= b < self.n_value_bins[f] or node not in rows:
+                        raise ProtocolError(f"{ch.party}: split query for node {node}, feature {f}, bin {b} "
+                                            f"is out of range")
+                    codes = self.X_binned[rows[node], f]
+                    mask = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
+                    self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
+                    masks.append(m.pack_mask(mask))
+                ch.send(self.active, m.REPLY, m.SplitMasks(masks))
+            elif isinstance(msg, m.LayerPartition):
+                for node, left, right, bits in zip(msg.nodes, msg.left, msg.right, msg.masks):
+                    r = rows.pop(node, None)
+                    if r is None:
+                        raise ProtocolError(f"{ch.party}: partition of unknown node {node}")
+                    mask = m.unpack_mask(bits, len(r))
+                    rows[left], rows[right] = r[mask], r[~mask]
+            else:
+                raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during tree {tree}")
+
+    def _histograms(self, nodes, rows, ct, he, packer) -> m.EncryptedHistograms:
+        groups, skipped, n_bins, bins = [], [], [], []
+        offsets = self.bin_mapper.feature_offsets
+        for node in nodes:
+            if node not in rows:
+                raise ProtocolError(f"{self.ch.party}: histogram request for unknown node {node}")
+            r = rows[node]
+            codes = self.X_binned[r]
+            for f in range(self.X.shape[1]):
+                nb = int(offsets[f + 1] - offsets[f])
+                col = codes[:, f]
+                counts = np.bincount(col, minlength=nb)
+                skip = int(np.argmax(counts))
+                order = np.argsort(col, kind="stable")
+                ends = np.cumsum(counts)
+                present = [b for b in np.nonzero(counts)[0].tolist() if b != skip]
+                skipped.append(skip)
+                n_bins.append(len(present))
+                bins.extend(present)
+                for b in present:
+                    groups.append(r[order[ends[b] - counts[b]:ends[b]]].tolist())
+        slots = packer.slots_per_plaintext(he.plaintext_bits)
+        if groups:
+            sums = he.compress(he.select_sums(ct, groups), packer.slot_bits, slots)
+            data = he.serialize(sums)
+        else:
+            data = b""
+        return m.EncryptedHistograms(data, len(groups), slots, np.asarray(skipped, dtype=np.int32),
+                                     np.asarray(n_bins, dtype=np.int32), np.asarray(bins, dtype=np.int32))
+
+    def predict(self, X: np.ndarray) -> None:
+        """Answer one prediction request: go-left bits of every test instance at each owned split."""
+        req = self.ch.recv(self.active, "predict", m.PredictRequest)
+        X = np.asarray(X, dtype=np.float64)
+        if req.n_samples != len(X):
+            raise ProtocolError(f"{self.ch.party}: asked to predict {req.n_samples} instances, holds {len(X)}")
+        bits = self.model.go_left(X)
+        keys = sorted(bits)
+        self.ch.send(self.active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
+                                                            [m.pack_mask(bits[k]) for k in keys]))
