@@ -86,15 +86,23 @@ class HEContext(ABC):
     def public_bytes(self) -> bytes: ...
 
     def compress(self, ct: Ciphertexts, slot_bits: int, n_slots: int) -> Ciphertexts:
-        """Fold groups of ``n_slots`` ciphertexts into one: ``c0 + c1*2^W + c2*2^2W ...``."""
-        if n_slots <= 1:
+        """Fold groups of ``n_slots`` ciphertexts into one: ``c0 + c1*2^W + c2*2^2W ...``.
+
+        Evaluated by Horner's rule from the highest slot down, so every scalar
+        multiplication is by ``2^W`` (the cost of a modular exponentiation grows
+        with the exponent's length).
+        """
+        if n_slots <= 1 or ct.size <= 1:
             return ct
         n = ct.size
         n_out = (n + n_slots - 1) // n_slots
-        factors = [1 << (slot_bits * (i % n_slots)) for i in range(n)]
-        shifted = self.mul_scalar(ct, factors)
-        groups = [list(range(k * n_slots, min(n, (k + 1) * n_slots))) for k in range(n_out)]
-        return self.select_sums(shifted, groups)
+        top = min(n_slots, n) - 1
+        acc = self.select_sums(ct, [[k * n_slots + top] if k * n_slots + top < n else [] for k in range(n_out)])
+        for slot in range(top - 1, -1, -1):
+            acc = self.mul_scalar(acc, [1 << slot_bits] * n_out)
+            nxt = self.select_sums(ct, [[k * n_slots + slot] if k * n_slots + slot < n else [] for k in range(n_out)])
+            acc = self.add(acc, nxt)
+        return acc
 
 
 # ------------------------------------------------------------------------------------- HEU

@@ -164,6 +164,23 @@ class VerticalSplitFinder(SplitFinder):
         return self.local.apply_splits(layer, split_rows, splits, child_ids, masks=masks)
 
 
+def packer_for(objective: str, y: np.ndarray) -> GHPacker:
+    """The tightest packing layout for this task: fewer plaintext bits, more sums per ciphertext.
+
+    Logistic and softmax gradients lie in [-1, 1] and hessians in [0, 1]; squared
+    error's gradient is bounded by the label range (raw scores stay inside it
+    for shrunken trees), with a safety factor of 4.  Sums cover at most ``n``
+    instances.
+    """
+    count_bits = max(1, int(len(y)).bit_length())
+    if objective == "regression":
+        span = float(np.max(np.abs(y - np.mean(y)))) if len(y) else 1.0
+        value_bits = max(1, int(np.ceil(np.log2(4 * span + 2))))
+    else:
+        value_bits = 1
+    return GHPacker(53, value_bits, count_bits)
+
+
 class VerticalActive:
     """The active side of training and prediction.
 
@@ -190,7 +207,7 @@ class VerticalActive:
         self.passives = list(passives)
         self.params = params
         self.he = he
-        self.packer = packer or GHPacker()
+        self.packer = packer or packer_for(params.objective, self.y)
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
 
@@ -210,7 +227,8 @@ class VerticalActive:
             self.remotes.append(_Remote(name, layout.n_value_bins, feat, bins))
             feat += len(layout.n_value_bins)
             bins += self.remotes[-1].n_bins
-        ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits), self.passives)
+        ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
+                                        self.packer.count_bits), self.passives)
 
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))

@@ -32,8 +32,12 @@ class FeatureLayout(Message):
 
 @register
 class PublicKey(Message):
+    """The key holder's public key and the packing layout both sides use."""
+
     key: bytes = b""
     frac_bits: int = 53
+    value_bits: int = 16
+    count_bits: int = 30
 
 
 @register

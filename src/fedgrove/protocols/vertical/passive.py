@@ -60,7 +60,10 @@ class VerticalPassive:
         ch.send(self.active, "layout", m.FeatureLayout(self.n_value_bins.astype(np.int32)))
         key = ch.recv(self.active, "key", m.PublicKey)
         he = public_context(key.key)
-        packer = GHPacker(frac_bits=key.frac_bits)
+        if not (1 <= key.frac_bits <= 64 and 1 <= key.value_bits <= 64 and 1 <= key.count_bits <= 40):
+            raise ProtocolError(f"{ch.party}: packing layout {key.frac_bits}/{key.value_bits}/{key.count_bits} "
+                                f"from {self.active} is out of range")
+        packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
         tree = 0
         while True:
             with ch.scope(tree=tree):
