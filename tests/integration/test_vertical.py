@@ -1,0 +1,92 @@
+"""Vertical node-level GBDT: lossless against the engine, prediction, what crosses party lines."""
+
+import numpy as np
+import pytest
+
+from fedgrove.crypto.he import available_backends, keygen
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.exceptions import InvalidParameterError
+from fedgrove.protocols.vertical import messages as m
+from fedgrove.protocols.vertical.simulate import run_vertical
+
+
+def _split(X, n_parties, seed=0):
+    perm = np.random.default_rng(seed).permutation(X.shape[1])
+    return [np.sort(p) for p in np.array_split(perm, n_parties)]
+
+
+def _oracle(X, y, parts, params):
+    # the engine on the joined data, features in federation order, each party's own cut points
+    Xj = np.concatenate([X[:, p] for p in parts], axis=1)
+    cuts = sum([BinMapper(params.max_bins, seed=params.seed).fit(X[:, p]).cuts_ for p in parts], [])
+    return train_gbdt(params, Xj, y, bin_mapper=BinMapper.from_cuts(cuts, params.max_bins)), Xj
+
+
+def _assert_same_trees(fed, eng):
+    assert len(fed.trees) == len(eng.trees)
+    for a, b in zip(fed.trees, eng.trees):
+        np.testing.assert_array_equal(a.nodes["feature"], b.nodes["feature"])
+        np.testing.assert_array_equal(a.nodes["bin"], b.nodes["bin"])
+        np.testing.assert_array_equal(a.nodes["missing_left"], b.nodes["missing_left"])
+        np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-9)
+
+
+CASES = [("heu", "ou", 3000, 2), ("heu", "paillier", 1500, 1), ("phe", "paillier", 150, 1)]
+
+
+@pytest.mark.parametrize("n_parties", [2, 3])
+@pytest.mark.parametrize("backend,scheme,n_rows,n_trees",
+                         [c for c in CASES if c[0] in available_backends()], ids=lambda c: str(c))
+def test_lossless_on_a9a(a9a, n_parties, backend, scheme, n_rows, n_trees):
+    X, y = a9a.train.X[:n_rows], a9a.train.y[:n_rows]
+    parts = _split(X, n_parties)
+    params = GBDTParams(n_estimators=n_trees, max_depth=4)
+    out = run_vertical([X[:, p] for p in parts], y, params, keygen(scheme, 2048, backend),
+                       X_test_parts=[a9a.test.X[:500][:, p] for p in parts])
+    eng, _ = _oracle(X, y, parts, params)
+    _assert_same_trees(out["model"], eng)
+    Xt = np.concatenate([a9a.test.X[:500][:, p] for p in parts], axis=1)
+    np.testing.assert_allclose(out["raw"], eng.predict_raw(Xt), atol=1e-9)  # multi-party prediction
+
+
+@pytest.mark.parametrize("objective", ["multiclass", "regression"])
+def test_lossless_multiclass_and_regression_with_missing_values(objective):
+    r = np.random.default_rng(4)
+    X = r.normal(size=(1200, 6))
+    X[r.random(X.shape) < 0.1] = np.nan
+    base = np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 4]) * 0.8
+    y = np.digitize(base, [-0.5, 0.6]).astype(float) if objective == "multiclass" else base * 3 + r.normal(size=1200)
+    parts = _split(X, 2, seed=1)
+    params = GBDTParams(objective, n_estimators=2, max_depth=3, max_bins=32)
+    out = run_vertical([X[:, p] for p in parts], y, params, keygen("ou"), X_test_parts=[X[:, p] for p in parts])
+    eng, Xj = _oracle(X, y, parts, params)
+    _assert_same_trees(out["model"], eng)
+    np.testing.assert_allclose(out["raw"], eng.predict_raw(Xj), atol=1e-9)
+
+
+def test_passive_parties_see_only_ciphertexts_and_node_sets(a9a):
+    X, y = a9a.train.X[:800], a9a.train.y[:800]
+    parts = _split(X, 2)
+    seen = []
+    observers = {"party1": [lambda direction, peer, tag, msg: seen.append((direction, msg))]}
+    out = run_vertical([X[:, p] for p in parts], y, GBDTParams(n_estimators=1, max_depth=3), keygen("ou"),
+                       observers=observers)
+    received = [msg for d, msg in seen if d == "recv"]
+    allowed = (m.PublicKey, m.EncryptedGradients, m.HistogramRequest, m.SplitQuery, m.LayerPartition, m.TreeEnd,
+               m.TrainingDone)
+    assert received and all(isinstance(x, allowed) for x in received)
+    for x in received:  # no float array (plaintext gradients, labels) ever reaches a passive party
+        for value in vars(x).values():
+            assert not (isinstance(value, np.ndarray) and value.dtype.kind == "f")
+    # the active party's tree holds no threshold of the passive party's splits
+    tree = out["model"].trees[0]
+    owned = tree.nodes["owner"] == 1
+    assert owned.any() and np.isnan(tree.nodes["threshold"][owned]).all()
+    assert out["passive_models"]["party1"].splits  # ...which the passive party keeps
+
+
+def test_protocol_parameters_are_checked():
+    with pytest.raises(InvalidParameterError, match="min_samples_leaf=1"):
+        run_vertical([np.zeros((10, 2)), np.zeros((10, 2))], np.zeros(10), GBDTParams(min_samples_leaf=5),
+                     keygen("ou"))
