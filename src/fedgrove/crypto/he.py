@@ -256,6 +256,57 @@ class PheContext(HEContext):
                                                                                       "big")
 
 
+class PlainContext(HEContext):
+    """No encryption at all: plaintext integers through the same interface.
+
+    For benchmarks (the protocol's cost without cryptography) and tests only;
+    it protects nothing.  ``keygen`` returns it only for ``backend="plain"``.
+    """
+
+    backend = "plain"
+
+    def __init__(self, scheme: str = "plain", key_bits: int = 0):
+        self.scheme, self.key_bits = scheme, key_bits
+
+    @property
+    def has_secret(self):
+        return True
+
+    @property
+    def plaintext_bits(self):
+        return 2046
+
+    def encrypt(self, values):
+        return Ciphertexts("plain", [int(v) for v in values], len(values))
+
+    def select_sums(self, ct, groups):
+        data = ct.data
+        return Ciphertexts("plain", [sum(data[i] for i in g) for g in groups], len(groups))
+
+    def add(self, a, b):
+        return Ciphertexts("plain", [x + y for x, y in zip(a.data, b.data)], a.size)
+
+    def mul_scalar(self, ct, factors):
+        return Ciphertexts("plain", [x * int(f) for x, f in zip(ct.data, factors)], ct.size)
+
+    def decrypt(self, ct):
+        return list(ct.data)
+
+    def serialize(self, ct):
+        width = 257
+        return b"".join(int(v).to_bytes(width, "big", signed=True) for v in ct.data)
+
+    def deserialize(self, data):
+        width = 257
+        if len(data) % width:
+            raise ProtocolError("malformed plaintext block")
+        return Ciphertexts("plain", [int.from_bytes(data[i:i + width], "big", signed=True)
+                                     for i in range(0, len(data), width)], len(data) // width)
+
+    def public_bytes(self):
+        return _key_header("plain", "ou", 2048)
+
+
 def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None) -> HEContext:
     """A new key pair.  ``backend=None`` picks HEU when installed, else python-paillier."""
     if scheme not in SCHEMES:
@@ -274,7 +325,9 @@ def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None)
         return HEUContext(scheme, key_bits)
     if backend == "phe":
         return PheContext(scheme, key_bits)
-    raise InvalidParameterError(f"backend must be 'heu' or 'phe', got {backend!r}")
+    if backend == "plain":
+        return PlainContext()
+    raise InvalidParameterError(f"backend must be 'heu', 'phe' or 'plain' (no encryption), got {backend!r}")
 
 
 def _key_header(kind: str, scheme: str, key_bits: int) -> bytes:
@@ -301,6 +354,8 @@ def public_context(data: bytes) -> HEContext:
         except Exception as exc:  # HEU raises its own runtime errors on bad bytes
             raise ProtocolError(f"malformed public key: {exc}") from None
         return HEUContext(scheme, key_bits, public_key=pk)
+    if kind == "plain":
+        return PlainContext()
     if kind == "phe":
         from phe import paillier
 

@@ -1,0 +1,94 @@
+"""Vertical node-level GBDT benchmark: a9a, 2 parties, depth 6, in one run.
+
+Variants: the same protocol without encryption (``plain``), HEU
+Okamoto-Uchiyama 2048, HEU Paillier 2048, python-paillier 2048.  Slow
+variants run fewer trees (``--trees-*``) and report per-tree figures.  Each
+variant reports seconds per tree, bytes per tree (all parties, both
+directions counted once as sent), and the test AUC of its own run next to the
+plaintext run's AUC at the same number of trees (the protocol is lossless, so
+they must be equal).  Writes bench/results/vertical.json.
+
+    python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "vertical.json"
+FEDTREE_HE_S_PER_TREE = {"threads_2": 15.0, "threads_1": 29.0}  # measured on this machine (issue 3)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trees-plain", type=int, default=50)
+    ap.add_argument("--trees-ou", type=int, default=50)
+    ap.add_argument("--trees-paillier", type=int, default=3)
+    ap.add_argument("--trees-phe", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    import numba
+
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    from fedgrove import metrics
+    from fedgrove.crypto.he import available_backends, keygen
+    from fedgrove.data import load_dataset
+    from fedgrove.engine.gbdt import GBDTParams
+    from fedgrove.protocols.vertical.simulate import run_vertical
+
+    ds = load_dataset("a9a")
+    X, y, Xt, yt = ds.train.X, ds.train.y, ds.test.X, ds.test.y
+    perm = np.random.default_rng(0).permutation(X.shape[1])
+    parts = [np.sort(p) for p in np.array_split(perm, 2)]
+    variants = [("plain", "plain", "plain", args.trees_plain), ("ou-2048", "heu", "ou", args.trees_ou),
+                ("paillier-2048-heu", "heu", "paillier", args.trees_paillier),
+                ("paillier-2048-phe", "phe", "paillier", args.trees_phe)]
+    results = {"dataset": "a9a", "parties": 2, "depth": args.depth, "threads": args.threads,
+               "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "fedtree_reference_s_per_tree": FEDTREE_HE_S_PER_TREE,
+               "variants": {}}
+    plain_auc = {}
+    for name, backend, scheme, n_trees in variants:
+        if n_trees <= 0 or (backend == "heu" and "heu" not in available_backends()):
+            continue
+        params = GBDTParams(n_estimators=n_trees, max_depth=args.depth)
+        he = keygen(scheme if backend != "plain" else "ou", 2048, backend)
+        t0 = time.perf_counter()
+        out = run_vertical([X[:, p] for p in parts], y, params, he, X_test_parts=[Xt[:, p] for p in parts],
+                           timeout=3600)
+        seconds = time.perf_counter() - t0
+        auc = metrics.auc(yt, 1 / (1 + np.exp(-out["raw"])))
+        total_bytes = sum(s["total_sent"] for s in out["stats"].values())
+        if backend == "plain":
+            plain_auc[n_trees] = auc
+        entry = {"trees": n_trees, "seconds_per_tree": seconds / n_trees, "bytes_per_tree": total_bytes / n_trees,
+                 "test_auc": auc, "per_party_bytes_sent": {k: v["total_sent"] for k, v in out["stats"].items()}}
+        if backend != "plain":
+            if n_trees not in plain_auc:
+                ref = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048, "plain"),
+                                   X_test_parts=[Xt[:, p] for p in parts])
+                plain_auc[n_trees] = metrics.auc(yt, 1 / (1 + np.exp(-ref["raw"])))
+            entry["plaintext_auc_same_trees"] = plain_auc[n_trees]
+            entry["speedup_vs_fedtree_2_threads"] = FEDTREE_HE_S_PER_TREE["threads_2"] / entry["seconds_per_tree"]
+        results["variants"][name] = entry
+        print(f"{name:>20}: {n_trees:3d} trees  {entry['seconds_per_tree']:7.2f} s/tree  "
+              f"{entry['bytes_per_tree'] / 1e6:7.2f} MB/tree  AUC {auc:.4f}"
+              + (f"  (plaintext {entry['plaintext_auc_same_trees']:.4f}, "
+                 f"{entry['speedup_vs_fedtree_2_threads']:.1f}x FedTree)" if backend != "plain" else ""),
+              flush=True)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=2))
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
