@@ -13,6 +13,7 @@ import sys
 
 import typer
 
+from fedgrove.cli import federation as federation_cmd
 from fedgrove.cli import info as info_cmd
 from fedgrove.cli import partition as partition_cmd
 from fedgrove.cli import predict as predict_cmd
@@ -25,6 +26,9 @@ app.command()(train_cmd.train)
 app.command()(predict_cmd.predict)
 app.command()(partition_cmd.partition)
 app.command()(info_cmd.info)
+app.command()(federation_cmd.simulate)
+app.command()(federation_cmd.party)
+app.command()(federation_cmd.certs)
 
 
 @app.callback()

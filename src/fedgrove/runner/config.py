@@ -1,0 +1,143 @@
+"""Federation and party configuration (TOML), validated once here.
+
+``federation.toml`` (simulate)::
+
+    [federation]
+    protocol = "vertical"        # the only protocol so far
+    seed = 0
+    timeout = 60                 # seconds a party waits for a peer
+    [he]
+    scheme = "ou"                # ou | paillier
+    key_bits = 2048
+    backend = "heu"              # heu | phe | plain (no encryption: benchmarks only)
+    [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams)
+    n_estimators = 10
+    max_depth = 4
+    [[party]]
+    name = "party0"
+    role = "active"              # active (labels) | passive
+    data = "party0.csv"          # paths relative to the config file
+    label = "label"
+    [output]
+    dir = "runs/vertical"
+
+``party.toml`` holds one ``[party]`` table (plus ``listen`` and ``certs``), a
+``[peers]`` table mapping peer names to "host:port", and the same
+``[federation]``, ``[he]``, ``[params]`` and ``[output]`` tables.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedgrove.exceptions import InvalidParameterError
+
+PROTOCOLS = ("vertical",)
+ROLES = {"vertical": ("active", "passive")}
+
+
+@dataclass
+class PartySpec:
+    name: str
+    role: str
+    data: Path
+    label: str | None = None
+    listen: str | None = None
+    certs: Path | None = None
+
+
+@dataclass
+class FederationConfig:
+    protocol: str
+    seed: int
+    timeout: float
+    he: dict
+    params: dict
+    parties: list[PartySpec]
+    output_dir: Path
+    peers: dict[str, str] = field(default_factory=dict)   # party mode only
+    source: Path | None = None
+
+    def party(self, name: str) -> PartySpec:
+        for p in self.parties:
+            if p.name == name:
+                return p
+        raise InvalidParameterError(f"no party named {name!r} in {self.source}")
+
+
+def _read(path) -> tuple[dict, Path]:
+    path = Path(path)
+    if not path.exists():
+        raise InvalidParameterError(f"config file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text()), path.parent
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError(f"{str(path)!r} is not valid TOML: {exc}") from None
+
+
+def _party(d: dict, base: Path, where: str) -> PartySpec:
+    for key in ("name", "role", "data"):
+        if key not in d:
+            raise InvalidParameterError(f"{where}: missing {key!r}")
+    certs = d.get("certs")
+    return PartySpec(str(d["name"]), str(d["role"]), base / d["data"], d.get("label"), d.get("listen"),
+                     base / certs if certs else None)
+
+
+def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
+    fed = d.get("federation", {})
+    protocol = fed.get("protocol", "vertical")
+    if protocol not in PROTOCOLS:
+        raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    for p in parties:
+        if p.role not in ROLES[protocol]:
+            raise InvalidParameterError(f"party {p.name}: role must be one of {ROLES[protocol]}, got {p.role!r}")
+    timeout = fed.get("timeout", 60)
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise InvalidParameterError(f"federation.timeout must be a positive number of seconds, got {timeout!r}")
+    he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
+    params = dict(d.get("params", {}))
+    params.setdefault("seed", fed.get("seed", 0))
+    from fedgrove.engine.gbdt import GBDTParams
+
+    try:
+        GBDTParams(**params)
+    except TypeError as exc:
+        raise InvalidParameterError(f"[params]: {exc}") from None
+    out = d.get("output", {}).get("dir", "fedgrove-run")
+    return FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
+                            peers or {}, source)
+
+
+def load_federation(path) -> FederationConfig:
+    d, base = _read(path)
+    parties = [_party(p, base, f"{path}: [[party]] #{k}") for k, p in enumerate(d.get("party", []))]
+    if len(parties) < 2:
+        raise InvalidParameterError(f"{path}: a federation needs at least two [[party]] tables")
+    names = [p.name for p in parties]
+    if len(set(names)) != len(names):
+        raise InvalidParameterError(f"{path}: party names must be distinct, got {names}")
+    cfg = _common(d, base, Path(path), parties)
+    if cfg.protocol == "vertical" and [p.role for p in parties].count("active") != 1:
+        raise InvalidParameterError(f"{path}: the vertical protocol needs exactly one active party")
+    return cfg
+
+
+def load_party(path) -> tuple[FederationConfig, PartySpec]:
+    d, base = _read(path)
+    if "party" not in d or not isinstance(d["party"], dict):
+        raise InvalidParameterError(f"{path}: missing the [party] table")
+    me = _party(d["party"], base, f"{path}: [party]")
+    if not me.listen:
+        raise InvalidParameterError(f"{path}: [party] needs listen = \"host:port\"")
+    if me.certs is None:
+        raise InvalidParameterError(f"{path}: [party] needs certs = the directory made by `fedgrove certs`")
+    peers = d.get("peers", {})
+    if not peers or not all(isinstance(v, str) and ":" in v for v in peers.values()):
+        raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
+    roles = d.get("roles", {})
+    others = [PartySpec(n, roles.get(n, "passive" if me.role == "active" else "active"), Path("-")) for n in peers]
+    cfg = _common(d, base, Path(path), [me] + others, peers)
+    return cfg, me

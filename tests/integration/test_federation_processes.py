@@ -1,0 +1,96 @@
+"""Real processes on 127.0.0.1: `fedgrove party` over gRPC with mutual TLS against `fedgrove simulate`."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgrove.crypto.certs import create_federation_certs
+from tests.integration.test_grpc import _port
+
+PARAMS = """
+[federation]
+protocol = "vertical"
+seed = 3
+timeout = {timeout}
+
+[he]
+scheme = "ou"
+key_bits = 2048
+
+[params]
+objective = "binary"
+n_estimators = {trees}
+max_depth = 3
+max_bins = 16
+"""
+
+
+def _setup(tmp_path: Path, trees=2, timeout=30, rows=400):
+    r = np.random.default_rng(0)
+    X = r.normal(size=(rows, 9))
+    y = (X[:, 0] + X[:, 5] - X[:, 7] > 0).astype(int)
+    names = ["party0", "party1", "party2"]
+    cols = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    ids = r.permutation(rows)  # each party's file lists the instances in its own order
+    for k, (name, c) in enumerate(zip(names, cols)):
+        df = pd.DataFrame(X[:, c], columns=[f"x{j}" for j in c])
+        df.insert(0, "_id", np.arange(rows))
+        if k == 0:
+            df["label"] = y
+        df.iloc[np.roll(ids, k * 7)].to_csv(tmp_path / f"{name}.csv", index=False)
+    create_federation_certs(tmp_path / "certs", names)
+    ports = {n: _port() for n in names}
+    common = PARAMS.format(trees=trees, timeout=timeout)
+    fed = common + "".join(
+        f'\n[[party]]\nname = "{n}"\nrole = "{"active" if k == 0 else "passive"}"\ndata = "{n}.csv"\n'
+        + ('label = "label"\n' if k == 0 else "") for k, n in enumerate(names)) + '\n[output]\ndir = "sim"\n'
+    (tmp_path / "federation.toml").write_text(fed)
+    for k, n in enumerate(names):
+        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
+        roles = "".join(f'{m} = "{"active" if j == 0 else "passive"}"\n' for j, m in enumerate(names) if m != n)
+        (tmp_path / f"{n}.toml").write_text(
+            f'[party]\nname = "{n}"\nrole = "{"active" if k == 0 else "passive"}"\ndata = "{n}.csv"\n'
+            + ('label = "label"\n' if k == 0 else "")
+            + f'listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n\n[peers]\n{peers}\n[roles]\n{roles}'
+            + common + '\n[output]\ndir = "grpc"\n')
+    return names
+
+
+def _start(tmp_path, name):
+    return subprocess.Popen([sys.executable, "-m", "fedgrove.cli.main", "party", str(tmp_path / f"{name}.toml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_same_seed_same_model_in_process_and_over_grpc(tmp_path):
+    names = _setup(tmp_path)
+    from fedgrove.cli.main import main
+
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    procs = [_start(tmp_path, n) for n in reversed(names)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
+    for n in names:
+        assert (tmp_path / "sim" / f"{n}.model.json").read_bytes() == (tmp_path / "grpc" / f"{n}.model.json").read_bytes()
+
+
+def test_a_killed_party_makes_the_others_exit_nonzero_within_the_timeout(tmp_path):
+    names = _setup(tmp_path, trees=200, timeout=6, rows=3000)
+    procs = {n: _start(tmp_path, n) for n in names}
+    time.sleep(8)  # training is under way (key exchange done, trees growing)
+    assert procs["party1"].poll() is None
+    procs["party1"].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    results = {n: procs[n].communicate(timeout=60) for n in ("party0", "party2")}
+    elapsed = time.monotonic() - t0
+    assert procs["party0"].returncode not in (0, None) and procs["party2"].returncode not in (0, None)
+    assert "party1" in results["party0"][1]            # the active names the missing party
+    assert "Traceback" not in results["party0"][1] + results["party2"][1]
+    assert elapsed < 6 * 3 + 10
