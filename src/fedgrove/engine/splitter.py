@@ -200,6 +200,25 @@ class HistogramSplitFinder(SplitFinder):
         s, e, buf = self.segments[int(node_id)]
         return self._indices[buf][s:e]
 
+    def histograms_of(self, node_ids, features=None) -> np.ndarray:
+        """Histograms of the given nodes (rows in the given order), built from their samples."""
+        features = self.features if features is None else np.ascontiguousarray(features, dtype=np.int64)
+        hist = np.zeros((len(node_ids), int(self.feature_offsets[-1]), self._stats[0].shape[1]))
+        for buf, group in self._by_buffer([int(i) for i in node_ids], range(len(node_ids))):
+            starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
+            ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
+            rows = np.array([r for _, r in group], dtype=np.int64)
+            build_histograms(self.X_binned, self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets,
+                             features, hist, rows, numba.get_num_threads())
+        return hist
+
+    def record_children(self, node_ids, child_ids, mids) -> None:
+        """Register children segments after a partition done outside :meth:`apply_splits`."""
+        for k, nid in enumerate(node_ids):
+            s, e, buf = self.segments[int(nid)]
+            self.segments[int(child_ids[k][0])] = (s, int(mids[k]), 1 - buf)
+            self.segments[int(child_ids[k][1])] = (int(mids[k]), e, 1 - buf)
+
     def add_node_values(self, target: np.ndarray, column: int, node_ids, values) -> None:
         """``target[samples of node k, column] += values[k]`` (e.g. leaf values into raw scores)."""
         segs = [self.segments[int(i)] for i in node_ids]
@@ -301,7 +320,7 @@ class HistogramSplitFinder(SplitFinder):
 
 def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_offsets, scorer,
                               count_from_segments: bool) -> None:
-    """Where a node had no missing values, send them to the child with more samples.
+    """Where a node had no missing values, send them to the child with more samples (ties: left).
 
     Without per-bin counts (``count_from_segments``) presence of missing values is
     read from the missing bin's g/h sums and "more samples" from hessians.
@@ -318,4 +337,5 @@ def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_o
         no_missing = scorer.hist_weight(miss) <= 0
         lw = scorer.sample_weight(splits.left_stats[ok])
         tw = scorer.sample_weight(layer.stats[ok])
-    splits.missing_left[ok[no_missing]] = (lw >= tw - lw)[no_missing]
+    # ties (up to rounding of histograms summed in another order) go left
+    splits.missing_left[ok[no_missing]] = (lw >= (tw - lw) - 1e-9 * np.abs(tw))[no_missing]

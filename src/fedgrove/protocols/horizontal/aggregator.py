@@ -1,0 +1,168 @@
+"""The aggregator: sees only masked vectors and their sums (aggregated histograms),
+chooses every split, and broadcasts the trees."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from fedgrove.crypto.secagg import FixedPoint128, add128
+from fedgrove.engine.binning import BinMapper, QuantileSketch
+from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.splitter import GBDTScorer, resolve_missing_direction
+from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols.horizontal import messages as m
+from fedgrove.protocols.horizontal.common import base_score, check_params, label_stats_length
+
+
+class _Aggregation:
+    """Sum the clients' masked vectors of one stage; the masks cancel."""
+
+    def __init__(self, channel, clients, codec: FixedPoint128):
+        self.ch, self.clients, self.codec = channel, clients, codec
+
+    def collect(self, length: int) -> np.ndarray:
+        hi = np.zeros(length, dtype=np.uint64)
+        lo = np.zeros(length, dtype=np.uint64)
+        for c in self.clients:
+            v = self.ch.recv(c, m.UP, m.MaskedVector)
+            if v.hi.shape != (length,) or v.lo.shape != (length,):
+                raise ProtocolError(f"masked vector from {c} has {v.hi.shape[0]} entries, expected {length}")
+            hi, lo = add128(hi, lo, v.hi, v.lo)
+        return self.codec.decode(hi, lo)
+
+
+class AggregatedSplitFinder(SplitFinder):
+    def __init__(self, agg: _Aggregation, clients, bin_mapper: BinMapper, scorer: GBDTScorer, hist_stats: int,
+                 tree: int, max_depth: int):
+        self.agg, self.clients = agg, clients
+        self.bm = bin_mapper
+        self.offsets = bin_mapper.feature_offsets
+        self.total_bins = int(self.offsets[-1])
+        self.scorer = scorer
+        self.k = hist_stats
+        self.n_stats = 3
+        self.tree = tree
+        self.max_depth = max_depth
+        self.layer_no = 0
+        self.hist: dict[int, np.ndarray] = {}   # node -> histogram (bins, k)
+        self.thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(bin_mapper.n_features)]
+
+    def _plan(self, **kw):
+        plan = m.LayerPlan(tree=self.tree, layer=self.layer_no, **kw)
+        for c in self.clients:
+            self.agg.ch.send(c, m.CONTROL, plan)
+
+    def root_stats(self):
+        self._plan(split_nodes=[], features=[], bins=[], missing_left=[], left=[], right=[], build=[0])
+        vec = self.agg.collect(self.total_bins * self.k + 1)
+        self.hist[0] = vec[:-1].reshape(self.total_bins, self.k)
+        f0 = slice(int(self.offsets[0]), int(self.offsets[1]))
+        g, h = self.hist[0][f0, 0].sum(), self.hist[0][f0, 1].sum()
+        return np.array([g, h, vec[-1]])
+
+    def sample_weight(self, stats):
+        return np.atleast_2d(stats)[:, 2]
+
+    def find_splits(self, layer: Layer) -> LayerSplits:
+        hist = np.stack([self.hist[int(n)] for n in layer.node_ids])
+        allowed = np.ones((len(layer), self.bm.n_features), dtype=np.bool_)
+        rows = np.arange(len(layer), dtype=np.int64)
+        gain, feature, bins, ml, left = self.scorer.find(hist, rows, layer.stats, self.offsets, allowed)
+        splits = LayerSplits(gain, feature, bins, ml, left, np.full(len(layer), np.nan),
+                             np.full(len(layer), -1, dtype=np.int32))
+        ok = feature >= 0
+        splits.threshold[ok] = [self.thresholds[f][b] for f, b in zip(feature[ok], bins[ok])]
+        resolve_missing_direction(splits, layer, hist, self.offsets, self.scorer, self.k == 2)
+        return splits
+
+    def apply_splits(self, layer, split_rows, splits, child_ids):
+        ids = [int(i) for i in layer.node_ids[split_rows]]
+        left_stats = splits.left_stats[split_rows]
+        right_stats = layer.stats[split_rows] - left_stats
+        last = layer.depth + 1 >= self.max_depth
+        # build the child with the smaller hessian sum, subtract for its sibling
+        build, pairs = [], []
+        for k, nid in enumerate(ids):
+            small_left = left_stats[k, 1] <= right_stats[k, 1]
+            small, large = (child_ids[k, 0], child_ids[k, 1]) if small_left else (child_ids[k, 1], child_ids[k, 0])
+            if not last:
+                build.append(int(small))
+                pairs.append((nid, int(small), int(large)))
+        self.layer_no += 1
+        self._plan(split_nodes=ids, features=[int(f) for f in splits.feature[split_rows]],
+                   bins=[int(b) for b in splits.bin[split_rows]],
+                   missing_left=[int(x) for x in splits.missing_left[split_rows]],
+                   left=[int(c) for c in child_ids[:, 0]], right=[int(c) for c in child_ids[:, 1]], build=build)
+        n_hist = len(build) * self.total_bins * self.k
+        vec = self.agg.collect(n_hist + 2 * len(ids))
+        built = vec[:n_hist].reshape(len(build), self.total_bins, self.k)
+        counts = vec[n_hist:]
+        for j, (parent, small, large) in enumerate(pairs):
+            self.hist[small] = built[j]
+            self.hist[large] = self.hist[parent] - built[j]
+        for nid in ids:
+            self.hist.pop(nid, None)
+        child = np.empty((2 * len(ids), 3))
+        child[0::2, :2] = left_stats[:, :2]
+        child[1::2, :2] = right_stats[:, :2]
+        child[:, 2] = np.rint(counts)
+        return child
+
+
+class HorizontalAggregator:
+    def __init__(self, channel, clients: list[str], params: GBDTParams):
+        check_params(params)
+        self.ch, self.clients, self.params = channel, list(clients), params
+        self.codec = FixedPoint128()
+
+    def fit(self) -> GBDTModel:
+        ch, p = self.ch, self.params
+        keys = {c: ch.recv(c, "key", m.MaskingKey).key for c in self.clients}
+        session = os.urandom(16)
+        ch.broadcast("keys", m.MaskingKeys(list(keys), list(keys.values()), session), self.clients)
+        sketches = [ch.recv(c, "sketch", m.Sketches) for c in self.clients]
+        n_features = len(sketches[0].lengths)
+        if any(len(s.lengths) != n_features for s in sketches):
+            raise ProtocolError("clients disagree on the number of features")
+        merged = None
+        for s in sketches:
+            if int(s.lengths.sum()) != len(s.values) or len(s.values) != len(s.weights):
+                raise ProtocolError("malformed sketches")
+            parts = np.split(np.arange(len(s.values)), np.cumsum(s.lengths)[:-1])
+            sk = [QuantileSketch(s.values[i], s.weights[i]) for i in parts]
+            merged = sk if merged is None else [a.merge(b) for a, b in zip(merged, sk)]
+        bm = BinMapper(p.max_bins).fit_sketches(merged)
+        ch.broadcast("cuts", m.CutPoints(np.concatenate(bm.cuts_ + [np.empty(0)]),
+                                         np.array([len(c) for c in bm.cuts_], dtype=np.int64), p.max_bins),
+                     self.clients)
+        agg = _Aggregation(ch, self.clients, self.codec)
+        with ch.scope(stage="labels"):
+            stats = agg.collect(label_stats_length(p))
+        base = base_score(p, stats)
+        ch.broadcast("base", m.BaseScore(base), self.clients)
+        objective = make_objective(p.objective, p.n_classes or 1)
+        model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict())
+        scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
+        k = 3 if scorer.hist_needs_count else 2
+        tree_id = 0
+        for _ in range(p.n_estimators):
+            for c in range(objective.n_outputs):
+                with ch.scope(tree=tree_id):
+                    finder = AggregatedSplitFinder(agg, self.clients, bm, scorer, k, tree_id, p.max_depth)
+                    tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
+                                      min_samples_split=2 * p.min_samples_leaf).grow()
+                    nodes = tree.nodes
+                    ch.broadcast(m.CONTROL, m.TreeBroadcast(
+                        tree_id, c, nodes["feature"], nodes["bin"], nodes["threshold"], nodes["missing_left"],
+                        nodes["left"], nodes["right"], nodes["gain"], nodes["count"], nodes["depth"], tree.values),
+                        self.clients)
+                model.add_tree(tree, c)
+                tree_id += 1
+        with ch.scope(tree=tree_id):
+            ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.clients)
+        return model

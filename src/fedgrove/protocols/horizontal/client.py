@@ -1,0 +1,113 @@
+"""A client: its own samples and labels; sends sketches and masked vectors only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+from fedgrove.engine.tree import NODE_DTYPE, Tree
+from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols.horizontal import messages as m
+from fedgrove.protocols.horizontal.common import check_params, label_stats
+
+
+class HorizontalClient:
+    def __init__(self, channel, X, y, aggregator: str, params: GBDTParams):
+        check_params(params)
+        self.ch, self.agg, self.params = channel, aggregator, params
+        self.X, self.y = check_xy(X, y)
+        self.codec = FixedPoint128()
+
+    def _send_masked(self, tag_scope: str, vector: np.ndarray) -> None:
+        hi, lo = self.codec.encode(vector)
+        mhi, mlo = self.keys.mask128(tag_scope, len(vector))
+        hi, lo = add128(hi, lo, mhi, mlo)
+        self.ch.send(self.agg, m.UP, m.MaskedVector(hi, lo))
+
+    def fit(self) -> GBDTModel:
+        ch, p = self.ch, self.params
+        objective = make_objective(p.objective, p.n_classes or 1)
+        y = objective.check_labels(self.y)
+        self.keys = MaskingKeys(ch.party)
+        ch.send(self.agg, "key", m.MaskingKey(self.keys.public_bytes()))
+        relay = ch.recv(self.agg, "keys", m.MaskingKeys)
+        if ch.party not in relay.names or relay.keys[relay.names.index(ch.party)] != self.keys.public_bytes():
+            raise ProtocolError(f"{ch.party}: the relayed key list does not hold this party's key")
+        self.keys.agree(dict(zip(relay.names, relay.keys)), relay.session)
+        sketches = BinMapper(p.max_bins, subsample=None).sketches(self.X)
+        ch.send(self.agg, "sketch", m.Sketches(np.concatenate([s.values for s in sketches]),
+                                               np.concatenate([s.weights for s in sketches]),
+                                               np.array([len(s.values) for s in sketches], dtype=np.int64)))
+        cuts = ch.recv(self.agg, "cuts", m.CutPoints)
+        if len(cuts.lengths) != self.X.shape[1] or int(cuts.lengths.sum()) != len(cuts.cuts):
+            raise ProtocolError(f"{ch.party}: cut points do not match the {self.X.shape[1]} features")
+        bm = BinMapper.from_cuts(np.split(cuts.cuts, np.cumsum(cuts.lengths)[:-1]), cuts.max_bins)
+        X_binned = bm.transform(self.X)
+        X_columns = np.asfortranarray(X_binned)
+        with ch.scope(stage="labels"):
+            self._send_masked("labels", label_stats(p, y))
+        base = ch.recv(self.agg, "base", m.BaseScore).values
+        model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict())
+        scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
+        raw = np.tile(base, (len(y), 1))
+        thresholds = [bm.bin_upper_bounds(f) for f in range(bm.n_features)]
+        K = objective.n_outputs
+        tree_id = 0
+        while True:
+            c = tree_id % K
+            if c == 0:
+                g, h = objective.gradients(y, raw)
+            stats = np.column_stack([g[:, c], h[:, c]] + ([np.ones(len(y))] if scorer.hist_needs_count else []))
+            finder = HistogramSplitFinder(X_binned, bm.feature_offsets, bm.missing_codes, thresholds, stats, scorer,
+                                          X_columns=X_columns)
+            with ch.scope(tree=tree_id):
+                while True:
+                    msg = ch.recv(self.agg, m.CONTROL)
+                    if isinstance(msg, m.TrainingDone):
+                        return model
+                    if isinstance(msg, m.TreeBroadcast):
+                        tree = self._tree(msg)
+                        model.add_tree(tree, msg.output)
+                        leaves = np.nonzero(tree.is_leaf)[0]
+                        finder.add_node_values(raw, msg.output, leaves, tree.values[leaves, 0])
+                        break
+                    if not isinstance(msg, m.LayerPlan) or msg.tree != tree_id:
+                        raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} in tree {tree_id}")
+                    self._layer(msg, finder)
+            tree_id += 1
+
+    def _layer(self, plan: m.LayerPlan, finder: HistogramSplitFinder) -> None:
+        counts = []
+        if plan.split_nodes:
+            for f in plan.features:
+                if not 0 <= f < finder.n_features:
+                    raise ProtocolError(f"{self.ch.party}: split on unknown feature {f}")
+            mids = finder.partition(plan.split_nodes, plan.features, plan.bins, plan.missing_left)
+            children = list(zip(plan.left, plan.right))
+            finder.record_children(plan.split_nodes, children, mids)
+            for left, right in children:
+                counts += [len(finder.node_samples(left)), len(finder.node_samples(right))]
+        else:
+            counts = [len(finder.node_samples(0))]
+        hist = finder.histograms_of(plan.build) if plan.build else np.zeros((0,))
+        vector = np.concatenate([hist.ravel(), np.asarray(counts, dtype=np.float64)])
+        self._send_masked(f"tree={plan.tree}/layer={plan.layer}", vector)
+
+    @staticmethod
+    def _tree(msg: m.TreeBroadcast) -> Tree:
+        n = len(msg.feature)
+        nodes = np.zeros(n, dtype=NODE_DTYPE)
+        for name in ("feature", "bin", "threshold", "missing_left", "left", "right", "gain", "count", "depth"):
+            col = getattr(msg, name)
+            if len(col) != n:
+                raise ProtocolError("broadcast tree has columns of different lengths")
+            nodes[name] = col
+        nodes["owner"] = -1
+        tree = Tree(nodes, msg.values)
+        tree.validate()
+        return tree

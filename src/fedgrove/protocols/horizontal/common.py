@@ -1,0 +1,43 @@
+"""Pieces both roles of the horizontal protocol share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.exceptions import InvalidParameterError
+
+
+def label_stats_length(params: GBDTParams) -> int:
+    """Length of the label-statistics vector: per-class counts (+ n) or (sum y, n)."""
+    return (params.n_classes + 1) if params.objective == "multiclass" else 2
+
+
+def label_stats(params: GBDTParams, y: np.ndarray) -> np.ndarray:
+    if params.objective == "multiclass":
+        return np.append(np.bincount(y.astype(np.int64), minlength=params.n_classes)[:params.n_classes],
+                         len(y)).astype(np.float64)
+    return np.array([float(np.sum(y)), float(len(y))])
+
+
+def base_score(params: GBDTParams, stats: np.ndarray) -> np.ndarray:
+    """The engine's ``init_score`` computed from aggregated label statistics."""
+    if params.base_score != "auto":
+        k = params.n_classes if params.objective == "multiclass" else 1
+        return np.full(k, float(params.base_score))
+    n = stats[-1]
+    if params.objective == "multiclass":
+        return np.log(np.clip(stats[:-1] / n, 1e-15, None))
+    mean = stats[0] / n
+    if params.objective == "binary":
+        p = np.clip(mean, 1e-15, 1 - 1e-15)
+        return np.array([np.log(p / (1 - p))])
+    return np.array([mean])
+
+
+def check_params(params: GBDTParams) -> None:
+    if params.objective == "multiclass" and params.n_classes is None:
+        raise InvalidParameterError("the horizontal protocol needs n_classes for multiclass (the aggregator "
+                                    "never sees labels)")
+    if params.subsample < 1 or params.colsample_bytree < 1:
+        raise InvalidParameterError("row/column subsampling is not supported by the horizontal protocol yet")

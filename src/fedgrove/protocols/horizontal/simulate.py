@@ -1,0 +1,25 @@
+"""Run a horizontal federation (aggregator + clients) in one process."""
+
+from __future__ import annotations
+
+from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
+from fedgrove.protocols.horizontal.client import HorizontalClient
+from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+
+def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float = 120.0, observers=None):
+    names = [f"client{k}" for k in range(len(client_data))]
+    hub = InProcessHub(["aggregator"] + names)
+
+    def aggregator(ch):
+        for obs in (observers or {}).get("aggregator", []):
+            ch.observers.append(obs)
+        return HorizontalAggregator(ch, names, params).fit()
+
+    roles = {"aggregator": aggregator}
+    for name, (X, y) in zip(names, client_data):
+        roles[name] = (lambda X, y: (lambda ch: HorizontalClient(ch, X, y, "aggregator", params).fit()))(X, y)
+    results, channels = run_parties(hub, roles, timeout)
+    return {"model": results["aggregator"], "client_models": {n: results[n] for n in names},
+            "stats": {n: c.stats.as_dict() for n, c in channels.items()}}
