@@ -1,0 +1,35 @@
+import numpy as np
+import pytest
+
+from fedgrove.crypto.dp import PrivacyAccountant, exponential, laplace
+from fedgrove.exceptions import PrivacyBudgetError
+
+
+def test_accountant_sums_sequential_maxes_parallel_and_refuses_overspend():
+    acc = PrivacyAccountant(1.0)
+    acc.spend(0.25, "votes")
+    with acc.parallel():
+        for _ in range(5):  # five disjoint nodes of one depth
+            acc.spend(0.5, "node histogram")
+    assert acc.spent == pytest.approx(0.75)
+    with pytest.raises(PrivacyBudgetError, match="over the budget of 1"):
+        acc.spend(0.3, "one more")
+    assert acc.spent == pytest.approx(0.75)
+    acc.spend(0.25)
+    assert acc.spent == pytest.approx(1.0) and "1 of 1" in acc.report()
+
+
+def test_laplace_noise_has_the_configured_scale():
+    noisy = laplace(np.zeros(20000), sensitivity=2.0, epsilon=0.5)  # OpenDP sampler, scale 4
+    assert abs(np.mean(np.abs(noisy)) - 4.0) < 0.25
+    seeded = laplace(np.zeros(5), 1.0, 1.0, rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(seeded, laplace(np.zeros(5), 1.0, 1.0, rng=np.random.default_rng(3)))
+
+
+def test_exponential_mechanism_prefers_high_scores():
+    scores = np.array([0.0, 10.0, 0.0, 1.0])
+    picks = [exponential(scores, 1.0, 8.0) for _ in range(60)]
+    assert np.mean(np.array(picks) == 1) > 0.9
+    acc = PrivacyAccountant(0.1)
+    with pytest.raises(PrivacyBudgetError):
+        exponential(scores, 1.0, 0.2, accountant=acc)
