@@ -81,10 +81,22 @@ def test_same_seed_same_model_in_process_and_over_grpc(tmp_path):
         assert (tmp_path / "sim" / f"{n}.model.json").read_bytes() == (tmp_path / "grpc" / f"{n}.model.json").read_bytes()
 
 
-def test_a_killed_party_makes_the_others_exit_nonzero_within_the_timeout(tmp_path):
-    names = _setup(tmp_path, trees=200, timeout=6, rows=3000)
+def _start_resume(tmp_path, name):
+    return subprocess.Popen([sys.executable, "-m", "fedgrove.cli.main", "party", str(tmp_path / f"{name}.toml"),
+                             "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_model(tmp_path):
+    import json
+
+    names = _setup(tmp_path, trees=30, timeout=6, rows=3000)
     procs = {n: _start(tmp_path, n) for n in names}
-    time.sleep(8)  # training is under way (key exchange done, trees growing)
+    ckpt = tmp_path / "grpc" / "party1.checkpoint.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill once a few trees are checkpointed, mid-training
+        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= 3:
+            break
+        time.sleep(0.2)
     assert procs["party1"].poll() is None
     procs["party1"].send_signal(signal.SIGKILL)
     t0 = time.monotonic()
@@ -94,3 +106,14 @@ def test_a_killed_party_makes_the_others_exit_nonzero_within_the_timeout(tmp_pat
     assert "party1" in results["party0"][1]            # the active names the missing party
     assert "Traceback" not in results["party0"][1] + results["party2"][1]
     assert elapsed < 6 * 3 + 10
+    # restart everyone with --resume: the result equals an uninterrupted (simulated) run
+    done_before = json.loads((tmp_path / "grpc" / "party0.checkpoint.json").read_text())["trees_done"]
+    assert 0 < done_before < 30
+    procs = [_start_resume(tmp_path, n) for n in reversed(names)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
+    from fedgrove.cli.main import main
+
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    for n in names:
+        assert (tmp_path / "sim" / f"{n}.model.json").read_bytes() == (tmp_path / "grpc" / f"{n}.model.json").read_bytes()

@@ -73,8 +73,8 @@ def test_passive_parties_see_only_ciphertexts_and_node_sets(a9a):
     out = run_vertical([X[:, p] for p in parts], y, GBDTParams(n_estimators=1, max_depth=3), keygen("ou"),
                        observers=observers)
     received = [msg for d, msg in seen if d == "recv"]
-    allowed = (m.PublicKey, m.EncryptedGradients, m.HistogramRequest, m.SplitQuery, m.LayerPartition, m.TreeEnd,
-               m.TrainingDone)
+    allowed = (m.PublicKey, m.Start, m.EncryptedGradients, m.HistogramRequest, m.SplitQuery, m.LayerPartition,
+               m.TreeEnd, m.TrainingDone)
     assert received and all(isinstance(x, allowed) for x in received)
     for x in received:  # no float array (plaintext gradients, labels) ever reaches a passive party
         for value in vars(x).values():

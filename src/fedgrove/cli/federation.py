@@ -10,25 +10,27 @@ import typer
 from fedgrove.cli.common import console
 
 
-def simulate(config: Path = typer.Argument(..., help="federation.toml: every party of the federation")):
+def simulate(config: Path = typer.Argument(..., help="federation.toml: every party of the federation"),
+             resume: bool = typer.Option(False, help="Continue from the parties' checkpoints")):
     """Run every party of a federation in this process (same protocol code as `fedgrove party`)."""
     from fedgrove.runner.config import load_federation
     from fedgrove.runner.run import simulate as run
 
     cfg = load_federation(config)
     console.print(f"simulating a {cfg.protocol} federation of {len(cfg.parties)} parties ...")
-    results = run(cfg)
+    results = run(cfg, resume)
     _report(results, cfg.output_dir)
 
 
-def party(config: Path = typer.Argument(..., help="party.toml: this party, its certificates and its peers")):
+def party(config: Path = typer.Argument(..., help="party.toml: this party, its certificates and its peers"),
+          resume: bool = typer.Option(False, help="Continue from this party's checkpoint (restart all parties so)")):
     """Run one party as its own process, talking to its peers over gRPC with mutual TLS."""
     from fedgrove.runner.config import load_party
     from fedgrove.runner.run import run_party
 
     cfg, me = load_party(config)
     console.print(f"{me.name} ({me.role}) listening on {me.listen}; peers: {', '.join(cfg.peers)}")
-    results = run_party(cfg, me)
+    results = run_party(cfg, me, resume)
     _report({me.name: results}, cfg.output_dir)
 
 

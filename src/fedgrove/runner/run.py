@@ -28,12 +28,15 @@ def _load_party_data(spec: PartySpec, with_label: bool):
     return table
 
 
-def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None) -> dict:
+def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False) -> dict:
     """Train as ``spec`` on ``channel``; write this party's model and statistics; return a summary."""
+    from fedgrove.runner.checkpoint import CheckpointStore
+
     t0 = time.perf_counter()
     params = GBDTParams(**cfg.params)
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = CheckpointStore(out_dir / f"{spec.name}.checkpoint.json")
     if cfg.protocol == "vertical":
         from fedgrove.protocols.vertical.active import VerticalActive
         from fedgrove.protocols.vertical.passive import VerticalPassive
@@ -45,7 +48,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None) -> dict:
             table = _load_party_data(spec, with_label=True)
             he = he or keygen(cfg.he["scheme"], cfg.he["key_bits"], cfg.he.get("backend"))
             role = VerticalActive(channel, table.X, table.y, others, params, he)
-            model = role.fit()
+            model = role.fit(checkpoint, resume)
             model.metadata.update({"protocol": "vertical", "party": spec.name, "ids_digest": _digest(table.ids)})
             model.save(out_dir / f"{spec.name}.model.json")
             summary = {"trees": model.n_trees}
@@ -53,7 +56,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None) -> dict:
             active = next(p.name for p in cfg.parties if p.role == "active")
             table = _load_party_data(spec, with_label=False)
             role = VerticalPassive(channel, table.X, active, params.max_bins, params.seed)
-            pmodel = role.fit()
+            pmodel = role.fit(checkpoint, resume)
             atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(pmodel.to_dict()))
             summary = {"owned_splits": len(pmodel.splits)}
     else:  # pragma: no cover - config validation stops this
@@ -73,17 +76,17 @@ def _digest(ids) -> str | None:
     return hashlib.sha256(np.ascontiguousarray(np.sort(ids), dtype=np.int64).tobytes()).hexdigest()
 
 
-def simulate(cfg: FederationConfig) -> dict:
+def simulate(cfg: FederationConfig, resume: bool = False) -> dict:
     """All parties in this process, one thread each, messages through the codec."""
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
     hub = InProcessHub([p.name for p in cfg.parties])
-    roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch)))(p) for p in cfg.parties}
+    roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch, resume=resume)))(p) for p in cfg.parties}
     results, _ = run_parties(hub, roles, cfg.timeout)
     return results
 
 
-def run_party(cfg: FederationConfig, spec: PartySpec) -> dict:
+def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False) -> dict:
     """This party alone, over gRPC with mutual TLS."""
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
 
@@ -94,6 +97,6 @@ def run_party(cfg: FederationConfig, spec: PartySpec) -> dict:
     tls = TLSFiles(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout)
     try:
-        return run_role(cfg, spec, channel)
+        return run_role(cfg, spec, channel, resume=resume)
     finally:
         channel.close()

@@ -14,7 +14,6 @@ from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
-from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
 
@@ -211,7 +210,8 @@ class VerticalActive:
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
 
-    def fit(self) -> GBDTModel:
+    def fit(self, checkpoint=None, resume: bool = False) -> GBDTModel:
+        """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
         ch, p = self.ch, self.params
         n_classes = p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass" else 1)
         objective = make_objective(p.objective, n_classes)
@@ -232,14 +232,28 @@ class VerticalActive:
 
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
-        raw = np.tile(base, (n, 1))
         model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
         model.metadata["feature_owners"] = ([[ch.party, j] for j in range(n_local)]
                                             + [[r.name, j] for r in self.remotes for j in range(r.n_features)])
+        state = checkpoint.load() if (checkpoint is not None and resume) else None
+        if state is not None:
+            from fedgrove.engine.model import model_from_dict
+
+            model = model_from_dict(state["model"], source=str(checkpoint.path))
+            model.params = p.to_dict()
+        start = model.n_trees
+        ch.broadcast("start", m.Start(start), self.passives)
+        raw = np.tile(model.base_score, (n, 1))
+        if start:  # training scores need the passive parties' splits: they are checkpointed with the trees
+            raw = np.ascontiguousarray(state["array"], dtype=np.float64)
+            if raw.shape != (n, K):
+                raise ProtocolError(f"checkpoint scores have shape {raw.shape}, expected {(n, K)}")
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(n_local)]
-        tree_id = 0
-        for _ in range(p.n_estimators):
+        tree_id = start
+        for round_ in range(p.n_estimators):
+            if round_ * K < start:
+                continue
             g, h = objective.gradients(y, raw)
             for c in range(K):
                 with ch.scope(tree=tree_id):
@@ -257,6 +271,8 @@ class VerticalActive:
                 leaves = np.nonzero(tree.is_leaf)[0]
                 local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
                 tree_id += 1
+                if checkpoint is not None and c == K - 1:
+                    checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.passives)
         self.model = model

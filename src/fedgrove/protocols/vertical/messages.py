@@ -1,6 +1,6 @@
 """Messages of the vertical protocol (stages in order).
 
-Setup:      passive -> active  FeatureLayout;   active -> passive  PublicKey
+Setup:      passive -> active  FeatureLayout;   active -> passive  PublicKey, Start
 Per tree:   active -> passive  EncryptedGradients (once)
 Per layer:  active -> passive  HistogramRequest;  passive -> active  EncryptedHistograms
             active -> owner    SplitQuery;        owner -> active    SplitMasks
@@ -38,6 +38,13 @@ class PublicKey(Message):
     frac_bits: int = 53
     value_bits: int = 16
     count_bits: int = 30
+
+
+@register
+class Start(Message):
+    """The first tree to grow: 0, or the number of trees every party has checkpointed (resume)."""
+
+    tree: int = 0
 
 
 @register

@@ -55,7 +55,8 @@ class VerticalPassive:
         self.n_value_bins = self.bin_mapper.n_value_bins
         self.model = PassiveModel(channel.party, self.bin_mapper)
 
-    def fit(self) -> PassiveModel:
+    def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
+        """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
         ch = self.ch
         ch.send(self.active, "layout", m.FeatureLayout(self.n_value_bins.astype(np.int32)))
         key = ch.recv(self.active, "key", m.PublicKey)
@@ -64,7 +65,14 @@ class VerticalPassive:
             raise ProtocolError(f"{ch.party}: packing layout {key.frac_bits}/{key.value_bits}/{key.count_bits} "
                                 f"from {self.active} is out of range")
         packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
-        tree = 0
+        tree = ch.recv(self.active, "start", m.Start).tree
+        if tree > 0:
+            state = checkpoint.load() if (checkpoint is not None and resume) else None
+            if state is None or state["trees_done"] < tree:
+                raise ProtocolError(f"{ch.party}: {self.active} resumes at tree {tree} but this party has no "
+                                    f"checkpoint that far (run it with --resume and its checkpoint)")
+            saved = PassiveModel.from_dict(state["model"])
+            self.model.splits = {k: v for k, v in saved.splits.items() if k[0] < tree}
         while True:
             with ch.scope(tree=tree):
                 first = ch.recv(self.active, m.CONTROL)
@@ -78,6 +86,8 @@ class VerticalPassive:
                     raise ProtocolError(f"{ch.party}: got {ct.size} encrypted gradients for {len(self.X)} instances")
                 self._grow(tree, ct, he, packer)
             tree += 1
+            if checkpoint is not None:
+                checkpoint.save({"trees_done": tree, "model": self.model.to_dict()})
 
     def _grow(self, tree, ct, he, packer) -> None:
         ch = self.ch
