@@ -117,3 +117,25 @@ def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_mode
     assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
     for n in names:
         assert (tmp_path / "sim" / f"{n}.model.json").read_bytes() == (tmp_path / "grpc" / f"{n}.model.json").read_bytes()
+
+
+def test_horizontal_federation_runs_from_a_config(tmp_path):
+    r = np.random.default_rng(1)
+    X = r.normal(size=(600, 4))
+    y = (X[:, 0] > 0).astype(int)
+    for k in range(2):
+        df = pd.DataFrame(X[k::2], columns=list("abcd"))
+        df["label"] = y[k::2]
+        df.to_csv(tmp_path / f"c{k}.csv", index=False)
+    (tmp_path / "fed.toml").write_text(
+        '[federation]\nprotocol = "horizontal"\n[params]\nn_estimators = 3\nmax_depth = 3\n'
+        '[[party]]\nname = "agg"\nrole = "aggregator"\n'
+        '[[party]]\nname = "c0"\nrole = "client"\ndata = "c0.csv"\nlabel = "label"\n'
+        '[[party]]\nname = "c1"\nrole = "client"\ndata = "c1.csv"\nlabel = "label"\n[output]\ndir = "out"\n')
+    from fedgrove.cli.main import main
+    from fedgrove.engine.model import load_model
+
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0
+    models = [load_model(tmp_path / "out" / f"{n}.model.json") for n in ("agg", "c0", "c1")]
+    assert all(np.array_equal(mm.predict(X), models[0].predict(X)) for mm in models)
+    assert np.mean(models[0].predict(X) == y) > 0.9

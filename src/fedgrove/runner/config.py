@@ -3,7 +3,7 @@
 ``federation.toml`` (simulate)::
 
     [federation]
-    protocol = "vertical"        # the only protocol so far
+    protocol = "vertical"        # vertical (active/passive) | horizontal (aggregator/client)
     seed = 0
     timeout = 60                 # seconds a party waits for a peer
     [he]
@@ -15,8 +15,8 @@
     max_depth = 4
     [[party]]
     name = "party0"
-    role = "active"              # active (labels) | passive
-    data = "party0.csv"          # paths relative to the config file
+    role = "active"              # vertical: active (labels) | passive; horizontal: aggregator | client
+    data = "party0.csv"          # paths relative to the config file (the aggregator has none)
     label = "label"
     [output]
     dir = "runs/vertical"
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from fedgrove.exceptions import InvalidParameterError
 
-PROTOCOLS = ("vertical",)
-ROLES = {"vertical": ("active", "passive")}
+PROTOCOLS = ("vertical", "horizontal")
+ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client")}
 
 
 @dataclass
@@ -78,12 +78,14 @@ def _read(path) -> tuple[dict, Path]:
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
-    for key in ("name", "role", "data"):
+    for key in ("name", "role"):
         if key not in d:
             raise InvalidParameterError(f"{where}: missing {key!r}")
+    if "data" not in d and d["role"] != "aggregator":
+        raise InvalidParameterError(f"{where}: missing 'data'")
     certs = d.get("certs")
-    return PartySpec(str(d["name"]), str(d["role"]), base / d["data"], d.get("label"), d.get("listen"),
-                     base / certs if certs else None)
+    return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
+                     d.get("listen"), base / certs if certs else None)
 
 
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
@@ -120,8 +122,9 @@ def load_federation(path) -> FederationConfig:
     if len(set(names)) != len(names):
         raise InvalidParameterError(f"{path}: party names must be distinct, got {names}")
     cfg = _common(d, base, Path(path), parties)
-    if cfg.protocol == "vertical" and [p.role for p in parties].count("active") != 1:
-        raise InvalidParameterError(f"{path}: the vertical protocol needs exactly one active party")
+    lead = {"vertical": "active", "horizontal": "aggregator"}[cfg.protocol]
+    if [p.role for p in parties].count(lead) != 1:
+        raise InvalidParameterError(f"{path}: the {cfg.protocol} protocol needs exactly one {lead} party")
     return cfg
 
 
@@ -138,6 +141,7 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     if not peers or not all(isinstance(v, str) and ":" in v for v in peers.values()):
         raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
     roles = d.get("roles", {})
-    others = [PartySpec(n, roles.get(n, "passive" if me.role == "active" else "active"), Path("-")) for n in peers]
+    default = {"active": "passive", "passive": "active", "aggregator": "client", "client": "aggregator"}
+    others = [PartySpec(n, roles.get(n, default.get(me.role, "passive")), Path("-")) for n in peers]
     cfg = _common(d, base, Path(path), [me] + others, peers)
     return cfg, me

@@ -50,6 +50,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             role = VerticalActive(channel, table.X, table.y, others, params, he)
             model = role.fit(checkpoint, resume)
             model.metadata.update({"protocol": "vertical", "party": spec.name, "ids_digest": _digest(table.ids)})
+            if params.objective != "regression":
+                model.classes = list(range(model.n_classes))
             model.save(out_dir / f"{spec.name}.model.json")
             summary = {"trees": model.n_trees}
         else:
@@ -59,6 +61,22 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             pmodel = role.fit(checkpoint, resume)
             atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(pmodel.to_dict()))
             summary = {"owned_splits": len(pmodel.splits)}
+    elif cfg.protocol == "horizontal":
+        from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
+        from fedgrove.protocols.horizontal.client import HorizontalClient
+
+        if spec.role == "aggregator":
+            clients = [p.name for p in cfg.parties if p.role == "client"]
+            model = HorizontalAggregator(channel, clients, params).fit()
+        else:
+            aggregator = next(p.name for p in cfg.parties if p.role == "aggregator")
+            table = _load_party_data(spec, with_label=True)
+            model = HorizontalClient(channel, table.X, table.y, aggregator, params).fit()
+        model.metadata.update({"protocol": "horizontal", "party": spec.name})
+        if params.objective != "regression":
+            model.classes = list(range(model.n_classes))
+        model.save(out_dir / f"{spec.name}.model.json")
+        summary = {"trees": model.n_trees}
     else:  # pragma: no cover - config validation stops this
         raise DataError(f"unknown protocol {cfg.protocol}")
     stats = {"party": spec.name, "role": spec.role, "seconds": time.perf_counter() - t0,
