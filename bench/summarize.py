@@ -37,5 +37,24 @@ def engine_table() -> str:
     return "\n".join(lines)
 
 
+def vertical_table() -> str:
+    path = RESULTS / "vertical.json"
+    if not path.exists():
+        return "_bench/results/vertical.json not found: run `python3 bench/vertical.py`._"
+    r = json.loads(path.read_text())
+    ref = r["fedtree_reference_s_per_tree"]["threads_2"]
+    lines = [f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} threads, "
+             f"a9a, {r['parties']} parties, depth {r['depth']}.", "",
+             "| variant | trees run | s/tree | MB/tree | test AUC | plaintext AUC (same trees) | FedTree HE s/tree / ours |",
+             "|---|---|---|---|---|---|---|"]
+    for name, v in r["variants"].items():
+        lines.append(f"| {name} | {v['trees']} | {v['seconds_per_tree']:.2f} | {v['bytes_per_tree'] / 1e6:.2f} | "
+                     f"{v['test_auc']:.4f} | {v.get('plaintext_auc_same_trees', v['test_auc']):.4f} | "
+                     + (f"{ref / v['seconds_per_tree']:.2f}" if name != "plain" else "-") + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(engine_table())
+    import sys
+
+    print(vertical_table() if "vertical" in sys.argv[1:] else engine_table())
