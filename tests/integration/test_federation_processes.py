@@ -1,5 +1,6 @@
 """Real processes on 127.0.0.1: `fedgrove party` over gRPC with mutual TLS against `fedgrove simulate`."""
 
+import json
 import os
 import signal
 import subprocess
@@ -139,3 +140,32 @@ def test_horizontal_federation_runs_from_a_config(tmp_path):
     models = [load_model(tmp_path / "out" / f"{n}.model.json") for n in ("agg", "c0", "c1")]
     assert all(np.array_equal(mm.predict(X), models[0].predict(X)) for mm in models)
     assert np.mean(models[0].predict(X) == y) > 0.9
+
+
+def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path):
+    r = np.random.default_rng(2)
+    X = r.normal(size=(900, 4))
+    y = np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])
+    for k in range(3):
+        df = pd.DataFrame(X[k::3], columns=list("abcd"))
+        df["label"] = y[k::3]
+        df.to_csv(tmp_path / f"c{k}.csv", index=False)
+
+    def config(trees, out):
+        return ('[federation]\nprotocol = "horizontal"\n[params]\nobjective = "multiclass"\nn_classes = 3\n'
+                f'n_estimators = {trees}\nmax_depth = 3\n[[party]]\nname = "agg"\nrole = "aggregator"\n'
+                + "".join(f'[[party]]\nname = "c{k}"\nrole = "client"\ndata = "c{k}.csv"\nlabel = "label"\n'
+                          for k in range(3)) + f'[output]\ndir = "{out}"\n')
+
+    from fedgrove.cli.main import main
+
+    (tmp_path / "full.toml").write_text(config(6, "full"))
+    (tmp_path / "part.toml").write_text(config(2, "res"))
+    (tmp_path / "rest.toml").write_text(config(6, "res"))
+    assert main(["simulate", str(tmp_path / "full.toml")]) == 0
+    assert main(["simulate", str(tmp_path / "part.toml")]) == 0       # stops after 2 rounds (6 trees)
+    assert main(["simulate", str(tmp_path / "rest.toml"), "--resume"]) == 0
+    for n in ("agg", "c0", "c1", "c2"):
+        full = json.loads((tmp_path / "full" / f"{n}.model.json").read_text())
+        res = json.loads((tmp_path / "res" / f"{n}.model.json").read_text())
+        assert full["trees"] == res["trees"] and len(full["trees"]) == 18

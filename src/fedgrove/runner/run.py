@@ -67,11 +67,11 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
 
         if spec.role == "aggregator":
             clients = [p.name for p in cfg.parties if p.role == "client"]
-            model = HorizontalAggregator(channel, clients, params).fit()
+            model = HorizontalAggregator(channel, clients, params).fit(checkpoint, resume)
         else:
             aggregator = next(p.name for p in cfg.parties if p.role == "aggregator")
             table = _load_party_data(spec, with_label=True)
-            model = HorizontalClient(channel, table.X, table.y, aggregator, params).fit()
+            model = HorizontalClient(channel, table.X, table.y, aggregator, params).fit(checkpoint, resume)
         model.metadata.update({"protocol": "horizontal", "party": spec.name})
         if params.objective != "regression":
             model.classes = list(range(model.n_classes))

@@ -120,7 +120,8 @@ class HorizontalAggregator:
         self.ch, self.clients, self.params = channel, list(clients), params
         self.codec = FixedPoint128()
 
-    def fit(self) -> GBDTModel:
+    def fit(self, checkpoint=None, resume: bool = False) -> GBDTModel:
+        """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it."""
         ch, p = self.ch, self.params
         keys = {c: ch.recv(c, "key", m.MaskingKey).key for c in self.clients}
         session = os.urandom(16)
@@ -147,10 +148,20 @@ class HorizontalAggregator:
         ch.broadcast("base", m.BaseScore(base), self.clients)
         objective = make_objective(p.objective, p.n_classes or 1)
         model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict())
+        state = checkpoint.load() if (checkpoint is not None and resume) else None
+        if state is not None:
+            from fedgrove.engine.model import model_from_dict
+
+            saved = model_from_dict(state["model"], source=str(checkpoint.path))
+            for t, c in zip(saved.trees, saved.tree_class):
+                model.add_tree(t, c)
+        ch.broadcast("start", m.Start(model.n_trees), self.clients)
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         k = 3 if scorer.hist_needs_count else 2
-        tree_id = 0
-        for _ in range(p.n_estimators):
+        start = tree_id = model.n_trees
+        for round_ in range(p.n_estimators):
+            if (round_ + 1) * objective.n_outputs <= start:  # done before the checkpoint
+                continue
             for c in range(objective.n_outputs):
                 with ch.scope(tree=tree_id):
                     finder = AggregatedSplitFinder(agg, self.clients, bm, scorer, k, tree_id, p.max_depth)
@@ -163,6 +174,8 @@ class HorizontalAggregator:
                         self.clients)
                 model.add_tree(tree, c)
                 tree_id += 1
+                if checkpoint is not None and c == objective.n_outputs - 1:
+                    checkpoint.save({"trees_done": tree_id, "model": model.to_dict()})
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.clients)
         return model

@@ -29,7 +29,8 @@ class HorizontalClient:
         hi, lo = add128(hi, lo, mhi, mlo)
         self.ch.send(self.agg, m.UP, m.MaskedVector(hi, lo))
 
-    def fit(self) -> GBDTModel:
+    def fit(self, checkpoint=None, resume: bool = False) -> GBDTModel:
+        """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it."""
         ch, p = self.ch, self.params
         objective = make_objective(p.objective, p.n_classes or 1)
         y = objective.check_labels(self.y)
@@ -57,7 +58,21 @@ class HorizontalClient:
         raw = np.tile(base, (len(y), 1))
         thresholds = [bm.bin_upper_bounds(f) for f in range(bm.n_features)]
         K = objective.n_outputs
-        tree_id = 0
+        tree_id = ch.recv(self.agg, "start", m.Start).tree
+        if tree_id > 0:
+            from fedgrove.engine.model import model_from_dict
+            from fedgrove.engine.tree import PackedEnsemble
+
+            state = checkpoint.load() if (checkpoint is not None and resume) else None
+            if state is None or state["trees_done"] < tree_id:
+                raise ProtocolError(f"{ch.party}: {self.agg} resumes at tree {tree_id} but this party has no "
+                                    f"checkpoint that far (run it with --resume and its checkpoint)")
+            saved = model_from_dict(state["model"], source=str(checkpoint.path))
+            for t, c in list(zip(saved.trees, saved.tree_class))[:tree_id]:
+                model.add_tree(t, c)
+            # the trees' own routing (bin codes) replays the training scores exactly
+            leaves = PackedEnsemble(model.trees).leaves_binned(X_binned, bm.missing_codes)
+            raw = np.ascontiguousarray(model.raw_from_leaves(leaves).reshape(len(y), K))
         while True:
             c = tree_id % K
             if c == 0:
@@ -75,6 +90,8 @@ class HorizontalClient:
                         model.add_tree(tree, msg.output)
                         leaves = np.nonzero(tree.is_leaf)[0]
                         finder.add_node_values(raw, msg.output, leaves, tree.values[leaves, 0])
+                        if checkpoint is not None and msg.output == K - 1:
+                            checkpoint.save({"trees_done": tree_id + 1, "model": model.to_dict()})
                         break
                     if not isinstance(msg, m.LayerPlan) or msg.tree != tree_id:
                         raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} in tree {tree_id}")

@@ -95,3 +95,10 @@ class TrainingDone(Message):
 @register
 class BaseScore(Message):
     values: np.ndarray = array_field("<f8", 1)
+
+
+@register
+class Start(Message):
+    """The first tree to grow: 0, or the number of trees every party has checkpointed (resume)."""
+
+    tree: int = 0
