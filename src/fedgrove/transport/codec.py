@@ -49,11 +49,17 @@ def register(cls):
     """Class decorator: make a message type known to the codec."""
     if "__dataclass_fields__" not in cls.__dict__:  # a subclass of a dataclass is not one itself
         cls = dataclass(cls)
-    if cls.__name__ in _REGISTRY and _REGISTRY[cls.__name__] is not cls:
-        raise TypeError(f"message type {cls.__name__} registered twice")
-    _REGISTRY[cls.__name__] = cls
+    name = wire_name(cls)
+    if name in _REGISTRY and _REGISTRY[name] is not cls:
+        raise TypeError(f"message type {name} registered twice")
+    _REGISTRY[name] = cls
     cls.__fg_schema__ = _schema(cls)
     return cls
+
+
+def wire_name(cls) -> str:
+    """The type name on the wire: module and class, so protocols may reuse class names."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _schema(cls) -> dict[str, tuple]:
@@ -74,9 +80,9 @@ def _schema(cls) -> dict[str, tuple]:
 
 def encode(msg: Message) -> bytes:
     cls = type(msg)
-    if getattr(cls, "__fg_schema__", None) is None or _REGISTRY.get(cls.__name__) is not cls:
+    if getattr(cls, "__fg_schema__", None) is None or _REGISTRY.get(wire_name(cls)) is not cls:
         raise TypeError(f"{cls.__name__} is not a registered message type")
-    header = {"type": cls.__name__, "fields": {}}
+    header = {"type": wire_name(cls), "fields": {}}
     buffers = []
     offset = 0
     for name, spec in cls.__fg_schema__.items():
