@@ -43,12 +43,13 @@ def vertical_table() -> str:
         return "_bench/results/vertical.json not found: run `python3 bench/vertical.py`._"
     r = json.loads(path.read_text())
     ref = r["fedtree_reference_s_per_tree"]["threads_2"]
-    lines = [f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} threads, "
+    lines = [f"Measured on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} threads, "
              f"a9a, {r['parties']} parties, depth {r['depth']}.", "",
-             "| variant | trees run | s/tree | MB/tree | test AUC | plaintext AUC (same trees) | FedTree HE s/tree / ours |",
-             "|---|---|---|---|---|---|---|"]
+             "| variant | measured | trees run | s/tree | MB/tree | test AUC | plaintext AUC (same trees) "
+             "| FedTree HE s/tree / ours |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, v in r["variants"].items():
-        lines.append(f"| {name} | {v['trees']} | {v['seconds_per_tree']:.2f} | {v['bytes_per_tree'] / 1e6:.2f} | "
+        lines.append(f"| {name} | {v.get('date', r['date'])} | {v['trees']} | {v['seconds_per_tree']:.2f} | {v['bytes_per_tree'] / 1e6:.2f} | "
                      f"{v['test_auc']:.4f} | {v.get('plaintext_auc_same_trees', v['test_auc']):.4f} | "
                      + (f"{ref / v['seconds_per_tree']:.2f}" if name != "plain" else "-") + " |")
     return "\n".join(lines)

@@ -70,7 +70,7 @@ def main():
         total_bytes = sum(s["total_sent"] for s in out["stats"].values())
         if backend == "plain":
             plain_auc[n_trees] = auc
-        entry = {"trees": n_trees, "seconds_per_tree": seconds / n_trees, "bytes_per_tree": total_bytes / n_trees,
+        entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees, "seconds_per_tree": seconds / n_trees, "bytes_per_tree": total_bytes / n_trees,
                  "test_auc": auc, "per_party_bytes_sent": {k: v["total_sent"] for k, v in out["stats"].items()}}
         if backend != "plain":
             if n_trees not in plain_auc:
@@ -85,9 +85,16 @@ def main():
               + (f"  (plaintext {entry['plaintext_auc_same_trees']:.4f}, "
                  f"{entry['speedup_vs_fedtree_2_threads']:.1f}x FedTree)" if backend != "plain" else ""),
               flush=True)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2))
+        _save(results)
     print(f"wrote {RESULTS}")
+
+
+def _save(results):
+    """Merge into the results file: variants not run this time keep their earlier figures."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    variants = {**old.get("variants", {}), **results["variants"]}
+    RESULTS.write_text(json.dumps({**results, "variants": variants}, indent=2))
 
 
 if __name__ == "__main__":
