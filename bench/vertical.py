@@ -93,7 +93,8 @@ def _save(results):
     """Merge into the results file: variants not run this time keep their earlier figures."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    variants = {**old.get("variants", {}), **results["variants"]}
+    kept = {k: {"date": old.get("date"), **v} for k, v in old.get("variants", {}).items()}
+    variants = {**kept, **results["variants"]}
     RESULTS.write_text(json.dumps({**results, "variants": variants}, indent=2))
 
 
