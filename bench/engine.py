@@ -158,7 +158,8 @@ def main():
         env["OMP_WAIT_POLICY"] = args.omp_wait_policy
     results = {"settings": {**SETTINGS, "threads": args.threads, "repeats": args.repeats,
                             "omp_wait_policy": args.omp_wait_policy or "unset"},
-               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                           "python": platform.python_version()},
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "datasets": {}}
     results["numba_cache"] = warm_cache_check()
     print("numba cache:", json.dumps(results["numba_cache"]), flush=True)
@@ -180,7 +181,8 @@ def main():
                 "fit_s_runs": [r["fit_s"] for r in runs],
             }
             print(f"{dataset:>14} {lib:>9}: fit {entry[lib]['fit_s']:8.2f}s  predict {entry[lib]['predict_s']:6.3f}s  "
-                  f"{entry[lib]['metric']} {entry[lib]['value']:.4f}  rss {entry[lib]['peak_rss_mb']:.0f} MB", flush=True)
+                  f"{entry[lib]['metric']} {entry[lib]['value']:.4f}  rss {entry[lib]['peak_rss_mb']:.0f} MB",
+                  flush=True)
         if "fedgrove" in entry and "lightgbm" in entry:
             f, lg = entry["fedgrove"], entry["lightgbm"]
             entry["ratio_fedgrove_over_lightgbm"] = {"fit": f["fit_s"] / lg["fit_s"],

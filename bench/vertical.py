@@ -70,7 +70,8 @@ def main():
         total_bytes = sum(s["total_sent"] for s in out["stats"].values())
         if backend == "plain":
             plain_auc[n_trees] = auc
-        entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees, "seconds_per_tree": seconds / n_trees, "bytes_per_tree": total_bytes / n_trees,
+        entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees, "seconds_per_tree": seconds / n_trees,
+                 "bytes_per_tree": total_bytes / n_trees,
                  "test_auc": auc, "per_party_bytes_sent": {k: v["total_sent"] for k, v in out["stats"].items()}}
         if backend != "plain":
             if n_trees not in plain_auc:

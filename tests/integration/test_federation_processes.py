@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from fedgrove.crypto.certs import create_federation_certs
 from tests.integration.test_grpc import _port
@@ -79,7 +78,8 @@ def test_same_seed_same_model_in_process_and_over_grpc(tmp_path):
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
     for n in names:
-        assert (tmp_path / "sim" / f"{n}.model.json").read_bytes() == (tmp_path / "grpc" / f"{n}.model.json").read_bytes()
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
 
 
 def _start_resume(tmp_path, name):
@@ -117,7 +117,8 @@ def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_mode
 
     assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
     for n in names:
-        assert (tmp_path / "sim" / f"{n}.model.json").read_bytes() == (tmp_path / "grpc" / f"{n}.model.json").read_bytes()
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
 
 
 def test_horizontal_federation_runs_from_a_config(tmp_path):

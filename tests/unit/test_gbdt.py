@@ -34,7 +34,8 @@ def test_binary_matches_lightgbm_on_a9a(a9a):
     X, y = a9a.train.X[:20000], a9a.train.y[:20000]
     bm = BinMapper().fit(X)
     Xb = bm.transform(X)
-    ours = train_gbdt(GBDTParams("binary", n_estimators=10, max_depth=5, min_samples_leaf=MIN_LEAF), Xb.astype(float), y)
+    params = GBDTParams("binary", n_estimators=10, max_depth=5, min_samples_leaf=MIN_LEAF)
+    ours = train_gbdt(params, Xb.astype(float), y)
     theirs = _lgb("binary", Xb, y, 10, 5)
     Xt = bm.transform(a9a.test.X).astype(float)
     p_ours, p_lgb = ours.predict_raw(Xt), theirs.predict(Xt, raw_score=True)
@@ -46,7 +47,8 @@ def test_binary_matches_lightgbm_on_a9a(a9a):
 def test_multiclass_matches_lightgbm_on_waveform(waveform):
     X, y = waveform.train.X, waveform.train.y
     Xb = BinMapper(max_bins=63).fit_transform(X).astype(float)
-    ours = train_gbdt(GBDTParams("multiclass", n_estimators=10, max_depth=4, base_score=0.0, min_samples_leaf=MIN_LEAF), Xb, y)
+    params = GBDTParams("multiclass", n_estimators=10, max_depth=4, base_score=0.0, min_samples_leaf=MIN_LEAF)
+    ours = train_gbdt(params, Xb, y)
     theirs = _lgb("multiclass", Xb, y, 10, 4, n_classes=3, base_zero=True)
     p_ours, p_lgb = ours.predict_proba(Xb), theirs.predict(Xb)
     assert np.mean(np.abs(p_ours - p_lgb)) < 0.01

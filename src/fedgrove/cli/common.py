@@ -9,7 +9,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedgrove.data.datasets import available_datasets, load_dataset
+from fedgrove.data.datasets import load_dataset
 from fedgrove.data.io import Table, load_table
 from fedgrove.exceptions import DataError
 

@@ -25,7 +25,8 @@ def partition(
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column (default: last column)"),
     mode: str = typer.Option("balanced", help="horizontal: balanced, unbalanced or dirichlet"),
     theta: float = typer.Option(0.8, help="horizontal unbalanced: SimFL's ratio"),
-    beta: Optional[float] = typer.Option(None, help="Dirichlet concentration (horizontal dirichlet; hybrid label skew)"),
+    beta: Optional[float] = typer.Option(None, help="Dirichlet concentration (horizontal dirichlet; "
+                                         "hybrid label skew)"),
     hosts: int = typer.Option(1, help="hybrid: number of hosts"),
     overlap: float = typer.Option(0.0, help="hybrid: probability that a sample is also held by another guest"),
     drop_features: bool = typer.Option(False, help="hybrid: each guest drops a random number of its features"),

@@ -23,7 +23,7 @@ Every party file carries the global instance IDs in column ``_id``;
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np

@@ -96,7 +96,8 @@ class QuantileSketch:
 
     @classmethod
     def from_dict(cls, d: dict) -> "QuantileSketch":
-        return cls(np.asarray(d["values"], dtype=np.float64), np.asarray(d["weights"], dtype=np.float64), int(d["max_size"]))
+        return cls(np.asarray(d["values"], dtype=np.float64), np.asarray(d["weights"], dtype=np.float64),
+                   int(d["max_size"]))
 
 
 class BinMapper:
@@ -148,7 +149,8 @@ class BinMapper:
         m.cuts_ = [np.asarray(c, dtype=np.float64) for c in cuts]
         for j, c in enumerate(m.cuts_):
             if c.size > max_bins - 1 or (c.size > 1 and np.any(np.diff(c) <= 0)):
-                raise InvalidParameterError(f"cut points of feature {j} must be strictly increasing and at most {max_bins - 1}")
+                raise InvalidParameterError(f"cut points of feature {j} must be strictly increasing and at most "
+                                            f"{max_bins - 1}")
         return m
 
     # -- layout ------------------------------------------------------------------

@@ -10,7 +10,7 @@ returns a :class:`~fedgrove.engine.model.GBDTModel`.  Objectives: ``binary``
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np

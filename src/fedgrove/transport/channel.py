@@ -122,5 +122,5 @@ class Channel(ABC):
     @abstractmethod
     def _recv_bytes(self, peer: str, tag: str, timeout: float) -> bytes: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: only the gRPC backend has resources
         """Release resources (the gRPC backend stops its server)."""

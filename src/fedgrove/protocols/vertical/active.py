@@ -285,7 +285,7 @@ class VerticalActive:
         n = len(X_local)
         self.ch.broadcast("predict", m.PredictRequest(n), self.passives)
         remote_bits = {}
-        for k, name in enumerate(self.passives, start=1):
+        for name in self.passives:
             reply = self.ch.recv(name, "predict", m.PredictBits)
             for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
                 remote_bits[(t, node)] = m.unpack_mask(bits, n)
