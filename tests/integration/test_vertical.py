@@ -90,3 +90,19 @@ def test_protocol_parameters_are_checked():
     with pytest.raises(InvalidParameterError, match="min_samples_leaf=1"):
         run_vertical([np.zeros((10, 2)), np.zeros((10, 2))], np.zeros(10), GBDTParams(min_samples_leaf=5),
                      keygen("ou"))
+
+
+def test_parties_holding_different_instances_are_stopped():
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.vertical.active import VerticalActive
+    from fedgrove.protocols.vertical.passive import VerticalPassive
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    r = np.random.default_rng(0)
+    X, y = r.normal(size=(50, 4)), (r.random(50) < 0.5).astype(float)
+    hub = InProcessHub(["a", "p"])
+    roles = {"a": lambda ch: VerticalActive(ch, X[:, :2], y, ["p"], GBDTParams(n_estimators=1), keygen("ou"),
+                                            ids=np.arange(50)).fit(),
+             "p": lambda ch: VerticalPassive(ch, X[:, 2:], "a", ids=np.arange(1, 51)).fit()}
+    with pytest.raises(ProtocolError, match="p holds a different set of instances"):
+        run_parties(hub, roles, timeout=10)

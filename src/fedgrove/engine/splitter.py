@@ -231,7 +231,8 @@ class HistogramSplitFinder(SplitFinder):
         features = np.ascontiguousarray(features, dtype=np.int64)
         n = len(layer)
         total_bins = int(self.feature_offsets[-1])
-        hist = np.zeros((n, total_bins, self._stats[0].shape[1]))
+        # every row is filled below (built, or subtracted from a filled parent) for the features in use
+        hist = np.empty((n, total_bins, self._stats[0].shape[1]))
         row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
         build, parent_rows, small_rows, large_rows = [], [], [], []
         if self._pending is None or self._hist is None:

@@ -47,9 +47,12 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
 
             table = _load_party_data(spec, with_label=True)
             he = he or keygen(cfg.he["scheme"], cfg.he["key_bits"], cfg.he.get("backend"))
-            role = VerticalActive(channel, table.X, table.y, others, params, he)
+            role = VerticalActive(channel, table.X, table.y, others, params, he, ids=table.ids)
             model = role.fit(checkpoint, resume)
-            model.metadata.update({"protocol": "vertical", "party": spec.name, "ids_digest": _digest(table.ids)})
+            from fedgrove.protocols.vertical.messages import ids_digest
+
+            model.metadata.update({"protocol": "vertical", "party": spec.name,
+                                   "ids_digest": ids_digest(table.ids).hex() or None})
             if params.objective != "regression":
                 model.classes = list(range(model.n_classes))
             model.save(out_dir / f"{spec.name}.model.json")
@@ -57,7 +60,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
         else:
             active = next(p.name for p in cfg.parties if p.role == "active")
             table = _load_party_data(spec, with_label=False)
-            role = VerticalPassive(channel, table.X, active, params.max_bins, params.seed)
+            role = VerticalPassive(channel, table.X, active, params.max_bins, params.seed, ids=table.ids)
             pmodel = role.fit(checkpoint, resume)
             atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(pmodel.to_dict()))
             summary = {"owned_splits": len(pmodel.splits)}
@@ -84,14 +87,6 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     atomic_write_text(out_dir / f"{spec.name}.stats.json", json.dumps(stats, indent=2))
     logger.info("%s finished: %s", spec.name, stats)
     return stats
-
-
-def _digest(ids) -> str | None:
-    if ids is None:
-        return None
-    import hashlib
-
-    return hashlib.sha256(np.ascontiguousarray(np.sort(ids), dtype=np.int64).tobytes()).hexdigest()
 
 
 def simulate(cfg: FederationConfig, resume: bool = False) -> dict:

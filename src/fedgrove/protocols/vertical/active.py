@@ -193,7 +193,7 @@ class VerticalActive:
     """
 
     def __init__(self, channel, X, y, passives: list[str], params: GBDTParams, he: HEContext,
-                 bin_mapper: BinMapper | None = None, packer: GHPacker | None = None):
+                 bin_mapper: BinMapper | None = None, packer: GHPacker | None = None, ids=None):
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
@@ -209,6 +209,7 @@ class VerticalActive:
         self.packer = packer or packer_for(params.objective, self.y)
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
+        self.ids = ids
 
     def fit(self, checkpoint=None, resume: bool = False) -> GBDTModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
@@ -224,6 +225,10 @@ class VerticalActive:
             layout = ch.recv(name, "layout", m.FeatureLayout)
             if layout.n_value_bins.ndim != 1 or np.any(layout.n_value_bins < 1) or np.any(layout.n_value_bins > 255):
                 raise ProtocolError(f"feature layout from {name} is invalid")
+            mine = m.ids_digest(self.ids)
+            if layout.n_samples != n or (mine and layout.ids_digest and layout.ids_digest != mine):
+                raise ProtocolError(f"{name} holds a different set of instances ({layout.n_samples} rows) than "
+                                    f"{ch.party} ({n} rows): align the parties' data by ID first")
             self.remotes.append(_Remote(name, layout.n_value_bins, feat, bins))
             feat += len(layout.n_value_bins)
             bins += self.remotes[-1].n_bins

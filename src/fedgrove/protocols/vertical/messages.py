@@ -25,9 +25,12 @@ REPLY = "reply"
 
 @register
 class FeatureLayout(Message):
-    """How many value bins each of the passive party's features has (not its cut points)."""
+    """How many value bins each of the passive party's features has (not its cut points), how many
+    instances it holds and a SHA-256 of their sorted IDs (empty when it has no ID column)."""
 
     n_value_bins: np.ndarray = array_field("<i4", 1)
+    n_samples: int = 0
+    ids_digest: bytes = b""
 
 
 @register
@@ -131,6 +134,15 @@ class PredictBits(Message):
     trees: list[int] = None
     nodes: list[int] = None
     bits: list[bytes] = None
+
+
+def ids_digest(ids) -> bytes:
+    """SHA-256 of the sorted instance IDs (b"" when there are none): parties check they hold the same set."""
+    if ids is None:
+        return b""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(np.sort(np.asarray(ids)), dtype="<i8").tobytes()).digest()
 
 
 def pack_mask(mask: np.ndarray) -> bytes:

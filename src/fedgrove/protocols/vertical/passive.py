@@ -46,7 +46,7 @@ class VerticalPassive:
     """Run the passive side of training and prediction on a Channel."""
 
     def __init__(self, channel, X: np.ndarray, active: str, max_bins: int = 255, seed: int = 0,
-                 bin_mapper: BinMapper | None = None):
+                 bin_mapper: BinMapper | None = None, ids=None):
         self.ch = channel
         self.active = active
         self.X = np.asarray(X, dtype=np.float64)
@@ -54,11 +54,13 @@ class VerticalPassive:
         self.X_binned = self.bin_mapper.transform(self.X)
         self.n_value_bins = self.bin_mapper.n_value_bins
         self.model = PassiveModel(channel.party, self.bin_mapper)
+        self.ids = ids
 
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
         ch = self.ch
-        ch.send(self.active, "layout", m.FeatureLayout(self.n_value_bins.astype(np.int32)))
+        ch.send(self.active, "layout", m.FeatureLayout(self.n_value_bins.astype(np.int32), len(self.X),
+                                                       m.ids_digest(self.ids)))
         key = ch.recv(self.active, "key", m.PublicKey)
         he = public_context(key.key)
         if not (1 <= key.frac_bits <= 64 and 1 <= key.value_bits <= 64 and 1 <= key.count_bits <= 40):
