@@ -191,6 +191,7 @@ def main():
             print(f"{dataset:>14} fedgrove/LightGBM fit ratio {entry['ratio_fedgrove_over_lightgbm']['fit']:.2f}, "
                   f"metric diff {entry['ratio_fedgrove_over_lightgbm']['metric_diff']:+.4f}", flush=True)
         entry["repeats"] = args.repeats
+        entry["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
         results["datasets"][dataset] = entry
         _save(results)
     print(f"wrote {RESULTS}")

@@ -15,19 +15,19 @@ def engine_table() -> str:
     r = json.loads(path.read_text())
     s = r["settings"]
     lines = [
-        f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), "
+        f"Measured on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), "
         f"{s['threads']} threads, OMP_WAIT_POLICY {s.get('omp_wait_policy', 'unset')}; "
         f"fit time is the median of the repeats shown.",
         "",
-        "| dataset | repeats | metric | fedgrove | LightGBM | XGBoost | fit s fedgrove | fit s LightGBM "
+        "| dataset | measured | repeats | metric | fedgrove | LightGBM | XGBoost | fit s fedgrove | fit s LightGBM "
         "| fit s XGBoost "
         "| fit ratio fedgrove/LightGBM | predict s fedgrove / LightGBM | peak RSS MB fedgrove / LightGBM |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["datasets"].items():
         f, lg, xg = e["fedgrove"], e["lightgbm"], e.get("xgboost")
         lines.append(
-            f"| {name} | {e.get('repeats', '?')} | {f['metric']} | {f['value']:.4f} | {lg['value']:.4f} | "
+            f"| {name} | {e.get('date', r['date'])} | {e.get('repeats', '?')} | {f['metric']} | {f['value']:.4f} | {lg['value']:.4f} | "
             f"{xg['value']:.4f} | {f['fit_s']:.2f} | {lg['fit_s']:.2f} | {xg['fit_s']:.2f} | "
             f"{e['ratio_fedgrove_over_lightgbm']['fit']:.2f} | {f['predict_s']:.3f} / {lg['predict_s']:.3f} | "
             f"{f['peak_rss_mb']:.0f} / {lg['peak_rss_mb']:.0f} |")
