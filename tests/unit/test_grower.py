@@ -68,3 +68,28 @@ def test_a_plugged_finder_drives_the_same_grower():
                                   PackedEnsemble([local]).leaves(X))
     with pytest.raises(ModelFormatError, match="another party"):
         PackedEnsemble([remote]).leaves(X)
+
+
+def test_pure_nodes_are_leaves_without_a_search():
+    # CART: a node holding one class cannot gain from a split, so it gets no histogram and no search
+    from fedgrove.engine.forest import ForestParams, draw_tree, grow_forest_tree
+
+    r = np.random.default_rng(0)
+    X = r.normal(size=(400, 3))
+    y = (X[:, 0] > 0.5).astype(float)  # the first split separates the classes completely
+    bm = BinMapper().fit(X)
+    params = ForestParams(n_estimators=1, max_features=None, bootstrap=False)
+    searched = []
+    original = HistogramSplitFinder.find_splits
+
+    def spy(self, layer):
+        searched.append(len(layer))
+        return original(self, layer)
+
+    HistogramSplitFinder.find_splits = spy
+    try:
+        tree = grow_forest_tree(params, draw_tree(params, 0, 400, 3), bm.transform(X), y, bm,
+                                [bm.bin_upper_bounds(f) for f in range(3)], 2)
+    finally:
+        HistogramSplitFinder.find_splits = original
+    assert searched == [1] and tree.n_leaves == 2

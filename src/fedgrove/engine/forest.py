@@ -120,9 +120,13 @@ def node_feature_sampler(params: ForestParams, draw: TreeDraw, n_features: int) 
         return lambda layer: np.broadcast_to(mask, (len(layer), n_features))
 
     def per_node(layer):
-        allowed = np.zeros((len(layer), n_features), dtype=bool)
-        for i in range(len(layer)):
-            allowed[i, draw.rng.choice(n_features, k, replace=False)] = True
+        # k distinct features per node: the k smallest of uniform keys (one draw for the whole layer)
+        keys = draw.rng.random((len(layer), n_features))
+        chosen = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < n_features else None
+        allowed = np.ones((len(layer), n_features), dtype=bool)
+        if chosen is not None:
+            allowed[:] = False
+            np.put_along_axis(allowed, chosen, True, axis=1)
         return allowed
 
     return per_node

@@ -82,6 +82,10 @@ class SplitFinder(ABC):
     def sample_weight(self, stats: np.ndarray) -> np.ndarray:
         """(Weighted) sample count of nodes with statistics ``stats`` (n, n_stats)."""
 
+    def splittable(self, stats: np.ndarray) -> np.ndarray:
+        """Which nodes could gain from a split at all (default: all); pure CART nodes cannot."""
+        return np.ones(len(stats), dtype=bool)
+
 
 class TreeGrower:
     """Grow one tree layer by layer.
@@ -148,8 +152,19 @@ class TreeGrower:
         if self.max_depth is not None and layer.depth >= self.max_depth:
             self.frontier = Layer(np.zeros(0, dtype=np.int64), np.zeros((0, layer.stats.shape[1])), layer.depth + 1)
             return self.frontier
-        can_split = self.finder.sample_weight(layer.stats) >= self.min_samples_split
-        splits = self.finder.find_splits(layer)
+        can_split = (self.finder.sample_weight(layer.stats) >= self.min_samples_split) & \
+            self.finder.splittable(layer.stats)
+        # only nodes that may split are searched (and get histograms); the others are leaves now
+        open_rows = np.nonzero(can_split)[0]
+        if not len(open_rows):
+            self.frontier = Layer(np.zeros(0, dtype=np.int64), np.zeros((0, layer.stats.shape[1])), layer.depth + 1)
+            return self.frontier
+        searched = layer if len(open_rows) == len(layer) else \
+            Layer(layer.node_ids[open_rows], layer.stats[open_rows], layer.depth)
+        found = self.finder.find_splits(searched)
+        splits = LayerSplits.empty(len(layer), layer.stats.shape[1])
+        for name in ("gain", "feature", "bin", "missing_left", "left_stats", "threshold", "owner"):
+            getattr(splits, name)[open_rows] = getattr(found, name)
         if self.gain_inclusive:
             good = splits.gain >= self.min_split_gain
         else:
@@ -161,7 +176,10 @@ class TreeGrower:
         first = sum(len(r) for r in self._records)
         child_ids = np.arange(first, first + 2 * len(rows), dtype=np.int64).reshape(-1, 2)
         if len(rows):
-            exact = self.finder.apply_splits(layer, rows, splits, child_ids)
+            # the finder sees the searched layer: translate rows into it
+            pos = np.full(len(layer), -1, dtype=np.int64)
+            pos[open_rows] = np.arange(len(open_rows))
+            exact = self.finder.apply_splits(searched, pos[rows], found, child_ids)
             if exact is not None:
                 child_stats = np.asarray(exact, dtype=np.float64)
         self._new_nodes(child_stats, layer.depth + 1)

@@ -80,6 +80,16 @@ class CARTScorer:
 
     hist_weight = sample_weight
 
+    def splittable(self, stats):
+        """Impure nodes only (scikit-learn's rule: impurity above machine epsilon)."""
+        stats = np.atleast_2d(stats)
+        if self.criterion == "mse":
+            w = stats[:, 0]
+            safe = np.where(w > 0, w, 1.0)
+            var = stats[:, 2] / safe - (stats[:, 1] / safe) ** 2
+            return var > np.finfo(np.float64).eps * np.maximum(1.0, (stats[:, 1] / safe) ** 2)
+        return (stats > 0).sum(axis=1) > 1
+
     def leaf_value(self, stats):
         if self.criterion == "mse":
             w = stats[:, 0]
@@ -150,6 +160,10 @@ class HistogramSplitFinder(SplitFinder):
 
     def sample_weight(self, stats):
         return self.scorer.sample_weight(np.atleast_2d(stats))
+
+    def splittable(self, stats):
+        fn = getattr(self.scorer, "splittable", None)
+        return np.ones(len(stats), dtype=bool) if fn is None else fn(stats)
 
     def allowed(self, layer: Layer) -> np.ndarray:
         if self.allowed_fn is None:
