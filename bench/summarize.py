@@ -27,7 +27,8 @@ def engine_table() -> str:
     for name, e in r["datasets"].items():
         f, lg, xg = e["fedgrove"], e["lightgbm"], e.get("xgboost")
         lines.append(
-            f"| {name} | {e.get('date', r['date'])} | {e.get('repeats', '?')} | {f['metric']} | {f['value']:.4f} | {lg['value']:.4f} | "
+            f"| {name} | {e.get('date', r['date'])} | {e.get('repeats', '?')} | {f['metric']} | {f['value']:.4f} | "
+            f"{lg['value']:.4f} | "
             f"{xg['value']:.4f} | {f['fit_s']:.2f} | {lg['fit_s']:.2f} | {xg['fit_s']:.2f} | "
             f"{e['ratio_fedgrove_over_lightgbm']['fit']:.2f} | {f['predict_s']:.3f} / {lg['predict_s']:.3f} | "
             f"{f['peak_rss_mb']:.0f} / {lg['peak_rss_mb']:.0f} |")

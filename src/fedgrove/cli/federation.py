@@ -7,7 +7,7 @@ from typing import List
 
 import typer
 
-from fedgrove.cli.common import console
+from fedgrove.cli.common import console, progress_bar
 
 
 def simulate(config: Path = typer.Argument(..., help="federation.toml: every party of the federation"),
@@ -18,7 +18,8 @@ def simulate(config: Path = typer.Argument(..., help="federation.toml: every par
 
     cfg = load_federation(config)
     console.print(f"simulating a {cfg.protocol} federation of {len(cfg.parties)} parties ...")
-    results = run(cfg, resume)
+    with progress_bar("training", 1) as update:
+        results = run(cfg, resume, update)
     _report(results, cfg.output_dir)
 
 
@@ -30,7 +31,8 @@ def party(config: Path = typer.Argument(..., help="party.toml: this party, its c
 
     cfg, me = load_party(config)
     console.print(f"{me.name} ({me.role}) listening on {me.listen}; peers: {', '.join(cfg.peers)}")
-    results = run_party(cfg, me, resume)
+    with progress_bar(f"{me.name} training", 1) as update:
+        results = run_party(cfg, me, resume, update)
     _report({me.name: results}, cfg.output_dir)
 
 

@@ -28,7 +28,8 @@ def _load_party_data(spec: PartySpec, with_label: bool):
     return table
 
 
-def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False) -> dict:
+def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False,
+             progress=None) -> dict:
     """Train as ``spec`` on ``channel``; write this party's model and statistics; return a summary."""
     from fedgrove.runner.checkpoint import CheckpointStore
 
@@ -48,7 +49,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             table = _load_party_data(spec, with_label=True)
             he = he or keygen(cfg.he["scheme"], cfg.he["key_bits"], cfg.he.get("backend"))
             role = VerticalActive(channel, table.X, table.y, others, params, he, ids=table.ids)
-            model = role.fit(checkpoint, resume)
+            model = role.fit(checkpoint, resume, progress)
             from fedgrove.protocols.vertical.messages import ids_digest
 
             model.metadata.update({"protocol": "vertical", "party": spec.name,
@@ -70,7 +71,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
 
         if spec.role == "aggregator":
             clients = [p.name for p in cfg.parties if p.role == "client"]
-            model = HorizontalAggregator(channel, clients, params).fit(checkpoint, resume)
+            model = HorizontalAggregator(channel, clients, params).fit(checkpoint, resume, progress)
         else:
             aggregator = next(p.name for p in cfg.parties if p.role == "aggregator")
             table = _load_party_data(spec, with_label=True)
@@ -89,17 +90,18 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     return stats
 
 
-def simulate(cfg: FederationConfig, resume: bool = False) -> dict:
+def simulate(cfg: FederationConfig, resume: bool = False, progress=None) -> dict:
     """All parties in this process, one thread each, messages through the codec."""
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
     hub = InProcessHub([p.name for p in cfg.parties])
-    roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch, resume=resume)))(p) for p in cfg.parties}
+    roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch, resume=resume, progress=progress)))(p)
+             for p in cfg.parties}
     results, _ = run_parties(hub, roles, cfg.timeout)
     return results
 
 
-def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False) -> dict:
+def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, progress=None) -> dict:
     """This party alone, over gRPC with mutual TLS."""
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
 
@@ -110,6 +112,6 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False) -> d
     tls = TLSFiles(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout)
     try:
-        return run_role(cfg, spec, channel, resume=resume)
+        return run_role(cfg, spec, channel, resume=resume, progress=progress)
     finally:
         channel.close()

@@ -120,8 +120,9 @@ class HorizontalAggregator:
         self.ch, self.clients, self.params = channel, list(clients), params
         self.codec = FixedPoint128()
 
-    def fit(self, checkpoint=None, resume: bool = False) -> GBDTModel:
-        """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it."""
+    def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
+        """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it.
+        ``progress(trees_done, trees_total)`` is called after every tree."""
         ch, p = self.ch, self.params
         keys = {c: ch.recv(c, "key", m.MaskingKey).key for c in self.clients}
         session = os.urandom(16)
@@ -176,6 +177,8 @@ class HorizontalAggregator:
                 tree_id += 1
                 if checkpoint is not None and c == objective.n_outputs - 1:
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()})
+                if progress is not None:
+                    progress(tree_id, p.n_estimators * objective.n_outputs)
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.clients)
         return model

@@ -211,8 +211,9 @@ class VerticalActive:
         self.remotes: list[_Remote] = []
         self.ids = ids
 
-    def fit(self, checkpoint=None, resume: bool = False) -> GBDTModel:
-        """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
+    def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
+        """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it.
+        ``progress(trees_done, trees_total)`` is called after every tree."""
         ch, p = self.ch, self.params
         n_classes = p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass" else 1)
         objective = make_objective(p.objective, n_classes)
@@ -278,6 +279,8 @@ class VerticalActive:
                 tree_id += 1
                 if checkpoint is not None and c == K - 1:
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
+                if progress is not None:
+                    progress(tree_id, p.n_estimators * K)
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.passives)
         self.model = model
