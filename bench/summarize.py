@@ -58,7 +58,8 @@ def vertical_table() -> str:
     tp = r.get("he_throughput")
     if tp:
         lines += ["", "Homomorphic-encryption throughput on 2048-bit keys, packed (g, h) plaintexts "
-                      "(values per second, 2 threads for HEU):", "", "| backend | encrypt | add | decrypt |", "|---|---|---|---|"]
+                      "(values per second, 2 threads for HEU):", "",
+                  "| backend | encrypt | add | decrypt |", "|---|---|---|---|"]
         for name, t in tp.items():
             lines.append(f"| {name} | {t['encrypt_per_s']:,.0f} | {t['add_per_s']:,.0f} | {t['decrypt_per_s']:,.0f} |")
     return "\n".join(lines)
