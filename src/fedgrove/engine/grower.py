@@ -150,15 +150,13 @@ class TreeGrower:
         """Split the frontier once; returns the new frontier (possibly empty)."""
         layer = self.frontier
         if self.max_depth is not None and layer.depth >= self.max_depth:
-            self.frontier = Layer(np.zeros(0, dtype=np.int64), np.zeros((0, layer.stats.shape[1])), layer.depth + 1)
-            return self.frontier
+            return self._close(layer)
         can_split = (self.finder.sample_weight(layer.stats) >= self.min_samples_split) & \
             self.finder.splittable(layer.stats)
         # only nodes that may split are searched (and get histograms); the others are leaves now
         open_rows = np.nonzero(can_split)[0]
         if not len(open_rows):
-            self.frontier = Layer(np.zeros(0, dtype=np.int64), np.zeros((0, layer.stats.shape[1])), layer.depth + 1)
-            return self.frontier
+            return self._close(layer)
         searched = layer if len(open_rows) == len(layer) else \
             Layer(layer.node_ids[open_rows], layer.stats[open_rows], layer.depth)
         found = self.finder.find_splits(searched)
@@ -195,6 +193,11 @@ class TreeGrower:
         nodes["right"][ids] = child_ids[:, 1]
         self._records = [nodes]
         self.frontier = Layer(child_ids.reshape(-1), child_stats, layer.depth + 1)
+        return self.frontier
+
+    def _close(self, layer: Layer) -> Layer:
+        """Every node of ``layer`` stays a leaf: the frontier becomes empty."""
+        self.frontier = Layer(np.zeros(0, dtype=np.int64), np.zeros((0, layer.stats.shape[1])), layer.depth + 1)
         return self.frontier
 
     def grow(self) -> Tree:
