@@ -78,3 +78,25 @@ def test_a_party_cannot_send_under_another_name(tmp_path):
     finally:
         liar.close()
         b.close()
+
+
+def test_tampered_and_truncated_payloads_are_rejected_naming_peer_and_stage(tmp_path):
+    from fedgrove.transport.codec import encode
+
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=10)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=10)
+    try:
+        good = encode(Ping(np.arange(4.0)))
+        a._send_bytes("bob", "tree=2/ping", good[:-3])                      # truncated
+        a._send_bytes("bob", "tree=2/ping", good.replace(b'"shape":[4]', b'"shape":[9]'))  # tampered
+        with b.scope(tree=2):
+            for _ in range(2):
+                with pytest.raises(ProtocolError, match=r"malformed message \(from alice at tree=2/ping\)"):
+                    b.recv("alice", "ping", Ping)
+            a._send_bytes("bob", "tree=2/ping", good)                          # the receiver is still fine
+            np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(4.0))
+    finally:
+        a.close()
+        b.close()
