@@ -31,6 +31,45 @@ class _Remote:
         self.n_bins = int(self.local_offsets[-1])
 
 
+def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarray, he: HEContext,
+                      packer: GHPacker, what: str) -> np.ndarray:
+    """Decrypt an :class:`EncryptedHistograms` reply into (n_nodes, r.n_bins, 2) histograms.
+
+    ``totals`` holds each node's (G, H); the bin the sender left out is the
+    total minus the others.  Anything inconsistent with the request is refused.
+    """
+    n_build = len(totals)
+    if reply.skipped.shape != (n_build * r.n_features,) or reply.n_bins.shape != reply.skipped.shape \
+            or int(reply.n_bins.sum()) != reply.n_sums or reply.bins.shape != (reply.n_sums,):
+        raise ProtocolError(f"{what} do not match the request")
+    expected_slots = packer.slots_per_plaintext(he.plaintext_bits)
+    if reply.n_slots != expected_slots:
+        raise ProtocolError(f"{what} use {reply.n_slots} slots, expected {expected_slots}")
+    sums = np.zeros((0, 2))
+    if reply.n_sums:
+        ct = he.deserialize(reply.ciphertexts)
+        if ct.size != -(-reply.n_sums // reply.n_slots):
+            raise ProtocolError(f"{what}: {ct.size} ciphertexts for {reply.n_sums} sums")
+        sums = packer.decode(he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
+    out = np.zeros((n_build, r.n_bins, 2))
+    pos = 0
+    k = 0
+    for j in range(n_build):
+        for f in range(r.n_features):
+            nb = int(r.n_value_bins[f]) + 1
+            base = int(r.local_offsets[f])
+            cnt = int(reply.n_bins[k])
+            skip = int(reply.skipped[k])
+            b_idx = reply.bins[pos:pos + cnt]
+            if skip < 0 or skip >= nb or np.any(b_idx < 0) or np.any(b_idx >= nb) or np.any(b_idx == skip):
+                raise ProtocolError(f"{what}: bin index out of range")
+            out[j, base + b_idx] = sums[pos:pos + cnt]
+            out[j, base + skip] = totals[j] - sums[pos:pos + cnt].sum(axis=0)
+            pos += cnt
+            k += 1
+    return out
+
+
 class VerticalSplitFinder(SplitFinder):
     """The active party's split finder: local histograms plus decrypted remote ones."""
 
@@ -100,37 +139,8 @@ class VerticalSplitFinder(SplitFinder):
         return splits
 
     def _decode_remote(self, r: _Remote, reply: m.EncryptedHistograms, layer: Layer, build) -> np.ndarray:
-        n_build = len(build)
-        if reply.skipped.shape != (n_build * r.n_features,) or reply.n_bins.shape != reply.skipped.shape \
-                or int(reply.n_bins.sum()) != reply.n_sums or reply.bins.shape != (reply.n_sums,):
-            raise ProtocolError(f"histograms from {r.name} do not match the request (layer {self._layer[0]})")
-        expected_slots = self.packer.slots_per_plaintext(self.he.plaintext_bits)
-        if reply.n_slots != expected_slots:
-            raise ProtocolError(f"histograms from {r.name} use {reply.n_slots} slots, expected {expected_slots}")
-        sums = np.zeros((0, 2))
-        if reply.n_sums:
-            ct = self.he.deserialize(reply.ciphertexts)
-            if ct.size != -(-reply.n_sums // reply.n_slots):
-                raise ProtocolError(f"histograms from {r.name}: {ct.size} ciphertexts for {reply.n_sums} sums")
-            sums = self.packer.decode(self.he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
-        out = np.zeros((n_build, r.n_bins, 2))
-        pos = 0
-        k = 0
-        for j in range(n_build):
-            total = layer.stats[build[j], :2]
-            for f in range(r.n_features):
-                nb = int(r.n_value_bins[f]) + 1
-                base = int(r.local_offsets[f])
-                cnt = int(reply.n_bins[k])
-                skip = int(reply.skipped[k])
-                b_idx = reply.bins[pos:pos + cnt]
-                if skip < 0 or skip >= nb or np.any(b_idx < 0) or np.any(b_idx >= nb) or np.any(b_idx == skip):
-                    raise ProtocolError(f"histograms from {r.name}: bin index out of range")
-                out[j, base + b_idx] = sums[pos:pos + cnt]
-                out[j, base + skip] = total - sums[pos:pos + cnt].sum(axis=0)
-                pos += cnt
-                k += 1
-        return out
+        return decode_histograms(reply, r, layer.stats[build, :2], self.he, self.packer,
+                                 f"histograms from {r.name} (layer {self._layer[0]})")
 
     def apply_splits(self, layer, split_rows, splits, child_ids):
         ids = [int(i) for i in layer.node_ids[split_rows]]

@@ -122,34 +122,8 @@ class VerticalPassive:
                 raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during tree {tree}")
 
     def _histograms(self, nodes, rows, ct, he, packer) -> m.EncryptedHistograms:
-        groups, skipped, n_bins, bins = [], [], [], []
-        offsets = self.bin_mapper.feature_offsets
-        for node in nodes:
-            if node not in rows:
-                raise ProtocolError(f"{self.ch.party}: histogram request for unknown node {node}")
-            r = rows[node]
-            codes = self.X_binned[r]
-            for f in range(self.X.shape[1]):
-                nb = int(offsets[f + 1] - offsets[f])
-                col = codes[:, f]
-                counts = np.bincount(col, minlength=nb)
-                skip = int(np.argmax(counts))
-                order = np.argsort(col, kind="stable")
-                ends = np.cumsum(counts)
-                present = [b for b in np.nonzero(counts)[0].tolist() if b != skip]
-                skipped.append(skip)
-                n_bins.append(len(present))
-                bins.extend(present)
-                for b in present:
-                    groups.append(r[order[ends[b] - counts[b]:ends[b]]].tolist())
-        slots = packer.slots_per_plaintext(he.plaintext_bits)
-        if groups:
-            sums = he.compress(he.select_sums(ct, groups), packer.slot_bits, slots)
-            data = he.serialize(sums)
-        else:
-            data = b""
-        return m.EncryptedHistograms(data, len(groups), slots, np.asarray(skipped, dtype=np.int32),
-                                     np.asarray(n_bins, dtype=np.int32), np.asarray(bins, dtype=np.int32))
+        return encrypted_histograms(self.ch.party, nodes, rows, self.X_binned, self.bin_mapper.feature_offsets, ct, he,
+                                    packer)
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
@@ -161,3 +135,35 @@ class VerticalPassive:
         keys = sorted(bits)
         self.ch.send(self.active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
                                                             [m.pack_mask(bits[k]) for k in keys]))
+
+
+def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) -> m.EncryptedHistograms:
+    """Encrypted per-bin (G, H) sums of the nodes' instances (``rows[node]``, indices into ``ct``).
+
+    For every (node, feature) the node's most frequent bin is left out (the key
+    holder recovers it from the node total); the sums are compressed before
+    they are sent.  Shared by the vertical passive party and HybridTree guests.
+    """
+    groups, skipped, n_bins, bins = [], [], [], []
+    for node in nodes:
+        if node not in rows:
+            raise ProtocolError(f"{party}: histogram request for unknown node {node}")
+        r = rows[node]
+        codes = X_binned[r]
+        for f in range(X_binned.shape[1]):
+            nb = int(offsets[f + 1] - offsets[f])
+            col = codes[:, f]
+            counts = np.bincount(col, minlength=nb)
+            skip = int(np.argmax(counts))
+            order = np.argsort(col, kind="stable")
+            ends = np.cumsum(counts)
+            present = [b for b in np.nonzero(counts)[0].tolist() if b != skip]
+            skipped.append(skip)
+            n_bins.append(len(present))
+            bins.extend(present)
+            for b in present:
+                groups.append(r[order[ends[b] - counts[b]:ends[b]]].tolist())
+    slots = packer.slots_per_plaintext(he.plaintext_bits)
+    data = he.serialize(he.compress(he.select_sums(ct, groups), packer.slot_bits, slots)) if groups else b""
+    return m.EncryptedHistograms(data, len(groups), slots, np.asarray(skipped, dtype=np.int32),
+                                 np.asarray(n_bins, dtype=np.int32), np.asarray(bins, dtype=np.int32))
