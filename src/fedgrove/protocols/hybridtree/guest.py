@@ -1,0 +1,72 @@
+"""A HybridTree guest: features for a subset of the host's instances, no labels."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.crypto.he import public_context
+from fedgrove.crypto.packing import GHPacker
+from fedgrove.engine.binning import BinMapper
+from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols.hybridtree import messages as m
+from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms
+
+
+class HybridGuest:
+    def __init__(self, channel, X, ids, host: str, max_bins: int = 255, seed: int = 0):
+        self.ch, self.host = channel, host
+        self.X = np.asarray(X, dtype=np.float64)
+        self.ids = np.asarray(ids, dtype=np.int64)
+        if len(self.ids) != len(self.X):
+            raise ProtocolError(f"{channel.party}: {len(self.ids)} IDs for {len(self.X)} rows")
+        self.bin_mapper = BinMapper(max_bins, seed=seed).fit(self.X)
+        self.X_binned = self.bin_mapper.transform(self.X)
+        self.model = PassiveModel(channel.party, self.bin_mapper)
+
+    def fit(self) -> PassiveModel:
+        ch = self.ch
+        ch.send(self.host, "layout", m.GuestLayout(self.bin_mapper.n_value_bins.astype(np.int32), self.ids))
+        key = ch.recv(self.host, "key", m.PublicKey)
+        he = public_context(key.key)
+        packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
+        tree = 0
+        while True:
+            with ch.scope(tree=tree):
+                first = ch.recv(self.host, m.CONTROL)
+                if isinstance(first, m.TrainingDone):
+                    return self.model
+                if not isinstance(first, m.NodeGradients) or first.tree != tree or len(first.nodes) != len(self.X):
+                    raise ProtocolError(f"{ch.party}: expected the gradients of tree {tree} for {len(self.X)} "
+                                        f"instances from {self.host}")
+                ct = he.deserialize(first.ciphertexts)
+                if ct.size != len(self.X):
+                    raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(self.X)} instances")
+                rows = {int(n): np.nonzero(first.nodes == n)[0] for n in np.unique(first.nodes)}
+                self._grow(tree, rows, ct, he, packer)
+            tree += 1
+
+    def _grow(self, tree, rows, ct, he, packer) -> None:
+        ch = self.ch
+        while True:
+            msg = ch.recv(self.host, m.CONTROL)
+            if isinstance(msg, m.HistogramRequest):
+                ch.send(self.host, m.REPLY, encrypted_histograms(ch.party, msg.nodes, rows, self.X_binned,
+                                                                 self.bin_mapper.feature_offsets, ct, he, packer))
+            elif isinstance(msg, m.GuestSplits):
+                for node, f, b, ml, left, right in zip(msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
+                                                       msg.right):
+                    if node not in rows or not 0 <= f < self.X.shape[1] or not 0 <= b < self.bin_mapper.n_value_bins[f]:
+                        raise ProtocolError(f"{ch.party}: split of node {node} on feature {f}, bin {b} is invalid")
+                    r = rows.pop(node)
+                    codes = self.X_binned[r, f]
+                    go = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
+                    rows[left], rows[right] = r[go], r[~go]
+                    self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
+            elif isinstance(msg, m.TreeEnd):
+                leaves = np.full(len(self.X), -1, dtype=np.int64)
+                for node, r in rows.items():
+                    leaves[r] = node
+                ch.send(self.host, m.REPLY, m.LeafAssignment(leaves))
+                return
+            else:
+                raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} in tree {tree}")

@@ -1,0 +1,169 @@
+"""The HybridTree host: labels, its own features and all instances.  It grows the
+top ``host_depth`` layers itself, then, per guest, ``guest_depth`` layers on that
+guest's features from encrypted per-layer histograms (one round per layer for
+all of the guest's open nodes).  Hessian mode: leaf values come from the node
+totals the host holds in plaintext."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedgrove.crypto.he import HEContext
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
+from fedgrove.engine.tree import Tree
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.protocols.hybridtree import messages as m
+from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for
+
+
+@dataclass
+class HybridHostModel:
+    """What the host keeps: its subtrees, and per tree and guest the values of the guest's leaves."""
+
+    objective: str
+    base_score: np.ndarray
+    host_trees: list[Tree] = field(default_factory=list)
+    tree_class: list[int] = field(default_factory=list)
+    guest_values: list[dict] = field(default_factory=list)  # per tree: {guest: {node: value}}
+
+
+class HybridHost:
+    def __init__(self, channel, X, y, guests: list[str], params: GBDTParams, he: HEContext, host_depth: int,
+                 guest_depth: int, ids=None):
+        if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
+            raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
+                                        "min_child_weight > 0")
+        if host_depth < 1 or guest_depth < 0:
+            raise InvalidParameterError(f"host_depth must be >= 1 and guest_depth >= 0, got {host_depth}, "
+                                        f"{guest_depth}")
+        self.ch, self.guests, self.params, self.he = channel, list(guests), params, he
+        self.X, self.y = check_xy(X, y)
+        self.ids = np.arange(len(self.X)) if ids is None else np.asarray(ids, dtype=np.int64)
+        self.host_depth, self.guest_depth = host_depth, guest_depth
+        self.packer = packer_for(params.objective, self.y)
+        self.bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(self.X)
+
+    def fit(self) -> HybridHostModel:
+        ch, p = self.ch, self.params
+        objective = make_objective(p.objective, p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass"
+                                                                else 1))
+        y = objective.check_labels(self.y)
+        n = len(y)
+        row_of = {int(i): r for r, i in enumerate(self.ids)}
+        remotes, guest_rows = {}, {}
+        for u in self.guests:
+            layout = ch.recv(u, "layout", m.GuestLayout)
+            try:
+                guest_rows[u] = np.array([row_of[int(i)] for i in layout.ids], dtype=np.int64)
+            except KeyError as exc:
+                raise ProtocolError(f"{u} holds instance {exc.args[0]} that the host does not have") from None
+            remotes[u] = _Remote(u, layout.n_value_bins, 0, 0)
+        ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
+                                        self.packer.count_bits), self.guests)
+        X_binned = self.bin_mapper.transform(self.X)
+        X_columns = np.asfortranarray(X_binned)
+        thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
+        scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
+        K = objective.n_outputs
+        base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
+        raw = np.tile(base, (n, 1))
+        model = HybridHostModel(p.objective, base)
+        tree_id = 0
+        for _ in range(p.n_estimators):
+            g, h = objective.gradients(y, raw)
+            for c in range(K):
+                with ch.scope(tree=tree_id):
+                    stats = np.column_stack([g[:, c], h[:, c]])
+                    finder = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
+                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,
+                                                  X_columns=X_columns)
+                    leaf_fn = lambda s: p.learning_rate * scorer.leaf_value(s)  # noqa: E731
+                    host_tree = TreeGrower(finder, self.host_depth, leaf_fn,
+                                           min_samples_split=2 * p.min_samples_leaf).grow()
+                    leaf_of_row = np.empty(n, dtype=np.int64)
+                    for leaf in np.nonzero(host_tree.is_leaf)[0]:
+                        leaf_of_row[finder.node_samples(leaf)] = leaf
+                    update = host_tree.values[leaf_of_row, 0].copy()
+                    values = {}
+                    if self.guest_depth > 0 and self.guests:
+                        values = self._guest_layers(tree_id, g[:, c], h[:, c], leaf_of_row, host_tree.n_nodes,
+                                                    guest_rows, remotes, scorer, update)
+                raw[:, c] += update
+                model.host_trees.append(host_tree)
+                model.tree_class.append(c)
+                model.guest_values.append(values)
+                tree_id += 1
+        guest_trees = tree_id if self.guest_depth > 0 else 0  # guests count only the trees they took part in
+        with ch.scope(tree=guest_trees):
+            ch.broadcast(m.CONTROL, m.TrainingDone(guest_trees), self.guests)
+        self.raw = raw
+        return model
+
+    def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update):
+        ch, p = self.ch, self.params
+        state = {}
+        for u in self.guests:
+            rows = guest_rows[u]
+            nodes = leaf_of_row[rows]
+            ct = self.he.encrypt(self.packer.encode(g[rows], h[rows]))
+            ch.send(u, m.CONTROL, m.NodeGradients(tree_id, nodes, self.he.serialize(ct)))
+            roots = np.unique(nodes)
+            totals = {int(r): np.array([g[rows[nodes == r]].sum(), h[rows[nodes == r]].sum()]) for r in roots}
+            state[u] = {"frontier": [int(r) for r in roots], "totals": totals, "next": first_id}
+        for layer in range(self.guest_depth):
+            active = [u for u in self.guests if state[u]["frontier"]]
+            for u in active:
+                ch.send(u, m.CONTROL, m.HistogramRequest(layer, state[u]["frontier"]))
+            for u in active:
+                st = state[u]
+                front = st["frontier"]
+                totals = np.array([st["totals"][nid] for nid in front])
+                reply = ch.recv(u, m.REPLY, m.EncryptedHistograms)
+                hist = decode_histograms(reply, remotes[u], totals, self.he, self.packer,
+                                         f"histograms from {u} (tree {tree_id}, layer {layer})")
+                node_stats = np.column_stack([totals, np.full(len(front), np.nan)])
+                offsets = remotes[u].local_offsets.astype(np.int32)
+                allowed = np.ones((len(front), remotes[u].n_features), dtype=np.bool_)
+                gain, feat, bins, ml, left = scorer.find(hist, np.arange(len(front), dtype=np.int64), node_stats,
+                                                         offsets, allowed)
+                splits = LayerSplits(gain, feat, bins, ml, left, np.full(len(front), np.nan),
+                                     np.full(len(front), -1, dtype=np.int32))
+                resolve_missing_direction(splits, Layer(np.asarray(front), node_stats, layer), hist, offsets, scorer,
+                                          True)
+                chosen = [j for j in range(len(front)) if feat[j] >= 0 and gain[j] > 0]
+                lefts, rights, new_front = [], [], []
+                for j in chosen:
+                    lid, rid = st["next"], st["next"] + 1
+                    st["next"] += 2
+                    st["totals"][lid] = left[j, :2]
+                    st["totals"][rid] = totals[j] - left[j, :2]
+                    lefts.append(lid)
+                    rights.append(rid)
+                    new_front += [lid, rid]
+                ch.send(u, m.CONTROL, m.GuestSplits(layer, [front[j] for j in chosen], [int(feat[j]) for j in chosen],
+                                                    [int(bins[j]) for j in chosen],
+                                                    [int(splits.missing_left[j]) for j in chosen], lefts, rights))
+                st["frontier"] = new_front
+        acc = np.zeros(len(update))
+        cnt = np.zeros(len(update))
+        values = {}
+        for u in self.guests:
+            ch.send(u, m.CONTROL, m.TreeEnd(tree_id))
+            leaves = ch.recv(u, m.REPLY, m.LeafAssignment).leaves
+            rows = guest_rows[u]
+            if leaves.shape != rows.shape or np.any(~np.isin(leaves, list(state[u]["totals"]))):
+                raise ProtocolError(f"leaf assignment from {u} does not match its tree")
+            tot = state[u]["totals"]
+            vals = {nid: float(-p.learning_rate * t[0] / (t[1] + p.reg_lambda)) for nid, t in tot.items()}
+            values[u] = {nid: vals[nid] for nid in np.unique(leaves).tolist()}
+            acc[rows] += np.array([vals[int(x)] for x in leaves])
+            cnt[rows] += 1
+        covered = cnt > 0
+        update[covered] = acc[covered] / cnt[covered]  # mean over the guests holding an instance
+        return values

@@ -1,0 +1,54 @@
+"""Messages of HybridTree (stages in order; the vertical protocol's PublicKey,
+HistogramRequest, EncryptedHistograms, TreeEnd and TrainingDone are reused).
+
+Setup:     guest -> host  GuestLayout;         host -> guest  PublicKey
+Per tree:  host -> guest  NodeGradients (one message: hand-off node and Enc(g, h) of the guest's instances)
+Per layer: host -> guest  HistogramRequest;    guest -> host  EncryptedHistograms
+           host -> guest  GuestSplits
+End tree:  host -> guest  TreeEnd;             guest -> host  LeafAssignment
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.protocols.vertical.messages import (CONTROL, REPLY, EncryptedHistograms, HistogramRequest,  # noqa: F401
+                                                  PublicKey, TrainingDone, TreeEnd)
+from fedgrove.transport.codec import Message, array_field, register
+
+
+@register
+class GuestLayout(Message):
+    """Bins per guest feature, and the IDs of the host's instances this guest holds (linked IDs)."""
+
+    n_value_bins: np.ndarray = array_field("<i4", 1)
+    ids: np.ndarray = array_field("<i8", 1)
+
+
+@register
+class NodeGradients(Message):
+    """For each of the guest's instances (in its ID order): its hand-off node and packed Enc(g, h)."""
+
+    tree: int = 0
+    nodes: np.ndarray = array_field("<i8", 1)
+    ciphertexts: bytes = b""
+
+
+@register
+class GuestSplits(Message):
+    """The host's decisions for the guest's open nodes of one layer."""
+
+    layer: int = 0
+    nodes: list[int] = None
+    features: list[int] = None
+    bins: list[int] = None
+    missing_left: list[int] = None
+    left: list[int] = None
+    right: list[int] = None
+
+
+@register
+class LeafAssignment(Message):
+    """The guest-tree leaf each of the guest's instances reached (in its ID order)."""
+
+    leaves: np.ndarray = array_field("<i8", 1)

@@ -1,0 +1,73 @@
+"""HybridTree (training, hessian mode): exactness properties and what guests see."""
+
+import numpy as np
+import pytest
+
+from fedgrove.crypto.he import keygen
+from fedgrove.data.partition import hybrid_partition
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+
+
+@pytest.fixture(scope="module")
+def setup(a9a):
+    X, y = a9a.train.X[:3000], a9a.train.y[:3000]
+    part = hybrid_partition(y, X.shape[1], n_guests=3, seed=1, n_host_features=40)
+    host, guests = part.shards[0], part.shards[1:]
+    return X[:, host.features], y, [(X[g.rows][:, g.features], g.rows) for g in guests]
+
+
+PARAMS = GBDTParams(n_estimators=3, max_depth=5, learning_rate=0.3)
+
+
+def test_guest_depth_zero_equals_solo_on_the_host(setup):
+    Xh, y, guests = setup
+    out = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou"), host_depth=4, guest_depth=0, timeout=30)
+    solo = train_gbdt(GBDTParams(n_estimators=3, max_depth=4, learning_rate=0.3), Xh, y)
+    np.testing.assert_array_equal(out["raw"][:, 0], solo.predict_raw(Xh))
+
+
+def test_encrypted_run_equals_plaintext_gradient_run(setup):
+    Xh, y, guests = setup
+    enc = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou"), 4, 2, timeout=60)
+    plain = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
+    np.testing.assert_allclose(enc["raw"], plain["raw"], rtol=0, atol=1e-9)
+    assert enc["model"].guest_values == plain["model"].guest_values
+    for g in enc["guest_models"]:
+        assert enc["guest_models"][g].splits == plain["guest_models"][g].splits
+    # the guests' layers help: training accuracy above the host alone at the same total depth
+    solo = train_gbdt(PARAMS, Xh, y)
+    assert np.mean((enc["raw"][:, 0] > 0) == y) > np.mean(solo.predict(Xh) == y)
+
+
+def test_instances_held_by_no_guest_keep_the_host_value(setup):
+    Xh, y, guests = setup
+    half = [(Xg[ids < 1500], ids[ids < 1500]) for Xg, ids in guests]  # guests hold only the first half
+    params = GBDTParams(n_estimators=1, max_depth=5, learning_rate=0.3)
+    out = run_hybridtree(Xh, y, half, params, keygen("ou"), 4, 2, timeout=30)
+    solo = train_gbdt(GBDTParams(n_estimators=1, max_depth=4, learning_rate=0.3), Xh, y)
+    np.testing.assert_array_equal(out["raw"][1500:, 0], solo.predict_raw(Xh[1500:]))
+    assert not np.allclose(out["raw"][:1500, 0], solo.predict_raw(Xh[:1500]))
+
+
+def test_guests_receive_only_ciphertexts_node_sets_and_their_own_splits(setup):
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+    from fedgrove.protocols.hybridtree.host import HybridHost
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    Xh, y, guests = setup
+    seen = []
+    hub = InProcessHub(["host", "guest0"])
+
+    def guest(ch):
+        ch.observers.append(lambda d, peer, tag, msg: seen.append((d, msg)))
+        return HybridGuest(ch, guests[0][0], guests[0][1], "host").fit()
+
+    run_parties(hub, {"host": lambda ch: HybridHost(ch, Xh, y, ["guest0"], PARAMS, keygen("ou"), 4, 2).fit(),
+                      "guest0": guest}, timeout=30)
+    allowed = (m.PublicKey, m.NodeGradients, m.HistogramRequest, m.GuestSplits, m.TreeEnd, m.TrainingDone)
+    received = [msg for d, msg in seen if d == "recv"]
+    assert received and all(isinstance(x, allowed) for x in received)
+    for x in received:  # never a float array: no plaintext gradient or label reaches a guest
+        assert not any(isinstance(v, np.ndarray) and v.dtype.kind == "f" for v in vars(x).values())
