@@ -71,3 +71,23 @@ def test_guests_receive_only_ciphertexts_node_sets_and_their_own_splits(setup):
     assert received and all(isinstance(x, allowed) for x in received)
     for x in received:  # never a float array: no plaintext gradient or label reaches a guest
         assert not any(isinstance(v, np.ndarray) and v.dtype.kind == "f" for v in vars(x).values())
+
+
+def test_two_round_inference_reproduces_training_scores_and_beats_solo(a9a):
+    X, y = a9a.train.X[:6000], a9a.train.y[:6000]
+    Xt, yt = a9a.test.X[:3000], a9a.test.y[:3000]
+    part = hybrid_partition(y, X.shape[1], n_guests=3, seed=1, n_host_features=40)
+    host, guests = part.shards[0], part.shards[1:]
+    train_guests = [(X[g.rows][:, g.features], g.rows) for g in guests]
+    params = GBDTParams(n_estimators=10, max_depth=6, learning_rate=0.3)
+    # predicting the training instances through host -> guests -> host gives the training scores back
+    out = run_hybridtree(X[:, host.features], y, train_guests, params, keygen("ou"), 4, 2, timeout=60,
+                         X_test_host=X[:, host.features], test_guests=train_guests)
+    np.testing.assert_array_equal(out["test_raw"], out["raw"])
+    # on test data (each instance held by one guest) the guests' layers help
+    own = np.random.default_rng(0).integers(0, 3, len(Xt))
+    test_guests = [(Xt[own == k][:, g.features], np.nonzero(own == k)[0]) for k, g in enumerate(guests)]
+    out = run_hybridtree(X[:, host.features], y, train_guests, params, keygen("ou"), 4, 2, timeout=60,
+                         X_test_host=Xt[:, host.features], test_guests=test_guests)
+    solo = train_gbdt(params, X[:, host.features], y)
+    assert np.mean((out["test_raw"][:, 0] > 0) == yt) > np.mean(solo.predict(Xt[:, host.features]) == yt)

@@ -22,6 +22,7 @@ class HybridGuest:
         self.bin_mapper = BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
         self.model = PassiveModel(channel.party, self.bin_mapper)
+        self.children: dict = {}  # (tree, node) -> (left, right), for routing at inference
 
     def fit(self) -> PassiveModel:
         ch = self.ch
@@ -62,6 +63,7 @@ class HybridGuest:
                     go = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
                     rows[left], rows[right] = r[go], r[~go]
                     self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
+                    self.children[(tree, node)] = (left, right)
             elif isinstance(msg, m.TreeEnd):
                 leaves = np.full(len(self.X), -1, dtype=np.int64)
                 for node, r in rows.items():
@@ -70,3 +72,26 @@ class HybridGuest:
                 return
             else:
                 raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} in tree {tree}")
+
+    def predict(self, X_test, test_ids) -> None:
+        """Answer the host's routing request: walk this guest's splits from each given hand-off node."""
+        X_test = np.asarray(X_test, dtype=np.float64)
+        row_of = {int(i): r for r, i in enumerate(np.asarray(test_ids, dtype=np.int64))}
+        req = self.ch.recv(self.host, "route", m.RouteRequest)
+        n, n_trees = req.nodes.shape
+        if len(req.ids) != n:
+            raise ProtocolError(f"{self.ch.party}: routing request with {len(req.ids)} IDs for {n} rows")
+        leaves = np.full((n, n_trees), -1, dtype=np.int64)
+        for k, i in enumerate(req.ids.tolist()):
+            r = row_of.get(int(i))
+            if r is None:
+                continue
+            x = X_test[r]
+            for t in range(n_trees):
+                node = int(req.nodes[k, t])
+                while (t, node) in self.model.splits:
+                    f, _b, ml, thr = self.model.splits[(t, node)]
+                    go_left = bool(ml) if np.isnan(x[f]) else x[f] <= thr
+                    node = self.children[(t, node)][0 if go_left else 1]
+                leaves[k, t] = node
+        self.ch.send(self.host, "route", m.RouteAnswer(leaves))

@@ -6,6 +6,7 @@ Per tree:  host -> guest  NodeGradients (one message: hand-off node and Enc(g, h
 Per layer: host -> guest  HistogramRequest;    guest -> host  EncryptedHistograms
            host -> guest  GuestSplits
 End tree:  host -> guest  TreeEnd;             guest -> host  LeafAssignment
+Inference: host -> guest  RouteRequest;        guest -> host  RouteAnswer     (two rounds for all trees)
 """
 
 from __future__ import annotations
@@ -52,3 +53,18 @@ class LeafAssignment(Message):
     """The guest-tree leaf each of the guest's instances reached (in its ID order)."""
 
     leaves: np.ndarray = array_field("<i8", 1)
+
+
+@register
+class RouteRequest(Message):
+    """Test instances (IDs) and, per tree, the hand-off node the host's subtree sent each one to."""
+
+    ids: np.ndarray = array_field("<i8", 1)
+    nodes: np.ndarray = array_field("<i8", 2)
+
+
+@register
+class RouteAnswer(Message):
+    """Per instance and tree, the guest leaf reached (-1: the guest does not hold the instance)."""
+
+    leaves: np.ndarray = array_field("<i8", 2)

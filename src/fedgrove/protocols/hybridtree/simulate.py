@@ -8,8 +8,9 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
 def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, guest_depth: int,
-                   timeout: float = 300.0):
-    """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows."""
+                   timeout: float = 300.0, X_test_host=None, test_guests: list[tuple] | None = None):
+    """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows.  With ``X_test_host`` and
+    ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the test set."""
     names = [f"guest{k}" for k in range(len(guests))]
     hub = InProcessHub(["host"] + names)
     holder = {}
@@ -18,12 +19,23 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
         role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth)
         model = role.fit()
         holder["raw"] = role.raw
+        if X_test_host is not None:
+            holder["test_raw"] = role.predict_raw(model, X_test_host)
         return model
 
     roles = {"host": host}
-    for name, (Xg, ids) in zip(names, guests):
-        roles[name] = (lambda Xg, ids: (lambda ch: HybridGuest(ch, Xg, ids, "host", params.max_bins,
-                                                               params.seed).fit()))(Xg, ids)
+    def guest(k, Xg, ids):
+        def run(ch):
+            role = HybridGuest(ch, Xg, ids, "host", params.max_bins, params.seed)
+            model = role.fit()
+            if X_test_host is not None and guest_depth > 0:
+                role.predict(*test_guests[k])
+            return model
+        return run
+
+    for k, (name, (Xg, ids)) in enumerate(zip(names, guests)):
+        roles[name] = guest(k, Xg, ids)
     results, channels = run_parties(hub, roles, timeout)
-    return {"model": results["host"], "raw": holder["raw"], "guest_models": {n: results[n] for n in names},
+    return {"model": results["host"], "raw": holder["raw"], "test_raw": holder.get("test_raw"),
+            "guest_models": {n: results[n] for n in names},
             "stats": {n: c.stats.as_dict() for n, c in channels.items()}}
