@@ -170,3 +170,21 @@ def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path):
         full = json.loads((tmp_path / "full" / f"{n}.model.json").read_text())
         res = json.loads((tmp_path / "res" / f"{n}.model.json").read_text())
         assert full["trees"] == res["trees"] and len(full["trees"]) == 18
+
+
+def test_hybridtree_runs_from_a_config(tmp_path):
+    from sklearn.datasets import load_breast_cancer
+
+    from fedgrove.cli.main import main
+
+    frame = load_breast_cancer(as_frame=True).frame
+    frame.to_csv(tmp_path / "cancer.csv", index=False)
+    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", "hybrid", "-p", "3",
+                 "-o", str(tmp_path / "parts")]) == 0
+    toml = (Path(__file__).parents[2] / "examples" / "hybridtree" / "federation.toml").read_text()
+    (tmp_path / "federation.toml").write_text(toml.replace("n_estimators = 10", "n_estimators = 2"))
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    host = json.loads((tmp_path / "runs" / "simulated" / "host.model.json").read_text())
+    assert len(host["host_trees"]) == 2 and any(host["guest_values"][0].values())
+    guest = json.loads((tmp_path / "runs" / "simulated" / "guest0.model.json").read_text())
+    assert guest["splits"] and guest["children"]

@@ -3,7 +3,7 @@
 ``federation.toml`` (simulate)::
 
     [federation]
-    protocol = "vertical"        # vertical (active/passive) | horizontal (aggregator/client)
+    protocol = "vertical"        # vertical (active/passive) | horizontal (aggregator/client) | hybridtree (host/guest)
     seed = 0
     timeout = 60                 # seconds a party waits for a peer
     [he]
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from fedgrove.exceptions import InvalidParameterError
 
-PROTOCOLS = ("vertical", "horizontal")
-ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client")}
+PROTOCOLS = ("vertical", "horizontal", "hybridtree")
+ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest")}
 
 
 @dataclass
@@ -58,6 +58,7 @@ class FederationConfig:
     parties: list[PartySpec]
     output_dir: Path
     peers: dict[str, str] = field(default_factory=dict)   # party mode only
+    hybridtree: dict = field(default_factory=dict)        # host_depth, guest_depth
     source: Path | None = None
 
     def party(self, name: str) -> PartySpec:
@@ -109,8 +110,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     except TypeError as exc:
         raise InvalidParameterError(f"[params]: {exc}") from None
     out = d.get("output", {}).get("dir", "fedgrove-run")
+    hybrid = {"host_depth": 5, "guest_depth": 2, **d.get("hybridtree", {})}
+    for key in ("host_depth", "guest_depth"):
+        if not isinstance(hybrid[key], int) or hybrid[key] < (1 if key == "host_depth" else 0):
+            raise InvalidParameterError(f"[hybridtree] {key} must be a non-negative integer (host_depth >= 1), "
+                                        f"got {hybrid[key]!r}")
     return FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
-                            peers or {}, source)
+                            peers=peers or {}, source=source, hybridtree=hybrid)
 
 
 def load_federation(path) -> FederationConfig:
@@ -122,7 +128,7 @@ def load_federation(path) -> FederationConfig:
     if len(set(names)) != len(names):
         raise InvalidParameterError(f"{path}: party names must be distinct, got {names}")
     cfg = _common(d, base, Path(path), parties)
-    lead = {"vertical": "active", "horizontal": "aggregator"}[cfg.protocol]
+    lead = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host"}[cfg.protocol]
     if [p.role for p in parties].count(lead) != 1:
         raise InvalidParameterError(f"{path}: the {cfg.protocol} protocol needs exactly one {lead} party")
     return cfg
@@ -141,7 +147,8 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     if not peers or not all(isinstance(v, str) and ":" in v for v in peers.values()):
         raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
     roles = d.get("roles", {})
-    default = {"active": "passive", "passive": "active", "aggregator": "client", "client": "aggregator"}
+    default = {"active": "passive", "passive": "active", "aggregator": "client", "client": "aggregator",
+               "host": "guest", "guest": "host"}
     others = [PartySpec(n, roles.get(n, default.get(me.role, "passive")), Path("-")) for n in peers]
     cfg = _common(d, base, Path(path), [me] + others, peers)
     return cfg, me

@@ -81,6 +81,29 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             model.classes = list(range(model.n_classes))
         model.save(out_dir / f"{spec.name}.model.json")
         summary = {"trees": model.n_trees}
+    elif cfg.protocol == "hybridtree":
+        from fedgrove.protocols.hybridtree.guest import HybridGuest
+        from fedgrove.protocols.hybridtree.host import HybridHost
+
+        hd, gd = cfg.hybridtree["host_depth"], cfg.hybridtree["guest_depth"]
+        if spec.role == "host":
+            from fedgrove.crypto.he import keygen
+
+            table = _load_party_data(spec, with_label=True)
+            guests = [p.name for p in cfg.parties if p.role == "guest"]
+            he = he or keygen(cfg.he["scheme"], cfg.he["key_bits"], cfg.he.get("backend"))
+            hmodel = HybridHost(channel, table.X, table.y, guests, params, he, hd, gd, ids=table.ids).fit()
+            atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(hmodel.to_dict()))
+            summary = {"trees": len(hmodel.host_trees)}
+        else:
+            host = next(p.name for p in cfg.parties if p.role == "host")
+            table = _load_party_data(spec, with_label=False)
+            if table.ids is None:
+                raise DataError(f"party {spec.name}: a guest's file needs an _id column linking it to the host")
+            role = HybridGuest(channel, table.X, table.ids, host, params.max_bins, params.seed)
+            role.fit()
+            atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(role.model_dict()))
+            summary = {"owned_splits": len(role.model.splits)}
     else:  # pragma: no cover - config validation stops this
         raise DataError(f"unknown protocol {cfg.protocol}")
     stats = {"party": spec.name, "role": spec.role, "seconds": time.perf_counter() - t0,

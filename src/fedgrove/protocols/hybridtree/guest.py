@@ -73,6 +73,12 @@ class HybridGuest:
             else:
                 raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} in tree {tree}")
 
+    def model_dict(self) -> dict:
+        """This guest's part of the model: its cut points, its splits (with thresholds) and their children."""
+        d = self.model.to_dict()
+        d["children"] = [[t, n, left, right] for (t, n), (left, right) in self.children.items()]
+        return d
+
     def predict(self, X_test, test_ids) -> None:
         """Answer the host's routing request: walk this guest's splits from each given hand-off node."""
         X_test = np.asarray(X_test, dtype=np.float64)

@@ -32,6 +32,24 @@ class HybridHostModel:
     tree_class: list[int] = field(default_factory=list)
     guest_values: list[dict] = field(default_factory=list)  # per tree: {guest: {node: value}}
 
+    def to_dict(self) -> dict:
+        return {"format": "fedgrove-hybridtree-host", "version": 1, "objective": self.objective,
+                "base_score": self.base_score.tolist(), "tree_class": self.tree_class,
+                "host_trees": [t.to_dict() for t in self.host_trees],
+                "guest_values": [{u: {str(k): v for k, v in vals.items()} for u, vals in per_tree.items()}
+                                 for per_tree in self.guest_values]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HybridHostModel":
+        from fedgrove.exceptions import ModelFormatError
+
+        if d.get("format") != "fedgrove-hybridtree-host" or d.get("version") != 1:
+            raise ModelFormatError("not a version-1 HybridTree host model")
+        return cls(d["objective"], np.asarray(d["base_score"], dtype=np.float64),
+                   [Tree.from_dict(t) for t in d["host_trees"]], list(d["tree_class"]),
+                   [{u: {int(k): float(v) for k, v in vals.items()} for u, vals in per_tree.items()}
+                    for per_tree in d["guest_values"]])
+
 
 class HybridHost:
     def __init__(self, channel, X, y, guests: list[str], params: GBDTParams, he: HEContext, host_depth: int,
