@@ -28,24 +28,29 @@ def _tls(d, name):
     return TLSFiles(d / "ca.pem", d / f"{name}.pem", d / f"{name}.key")
 
 
-def test_messages_cross_processes_boundaries_over_mutual_tls(tmp_path):
+@pytest.fixture
+def pair(tmp_path):
+    """alice and bob, each serving on its own port, with certificates of one federation CA."""
     create_federation_certs(tmp_path, ["alice", "bob"])
     pa, pb = _port(), _port()
     a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=10)
     b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=10)
-    try:
-        with a.scope(tree=0):
-            a.send("bob", "ping", Ping(np.arange(5.0)))
-        with b.scope(tree=0):
-            got = b.recv("alice", "ping", Ping)
-        np.testing.assert_array_equal(got.data, np.arange(5.0))
-        assert a.stats.bytes_sent["bob"] == b.stats.bytes_received["alice"] > 40
-        with pytest.raises(PeerTimeoutError, match="no message from alice"):
-            b.timeout = 0.5
-            b.recv("alice", "nothing")
-    finally:
-        a.close()
-        b.close()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_messages_cross_processes_boundaries_over_mutual_tls(pair):
+    a, b = pair
+    with a.scope(tree=0):
+        a.send("bob", "ping", Ping(np.arange(5.0)))
+    with b.scope(tree=0):
+        got = b.recv("alice", "ping", Ping)
+    np.testing.assert_array_equal(got.data, np.arange(5.0))
+    assert a.stats.bytes_sent["bob"] == b.stats.bytes_received["alice"] > 40
+    with pytest.raises(PeerTimeoutError, match="no message from alice"):
+        b.timeout = 0.5
+        b.recv("alice", "nothing")
 
 
 def test_a_certificate_from_another_ca_is_refused(tmp_path):
@@ -80,23 +85,16 @@ def test_a_party_cannot_send_under_another_name(tmp_path):
         b.close()
 
 
-def test_tampered_and_truncated_payloads_are_rejected_naming_peer_and_stage(tmp_path):
+def test_tampered_and_truncated_payloads_are_rejected_naming_peer_and_stage(pair):
     from fedgrove.transport.codec import encode
 
-    create_federation_certs(tmp_path, ["alice", "bob"])
-    pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=10)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=10)
-    try:
-        good = encode(Ping(np.arange(4.0)))
-        a._send_bytes("bob", "tree=2/ping", good[:-3])                      # truncated
-        a._send_bytes("bob", "tree=2/ping", good.replace(b'"shape":[4]', b'"shape":[9]'))  # tampered
-        with b.scope(tree=2):
-            for _ in range(2):
-                with pytest.raises(ProtocolError, match=r"malformed message \(from alice at tree=2/ping\)"):
-                    b.recv("alice", "ping", Ping)
-            a._send_bytes("bob", "tree=2/ping", good)                          # the receiver is still fine
-            np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(4.0))
-    finally:
-        a.close()
-        b.close()
+    a, b = pair
+    good = encode(Ping(np.arange(4.0)))
+    a._send_bytes("bob", "tree=2/ping", good[:-3])                      # truncated
+    a._send_bytes("bob", "tree=2/ping", good.replace(b'"shape":[4]', b'"shape":[9]'))  # tampered
+    with b.scope(tree=2):
+        for _ in range(2):
+            with pytest.raises(ProtocolError, match=r"malformed message \(from alice at tree=2/ping\)"):
+                b.recv("alice", "ping", Ping)
+        a._send_bytes("bob", "tree=2/ping", good)                          # the receiver is still fine
+        np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(4.0))

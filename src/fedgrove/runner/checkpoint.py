@@ -39,6 +39,17 @@ class CheckpointStore:
             state["array_sha256"] = hashlib.sha256(data).hexdigest()
         atomic_write_text(self.path, json.dumps(state))  # written last: it vouches for the array
 
+    @staticmethod
+    def resume_state(checkpoint, resume: bool, tree: int, party: str, leader: str) -> dict:
+        """The state to resume from at ``tree`` (announced by ``leader``), or a clear error when there is none."""
+        from fedgrove.exceptions import ProtocolError
+
+        state = checkpoint.load() if (checkpoint is not None and resume) else None
+        if state is None or state["trees_done"] < tree:
+            raise ProtocolError(f"{party}: {leader} resumes at tree {tree} but this party has no checkpoint that far "
+                                f"(run it with --resume and its checkpoint)")
+        return state
+
     def load(self) -> dict | None:
         if not self.path.exists():
             return None

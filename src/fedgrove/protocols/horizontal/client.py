@@ -62,11 +62,9 @@ class HorizontalClient:
         if tree_id > 0:
             from fedgrove.engine.model import model_from_dict
             from fedgrove.engine.tree import PackedEnsemble
+            from fedgrove.runner.checkpoint import CheckpointStore
 
-            state = checkpoint.load() if (checkpoint is not None and resume) else None
-            if state is None or state["trees_done"] < tree_id:
-                raise ProtocolError(f"{ch.party}: {self.agg} resumes at tree {tree_id} but this party has no "
-                                    f"checkpoint that far (run it with --resume and its checkpoint)")
+            state = CheckpointStore.resume_state(checkpoint, resume, tree_id, ch.party, self.agg)
             saved = model_from_dict(state["model"], source=str(checkpoint.path))
             for t, c in list(zip(saved.trees, saved.tree_class))[:tree_id]:
                 model.add_tree(t, c)

@@ -69,10 +69,9 @@ class VerticalPassive:
         packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
         tree = ch.recv(self.active, "start", m.Start).tree
         if tree > 0:
-            state = checkpoint.load() if (checkpoint is not None and resume) else None
-            if state is None or state["trees_done"] < tree:
-                raise ProtocolError(f"{ch.party}: {self.active} resumes at tree {tree} but this party has no "
-                                    f"checkpoint that far (run it with --resume and its checkpoint)")
+            from fedgrove.runner.checkpoint import CheckpointStore
+
+            state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.active)
             saved = PassiveModel.from_dict(state["model"])
             self.model.splits = {k: v for k, v in saved.splits.items() if k[0] < tree}
         while True:
