@@ -17,6 +17,7 @@ from fedgrove.cli import federation as federation_cmd
 from fedgrove.cli import info as info_cmd
 from fedgrove.cli import partition as partition_cmd
 from fedgrove.cli import predict as predict_cmd
+from fedgrove.cli import reproduce as reproduce_cmd
 from fedgrove.cli import train as train_cmd
 from fedgrove.exceptions import FedgroveError
 
@@ -29,6 +30,7 @@ app.command()(info_cmd.info)
 app.command()(federation_cmd.simulate)
 app.command()(federation_cmd.party)
 app.command()(federation_cmd.certs)
+app.command()(reproduce_cmd.reproduce)
 
 
 @app.callback()

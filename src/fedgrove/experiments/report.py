@@ -1,0 +1,73 @@
+"""Helpers shared by the ``fedgrove reproduce`` experiments: markdown tables, plots, result files."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedgrove.engine.model import atomic_write_text
+
+
+def fmt(v, digits: int = 3) -> str:
+    """A cell: floats to ``digits`` places, (lo, hi) pairs as ``lo-hi``, None as a dash."""
+    if v is None:
+        return "-"
+    if isinstance(v, (tuple, list)) and len(v) == 2:
+        return f"{fmt(v[0], digits)}-{fmt(v[1], digits)}"
+    if isinstance(v, (float, np.floating)):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def md_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    import os
+
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, default=_default))
+
+
+def _default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"cannot write {type(o).__name__} to JSON")
+
+
+def line_plot(path: Path, title: str, xlabel: str, ylabel: str, x, series: dict, bands: dict | None = None) -> None:
+    """``series``: label -> y values; ``bands``: label -> (lo, hi) values drawn as a shaded range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+    for label, ys in series.items():
+        ax.plot(x, ys, marker="o", label=label)
+    for label, (lo, hi) in (bands or {}).items():
+        line, = ax.plot(x, (np.asarray(lo) + np.asarray(hi)) / 2, marker="s", linestyle="--", label=label)
+        ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)

@@ -1,0 +1,59 @@
+"""TFL (tree-level boosting) and multi-host bagging."""
+
+import numpy as np
+import pytest
+
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.exceptions import InvalidParameterError
+from fedgrove.protocols.hybridtree.bagging import bag_predictions
+from fedgrove.protocols.tfl import PartyView, train_tfl, tree_schedule
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(1200, 6))
+    y = (X[:, 0] + X[:, 3] - 0.5 * X[:, 5] + 0.3 * rng.normal(size=1200) > 0).astype(float)
+    return X, y
+
+
+def test_one_party_holding_everything_is_the_engine(data):
+    X, y = data
+    params = GBDTParams(n_estimators=6, max_depth=3)
+    tfl = train_tfl(X, y, [PartyView(np.arange(len(y)), np.arange(6))], params)
+    np.testing.assert_array_equal(tfl.predict_raw(X), train_gbdt(params, X, y).predict_raw(X))
+
+
+def test_each_tree_uses_only_its_partys_rows_and_columns(data):
+    X, y = data
+    views = [PartyView(np.arange(0, 400), np.array([0, 1])), PartyView(np.arange(400, 1200), np.array([3, 4, 5]))]
+    model = train_tfl(X, y, views, GBDTParams(n_estimators=4, max_depth=3))
+    for t, tree in enumerate(model.trees):
+        inner = tree.nodes[tree.nodes["feature"] >= 0]
+        party = t % 2
+        assert set(inner["feature"]) <= set(views[party].features.tolist())
+        assert np.all(inner["owner"] == party)
+        assert tree.nodes["count"][0] == len(views[party].rows)
+    # the second party's first tree starts from the first party's tree's scores: it is not its own SOLO tree
+    solo = train_gbdt(GBDTParams(n_estimators=1, max_depth=3), X[400:][:, [3, 4, 5]], y[400:])
+    assert not np.allclose(model.trees[1].values, solo.trees[0].values)
+
+
+def test_tree_schedules():
+    assert tree_schedule(5, [10, 10]) == [0, 1, 0, 1, 0]
+    assert tree_schedule(10, [100, 300, 600], "blocks") == [0] + [1] * 3 + [2] * 6
+    assert len(tree_schedule(7, [1, 1, 1], "blocks")) == 7
+    with pytest.raises(InvalidParameterError, match="schedule"):
+        tree_schedule(3, [1], "random")
+
+
+def test_bagging_majority_soft_and_mean():
+    # three hosts, two instances: majority says class 1 for instance 0 although the mean probability says 0
+    raws = [np.array([[0.1], [-3.0]]), np.array([[0.1], [-3.0]]), np.array([[-5.0], [3.0]])]
+    np.testing.assert_array_equal(bag_predictions(raws, "binary"), [1, 0])
+    np.testing.assert_array_equal(bag_predictions(raws, "binary", vote="soft"), [0, 0])
+    multi = [np.array([[2.0, 0, 0]]), np.array([[0, 2.0, 0]])]  # a tie goes to the lowest class
+    np.testing.assert_array_equal(bag_predictions(multi, "multiclass"), [0])
+    np.testing.assert_allclose(bag_predictions([np.array([1.0, 2.0]), np.array([3.0, 6.0])], "regression"), [2, 4])
+    with pytest.raises(InvalidParameterError, match="vote"):
+        bag_predictions(raws, "binary", vote="median")
