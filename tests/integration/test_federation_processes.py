@@ -188,3 +188,87 @@ def test_hybridtree_runs_from_a_config(tmp_path):
     assert len(host["host_trees"]) == 2 and any(host["guest_values"][0].values())
     guest = json.loads((tmp_path / "runs" / "simulated" / "guest0.model.json").read_text())
     assert guest["splits"] and guest["children"]
+
+
+HYBRID = """
+[federation]
+protocol = "hybridtree"
+seed = 5
+timeout = {timeout}
+
+[hybridtree]
+host_depth = 3
+guest_depth = 2
+
+[he]
+scheme = "ou"
+key_bits = 2048
+
+[params]
+objective = "binary"
+n_estimators = {trees}
+learning_rate = 0.3
+max_bins = 16
+"""
+
+
+def _setup_hybrid(tmp_path: Path, trees, timeout, rows):
+    """A host (label, 3 features, every instance) and three guests (4 other features, disjoint instances)."""
+    r = np.random.default_rng(1)
+    X = r.normal(size=(rows, 7))
+    y = (X[:, 0] + X[:, 4] - X[:, 6] > 0).astype(int)
+    names = ["host", "guest0", "guest1", "guest2"]
+    owner = r.integers(0, 3, rows)
+    host = pd.DataFrame(X[:, :3], columns=["a0", "a1", "a2"])
+    host.insert(0, "_id", np.arange(rows))
+    host["label"] = y
+    host.iloc[r.permutation(rows)].to_csv(tmp_path / "host.csv", index=False)
+    for k in range(3):
+        g = pd.DataFrame(X[owner == k][:, 3:], columns=["b0", "b1", "b2", "b3"])
+        g.insert(0, "_id", np.nonzero(owner == k)[0])
+        g.to_csv(tmp_path / f"guest{k}.csv", index=False)
+    create_federation_certs(tmp_path / "certs", names)
+    ports = {n: _port() for n in names}
+    common = HYBRID.format(trees=trees, timeout=timeout)
+    role = {n: "host" if n == "host" else "guest" for n in names}
+    fed = common + "".join(f'\n[[party]]\nname = "{n}"\nrole = "{role[n]}"\ndata = "{n}.csv"\n'
+                           + ('label = "label"\n' if n == "host" else "") for n in names) + '\n[output]\ndir = "sim"\n'
+    (tmp_path / "federation.toml").write_text(fed)
+    for n in names:
+        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
+        roles = "".join(f'{m} = "{role[m]}"\n' for m in names if m != n)
+        (tmp_path / f"{n}.toml").write_text(
+            f'[party]\nname = "{n}"\nrole = "{role[n]}"\ndata = "{n}.csv"\n'
+            + ('label = "label"\n' if n == "host" else "")
+            + f'listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n\n[peers]\n{peers}\n[roles]\n{roles}'
+            + common + '\n[output]\ndir = "grpc"\n')
+    return names
+
+
+def test_hybridtree_guest_killed_host_exits_and_resume_over_grpc_equals_the_simulated_model(tmp_path):
+    from fedgrove.cli.main import main
+
+    names = _setup_hybrid(tmp_path, trees=25, timeout=6, rows=2400)
+    procs = {n: _start(tmp_path, n) for n in names}
+    ckpt = tmp_path / "grpc" / "guest1.checkpoint.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= 3:
+            break
+        time.sleep(0.2)
+    assert procs["guest1"].poll() is None
+    procs["guest1"].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    results = {n: procs[n].communicate(timeout=60) for n in ("host", "guest0", "guest2")}
+    assert time.monotonic() - t0 < 6 * 3 + 10
+    assert procs["host"].returncode not in (0, None) and "guest1" in results["host"][1]
+    assert "Traceback" not in "".join(err for _, err in results.values())
+    done = json.loads((tmp_path / "grpc" / "host.checkpoint.json").read_text())["trees_done"]
+    assert 0 < done < 25
+    procs = [_start_resume(tmp_path, n) for n in reversed(names)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [o[1][-2000:] for o in outs]
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0  # uninterrupted, in one process
+    for n in names:
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes(), n

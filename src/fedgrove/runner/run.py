@@ -92,7 +92,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             table = _load_party_data(spec, with_label=True)
             guests = [p.name for p in cfg.parties if p.role == "guest"]
             he = he or keygen(cfg.he["scheme"], cfg.he["key_bits"], cfg.he.get("backend"))
-            hmodel = HybridHost(channel, table.X, table.y, guests, params, he, hd, gd, ids=table.ids).fit()
+            hmodel = HybridHost(channel, table.X, table.y, guests, params, he, hd, gd, ids=table.ids).fit(
+                checkpoint, resume, progress)
             atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(hmodel.to_dict()))
             summary = {"trees": len(hmodel.host_trees)}
         else:
@@ -101,7 +102,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             if table.ids is None:
                 raise DataError(f"party {spec.name}: a guest's file needs an _id column linking it to the host")
             role = HybridGuest(channel, table.X, table.ids, host, params.max_bins, params.seed)
-            role.fit()
+            role.fit(checkpoint, resume)
             atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(role.model_dict()))
             summary = {"owned_splits": len(role.model.splits)}
     else:  # pragma: no cover - config validation stops this

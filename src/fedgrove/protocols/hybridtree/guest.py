@@ -24,13 +24,21 @@ class HybridGuest:
         self.model = PassiveModel(channel.party, self.bin_mapper)
         self.children: dict = {}  # (tree, node) -> (left, right), for routing at inference
 
-    def fit(self) -> PassiveModel:
+    def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
+        """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
         ch = self.ch
         ch.send(self.host, "layout", m.GuestLayout(self.bin_mapper.n_value_bins.astype(np.int32), self.ids))
         key = ch.recv(self.host, "key", m.PublicKey)
         he = public_context(key.key)
         packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
-        tree = 0
+        tree = ch.recv(self.host, "start", m.Start).tree
+        if tree > 0:
+            from fedgrove.runner.checkpoint import CheckpointStore
+
+            state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.host)
+            saved = PassiveModel.from_dict(state["model"])
+            self.model.splits = {k: v for k, v in saved.splits.items() if k[0] < tree}
+            self.children = {(t, n): (left, right) for t, n, left, right in state["model"]["children"] if t < tree}
         while True:
             with ch.scope(tree=tree):
                 first = ch.recv(self.host, m.CONTROL)
@@ -45,6 +53,8 @@ class HybridGuest:
                 rows = {int(n): np.nonzero(first.nodes == n)[0] for n in np.unique(first.nodes)}
                 self._grow(tree, rows, ct, he, packer)
             tree += 1
+            if checkpoint is not None:
+                checkpoint.save({"trees_done": tree, "model": self.model_dict()})
 
     def _grow(self, tree, rows, ct, he, packer) -> None:
         ch = self.ch

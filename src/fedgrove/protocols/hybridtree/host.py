@@ -67,7 +67,9 @@ class HybridHost:
         self.packer = packer_for(params.objective, self.y)
         self.bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(self.X)
 
-    def fit(self) -> HybridHostModel:
+    def fit(self, checkpoint=None, resume: bool = False, progress=None) -> HybridHostModel:
+        """Train; with a ``checkpoint`` store, save after every boosting round and (``resume``) continue from
+        it.  ``progress(trees_done, trees_total)`` is called after every tree."""
         ch, p = self.ch, self.params
         objective = make_objective(p.objective, p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass"
                                                                 else 1))
@@ -92,8 +94,18 @@ class HybridHost:
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
         raw = np.tile(base, (n, 1))
         model = HybridHostModel(p.objective, base)
-        tree_id = 0
-        for _ in range(p.n_estimators):
+        state = checkpoint.load() if (checkpoint is not None and resume) else None
+        if state is not None:
+            model = HybridHostModel.from_dict(state["model"])
+            raw = np.ascontiguousarray(state["array"], dtype=np.float64)
+            if raw.shape != (n, K):
+                raise ProtocolError(f"checkpoint scores have shape {raw.shape}, expected {(n, K)}")
+        start = len(model.host_trees)
+        ch.broadcast("start", m.Start(start if self.guest_depth > 0 else 0), self.guests)
+        tree_id = start
+        for round_ in range(p.n_estimators):
+            if round_ * K < start:
+                continue
             g, h = objective.gradients(y, raw)
             for c in range(K):
                 with ch.scope(tree=tree_id):
@@ -117,6 +129,10 @@ class HybridHost:
                 model.tree_class.append(c)
                 model.guest_values.append(values)
                 tree_id += 1
+                if checkpoint is not None and c == K - 1:
+                    checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
+                if progress is not None:
+                    progress(tree_id, p.n_estimators * K)
         guest_trees = tree_id if self.guest_depth > 0 else 0  # guests count only the trees they took part in
         with ch.scope(tree=guest_trees):
             ch.broadcast(m.CONTROL, m.TrainingDone(guest_trees), self.guests)

@@ -1,7 +1,7 @@
 """Messages of HybridTree (stages in order; the vertical protocol's PublicKey,
 HistogramRequest, EncryptedHistograms, TreeEnd and TrainingDone are reused).
 
-Setup:     guest -> host  GuestLayout;         host -> guest  PublicKey
+Setup:     guest -> host  GuestLayout;         host -> guest  PublicKey, Start (first tree: 0 or resumed)
 Per tree:  host -> guest  NodeGradients (one message: hand-off node and Enc(g, h) of the guest's instances)
 Per layer: host -> guest  HistogramRequest;    guest -> host  EncryptedHistograms
            host -> guest  GuestSplits
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedgrove.protocols.vertical.messages import (CONTROL, REPLY, EncryptedHistograms, HistogramRequest,  # noqa: F401
-                                                  PublicKey, TrainingDone, TreeEnd)
+                                                  PublicKey, Start, TrainingDone, TreeEnd)
 from fedgrove.transport.codec import Message, array_field, register
 
 
