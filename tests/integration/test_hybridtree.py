@@ -66,7 +66,8 @@ def test_guests_receive_only_ciphertexts_node_sets_and_their_own_splits(setup):
 
     run_parties(hub, {"host": lambda ch: HybridHost(ch, Xh, y, ["guest0"], PARAMS, keygen("ou"), 4, 2).fit(),
                       "guest0": guest}, timeout=30)
-    allowed = (m.PublicKey, m.NodeGradients, m.HistogramRequest, m.GuestSplits, m.TreeEnd, m.TrainingDone)
+    allowed = (m.PublicKey, m.HybridSetup, m.Start, m.NodeGradients, m.HistogramRequest, m.GuestSplits, m.TreeEnd,
+               m.TrainingDone)
     received = [msg for d, msg in seen if d == "recv"]
     assert received and all(isinstance(x, allowed) for x in received)
     for x in received:  # never a float array: no plaintext gradient or label reaches a guest
@@ -91,3 +92,69 @@ def test_two_round_inference_reproduces_training_scores_and_beats_solo(a9a):
                          X_test_host=Xt[:, host.features], test_guests=test_guests)
     solo = train_gbdt(params, X[:, host.features], y)
     assert np.mean((out["test_raw"][:, 0] > 0) == yt) > np.mean(solo.predict(Xt[:, host.features]) == yt)
+
+
+@pytest.fixture(scope="module")
+def overlapping(a9a):
+    X, y = a9a.train.X[:2000], a9a.train.y[:2000]
+    part = hybrid_partition(y, X.shape[1], n_guests=3, seed=2, n_host_features=40, overlap=0.4)
+    host, guests = part.shards[0], part.shards[1:]
+    return X[:, host.features], y, [(X[g.rows][:, g.features], g.rows) for g in guests]
+
+
+def test_count_mode_encrypted_equals_plaintext_and_uses_h_equal_one(overlapping):
+    Xh, y, guests = overlapping
+    enc = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou"), 4, 2, timeout=60, mode="count")
+    plain = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60, mode="count")
+    np.testing.assert_allclose(enc["raw"], plain["raw"], rtol=0, atol=1e-9)
+    assert enc["model"].guest_values == plain["model"].guest_values
+    # leaf values are -lr * G / (count + lambda): the guests' splits and counts reproduce them
+    hess = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
+    assert not np.allclose(enc["raw"], hess["raw"])
+    holders = np.zeros(len(y), dtype=int)
+    for _, ids in guests:
+        holders[ids] += 1
+    assert holders.max() >= 2  # the fixture has instances held by several guests
+
+
+def test_count_mode_host_sees_only_masked_predictions_for_shared_instances(overlapping):
+    """With the transparent backend the host's 'ciphertexts' are readable: per guest they are leaf value plus a
+    large mask for shared instances, and only the sum over the holders is the mean's numerator."""
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+    from fedgrove.protocols.hybridtree.host import SCALE_BITS, HybridHost
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    Xh, y, guests = overlapping
+    he = keygen("ou", 2048, "plain")
+    seen = []
+    names = [f"guest{k}" for k in range(len(guests))]
+    hub = InProcessHub(["host"] + names)
+    params = GBDTParams(n_estimators=1, max_depth=5, learning_rate=0.3)
+
+    def host(ch):
+        ch.observers.append(lambda d, peer, tag, msg: seen.append((peer, msg)) if d == "recv" else None)
+        return HybridHost(ch, Xh, y, names, params, he, 4, 2, mode="count").fit()
+
+    roles = {"host": host}
+    for name, (Xg, ids) in zip(names, guests):
+        roles[name] = (lambda Xg, ids: lambda ch: HybridGuest(ch, Xg, ids, "host").fit())(Xg, ids)
+    results, _ = run_parties(hub, roles, timeout=60)
+    preds = {peer: msg for peer, msg in seen if isinstance(msg, m.EncryptedPredictions)}
+    assert set(preds) == set(names)
+    assert not any(isinstance(msg, m.LeafAssignment) for _, msg in seen)  # no leaf membership in count mode
+    scale = 2.0 ** (53 + SCALE_BITS)
+    per_guest = {u: dict(zip(guests[k][1].tolist(), he.decrypt(he.deserialize(preds[u].ciphertexts))))
+                 for k, u in enumerate(names)}
+    holders = {}
+    for k, (_, ids) in enumerate(guests):
+        for i in ids.tolist():
+            holders.setdefault(i, []).append(names[k])
+    shared = [i for i, hs in holders.items() if len(hs) >= 2]
+    single = [i for i, hs in holders.items() if len(hs) == 1]
+    leaf_bound = 2.0 ** 20
+    assert all(abs(per_guest[holders[i][0]][i] / scale) < leaf_bound for i in single)
+    masked = [abs(per_guest[u][i] / scale) > 2.0 ** 40 for i in shared for u in holders[i]]
+    assert np.mean(masked) > 0.99
+    sums = [sum(per_guest[u][i] for u in holders[i]) / scale / len(holders[i]) for i in shared]
+    assert all(abs(s) < leaf_bound for s in sums)

@@ -23,7 +23,7 @@ def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
     cost = res["table2"]
     assert cost["HybridTree"]["bytes_per_tree"] > 0 and cost["VFL_merged_guest"]["bytes_per_tree"] > 0
     assert set(res["figure6"]) == {"5", "10"} and set(res["figure8"]) == {"0.5", "5.0"}
-    assert set(res["ablation"]) == {f"{h}+{g}" for h, g in exp.ABLATION_DEPTHS}
+    assert set(res["ablation"]) == {f"{h}+{g}" for h, g in exp.ABLATION_DEPTHS} | {"5+2 count mode"}
     report = (out / "report.md").read_text()
     for title in ("Table 1", "Table 2", "Table 3", "Table 6", "Figure 6", "Figure 8", "Ablation", "Quick run"):
         assert title in report

@@ -93,6 +93,32 @@ class MaskingKeys:
         return out
 
 
+    def mask_shared(self, tag: str, ids: np.ndarray, shared: dict[str, np.ndarray], bits: int = 224) -> list[int]:
+        """Integer masks for this party's instances ``ids`` that cancel, as integers, over each instance's holders.
+
+        ``shared[peer]`` lists the instance IDs this party holds in common with
+        ``peer``; both sides draw the same ``bits``-bit value for each common
+        ID (in sorted ID order) and add it with opposite signs.  An instance
+        held by this party alone gets mask 0.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        pos = {int(i): k for k, i in enumerate(ids.tolist())}
+        out = [0] * len(ids)
+        width = (bits + 7) // 8
+        for peer in sorted(shared):
+            if peer not in self.pair_keys:
+                raise ProtocolError(f"no masking key agreed with {peer}")
+            common = np.unique(np.asarray(shared[peer], dtype=np.int64))
+            stream = self._stream(peer, tag + "|shared", width * len(common))
+            sign = self._sign(peer)
+            for j, i in enumerate(common.tolist()):
+                k = pos.get(int(i))
+                if k is None:
+                    raise ProtocolError(f"instance {i} said to be shared with {peer} is not held here")
+                out[k] += sign * int.from_bytes(stream[j * width:(j + 1) * width], "little")
+        return out
+
+
 def add128(a_hi, a_lo, b_hi, b_lo):
     lo = a_lo + b_lo  # uint64 wraps
     carry = (lo < a_lo).astype(np.uint64)

@@ -58,7 +58,7 @@ class FederationConfig:
     parties: list[PartySpec]
     output_dir: Path
     peers: dict[str, str] = field(default_factory=dict)   # party mode only
-    hybridtree: dict = field(default_factory=dict)        # host_depth, guest_depth
+    hybridtree: dict = field(default_factory=dict)        # host_depth, guest_depth, mode
     source: Path | None = None
 
     def party(self, name: str) -> PartySpec:
@@ -110,7 +110,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     except TypeError as exc:
         raise InvalidParameterError(f"[params]: {exc}") from None
     out = d.get("output", {}).get("dir", "fedgrove-run")
-    hybrid = {"host_depth": 5, "guest_depth": 2, **d.get("hybridtree", {})}
+    hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", **d.get("hybridtree", {})}
+    unknown = set(hybrid) - {"host_depth", "guest_depth", "mode"}
+    if unknown:
+        raise InvalidParameterError(f"[hybridtree]: unknown keys {sorted(unknown)}; expected host_depth, "
+                                    f"guest_depth, mode")
+    if hybrid["mode"] not in ("hessian", "count"):
+        raise InvalidParameterError(f"[hybridtree] mode must be 'hessian' or 'count', got {hybrid['mode']!r}")
     for key in ("host_depth", "guest_depth"):
         if not isinstance(hybrid[key], int) or hybrid[key] < (1 if key == "host_depth" else 0):
             raise InvalidParameterError(f"[hybridtree] {key} must be a non-negative integer (host_depth >= 1), "

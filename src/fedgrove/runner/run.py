@@ -92,7 +92,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             table = _load_party_data(spec, with_label=True)
             guests = [p.name for p in cfg.parties if p.role == "guest"]
             he = he or keygen(cfg.he["scheme"], cfg.he["key_bits"], cfg.he.get("backend"))
-            hmodel = HybridHost(channel, table.X, table.y, guests, params, he, hd, gd, ids=table.ids).fit(
+            hmodel = HybridHost(channel, table.X, table.y, guests, params, he, hd, gd, ids=table.ids,
+                                mode=cfg.hybridtree["mode"]).fit(
                 checkpoint, resume, progress)
             atomic_write_text(out_dir / f"{spec.name}.model.json", json.dumps(hmodel.to_dict()))
             summary = {"trees": len(hmodel.host_trees)}

@@ -27,10 +27,16 @@ class HybridGuest:
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
         ch = self.ch
-        ch.send(self.host, "layout", m.GuestLayout(self.bin_mapper.n_value_bins.astype(np.int32), self.ids))
+        from fedgrove.crypto.secagg import MaskingKeys
+
+        masking = MaskingKeys(ch.party)
+        ch.send(self.host, "layout", m.GuestLayout(self.bin_mapper.n_value_bins.astype(np.int32), self.ids,
+                                                   masking.public_bytes()))
         key = ch.recv(self.host, "key", m.PublicKey)
         he = public_context(key.key)
         packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
+        self.setup = ch.recv(self.host, "setup", m.HybridSetup)
+        self._check_setup(masking)
         tree = ch.recv(self.host, "start", m.Start).tree
         if tree > 0:
             from fedgrove.runner.checkpoint import CheckpointStore
@@ -56,6 +62,39 @@ class HybridGuest:
             if checkpoint is not None:
                 checkpoint.save({"trees_done": tree, "model": self.model_dict()})
 
+    def _check_setup(self, masking) -> None:
+        st = self.setup
+        if st.mode not in ("hessian", "count"):
+            raise ProtocolError(f"{self.ch.party}: unknown leaf mode {st.mode!r} from {self.host}")
+        self.shared = {}
+        if st.mode == "count":
+            peers, keys, off = list(st.peers or []), list(st.peer_keys or []), st.shared_offsets
+            if (len(keys) != len(peers) or len(off) != len(peers) + 1 or not 1 <= st.scale_bits <= 64
+                    or not st.learning_rate > 0 or st.reg_lambda < 0):
+                raise ProtocolError(f"{self.ch.party}: count-mode setup from {self.host} is malformed")
+            masking.agree(dict(zip(peers, keys)))
+            self.shared = {v: st.shared_ids[off[k]:off[k + 1]] for k, v in enumerate(peers) if off[k + 1] > off[k]}
+        self.masking = masking
+
+    def _count_predictions(self, tree, rows, ct, he, packer) -> m.EncryptedPredictions:
+        """Enc(leaf value) per leaf by scalar multiplication with -lr/(|I|+lambda), and per instance its leaf's
+        value plus a mask that cancels over the guests holding the instance."""
+        st = self.setup
+        nodes = sorted(rows)
+        counts = [len(rows[nd]) for nd in nodes]
+        packed = he.select_sums(ct, [rows[nd].tolist() for nd in nodes])
+        shift = packer.frac_bits + packer.shift  # the count part of a packed (G, count) sum
+        g_only = he.add(packed, he.encrypt([-(c << shift) for c in counts]))
+        factors = [int(round(-st.learning_rate * 2.0 ** st.scale_bits / (c + st.reg_lambda))) for c in counts]
+        leaf_ct = he.mul_scalar(g_only, factors)
+        index = np.empty(len(self.X), dtype=np.int64)
+        for k, nd in enumerate(nodes):
+            index[rows[nd]] = k
+        per_instance = he.select_sums(leaf_ct, [[int(k)] for k in index])
+        masks = self.masking.mask_shared(f"hybridtree|tree{tree}", self.ids, self.shared)
+        per_instance = he.add(per_instance, he.encrypt(masks))
+        return m.EncryptedPredictions(he.serialize(per_instance), nodes, he.serialize(leaf_ct))
+
     def _grow(self, tree, rows, ct, he, packer) -> None:
         ch = self.ch
         while True:
@@ -74,6 +113,9 @@ class HybridGuest:
                     rows[left], rows[right] = r[go], r[~go]
                     self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
                     self.children[(tree, node)] = (left, right)
+            elif isinstance(msg, m.TreeEnd) and self.setup.mode == "count":
+                ch.send(self.host, m.REPLY, self._count_predictions(tree, rows, ct, he, packer))
+                return
             elif isinstance(msg, m.TreeEnd):
                 leaves = np.full(len(self.X), -1, dtype=np.int64)
                 for node, r in rows.items():

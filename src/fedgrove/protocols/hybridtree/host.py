@@ -51,9 +51,21 @@ class HybridHostModel:
                     for per_tree in d["guest_values"]])
 
 
+MODES = ("hessian", "count")
+SCALE_BITS = 53  # fractional bits of the scalar 1/(|I|+lambda) in count mode
+
+
 class HybridHost:
+    """``mode="hessian"`` (default): guests' leaves use the hessians, values computed by the host from the
+    node totals it holds.  ``mode="count"`` (the paper's Eq. 7-8, h = 1 in the guest layers): guests compute
+    Enc(leaf value) by a scalar multiplication and return per-instance encrypted predictions masked so that
+    the host learns only their sum over the guests holding an instance."""
+
     def __init__(self, channel, X, y, guests: list[str], params: GBDTParams, he: HEContext, host_depth: int,
-                 guest_depth: int, ids=None):
+                 guest_depth: int, ids=None, mode: str = "hessian"):
+        if mode not in MODES:
+            raise InvalidParameterError(f"HybridTree mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
                                         "min_child_weight > 0")
@@ -76,9 +88,9 @@ class HybridHost:
         y = objective.check_labels(self.y)
         n = len(y)
         row_of = {int(i): r for r, i in enumerate(self.ids)}
-        remotes, guest_rows = {}, {}
+        remotes, guest_rows, layouts = {}, {}, {}
         for u in self.guests:
-            layout = ch.recv(u, "layout", m.GuestLayout)
+            layout = layouts[u] = ch.recv(u, "layout", m.GuestLayout)
             try:
                 guest_rows[u] = np.array([row_of[int(i)] for i in layout.ids], dtype=np.int64)
             except KeyError as exc:
@@ -86,6 +98,7 @@ class HybridHost:
             remotes[u] = _Remote(u, layout.n_value_bins, 0, 0)
         ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
                                         self.packer.count_bits), self.guests)
+        self._send_setup(layouts)
         X_binned = self.bin_mapper.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
         thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
@@ -139,8 +152,23 @@ class HybridHost:
         self.raw = raw
         return model
 
+    def _send_setup(self, layouts) -> None:
+        p = self.params
+        for u in self.guests:
+            if self.mode == "hessian":
+                self.ch.send(u, "setup", m.HybridSetup("hessian", peers=[], peer_keys=[]))
+                continue
+            peers = [v for v in self.guests if v != u]
+            shared = [np.intersect1d(layouts[u].ids, layouts[v].ids) for v in peers]
+            offsets = np.concatenate([[0], np.cumsum([len(x) for x in shared])]).astype(np.int64)
+            self.ch.send(u, "setup", m.HybridSetup(
+                "count", p.learning_rate, p.reg_lambda, SCALE_BITS, peers, [layouts[v].mask_key for v in peers],
+                np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets))
+
     def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update):
         ch, p = self.ch, self.params
+        if self.mode == "count":
+            h = np.ones_like(h)  # the paper's h = 1 below the host's layers: H sums are instance counts
         state = {}
         for u in self.guests:
             rows = guest_rows[u]
@@ -184,11 +212,14 @@ class HybridHost:
                                                     [int(bins[j]) for j in chosen],
                                                     [int(splits.missing_left[j]) for j in chosen], lefts, rights))
                 st["frontier"] = new_front
+        for u in self.guests:
+            ch.send(u, m.CONTROL, m.TreeEnd(tree_id))
+        if self.mode == "count":
+            return self._count_leaves(tree_id, state, guest_rows, update)
         acc = np.zeros(len(update))
         cnt = np.zeros(len(update))
         values = {}
         for u in self.guests:
-            ch.send(u, m.CONTROL, m.TreeEnd(tree_id))
             leaves = ch.recv(u, m.REPLY, m.LeafAssignment).leaves
             rows = guest_rows[u]
             if leaves.shape != rows.shape or np.any(~np.isin(leaves, list(state[u]["totals"]))):
@@ -200,6 +231,50 @@ class HybridHost:
             cnt[rows] += 1
         covered = cnt > 0
         update[covered] = acc[covered] / cnt[covered]  # mean over the guests holding an instance
+        return values
+
+    def _count_leaves(self, tree_id, state, guest_rows, update):
+        """Count mode: decrypt each guest's leaf values (checked against the node totals the host holds) and
+        the per-instance sums of the guests' masked encrypted predictions."""
+        ch, p, he = self.ch, self.params, self.he
+        scale = 2.0 ** -(self.packer.frac_bits + SCALE_BITS)
+        bound = 1 << (self.packer.frac_bits + SCALE_BITS + self.packer.value_bits + 8)
+        n = len(update)
+        holders = np.zeros(n, dtype=np.int64)
+        for u in self.guests:
+            holders[guest_rows[u]] += 1
+        covered = np.nonzero(holders)[0]
+        values, total = {}, None
+        for u in self.guests:
+            msg = ch.recv(u, m.REPLY, m.EncryptedPredictions)
+            what = f"encrypted predictions from {u} (tree {tree_id})"
+            leaves = list(msg.leaves or [])
+            tot = state[u]["totals"]
+            if len(set(leaves)) != len(leaves) or any(nid not in tot for nid in leaves):
+                raise ProtocolError(f"{what}: leaves {leaves[:5]} do not match its tree")
+            leaf_vals = he.decrypt(he.deserialize(msg.leaf_ciphertexts)) if leaves else []
+            if len(leaf_vals) != len(leaves) or any(abs(int(v)) >= bound for v in leaf_vals):
+                raise ProtocolError(f"{what}: leaf values out of range; refusing them")
+            values[u] = {}
+            for nid, v in zip(leaves, leaf_vals):
+                expect = -p.learning_rate * tot[nid][0] / (tot[nid][1] + p.reg_lambda)
+                got = int(v) * scale
+                if abs(got - expect) > 1e-9 * max(1.0, abs(expect)):
+                    raise ProtocolError(f"{what}: leaf {nid} has value {got:.6g}, the node totals give "
+                                        f"{expect:.6g}; refusing it")
+                values[u][int(nid)] = got
+            ct = he.deserialize(msg.ciphertexts)
+            rows = guest_rows[u]
+            if ct.size != len(rows):
+                raise ProtocolError(f"{what}: {ct.size} ciphertexts for {len(rows)} instances")
+            pos_in = {int(r): k for k, r in enumerate(rows.tolist())}
+            aligned = he.select_sums(ct, [[pos_in[int(i)]] if int(i) in pos_in else [] for i in covered])
+            total = aligned if total is None else he.add(total, aligned)
+        if total is not None and len(covered):
+            sums = he.decrypt(total)
+            if any(abs(int(v)) >= bound * int(holders.max()) for v in sums):
+                raise ProtocolError(f"aggregated predictions of tree {tree_id} out of range; refusing them")
+            update[covered] = np.array([int(v) * scale for v in sums]) / holders[covered]
         return values
 
     def predict_raw(self, model: HybridHostModel, X_test, test_ids=None) -> np.ndarray:

@@ -1,11 +1,12 @@
 """Messages of HybridTree (stages in order; the vertical protocol's PublicKey,
 HistogramRequest, EncryptedHistograms, TreeEnd and TrainingDone are reused).
 
-Setup:     guest -> host  GuestLayout;         host -> guest  PublicKey, Start (first tree: 0 or resumed)
+Setup:     guest -> host  GuestLayout;         host -> guest  PublicKey, HybridSetup, Start (0 or resumed)
 Per tree:  host -> guest  NodeGradients (one message: hand-off node and Enc(g, h) of the guest's instances)
 Per layer: host -> guest  HistogramRequest;    guest -> host  EncryptedHistograms
            host -> guest  GuestSplits
-End tree:  host -> guest  TreeEnd;             guest -> host  LeafAssignment
+End tree:  host -> guest  TreeEnd;             guest -> host  LeafAssignment (hessian mode)
+                                               guest -> host  EncryptedPredictions (count mode)
 Inference: host -> guest  RouteRequest;        guest -> host  RouteAnswer     (two rounds for all trees)
 """
 
@@ -24,6 +25,22 @@ class GuestLayout(Message):
 
     n_value_bins: np.ndarray = array_field("<i4", 1)
     ids: np.ndarray = array_field("<i8", 1)
+    mask_key: bytes = b""  # X25519 public key for secure aggregation among guests (count mode)
+
+
+@register
+class HybridSetup(Message):
+    """The leaf mode, and in count mode what guests need to compute encrypted leaf values and mask them:
+    the other guests' masking keys and, per other guest, the instance IDs both hold."""
+
+    mode: str = "hessian"
+    learning_rate: float = 0.0
+    reg_lambda: float = 0.0
+    scale_bits: int = 0
+    peers: list[str] = None
+    peer_keys: list[bytes] = None
+    shared_ids: np.ndarray = array_field("<i8", 1)
+    shared_offsets: np.ndarray = array_field("<i8", 1)  # peer k's IDs: shared_ids[off[k]:off[k + 1]]
 
 
 @register
@@ -53,6 +70,19 @@ class LeafAssignment(Message):
     """The guest-tree leaf each of the guest's instances reached (in its ID order)."""
 
     leaves: np.ndarray = array_field("<i8", 1)
+
+
+@register
+class EncryptedPredictions(Message):
+    """Count mode: Enc(leaf value + mask) per instance (in the guest's ID order), and Enc(leaf value) per leaf.
+
+    Values are fixed point with ``frac_bits + scale_bits`` fractional bits;
+    the masks cancel in the sum over the guests holding an instance.
+    """
+
+    ciphertexts: bytes = b""
+    leaves: list[int] = None
+    leaf_ciphertexts: bytes = b""
 
 
 @register

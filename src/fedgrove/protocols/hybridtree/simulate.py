@@ -8,7 +8,8 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
 def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, guest_depth: int,
-                   timeout: float = 300.0, X_test_host=None, test_guests: list[tuple] | None = None):
+                   timeout: float = 300.0, X_test_host=None, test_guests: list[tuple] | None = None,
+                   mode: str = "hessian"):
     """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows.  With ``X_test_host`` and
     ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the test set."""
     names = [f"guest{k}" for k in range(len(guests))]
@@ -16,7 +17,7 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     holder = {}
 
     def host(ch):
-        role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth)
+        role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth, mode=mode)
         model = role.fit()
         holder["raw"] = role.raw
         if X_test_host is not None:
