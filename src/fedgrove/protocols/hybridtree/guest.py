@@ -125,6 +125,20 @@ class HybridGuest:
             else:
                 raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} in tree {tree}")
 
+    @classmethod
+    def from_model(cls, channel, model: dict, host: str) -> "HybridGuest":
+        """A guest ready to answer routing requests from its own model file (``model_dict()`` output)."""
+        guest = cls.__new__(cls)
+        guest.ch, guest.host = channel, host
+        guest.model = PassiveModel.from_dict(model)
+        try:
+            guest.children = {(int(t), int(n)): (int(left), int(right)) for t, n, left, right in model["children"]}
+        except (KeyError, TypeError, ValueError):
+            from fedgrove.exceptions import ModelFormatError
+
+            raise ModelFormatError("not a HybridTree guest model: its splits' children are missing") from None
+        return guest
+
     def model_dict(self) -> dict:
         """This guest's part of the model: its cut points, its splits (with thresholds) and their children."""
         d = self.model.to_dict()

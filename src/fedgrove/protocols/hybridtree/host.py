@@ -279,32 +279,38 @@ class HybridHost:
 
     def predict_raw(self, model: HybridHostModel, X_test, test_ids=None) -> np.ndarray:
         """Two rounds for all test instances: host subtrees -> guests' layers -> mean of guest leaf values."""
-        from fedgrove.engine.tree import PackedEnsemble
+        return predict_hybrid(self.ch, self.guests if self.guest_depth > 0 else [], model, X_test, test_ids)
 
-        X_test = np.asarray(X_test, dtype=np.float64)
-        n = len(X_test)
-        ids = np.arange(n) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
-        handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int64)
-        request = m.RouteRequest(ids, handoff)
-        answers = {}
-        if self.guest_depth > 0:
-            self.ch.broadcast("route", request, self.guests)
-            answers = {u: self.ch.recv(u, "route", m.RouteAnswer).leaves for u in self.guests}
-        K = len(model.base_score)
-        raw = np.tile(model.base_score, (n, 1))
-        for t, tree in enumerate(model.host_trees):
-            host_value = tree.values[handoff[:, t], 0]
-            acc = np.zeros(n)
-            cnt = np.zeros(n)
-            for u, leaves in answers.items():
-                if leaves.shape != handoff.shape:
-                    raise ProtocolError(f"routing answer from {u} has the wrong shape")
-                table = model.guest_values[t].get(u, {})
-                for k in np.nonzero(leaves[:, t] >= 0)[0]:
-                    v = table.get(int(leaves[k, t]))
-                    if v is not None:  # the guest grew a subtree under this hand-off node
-                        acc[k] += v
-                        cnt[k] += 1
-            covered = cnt > 0
-            raw[:, model.tree_class[t] if K > 1 else 0] += np.where(covered, acc / np.maximum(cnt, 1), host_value)
-        return raw
+
+def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, test_ids=None) -> np.ndarray:
+    """The host's side of two-round inference from its model alone (e.g. loaded from its model file):
+    route every test instance through the host subtrees, ask ``guests`` to continue, average their leaves."""
+    from fedgrove.engine.tree import PackedEnsemble
+
+    X_test = np.asarray(X_test, dtype=np.float64)
+    n = len(X_test)
+    ids = np.arange(n) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
+    handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int64)
+    request = m.RouteRequest(ids, handoff)
+    answers = {}
+    if guests:
+        channel.broadcast("route", request, guests)
+        answers = {u: channel.recv(u, "route", m.RouteAnswer).leaves for u in guests}
+    K = len(model.base_score)
+    raw = np.tile(model.base_score, (n, 1))
+    for t, tree in enumerate(model.host_trees):
+        host_value = tree.values[handoff[:, t], 0]
+        acc = np.zeros(n)
+        cnt = np.zeros(n)
+        for u, leaves in answers.items():
+            if leaves.shape != handoff.shape:
+                raise ProtocolError(f"routing answer from {u} has the wrong shape")
+            table = model.guest_values[t].get(u, {})
+            for k in np.nonzero(leaves[:, t] >= 0)[0]:
+                v = table.get(int(leaves[k, t]))
+                if v is not None:  # the guest grew a subtree under this hand-off node
+                    acc[k] += v
+                    cnt[k] += 1
+        covered = cnt > 0
+        raw[:, model.tree_class[t] if K > 1 else 0] += np.where(covered, acc / np.maximum(cnt, 1), host_value)
+    return raw

@@ -40,3 +40,22 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     return {"model": results["host"], "raw": holder["raw"], "test_raw": holder.get("test_raw"),
             "guest_models": {n: results[n] for n in names},
             "stats": {n: c.stats.as_dict() for n, c in channels.items()}}
+
+
+def predict_hybridtree(host_model: dict, guest_models: dict, X_test_host, test_guests: dict,
+                       timeout: float = 300.0):
+    """Two-round inference in one process from per-party model files (their dicts): the host uses only its
+    file, each guest only its own.  ``test_guests[name]`` is that guest's (X_test, test IDs)."""
+    from fedgrove.protocols.hybridtree.host import HybridHostModel, predict_hybrid
+
+    names = sorted(guest_models)
+    hub = InProcessHub(["host"] + names)
+    model = HybridHostModel.from_dict(host_model)
+    roles = {"host": lambda ch: predict_hybrid(ch, names, model, X_test_host)}
+    for name in names:
+        def guest(ch, name=name):
+            X, ids = test_guests[name]
+            HybridGuest.from_model(ch, guest_models[name], "host").predict(X, ids)
+        roles[name] = guest
+    results, _ = run_parties(hub, roles, timeout)
+    return results["host"]
