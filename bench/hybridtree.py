@@ -50,14 +50,12 @@ def main():
         print(f"run {r + 1}: HybridTree {h['seconds_per_tree']:.2f} s/tree {h['bytes_per_tree'] / 1e6:.2f} MB/tree; "
               + "; ".join(f"{k} {runs[-1][k]['seconds_per_tree']:.2f} s/tree x{runs[-1][k]['speedup']:.2f} time "
                           f"x{runs[-1][k]['bytes_ratio']:.2f} bytes"
-                          for k in ("VFL_one_guest_mean", "VFL_all_guests_sum", "VFL_merged_guest")), flush=True)
+                          for k in exp.VFL_COSTS), flush=True)
     med = {}
-    for key in ("HybridTree", "VFL_one_guest_mean", "VFL_all_guests_sum", "VFL_merged_guest"):
+    for key in ("HybridTree", *exp.VFL_COSTS):
         med[key] = {"seconds_per_tree": float(np.median([r[key]["seconds_per_tree"] for r in runs])),
                     "bytes_per_tree": float(np.median([r[key]["bytes_per_tree"] for r in runs]))}
-    for key in ("VFL_one_guest_mean", "VFL_all_guests_sum", "VFL_merged_guest"):
-        med[key]["speedup"] = med[key]["seconds_per_tree"] / med["HybridTree"]["seconds_per_tree"]
-        med[key]["bytes_ratio"] = med[key]["bytes_per_tree"] / med["HybridTree"]["bytes_per_tree"]
+    exp.add_cost_ratios(med)
     med["HybridTree"]["bytes_per_tree_per_party"] = runs[0]["HybridTree"]["bytes_per_tree_per_party"]
     med["VFL_merged_guest"]["bytes_per_tree_per_party"] = runs[0]["VFL_merged_guest"]["bytes_per_tree_per_party"]
     out = {"dataset": args.dataset, "he": f"{args.he}-2048", "trees": args.trees, "repeats": args.repeats,

@@ -32,6 +32,25 @@ max_bins = 16
 """
 
 
+def _write_configs(tmp_path: Path, role: dict, labelled: str, common: str) -> list[str]:
+    """Certificates, a federation config (output ``sim``) and one party config per party (output ``grpc``)."""
+    names = list(role)
+    create_federation_certs(tmp_path / "certs", names)
+    ports = {n: _port() for n in names}
+    label = {n: 'label = "label"\n' if n == labelled else "" for n in names}
+    fed = common + "".join(f'\n[[party]]\nname = "{n}"\nrole = "{role[n]}"\ndata = "{n}.csv"\n' + label[n]
+                           for n in names) + '\n[output]\ndir = "sim"\n'
+    (tmp_path / "federation.toml").write_text(fed)
+    for n in names:
+        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
+        roles = "".join(f'{m} = "{role[m]}"\n' for m in names if m != n)
+        (tmp_path / f"{n}.toml").write_text(
+            f'[party]\nname = "{n}"\nrole = "{role[n]}"\ndata = "{n}.csv"\n' + label[n]
+            + f'listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n\n[peers]\n{peers}\n[roles]\n{roles}'
+            + common + '\n[output]\ndir = "grpc"\n')
+    return names
+
+
 def _setup(tmp_path: Path, trees=2, timeout=30, rows=400):
     r = np.random.default_rng(0)
     X = r.normal(size=(rows, 9))
@@ -45,22 +64,8 @@ def _setup(tmp_path: Path, trees=2, timeout=30, rows=400):
         if k == 0:
             df["label"] = y
         df.iloc[np.roll(ids, k * 7)].to_csv(tmp_path / f"{name}.csv", index=False)
-    create_federation_certs(tmp_path / "certs", names)
-    ports = {n: _port() for n in names}
-    common = PARAMS.format(trees=trees, timeout=timeout)
-    fed = common + "".join(
-        f'\n[[party]]\nname = "{n}"\nrole = "{"active" if k == 0 else "passive"}"\ndata = "{n}.csv"\n'
-        + ('label = "label"\n' if k == 0 else "") for k, n in enumerate(names)) + '\n[output]\ndir = "sim"\n'
-    (tmp_path / "federation.toml").write_text(fed)
-    for k, n in enumerate(names):
-        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
-        roles = "".join(f'{m} = "{"active" if j == 0 else "passive"}"\n' for j, m in enumerate(names) if m != n)
-        (tmp_path / f"{n}.toml").write_text(
-            f'[party]\nname = "{n}"\nrole = "{"active" if k == 0 else "passive"}"\ndata = "{n}.csv"\n'
-            + ('label = "label"\n' if k == 0 else "")
-            + f'listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n\n[peers]\n{peers}\n[roles]\n{roles}'
-            + common + '\n[output]\ndir = "grpc"\n')
-    return names
+    role = {n: "active" if k == 0 else "passive" for k, n in enumerate(names)}
+    return _write_configs(tmp_path, role, "party0", PARAMS.format(trees=trees, timeout=timeout))
 
 
 def _start(tmp_path, name):
@@ -227,22 +232,8 @@ def _setup_hybrid(tmp_path: Path, trees, timeout, rows):
         g = pd.DataFrame(X[owner == k][:, 3:], columns=["b0", "b1", "b2", "b3"])
         g.insert(0, "_id", np.nonzero(owner == k)[0])
         g.to_csv(tmp_path / f"guest{k}.csv", index=False)
-    create_federation_certs(tmp_path / "certs", names)
-    ports = {n: _port() for n in names}
-    common = HYBRID.format(trees=trees, timeout=timeout)
     role = {n: "host" if n == "host" else "guest" for n in names}
-    fed = common + "".join(f'\n[[party]]\nname = "{n}"\nrole = "{role[n]}"\ndata = "{n}.csv"\n'
-                           + ('label = "label"\n' if n == "host" else "") for n in names) + '\n[output]\ndir = "sim"\n'
-    (tmp_path / "federation.toml").write_text(fed)
-    for n in names:
-        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
-        roles = "".join(f'{m} = "{role[m]}"\n' for m in names if m != n)
-        (tmp_path / f"{n}.toml").write_text(
-            f'[party]\nname = "{n}"\nrole = "{role[n]}"\ndata = "{n}.csv"\n'
-            + ('label = "label"\n' if n == "host" else "")
-            + f'listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n\n[peers]\n{peers}\n[roles]\n{roles}'
-            + common + '\n[output]\ndir = "grpc"\n')
-    return names
+    return _write_configs(tmp_path, role, "host", HYBRID.format(trees=trees, timeout=timeout))
 
 
 def test_hybridtree_guest_killed_host_exits_and_resume_over_grpc_equals_the_simulated_model(tmp_path):

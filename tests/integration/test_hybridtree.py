@@ -161,34 +161,39 @@ def test_count_mode_host_sees_only_masked_predictions_for_shared_instances(overl
 
 
 def test_inference_from_per_party_model_files(setup, tmp_path):
+    """Each party saves what `fedgrove simulate` writes; two-round inference from those files alone gives the
+    predictions the live parties gave after training."""
     import json
 
-    from fedgrove.protocols.hybridtree.simulate import predict_hybridtree
-
-    Xh, y, guests = setup
-    out = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou"), 4, 2, timeout=60, X_test_host=Xh,
-                         test_guests=guests)
-    names = [f"guest{k}" for k in range(len(guests))]
-    # the same training again, each party returning what `fedgrove simulate` writes to its model file
     from fedgrove.protocols.hybridtree.guest import HybridGuest
     from fedgrove.protocols.hybridtree.host import HybridHost
+    from fedgrove.protocols.hybridtree.simulate import predict_hybridtree
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
-    hub = InProcessHub(["host"] + names)
-    roles = {"host": lambda ch: HybridHost(ch, Xh, y, names, PARAMS, keygen("ou"), 4, 2).fit().to_dict()}
-    for name, (Xg, ids) in zip(names, guests):
-        def g(ch, Xg=Xg, ids=ids):
-            role = HybridGuest(ch, Xg, ids, "host")
-            role.fit()
-            return role.model_dict()
-        roles[name] = g
-    results, _ = run_parties(hub, roles, timeout=60)
+    Xh, y, guests = setup
+    names = [f"guest{k}" for k in range(len(guests))]
+
+    def host(ch):
+        role = HybridHost(ch, Xh, y, names, PARAMS, keygen("ou"), 4, 2)
+        model = role.fit()
+        return model.to_dict(), role.predict_raw(model, Xh)
+
+    def guest(ch, Xg, ids):
+        role = HybridGuest(ch, Xg, ids, "host")
+        role.fit()
+        role.predict(Xg, ids)
+        return role.model_dict()
+
+    roles = {"host": host, **{n: (lambda Xg, ids: lambda ch: guest(ch, Xg, ids))(Xg, ids)
+                              for n, (Xg, ids) in zip(names, guests)}}
+    results, _ = run_parties(InProcessHub(["host"] + names), roles, timeout=60)
+    host_dict, live_raw = results.pop("host")
     files = {}
-    for party, d in results.items():
+    for party, d in [("host", host_dict), *results.items()]:
         (tmp_path / f"{party}.json").write_text(json.dumps(d))
         files[party] = json.loads((tmp_path / f"{party}.json").read_text())
     guest_files = {n: files[n] for n in names}
     assert all("splits" in d and "guest_values" not in d for d in guest_files.values())  # guests hold no values
     assert "splits" not in files["host"] and "children" not in files["host"]  # the host holds no guest split
     raw = predict_hybridtree(files["host"], guest_files, Xh, {n: g for n, g in zip(names, guests)})
-    np.testing.assert_array_equal(raw, out["test_raw"])
+    np.testing.assert_array_equal(raw, live_raw)

@@ -259,7 +259,15 @@ def cost_table(s: Setting, cfg: Config) -> dict:
     merged = replace(s, guests=[(np.arange(len(s.y)), guest_feats)])
     t_out = run_vfl(merged, cfg, 0, he=he, n_trees=T)
     res["VFL_merged_guest"] = cost(t_out)
-    for key in ("VFL_one_guest_mean", "VFL_all_guests_sum", "VFL_merged_guest"):
+    return add_cost_ratios(res)
+
+
+VFL_COSTS = ("VFL_one_guest_mean", "VFL_all_guests_sum", "VFL_merged_guest")
+
+
+def add_cost_ratios(res: dict) -> dict:
+    """VFL / HybridTree seconds (``speedup``) and bytes (``bytes_ratio``) per tree, for each VFL variant."""
+    for key in VFL_COSTS:
         res[key]["speedup"] = res[key]["seconds_per_tree"] / res["HybridTree"]["seconds_per_tree"]
         res[key]["bytes_ratio"] = res[key]["bytes_per_tree"] / res["HybridTree"]["bytes_per_tree"]
     return res
@@ -288,47 +296,50 @@ def reproduce(out_dir, datasets=DATASETS, experiments=EXPERIMENTS, quick: bool =
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = {"config": vars(cfg) | {"quick": quick}, "machine": machine(), "datasets": {}}
-    steps = [(d, e) for d in datasets for e in experiments]
-    for i, (name, exp) in enumerate(steps):
-        if progress:
-            progress(i, len(steps), f"{name}: {exp}")
+    n_steps, done = len(datasets) * len(experiments), 0
+    for name in datasets:
         X, y, Xt, yt = load(name, cfg)
-        r = results["datasets"].setdefault(name, {})
-        t = time.perf_counter()
         base = make_setting(name, X, y, Xt, yt, cfg.n_guests, cfg.seed, test_holders=cfg.test_holders)
-        r.setdefault("split", base.info)
-        if exp == "table1":
-            r["table1"] = accuracy_table(base, cfg)
-            other = "one" if cfg.test_holders == "all" else "all"
-            alt = make_setting(name, X, y, Xt, yt, cfg.n_guests, cfg.seed, test_holders=other)
-            r["table1"][f"HybridTree_test_holders_{other}"] = _acc(alt.yt, run_hybrid(alt, cfg)["test_raw"])
-        elif exp == "table2":
-            r["table2"] = cost_table(base, cfg)
-        elif exp == "table3":
-            r["table3"] = accuracy_table(make_setting(name, X, y, Xt, yt, cfg.n_guests, cfg.seed, n_hosts=5,
-                                                            test_holders=cfg.test_holders), cfg)
-        elif exp == "table6":
-            s = make_setting(name, X, y, Xt, yt, cfg.n_guests, cfg.seed, overlap=0.125, drop_features=True,
-                             test_holders=cfg.test_holders)
-            r["table6"] = accuracy_table(s, cfg) | {"split": s.info}
-        elif exp == "figure6":
-            r["figure6"] = {str(k): accuracy_table(make_setting(name, X, y, Xt, yt, k, cfg.seed,
-                                                                       test_holders=cfg.test_holders), cfg)
-                            for k in cfg.guest_counts}
-        elif exp == "figure8":
-            r["figure8"] = {str(b): accuracy_table(make_setting(
-                name, X, y, Xt, yt, cfg.n_guests, cfg.seed, beta=b, test_holders=cfg.test_holders), cfg)
-                for b in cfg.betas}
-        elif exp == "ablation":
-            r["ablation"] = {f"{hd}+{gd}": _acc(base.yt, run_hybrid(base, replace(cfg, host_depth=hd, guest_depth=gd))
-                                                ["test_raw"]) for hd, gd in ABLATION_DEPTHS}
-            r["ablation"]["5+2 count mode"] = _acc(base.yt, run_hybrid(base, cfg, mode="count")["test_raw"])
-        r.setdefault("seconds", {})[exp] = time.perf_counter() - t
-        write_json(out_dir / "results.json", results)
+        r = results["datasets"][name] = {"split": base.info}
+        for exp in experiments:
+            if progress:
+                progress(done, n_steps, f"{name}: {exp}")
+            _run_experiment(exp, r, name, (X, y, Xt, yt), base, cfg)
+            done += 1
+            write_json(out_dir / "results.json", results)
     if progress:
-        progress(len(steps), len(steps), "report")
+        progress(n_steps, n_steps, "report")
     write_report(results, out_dir)
     return results
+
+
+def _run_experiment(exp: str, r: dict, name: str, data: tuple, base: Setting, cfg: Config) -> None:
+    """One experiment on one dataset; its results go into ``r[exp]`` and its time into ``r["seconds"]``."""
+    def setting(n_guests=cfg.n_guests, **kw) -> Setting:
+        return make_setting(name, *data, n_guests, cfg.seed, **{"test_holders": cfg.test_holders, **kw})
+
+    t = time.perf_counter()
+    if exp == "table1":
+        r["table1"] = accuracy_table(base, cfg)
+        other = "one" if cfg.test_holders == "all" else "all"
+        alt = setting(test_holders=other)
+        r["table1"][f"HybridTree_test_holders_{other}"] = _acc(alt.yt, run_hybrid(alt, cfg)["test_raw"])
+    elif exp == "table2":
+        r["table2"] = cost_table(base, cfg)
+    elif exp == "table3":
+        r["table3"] = accuracy_table(setting(n_hosts=5), cfg)
+    elif exp == "table6":
+        s = setting(overlap=0.125, drop_features=True)
+        r["table6"] = accuracy_table(s, cfg) | {"split": s.info}
+    elif exp == "figure6":
+        r["figure6"] = {str(k): accuracy_table(setting(k), cfg) for k in cfg.guest_counts}
+    elif exp == "figure8":
+        r["figure8"] = {str(b): accuracy_table(setting(beta=b), cfg) for b in cfg.betas}
+    elif exp == "ablation":
+        r["ablation"] = {f"{hd}+{gd}": _acc(base.yt, run_hybrid(base, replace(cfg, host_depth=hd, guest_depth=gd))
+                                            ["test_raw"]) for hd, gd in ABLATION_DEPTHS}
+        r["ablation"]["5+2 count mode"] = _acc(base.yt, run_hybrid(base, cfg, mode="count")["test_raw"])
+    r.setdefault("seconds", {})[exp] = time.perf_counter() - t
 
 
 def write_report(results: dict, out_dir: Path) -> None:

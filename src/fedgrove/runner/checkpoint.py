@@ -50,6 +50,16 @@ class CheckpointStore:
                                 f"(run it with --resume and its checkpoint)")
         return state
 
+    @staticmethod
+    def scores(state: dict, shape: tuple) -> np.ndarray:
+        """The training scores saved with a checkpoint, checked against the shape this party expects."""
+        from fedgrove.exceptions import ProtocolError
+
+        raw = np.ascontiguousarray(state["array"], dtype=np.float64)
+        if raw.shape != tuple(shape):
+            raise ProtocolError(f"checkpoint scores have shape {raw.shape}, expected {tuple(shape)}")
+        return raw
+
     def load(self) -> dict | None:
         if not self.path.exists():
             return None

@@ -19,6 +19,7 @@ from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_m
 from fedgrove.engine.tree import Tree
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.hybridtree import messages as m
+from fedgrove.runner.checkpoint import CheckpointStore
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for
 
 
@@ -66,6 +67,7 @@ class HybridHost:
         if mode not in MODES:
             raise InvalidParameterError(f"HybridTree mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
+        self._plan = None  # count mode: see _aggregation_plan
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
                                         "min_child_weight > 0")
@@ -110,9 +112,7 @@ class HybridHost:
         state = checkpoint.load() if (checkpoint is not None and resume) else None
         if state is not None:
             model = HybridHostModel.from_dict(state["model"])
-            raw = np.ascontiguousarray(state["array"], dtype=np.float64)
-            if raw.shape != (n, K):
-                raise ProtocolError(f"checkpoint scores have shape {raw.shape}, expected {(n, K)}")
+            raw = CheckpointStore.scores(state, (n, K))
         start = len(model.host_trees)
         ch.broadcast("start", m.Start(start if self.guest_depth > 0 else 0), self.guests)
         tree_id = start
@@ -233,17 +233,28 @@ class HybridHost:
         update[covered] = acc[covered] / cnt[covered]  # mean over the guests holding an instance
         return values
 
+    def _aggregation_plan(self, guest_rows, n):
+        """Count mode, fixed for the whole training: how many guests hold each instance, the instances held
+        by any, and per guest which of its ciphertexts lines up with each of those instances."""
+        if self._plan is None:
+            holders = np.zeros(n, dtype=np.int64)
+            for u in self.guests:
+                holders[guest_rows[u]] += 1
+            covered = np.nonzero(holders)[0]
+            groups = {}
+            for u in self.guests:
+                pos = {int(r): k for k, r in enumerate(guest_rows[u].tolist())}
+                groups[u] = [[pos[i]] if i in pos else [] for i in covered.tolist()]
+            self._plan = (holders, covered, groups)
+        return self._plan
+
     def _count_leaves(self, tree_id, state, guest_rows, update):
         """Count mode: decrypt each guest's leaf values (checked against the node totals the host holds) and
         the per-instance sums of the guests' masked encrypted predictions."""
         ch, p, he = self.ch, self.params, self.he
         scale = 2.0 ** -(self.packer.frac_bits + SCALE_BITS)
         bound = 1 << (self.packer.frac_bits + SCALE_BITS + self.packer.value_bits + 8)
-        n = len(update)
-        holders = np.zeros(n, dtype=np.int64)
-        for u in self.guests:
-            holders[guest_rows[u]] += 1
-        covered = np.nonzero(holders)[0]
+        holders, covered, aligned_groups = self._aggregation_plan(guest_rows, len(update))
         values, total = {}, None
         for u in self.guests:
             msg = ch.recv(u, m.REPLY, m.EncryptedPredictions)
@@ -267,8 +278,7 @@ class HybridHost:
             rows = guest_rows[u]
             if ct.size != len(rows):
                 raise ProtocolError(f"{what}: {ct.size} ciphertexts for {len(rows)} instances")
-            pos_in = {int(r): k for k, r in enumerate(rows.tolist())}
-            aligned = he.select_sums(ct, [[pos_in[int(i)]] if int(i) in pos_in else [] for i in covered])
+            aligned = he.select_sums(ct, aligned_groups[u])
             total = aligned if total is None else he.add(total, aligned)
         if total is not None and len(covered):
             sums = he.decrypt(total)

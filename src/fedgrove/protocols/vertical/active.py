@@ -261,9 +261,9 @@ class VerticalActive:
         ch.broadcast("start", m.Start(start), self.passives)
         raw = np.tile(model.base_score, (n, 1))
         if start:  # training scores need the passive parties' splits: they are checkpointed with the trees
-            raw = np.ascontiguousarray(state["array"], dtype=np.float64)
-            if raw.shape != (n, K):
-                raise ProtocolError(f"checkpoint scores have shape {raw.shape}, expected {(n, K)}")
+            from fedgrove.runner.checkpoint import CheckpointStore
+
+            raw = CheckpointStore.scores(state, (n, K))
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(n_local)]
         tree_id = start
