@@ -117,7 +117,7 @@ class HybridGuest:
                 ch.send(self.host, m.REPLY, self._count_predictions(tree, rows, ct, he, packer))
                 return
             elif isinstance(msg, m.TreeEnd):
-                leaves = np.full(len(self.X), -1, dtype=np.int64)
+                leaves = np.full(len(self.X), -1, dtype=np.int32)
                 for node, r in rows.items():
                     leaves[r] = node
                 ch.send(self.host, m.REPLY, m.LeafAssignment(leaves))
@@ -148,22 +148,34 @@ class HybridGuest:
     def predict(self, X_test, test_ids) -> None:
         """Answer the host's routing request: walk this guest's splits from each given hand-off node."""
         X_test = np.asarray(X_test, dtype=np.float64)
-        row_of = {int(i): r for r, i in enumerate(np.asarray(test_ids, dtype=np.int64))}
+        test_ids = np.asarray(test_ids, dtype=np.int64)
         req = self.ch.recv(self.host, "route", m.RouteRequest)
         n, n_trees = req.nodes.shape
         if len(req.ids) != n:
             raise ProtocolError(f"{self.ch.party}: routing request with {len(req.ids)} IDs for {n} rows")
-        leaves = np.full((n, n_trees), -1, dtype=np.int64)
-        for k, i in enumerate(req.ids.tolist()):
-            r = row_of.get(int(i))
-            if r is None:
-                continue
-            x = X_test[r]
-            for t in range(n_trees):
-                node = int(req.nodes[k, t])
-                while (t, node) in self.model.splits:
-                    f, _b, ml, thr = self.model.splits[(t, node)]
-                    go_left = bool(ml) if np.isnan(x[f]) else x[f] <= thr
-                    node = self.children[(t, node)][0 if go_left else 1]
-                leaves[k, t] = node
+        order = np.argsort(test_ids, kind="stable")
+        sorted_ids = test_ids[order]
+        pos = np.searchsorted(sorted_ids, req.ids)
+        found = pos < len(sorted_ids)
+        found[found] = sorted_ids[pos[found]] == req.ids[found]
+        held = np.nonzero(found)[0]  # the requested instances this guest holds
+        x = X_test[order[pos[held]]]
+        leaves = np.full((n, n_trees), -1, dtype=np.int32)
+        for t in range(n_trees):
+            node = req.nodes[held, t].astype(np.int64)
+            while True:  # one pass per guest layer: every instance at a split node moves one level down
+                moved = False
+                for nd in np.unique(node).tolist():
+                    split = self.model.splits.get((t, nd))
+                    if split is None:
+                        continue
+                    f, _b, ml, thr = split
+                    sel = node == nd
+                    v = x[sel, f]
+                    left, right = self.children[(t, nd)]
+                    node[sel] = np.where(np.where(np.isnan(v), bool(ml), v <= thr), left, right)
+                    moved = True
+                if not moved:
+                    break
+            leaves[held, t] = node
         self.ch.send(self.host, "route", m.RouteAnswer(leaves))

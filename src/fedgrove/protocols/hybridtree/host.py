@@ -6,6 +6,7 @@ totals the host holds in plaintext."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,11 +117,13 @@ class HybridHost:
         start = len(model.host_trees)
         ch.broadcast("start", m.Start(start if self.guest_depth > 0 else 0), self.guests)
         tree_id = start
+        self.tree_seconds = []  # wall time of each tree grown here, guests' layers included
         for round_ in range(p.n_estimators):
             if round_ * K < start:
                 continue
             g, h = objective.gradients(y, raw)
             for c in range(K):
+                t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
                     stats = np.column_stack([g[:, c], h[:, c]])
                     finder = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
@@ -138,6 +141,7 @@ class HybridHost:
                         values = self._guest_layers(tree_id, g[:, c], h[:, c], leaf_of_row, host_tree.n_nodes,
                                                     guest_rows, remotes, scorer, update)
                 raw[:, c] += update
+                self.tree_seconds.append(time.perf_counter() - t0)
                 model.host_trees.append(host_tree)
                 model.tree_class.append(c)
                 model.guest_values.append(values)
@@ -300,7 +304,7 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     X_test = np.asarray(X_test, dtype=np.float64)
     n = len(X_test)
     ids = np.arange(n) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
-    handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int64)
+    handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int32)
     request = m.RouteRequest(ids, handoff)
     answers = {}
     if guests:

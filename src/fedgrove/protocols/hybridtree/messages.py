@@ -48,7 +48,7 @@ class NodeGradients(Message):
     """For each of the guest's instances (in its ID order): its hand-off node and packed Enc(g, h)."""
 
     tree: int = 0
-    nodes: np.ndarray = array_field("<i8", 1)
+    nodes: np.ndarray = array_field("<i4", 1)
     ciphertexts: bytes = b""
 
 
@@ -69,7 +69,7 @@ class GuestSplits(Message):
 class LeafAssignment(Message):
     """The guest-tree leaf each of the guest's instances reached (in its ID order)."""
 
-    leaves: np.ndarray = array_field("<i8", 1)
+    leaves: np.ndarray = array_field("<i4", 1)
 
 
 @register
@@ -90,11 +90,11 @@ class RouteRequest(Message):
     """Test instances (IDs) and, per tree, the hand-off node the host's subtree sent each one to."""
 
     ids: np.ndarray = array_field("<i8", 1)
-    nodes: np.ndarray = array_field("<i8", 2)
+    nodes: np.ndarray = array_field("<i4", 2)
 
 
 @register
 class RouteAnswer(Message):
     """Per instance and tree, the guest leaf reached (-1: the guest does not hold the instance)."""
 
-    leaves: np.ndarray = array_field("<i8", 2)
+    leaves: np.ndarray = array_field("<i4", 2)

@@ -14,12 +14,13 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the test set."""
     names = [f"guest{k}" for k in range(len(guests))]
     hub = InProcessHub(["host"] + names)
-    holder = {}
+    holder = {"fit_stats": {}}
 
     def host(ch):
         role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth, mode=mode)
         model = role.fit()
-        holder["raw"] = role.raw
+        holder["fit_stats"]["host"] = ch.stats.as_dict()
+        holder["raw"], holder["tree_seconds"] = role.raw, role.tree_seconds
         if X_test_host is not None:
             holder["test_raw"] = role.predict_raw(model, X_test_host)
         return model
@@ -29,6 +30,7 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
         def run(ch):
             role = HybridGuest(ch, Xg, ids, "host", params.max_bins, params.seed)
             model = role.fit()
+            holder["fit_stats"][ch.party] = ch.stats.as_dict()
             if X_test_host is not None and guest_depth > 0:
                 role.predict(*test_guests[k])
             return model
@@ -39,7 +41,8 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     results, channels = run_parties(hub, roles, timeout)
     return {"model": results["host"], "raw": holder["raw"], "test_raw": holder.get("test_raw"),
             "guest_models": {n: results[n] for n in names},
-            "stats": {n: c.stats.as_dict() for n, c in channels.items()}}
+            "stats": {n: c.stats.as_dict() for n, c in channels.items()},
+            "fit_stats": holder["fit_stats"], "tree_seconds": holder["tree_seconds"]}
 
 
 def predict_hybridtree(host_model: dict, guest_models: dict, X_test_host, test_guests: dict,

@@ -4,6 +4,8 @@ the trees; it never sees passive features, cut points or thresholds."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
@@ -267,11 +269,13 @@ class VerticalActive:
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(n_local)]
         tree_id = start
+        self.tree_seconds = []  # wall time of each tree, the passive parties' work included
         for round_ in range(p.n_estimators):
             if round_ * K < start:
                 continue
             g, h = objective.gradients(y, raw)
             for c in range(K):
+                t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
                     ct = self.he.encrypt(self.packer.encode(g[:, c], h[:, c]))
                     ch.broadcast(m.CONTROL, m.EncryptedGradients(tree_id, self.he.serialize(ct), n), self.passives)
@@ -286,6 +290,7 @@ class VerticalActive:
                 model.add_tree(tree, c)
                 leaves = np.nonzero(tree.is_leaf)[0]
                 local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
+                self.tree_seconds.append(time.perf_counter() - t0)
                 tree_id += 1
                 if checkpoint is not None and c == K - 1:
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)

@@ -22,14 +22,16 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
     names = names or [f"party{k}" for k in range(len(X_parts))]
     active_name, passive_names = names[0], names[1:]
     hub = InProcessHub(names)
+    fit_stats = {}  # each party's traffic up to the end of its training (prediction excluded)
 
     def active(ch):
         for obs in (observers or {}).get(active_name, []):
             ch.observers.append(obs)
         role = VerticalActive(ch, X_parts[0], y, passive_names, params, he)
         model = role.fit()
+        fit_stats[ch.party] = ch.stats.as_dict()
         raw = role.predict_raw(X_test_parts[0]) if X_test_parts is not None else None
-        return model, raw
+        return model, raw, role.tree_seconds
 
     def passive(k):
         def run(ch):
@@ -37,6 +39,7 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
                 ch.observers.append(obs)
             role = VerticalPassive(ch, X_parts[k], active_name, params.max_bins, params.seed)
             model = role.fit()
+            fit_stats[ch.party] = ch.stats.as_dict()
             if X_test_parts is not None:
                 role.predict(X_test_parts[k])
             return model
@@ -44,6 +47,7 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
 
     roles = {active_name: active, **{names[k]: passive(k) for k in range(1, len(names))}}
     results, channels = run_parties(hub, roles, timeout)
-    model, raw = results[active_name]
+    model, raw, tree_seconds = results[active_name]
     return {"model": model, "passive_models": {n: results[n] for n in passive_names}, "raw": raw,
-            "stats": {n: c.stats.as_dict() for n, c in channels.items()}}
+            "stats": {n: c.stats.as_dict() for n, c in channels.items()}, "fit_stats": fit_stats,
+            "tree_seconds": tree_seconds}
