@@ -64,13 +64,9 @@ class GHPacker:
         return np.rint(np.asarray(values, dtype=np.float64) * float(2 ** self.frac_bits))
 
     # -- decoding ---------------------------------------------------------------------
-    def _signed_low(self, v: int, bits: int) -> int:
-        half = 1 << (bits - 1)
-        return ((v + half) & ((1 << bits) - 1)) - half
-
     def unpack(self, v: int) -> tuple[int, int]:
         """Integer (G, H) sums of one packed plaintext."""
-        gsum = self._signed_low(v, self.shift)
+        gsum = _signed_low(v, self.shift)
         hsum = (v - gsum) >> self.shift
         return gsum, hsum
 
@@ -88,7 +84,7 @@ class GHPacker:
             v = int(v)
             self.check_range(v, n_slots)
             for _ in range(n_slots):
-                slot = self._signed_low(v, self.slot_bits)
+                slot = _signed_low(v, self.slot_bits)
                 v = (v - slot) >> self.slot_bits
                 gsum, hsum = self.unpack(slot)
                 if not (0 <= hsum < limit):
@@ -98,3 +94,91 @@ class GHPacker:
                 raise ProtocolError("a decrypted value carries more slots than agreed; refusing it")
         arr = np.asarray(out, dtype=np.float64).reshape(-1, 2)
         return arr if n_sums is None else arr[:n_sums]
+
+
+@dataclass(frozen=True)
+class VectorPacker:
+    """Fixed-point packing of a short vector of statistics per instance into one plaintext.
+
+    Field ``k`` holds ``round(v_k * 2**frac_bits[k])`` in ``frac_bits[k] +
+    int_bits[k] (+1 if signed[k])`` bits, laid out from the lowest bits up.
+    Invariant the caller guarantees: every sum the protocol forms stays below
+    ``2**int_bits[k]`` in magnitude (and non-negative for unsigned fields), so
+    sums decode exactly; :meth:`encode` checks single values against the same
+    bound.  Several packed sums share one plaintext in slots of
+    :attr:`slot_bits` bits (as :class:`GHPacker`'s), so the vertical protocols'
+    encrypted-histogram code carries these statistics unchanged: per-class
+    label counts, or (w, w*y, w*y^2), in Federated Forest.
+    """
+
+    frac_bits: tuple
+    int_bits: tuple
+    signed: tuple
+
+    def __post_init__(self):
+        if not (len(self.frac_bits) == len(self.int_bits) == len(self.signed) >= 1):
+            raise ValueError("frac_bits, int_bits and signed must have one entry per field")
+
+    @property
+    def n_values(self) -> int:
+        return len(self.frac_bits)
+
+    @property
+    def widths(self) -> list[int]:
+        return [f + b + int(s) for f, b, s in zip(self.frac_bits, self.int_bits, self.signed)]
+
+    @property
+    def slot_bits(self) -> int:
+        return sum(self.widths) + 1
+
+    def slots_per_plaintext(self, plaintext_bits: int) -> int:
+        if self.slot_bits > plaintext_bits - 1:
+            raise ProtocolError(f"the statistics need {self.slot_bits}-bit plaintexts; the key gives "
+                                f"{plaintext_bits} bits (use Paillier or fewer classes)")
+        return (plaintext_bits - 1) // self.slot_bits
+
+    def encode(self, values: np.ndarray) -> list[int]:
+        """One packed integer per row of ``values`` (n, n_values)."""
+        values = np.asarray(values, dtype=np.float64).reshape(len(values), self.n_values)
+        if not np.all(np.isfinite(values)):
+            raise ProtocolError("statistics must be finite to be encrypted")
+        fixed = []
+        for k, (f, b, s) in enumerate(zip(self.frac_bits, self.int_bits, self.signed)):
+            col = values[:, k]
+            if len(col) and (np.any(np.abs(col) >= 2.0 ** b) or (not s and np.any(col < 0))):
+                raise ProtocolError(f"statistic {k} is out of the packable range (|v| < 2^{b}"
+                                    f"{'' if s else ', v >= 0'}; got [{col.min():.3g}, {col.max():.3g}])")
+            fixed.append(np.rint(col * 2.0 ** f).tolist())
+        shifts = np.concatenate([[0], np.cumsum(self.widths)[:-1]]).astype(int).tolist()
+        return [sum(int(x) << sh for x, sh in zip(row, shifts)) for row in zip(*fixed)]
+
+    def decode(self, values: list[int], n_slots: int = 1, n_sums: int | None = None) -> np.ndarray:
+        """Float sums (n, n_values) of packed sums; ``values`` may hold ``n_slots`` sums each.  Anything
+        outside the agreed layout is refused."""
+        out = []
+        bound = 1 << (self.slot_bits * n_slots)
+        widths = self.widths
+        for v in values:
+            v = int(v)
+            if not -bound < v < bound:
+                raise ProtocolError("a decrypted value lies outside the range the protocol allows; refusing it")
+            for _ in range(n_slots):
+                slot = _signed_low(v, self.slot_bits)
+                v = (v - slot) >> self.slot_bits
+                row = []
+                for w, f, s in zip(widths, self.frac_bits, self.signed):
+                    field = _signed_low(slot, w) if s else slot & ((1 << w) - 1)
+                    slot = (slot - field) >> w
+                    row.append(field * 2.0 ** -f)
+                if slot != 0:
+                    raise ProtocolError("a decrypted sum does not fit the agreed statistics layout; refusing it")
+                out.append(row)
+            if v != 0:
+                raise ProtocolError("a decrypted value carries more slots than agreed; refusing it")
+        arr = np.asarray(out, dtype=np.float64).reshape(-1, self.n_values)
+        return arr if n_sums is None else arr[:n_sums]
+
+
+def _signed_low(v: int, bits: int) -> int:
+    half = 1 << (bits - 1)
+    return ((v + half) & ((1 << bits) - 1)) - half

@@ -132,13 +132,34 @@ def node_feature_sampler(params: ForestParams, draw: TreeDraw, n_features: int) 
     return per_node
 
 
-def forest_stats(task: str, y: np.ndarray, weights: np.ndarray, n_classes: int) -> np.ndarray:
-    """Per-sample statistics: weighted one-hot labels, or (w, w*y, w*y^2)."""
+def forest_stats(task: str, y: np.ndarray, weights: np.ndarray, n_classes: int,
+                 grid: tuple[int, int] | None = None) -> np.ndarray:
+    """Per-sample statistics: weighted one-hot labels, or (w, w*y, w*y^2) on the fixed-point ``grid``
+    (:func:`mse_grid`; default: computed from ``y`` and its length)."""
     if task == "classification":
         stats = np.zeros((len(y), n_classes))
         stats[np.arange(len(y)), y.astype(np.int64)] = weights
         return stats
-    return np.column_stack([weights, weights * y, weights * y * y])
+    q1, q2 = grid if grid is not None else mse_grid(y, len(y))
+    return np.column_stack([weights, np.ldexp(np.rint(np.ldexp(weights * y, q1)), -q1),
+                            np.ldexp(np.rint(np.ldexp(weights * y * y, q2)), -q2)])
+
+
+def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
+    """Fractional bits (possibly negative) of the grids that w*y and w*y^2 are rounded to.
+
+    Every sum of a tree's statistics is then a multiple of the grid below
+    2^52 grid units, so float64 adds and subtracts them exactly, in any order:
+    histograms built here, summed by a federation in another order, or
+    decrypted from fixed-point sums (Federated Forest's encrypted labels) are
+    bit-identical, and so are the trees.  The rounding is below 2^-52 of the
+    largest possible sum (``total_weight * max|y|``, ``total_weight *
+    max y^2``).
+    """
+    top = float(np.max(np.abs(y))) if len(y) else 0.0
+    b1 = int(np.ceil(np.log2(total_weight * top + 1.0)))
+    b2 = int(np.ceil(np.log2(total_weight * top * top + 1.0)))
+    return 52 - b1, 52 - b2
 
 
 def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None, feature_names=None,

@@ -118,6 +118,8 @@ def build_histograms(X_binned, sample_indices, starts, ends, ordered_stats, feat
     n_nodes = starts.shape[0]
     n_stats = ordered_stats.shape[1]
     n_used = features.shape[0]
+    if n_used == 0:  # no feature to build (a party none of whose features a tree drew)
+        return
     n_features = X_binned.shape[1]
     all_features = n_used == n_features
     offsets = np.empty(n_used, dtype=np.int64)

@@ -126,11 +126,12 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                     pl[q, 1] = lh
                     pl[q, 2] = lc if has_count else np.nan
         pg[q] = best
-    return _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats)
+    return reduce_pairs(pg, pb, pm, pl, n_nodes, n_features)
 
 
 @njit(cache=True)
-def _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats):
+def reduce_pairs(pg, pb, pm, pl, n_nodes, n_features):
+    """Per node, the best of its (node, feature) pairs, scanning features in order (see the module's tie rule)."""
     n_stats = pl.shape[1]
     gain = np.full(n_nodes, -np.inf)
     feature = np.full(n_nodes, NO_FEATURE, dtype=np.int32)
@@ -191,14 +192,30 @@ def _weight(stats, criterion):
     return total
 
 
-@njit(parallel=True, cache=True, nogil=True)
 def find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
                      min_samples_leaf):
     """Best split per node by weighted impurity decrease (scikit-learn's definition).
 
     ``gain = N_t / N * (imp - N_L / N_t * imp_L - N_R / N_t * imp_R)`` with N the
     root's (bootstrap-weighted) sample count.  Statistics are class weights for
-    ``gini``/``entropy`` and (w, w*y, w*y^2) for ``mse``.
+    ``gini``/``entropy`` and (w, w*y, w*y^2) for ``mse``.  The best split of
+    every (node, feature) pair comes from :func:`cart_pair_splits`; the choice
+    among features from :func:`reduce_pairs`, so a federation whose parties
+    score their own features and send per-feature gains chooses exactly as this
+    function does.
+    """
+    pg, pb, pm, pl = cart_pair_splits(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
+                                      min_samples_leaf)
+    return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def cart_pair_splits(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
+                     min_samples_leaf):
+    """The best CART split of every (node, feature) pair: flat arrays indexed ``node * n_features + feature``.
+
+    Returns (gain, bin, missing_left, left_stats); gain is ``-inf`` for
+    features not allowed at the node and for pairs without a valid split.
     """
     n_nodes = rows.shape[0]
     n_features = feature_offsets.shape[0] - 1
@@ -247,7 +264,7 @@ def find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, criterion
                     for c in range(n_stats):
                         pl[q, c] = lft[c]
         pg[q] = best
-    return _reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, node_stats)
+    return pg, pb, pm, pl
 
 
 # --------------------------------------------------------------------------- references

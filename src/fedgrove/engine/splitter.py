@@ -248,21 +248,8 @@ class HistogramSplitFinder(SplitFinder):
         # every row is filled below (built, or subtracted from a filled parent) for the features in use
         hist = np.empty((n, total_bins, self._stats[0].shape[1]))
         row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
-        build, parent_rows, small_rows, large_rows = [], [], [], []
-        if self._pending is None or self._hist is None:
-            build = list(range(n))
-        else:
-            for parent, left, right in self._pending:
-                if left not in row_of or right not in row_of:
-                    build += [row_of[c] for c in (left, right) if c in row_of]
-                    continue
-                ls, le, _ = self.segments[left]
-                rs, re, _ = self.segments[right]
-                small, large = (left, right) if (le - ls) <= (re - rs) else (right, left)
-                build.append(row_of[small])
-                parent_rows.append(self._hist_row[parent])
-                small_rows.append(row_of[small])
-                large_rows.append(row_of[large])
+        build, parent_nodes, small_rows, large_rows = self.plan_layer(layer, self._hist is not None)
+        parent_rows = [self._hist_row[p] for p in parent_nodes]
         for buf, group in self._by_buffer([int(layer.node_ids[r]) for r in build], build):
             starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
             ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
@@ -279,6 +266,31 @@ class HistogramSplitFinder(SplitFinder):
         self.last_build_rows = sorted(int(r) for r in build) if len(build) else []
         self.last_pairs = list(zip(parent_rows, small_rows, large_rows))
         return hist
+
+    def plan_layer(self, layer: Layer, have_parents: bool) -> tuple[list, list, list, list]:
+        """Which rows of ``layer`` are built from samples and which are subtracted from their parent.
+
+        Returns (rows to build, parent node ids, smaller-child rows, larger-child rows): of two siblings
+        both in the layer the one with fewer samples (ties: left) is built and the other is its parent's
+        histogram minus it; every other node is built.  A party that builds histograms of the same nodes
+        for another party to subtract (encrypted ones) calls this to build exactly what that party expects.
+        """
+        row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
+        if self._pending is None or not have_parents:
+            return list(range(len(layer))), [], [], []
+        build, parents, small_rows, large_rows = [], [], [], []
+        for parent, left, right in self._pending:
+            if left not in row_of or right not in row_of:
+                build += [row_of[c] for c in (left, right) if c in row_of]
+                continue
+            ls, le, _ = self.segments[left]
+            rs, re, _ = self.segments[right]
+            small, large = (left, right) if (le - ls) <= (re - rs) else (right, left)
+            build.append(row_of[small])
+            parents.append(parent)
+            small_rows.append(row_of[small])
+            large_rows.append(row_of[large])
+        return build, parents, small_rows, large_rows
 
     def _split_positions(self, node_ids, splits, split_rows) -> np.ndarray:
         """Partition the split nodes; a protocol's finder overrides this when other parties own splits."""
@@ -344,13 +356,20 @@ def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_o
     if not len(ok):
         return
     miss_bins = feature_offsets[splits.feature[ok] + 1] - 1
-    miss = hist[ok, miss_bins, :]
+    no_missing, left = absent_missing_left(hist[ok, miss_bins, :], splits.left_stats[ok], layer.stats[ok], scorer,
+                                           count_from_segments)
+    splits.missing_left[ok[no_missing]] = left[no_missing]
+
+
+def absent_missing_left(miss, left_stats, node_stats, scorer, count_from_segments: bool):
+    """For candidate splits (one per row): whether the node had no missing values (``miss``: its missing bin's
+    sums) and, if so, whether missing values go left (the child with more samples; ties go left, up to rounding
+    of histograms summed in another order)."""
     if count_from_segments:
         no_missing = (miss[:, 0] == 0) & (miss[:, 1] == 0)
-        lw, tw = splits.left_stats[ok, 1], layer.stats[ok, 1]
+        lw, tw = left_stats[:, 1], node_stats[:, 1]
     else:
         no_missing = scorer.hist_weight(miss) <= 0
-        lw = scorer.sample_weight(splits.left_stats[ok])
-        tw = scorer.sample_weight(layer.stats[ok])
-    # ties (up to rounding of histograms summed in another order) go left
-    splits.missing_left[ok[no_missing]] = (lw >= (tw - lw) - 1e-9 * np.abs(tw))[no_missing]
+        lw = scorer.sample_weight(left_stats)
+        tw = scorer.sample_weight(node_stats)
+    return no_missing, lw >= (tw - lw) - 1e-9 * np.abs(tw)

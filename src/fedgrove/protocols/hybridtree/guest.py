@@ -21,8 +21,7 @@ class HybridGuest:
             raise ProtocolError(f"{channel.party}: {len(self.ids)} IDs for {len(self.X)} rows")
         self.bin_mapper = BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
-        self.model = PassiveModel(channel.party, self.bin_mapper)
-        self.children: dict = {}  # (tree, node) -> (left, right), for routing at inference
+        self.model = PassiveModel(channel.party, self.bin_mapper)  # splits and their children (for routing)
 
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
@@ -42,9 +41,7 @@ class HybridGuest:
             from fedgrove.runner.checkpoint import CheckpointStore
 
             state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.host)
-            saved = PassiveModel.from_dict(state["model"])
-            self.model.splits = {k: v for k, v in saved.splits.items() if k[0] < tree}
-            self.children = {(t, n): (left, right) for t, n, left, right in state["model"]["children"] if t < tree}
+            self.model = PassiveModel.from_dict(state["model"]).before(tree)
         while True:
             with ch.scope(tree=tree):
                 first = ch.recv(self.host, m.CONTROL)
@@ -112,7 +109,7 @@ class HybridGuest:
                     go = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
                     rows[left], rows[right] = r[go], r[~go]
                     self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
-                    self.children[(tree, node)] = (left, right)
+                    self.model.children[(tree, node)] = (left, right)
             elif isinstance(msg, m.TreeEnd) and self.setup.mode == "count":
                 ch.send(self.host, m.REPLY, self._count_predictions(tree, rows, ct, he, packer))
                 return
@@ -131,19 +128,15 @@ class HybridGuest:
         guest = cls.__new__(cls)
         guest.ch, guest.host = channel, host
         guest.model = PassiveModel.from_dict(model)
-        try:
-            guest.children = {(int(t), int(n)): (int(left), int(right)) for t, n, left, right in model["children"]}
-        except (KeyError, TypeError, ValueError):
+        if guest.model.splits and not guest.model.children:
             from fedgrove.exceptions import ModelFormatError
 
-            raise ModelFormatError("not a HybridTree guest model: its splits' children are missing") from None
+            raise ModelFormatError("not a HybridTree guest model: its splits' children are missing")
         return guest
 
     def model_dict(self) -> dict:
         """This guest's part of the model: its cut points, its splits (with thresholds) and their children."""
-        d = self.model.to_dict()
-        d["children"] = [[t, n, left, right] for (t, n), (left, right) in self.children.items()]
-        return d
+        return self.model.to_dict()
 
     def predict(self, X_test, test_ids) -> None:
         """Answer the host's routing request: walk this guest's splits from each given hand-off node."""
@@ -172,7 +165,7 @@ class HybridGuest:
                     f, _b, ml, thr = split
                     sel = node == nd
                     v = x[sel, f]
-                    left, right = self.children[(t, nd)]
+                    left, right = self.model.children[(t, nd)]
                     node[sel] = np.where(np.where(np.isnan(v), bool(ml), v <= thr), left, right)
                     moved = True
                 if not moved:

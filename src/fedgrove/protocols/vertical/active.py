@@ -35,10 +35,11 @@ class _Remote:
 
 def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarray, he: HEContext,
                       packer: GHPacker, what: str) -> np.ndarray:
-    """Decrypt an :class:`EncryptedHistograms` reply into (n_nodes, r.n_bins, 2) histograms.
+    """Decrypt an :class:`EncryptedHistograms` reply into (n_nodes, r.n_bins, n_stats) histograms.
 
-    ``totals`` holds each node's (G, H); the bin the sender left out is the
-    total minus the others.  Anything inconsistent with the request is refused.
+    ``totals`` (n_nodes, n_stats) holds each node's sums, (G, H) for boosting;
+    the bin the sender left out is the total minus the others.  Anything
+    inconsistent with the request is refused.
     """
     n_build = len(totals)
     if reply.skipped.shape != (n_build * r.n_features,) or reply.n_bins.shape != reply.skipped.shape \
@@ -47,13 +48,13 @@ def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarr
     expected_slots = packer.slots_per_plaintext(he.plaintext_bits)
     if reply.n_slots != expected_slots:
         raise ProtocolError(f"{what} use {reply.n_slots} slots, expected {expected_slots}")
-    sums = np.zeros((0, 2))
+    sums = np.zeros((0, totals.shape[1]))
     if reply.n_sums:
         ct = he.deserialize(reply.ciphertexts)
         if ct.size != -(-reply.n_sums // reply.n_slots):
             raise ProtocolError(f"{what}: {ct.size} ciphertexts for {reply.n_sums} sums")
         sums = packer.decode(he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
-    out = np.zeros((n_build, r.n_bins, 2))
+    out = np.zeros((n_build, r.n_bins, totals.shape[1]))
     pos = 0
     k = 0
     for j in range(n_build):

@@ -17,11 +17,13 @@ from fedgrove.protocols.vertical import messages as m
 
 @dataclass
 class PassiveModel:
-    """What a passive party keeps: its cut points and its own splits."""
+    """What a feature-holding party keeps: its cut points, its own splits and, where the protocol tells it the
+    tree structure (HybridTree guests, Federated Forest clients), the children of every split node."""
 
     party: str
     bin_mapper: BinMapper
     splits: dict = field(default_factory=dict)  # (tree, node) -> (local feature, bin, missing_left, threshold)
+    children: dict = field(default_factory=dict)  # (tree, node) -> (left, right)
 
     def go_left(self, X: np.ndarray) -> dict:
         out = {}
@@ -31,15 +33,30 @@ class PassiveModel:
         return out
 
     def to_dict(self) -> dict:
-        return {"party": self.party, "bin_mapper": self.bin_mapper.to_dict(),
-                "splits": [[t, n, f, b, int(ml), float(thr)] for (t, n), (f, b, ml, thr) in self.splits.items()]}
+        d = {"party": self.party, "bin_mapper": self.bin_mapper.to_dict(),
+             "splits": [[t, n, f, b, int(ml), float(thr)] for (t, n), (f, b, ml, thr) in self.splits.items()]}
+        if self.children:
+            d["children"] = [[t, n, left, right] for (t, n), (left, right) in self.children.items()]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "PassiveModel":
-        model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]))
-        for t, n, f, b, ml, thr in d["splits"]:
-            model.splits[(int(t), int(n))] = (int(f), int(b), bool(ml), float(thr))
+        from fedgrove.exceptions import ModelFormatError
+
+        try:
+            model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]))
+            for t, n, f, b, ml, thr in d["splits"]:
+                model.splits[(int(t), int(n))] = (int(f), int(b), bool(ml), float(thr))
+            for t, n, left, right in d.get("children", []):
+                model.children[(int(t), int(n))] = (int(left), int(right))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFormatError(f"not a party model file: {exc}") from None
         return model
+
+    def before(self, n_trees: int) -> "PassiveModel":
+        """The part of this model that belongs to the first ``n_trees`` trees (resuming from a checkpoint)."""
+        return PassiveModel(self.party, self.bin_mapper, {k: v for k, v in self.splits.items() if k[0] < n_trees},
+                            {k: v for k, v in self.children.items() if k[0] < n_trees})
 
 
 class VerticalPassive:
@@ -72,8 +89,7 @@ class VerticalPassive:
             from fedgrove.runner.checkpoint import CheckpointStore
 
             state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.active)
-            saved = PassiveModel.from_dict(state["model"])
-            self.model.splits = {k: v for k, v in saved.splits.items() if k[0] < tree}
+            self.model = PassiveModel.from_dict(state["model"]).before(tree)
         while True:
             with ch.scope(tree=tree):
                 first = ch.recv(self.active, m.CONTROL)

@@ -1,0 +1,455 @@
+"""A Federated Forest client: some features of every instance, and perhaps the labels.
+
+Every client tracks the instances of every node (the master relays each
+split's partition), builds histograms of its drawn features and, for the
+splits chosen on its features, computes the partition and keeps the threshold
+to itself.  A *scorer* turns histograms into per-feature gains: in encrypted
+mode the label holder scores every client's features (its own from plaintext
+histograms, the others' from encrypted ones it decrypts), in shared-label
+mode each client scores its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.crypto.he import HEContext, public_context
+from fedgrove.crypto.packing import VectorPacker
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.forest import forest_stats, mse_grid
+from fedgrove.engine.grower import Layer, LayerSplits
+from fedgrove.engine.split import CRITERIA, cart_pair_splits
+from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
+from fedgrove.exceptions import DataError, ProtocolError
+from fedgrove.protocols.forest import messages as m
+from fedgrove.protocols.vertical.active import _Remote, decode_histograms
+from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms
+
+
+def label_packer(task: str, y: np.ndarray, n_classes: int) -> VectorPacker:
+    """Layout of the per-instance label statistics the label holder encrypts.
+
+    Classification: one count per class; regression: (w, w*y, w*y^2) on the
+    engine's fixed-point grid (:func:`~fedgrove.engine.forest.mse_grid`), so
+    decrypted sums equal the engine's float sums exactly.  No sum exceeds the
+    bootstrap's total weight (the number of instances) times the largest value.
+    """
+    count_bits = max(1, int(len(y)).bit_length())
+    if task == "classification":
+        return VectorPacker((0,) * n_classes, (count_bits,) * n_classes, (False,) * n_classes)
+    q1, q2 = mse_grid(y, len(y))
+    return VectorPacker((0, q1, q2), (count_bits, 53 - q1, 53 - q2), (False, True, False))
+
+
+class ForestClient:
+    """Run one client of Federated Forest on a Channel.
+
+    Parameters
+    ----------
+    channel : this client's Channel
+    X : the client's features, rows aligned with every other client's
+    master : name of the master
+    y : the labels (label holder only)
+    he : the label holder's key pair (encrypted mode, label holder only)
+    ids : instance IDs (checked against the other clients' by digest)
+    """
+
+    def __init__(self, channel, X, master: str, y=None, he: HEContext | None = None, max_bins: int = 255,
+                 seed: int = 0, bin_mapper: BinMapper | None = None, ids=None):
+        self.ch, self.master = channel, master
+        self.X = np.asarray(X, dtype=np.float64)
+        self.y = None if y is None else np.asarray(y, dtype=np.float64)
+        if self.y is not None and len(self.y) != len(self.X):
+            raise DataError(f"{channel.party}: {len(self.y)} labels for {len(self.X)} rows")
+        self.he = he
+        self.ids = ids
+        self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
+        self.X_binned = self.bin_mapper.transform(self.X)
+        self.model = PassiveModel(channel.party, self.bin_mapper)
+
+    # -- setup ---------------------------------------------------------------------------
+    def _setup(self) -> None:
+        ch = self.ch
+        n_classes = 0
+        if self.y is not None:
+            n_classes = int(self.y.max()) + 1 if len(self.y) and np.all(self.y == np.round(self.y)) else 0
+        ch.send(self.master, "hello", m.ClientHello(self.X.shape[1], len(self.X), m.ids_digest(self.ids),
+                                                    self.y is not None, n_classes))
+        setup = ch.recv(self.master, "setup", m.ForestSetup)
+        if setup.mode not in m.MODES or setup.task not in ("classification", "regression") \
+                or setup.criterion not in CRITERIA or ch.party not in (setup.clients or []):
+            raise ProtocolError(f"{ch.party}: malformed setup from {self.master}")
+        self.setup = setup
+        self.holder = setup.label_holder
+        self.is_holder = ch.party == self.holder
+        others = [c for c in setup.clients if c != ch.party]
+        if self.is_holder and self.y is None:
+            raise ProtocolError(f"{ch.party}: named label holder but holds no labels")
+        if setup.task == "classification" and self.y is not None and \
+                (np.any(self.y != np.round(self.y)) or np.any(self.y < 0) or np.any(self.y >= setup.n_classes)):
+            raise DataError(f"{ch.party}: classification labels must be integers 0..{setup.n_classes - 1}")
+        self.n_stats = setup.n_classes if setup.task == "classification" else 3
+        self.remotes: dict[str, np.ndarray] = {}  # encrypted mode, label holder: n_value_bins per client
+        if setup.mode == "shared":
+            if self.is_holder:
+                ch.broadcast("labels", m.SharedLabels(self.y), others)
+            else:
+                self.y = ch.recv(self.holder, "labels", m.SharedLabels).y
+                if self.y.shape != (len(self.X),):
+                    raise ProtocolError(f"{ch.party}: {len(self.y)} shared labels for {len(self.X)} rows")
+            self.scorer = True
+        elif self.is_holder:
+            if self.he is None or not self.he.has_secret:
+                raise ProtocolError(f"{ch.party}: the label holder needs its key pair in encrypted mode")
+            for c in others:
+                layout = ch.recv(c, "layout", m.FeatureLayout)
+                if layout.n_value_bins.ndim != 1 or np.any(layout.n_value_bins < 1) \
+                        or np.any(layout.n_value_bins > 255):
+                    raise ProtocolError(f"feature layout from {c} is invalid")
+                self.remotes[c] = layout.n_value_bins.astype(np.int64)
+            self.packer = label_packer(setup.task, self.y, setup.n_classes)
+            key = m.LabelKey(self.he.public_bytes(), list(self.packer.frac_bits), list(self.packer.int_bits),
+                             [int(s) for s in self.packer.signed])
+            ch.broadcast("key", key, others)
+            self.scorer = True
+        else:
+            ch.send(self.holder, "layout", m.FeatureLayout(self.bin_mapper.n_value_bins.astype(np.int32),
+                                                           len(self.X), m.ids_digest(self.ids)))
+            key = ch.recv(self.holder, "key", m.LabelKey)
+            if not (len(key.frac_bits) == len(key.int_bits) == len(key.signed) == self.n_stats) \
+                    or not all(0 <= b <= 256 for b in list(key.frac_bits) + list(key.int_bits)):
+                raise ProtocolError(f"{ch.party}: label statistics layout from {self.holder} is malformed")
+            self.he = public_context(key.key)
+            self.packer = VectorPacker(tuple(key.frac_bits), tuple(key.int_bits), tuple(bool(s) for s in key.signed))
+            self.scorer = False
+        # regression statistics lie on the engine's grid, computed from all labels as the engine does
+        self.grid = mse_grid(self.y, len(self.y)) if self.y is not None and setup.task == "regression" else None
+
+    # -- training --------------------------------------------------------------------------
+    def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
+        """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
+        ch = self.ch
+        self._setup()
+        tree = ch.recv(self.master, "start", m.Start).tree
+        if tree > 0:
+            from fedgrove.runner.checkpoint import CheckpointStore
+
+            state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.master)
+            self.model = PassiveModel.from_dict(state["model"]).before(tree)
+        while True:
+            with ch.scope(tree=tree):
+                first = ch.recv(self.master, m.CONTROL)
+                if isinstance(first, m.TrainingDone):
+                    return self.model
+                if not isinstance(first, m.TreeStart) or first.tree != tree:
+                    raise ProtocolError(f"{ch.party}: expected the start of tree {tree} from {self.master}, got "
+                                        f"{type(first).__name__}")
+                _TreeState(self, first).run()
+            tree += 1
+            if checkpoint is not None:
+                checkpoint.save({"trees_done": tree, "model": self.model.to_dict()})
+
+    # -- prediction ------------------------------------------------------------------------
+    def predict(self, X_test) -> None:
+        """Answer the master's prediction requests until it is done (one-round and classical alike)."""
+        X_test = np.asarray(X_test, dtype=np.float64)
+        if X_test.ndim != 2 or X_test.shape[1] != self.X_binned.shape[1]:
+            raise DataError(f"{self.ch.party}: test features must have {self.X_binned.shape[1]} columns, "
+                            f"got {X_test.shape}")
+        answer_predictions(self.ch, self.master, self.model, X_test)
+
+
+def answer_predictions(ch, master: str, model: PassiveModel, X_test: np.ndarray) -> None:
+    """A client's side of prediction, from its partial trees alone (e.g. loaded from its model file)."""
+    n = len(X_test)
+    while True:
+        msg = ch.recv(master, "predict")
+        if isinstance(msg, m.PredictDone):
+            return
+        if isinstance(msg, m.LeafSetsRequest):
+            if msg.n_samples != n or not 0 <= msg.start <= msg.stop <= n or msg.n_trees < 0:
+                raise ProtocolError(f"{ch.party}: asked about test instances {msg.start}:{msg.stop} of "
+                                    f"{msg.n_samples}, holds {n}")
+            trees, leaves, masks = leaf_sets(model, X_test[msg.start:msg.stop], msg.n_trees)
+            ch.send(master, "predict", m.LeafSets(trees, leaves, [m.pack_mask(x) for x in masks]))
+        elif isinstance(msg, m.RouteQuery):
+            out = []
+            for node, bits in zip(msg.nodes, msg.masks):
+                split = model.splits.get((msg.tree, node))
+                if split is None:
+                    raise ProtocolError(f"{ch.party}: route query for node {node} of tree {msg.tree}, which this "
+                                        f"client did not split")
+                f, _b, ml, thr = split
+                x = X_test[m.unpack_mask(bits, n), f]
+                out.append(m.pack_mask(np.where(np.isnan(x), bool(ml), x <= thr)))
+            ch.send(master, "predict", m.RouteBits(out))
+        else:
+            raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during prediction")
+
+
+def leaf_sets(model: PassiveModel, X_test: np.ndarray, n_trees: int):
+    """Per tree and leaf of the partial trees, which test instances can reach the leaf (Algorithm 3 of the
+    paper): at a split this client owns an instance follows its threshold, at any other split it goes both
+    ways.  Returns (tree ids, leaf ids, boolean masks) with leaves in increasing id order per tree."""
+    n = len(X_test)
+    trees, leaves, masks = [], [], []
+    by_tree: dict[int, dict] = {}
+    for (t, node), kids in model.children.items():
+        by_tree.setdefault(t, {})[node] = kids
+    for t in range(n_trees):
+        kids = by_tree.get(t, {})
+        reach = {0: np.ones(n, dtype=bool)}
+        found = {}
+        stack = [0]
+        while stack:
+            node = stack.pop()
+            here = reach.pop(node)
+            if node not in kids:
+                found[node] = here
+                continue
+            left, right = kids[node]
+            split = model.splits.get((t, node))
+            if split is None:
+                reach[left], reach[right] = here, here
+            else:
+                f, _b, ml, thr = split
+                x = X_test[:, f]
+                go = np.where(np.isnan(x), bool(ml), x <= thr)
+                reach[left], reach[right] = here & go, here & ~go
+            stack += [right, left]
+        for node in sorted(found):
+            trees.append(t)
+            leaves.append(node)
+            masks.append(found[node])
+    return trees, leaves, masks
+
+
+class _TreeState:
+    """One client's work on one tree: node membership of the in-bag instances, histograms, pending splits."""
+
+    def __init__(self, client: ForestClient, start: m.TreeStart):
+        self.c = client
+        ch = client.ch
+        n, n_features = client.X_binned.shape
+        weights = start.weights.astype(np.float64)
+        feats = list(start.features or [])
+        if weights.shape != (n,) or any(not 0 <= f < n_features for f in feats) or len(set(feats)) != len(feats):
+            raise ProtocolError(f"{ch.party}: tree start from {client.master} does not fit this client's data")
+        self.tree = start.tree
+        self.inbag = np.nonzero(weights > 0)[0]
+        self.weights = weights[self.inbag]
+        self.features = np.asarray(sorted(feats), dtype=np.int64)
+        X_in = np.ascontiguousarray(client.X_binned[self.inbag])
+        setup = client.setup
+        self.cart = CARTScorer(setup.criterion, float(weights.sum()), setup.min_samples_leaf)
+        stats = (forest_stats(setup.task, client.y[self.inbag], self.weights, setup.n_classes, client.grid)
+                 if client.y is not None else np.zeros((len(self.inbag), 1)))
+        bm = client.bin_mapper
+        thresholds = [bm.bin_upper_bounds(f) for f in range(n_features)]
+        self.local = HistogramSplitFinder(X_in, bm.feature_offsets, bm.missing_codes, thresholds, stats, self.cart,
+                                          features=self.features)
+        self.X_in = X_in
+        self.plan = None
+        if client.scorer:
+            plan = ch.recv(client.master, m.CONTROL, m.ScoringPlan)
+            self._read_plan(plan)
+        if setup.mode == "encrypted":
+            if client.is_holder:
+                packed = client.packer.encode(stats)
+                ct = client.he.encrypt(packed)
+                msg = m.EncryptedLabelStats(self.tree, client.he.serialize(ct), len(self.inbag))
+                client.ch.broadcast(m.PEER, msg, [c for c in setup.clients if c != ch.party])
+            else:
+                msg = ch.recv(client.holder, m.PEER, m.EncryptedLabelStats)
+                self.ct = client.he.deserialize(msg.ciphertexts) if msg.n else None
+                if msg.tree != self.tree or msg.n != len(self.inbag) or (msg.n and self.ct.size != msg.n):
+                    raise ProtocolError(f"{ch.party}: label statistics from {client.holder} do not match tree "
+                                        f"{self.tree}'s {len(self.inbag)} in-bag instances")
+        if client.is_holder:
+            ch.send(client.master, m.REPLY, m.RootStats(self.local.root_stats()))
+        self.prev_hist = None
+        self.pending = None
+
+    def _read_plan(self, plan: m.ScoringPlan) -> None:
+        """Where each scored feature's bins lie in the combined histogram, and who owns it."""
+        c = self.c
+        clients = list(plan.clients or [])
+        off = plan.offsets
+        if len(off) != len(clients) + 1 or off[0] != 0 or off[-1] != len(plan.features) or np.any(np.diff(off) < 0):
+            raise ProtocolError(f"{c.ch.party}: malformed scoring plan from {c.master}")
+        self.scored = []  # per scored client: (name, local features, _Remote over those features or None)
+        owner, local_f, n_bins = [], [], []
+        for k, name in enumerate(clients):
+            feats = plan.features[off[k]:off[k + 1]].astype(np.int64)
+            if name == c.ch.party:
+                nvb = c.bin_mapper.n_value_bins
+                if not np.array_equal(feats, self.features):
+                    raise ProtocolError(f"{c.ch.party}: the scoring plan lists other features than this tree's draw")
+                remote = None
+            elif name in c.remotes:
+                nvb = c.remotes[name]
+                remote = None
+            else:
+                raise ProtocolError(f"{c.ch.party}: asked to score features of {name!r}, which it cannot")
+            if np.any(feats < 0) or np.any(feats >= len(nvb)):
+                raise ProtocolError(f"{c.ch.party}: scoring plan names features {name} does not have")
+            if name != c.ch.party:
+                remote = _Remote(name, nvb[feats], 0, 0)
+            self.scored.append((name, feats, remote))
+            owner += [name] * len(feats)
+            local_f += feats.tolist()
+            n_bins += (nvb[feats] + 1).tolist()
+        self.owner = owner
+        self.local_feature = local_f
+        self.offsets = np.concatenate([[0], np.cumsum(n_bins)]).astype(np.int32)
+
+    # -- the layer loop --------------------------------------------------------------------
+    def run(self) -> None:
+        ch, master = self.c.ch, self.c.master
+        while True:
+            msg = ch.recv(master, m.CONTROL)
+            if isinstance(msg, m.TreeEnd):
+                return
+            if isinstance(msg, m.LayerRequest):
+                self._layer(msg)
+            elif isinstance(msg, m.SplitDecisions):
+                self._decide(msg)
+            elif isinstance(msg, m.SplitOwners):
+                orders = ch.recv(self.c.holder, m.PEER, m.SplitOrders)
+                if list(orders.nodes or []) != list(msg.nodes or []):
+                    raise ProtocolError(f"{ch.party}: split orders from {self.c.holder} do not match the "
+                                        f"master's list of nodes")
+                masks = self._split_own(orders.nodes, orders.features, orders.bins, orders.missing_left)
+                ch.send(master, m.REPLY, m.SplitMasks(masks))
+            elif isinstance(msg, m.LayerPartition):
+                self._partition(msg)
+            else:
+                raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during tree {self.tree}")
+
+    def _layer_of(self, msg) -> Layer:
+        nodes = np.asarray(msg.nodes or [], dtype=np.int64)
+        for nd in nodes.tolist():
+            if nd not in self.local.segments:
+                raise ProtocolError(f"{self.c.ch.party}: layer request for unknown node {nd}")
+        return Layer(nodes, np.zeros((len(nodes), 1)), msg.layer)
+
+    def _layer(self, msg: m.LayerRequest) -> None:
+        c = self.c
+        layer = self._layer_of(msg)
+        if not c.scorer:  # encrypted mode: build the label holder's histograms of the nodes it will not subtract
+            build, _, _, _ = self.local.plan_layer(layer, have_parents=True)
+            nodes = [int(layer.node_ids[r]) for r in sorted(build)]
+            rows = {nd: np.asarray(self.local.node_samples(nd)) for nd in nodes}
+            offsets = c.bin_mapper.feature_offsets
+            sel_offsets = np.concatenate([[0], np.cumsum(offsets[self.features + 1] - offsets[self.features])])
+            X_sel = self.X_in[:, self.features] if len(self.features) else np.zeros((len(self.X_in), 0), np.uint8)
+            if self.ct is None:
+                raise ProtocolError(f"{c.ch.party}: histogram request for a tree without in-bag instances")
+            reply = encrypted_histograms(c.ch.party, nodes, rows, X_sel, sel_offsets, self.ct, c.he, c.packer)
+            c.ch.send(c.holder, m.PEER, reply)
+            return
+        n_nodes = len(layer)
+        if msg.stats.shape != (n_nodes, self.c.n_stats):
+            raise ProtocolError(f"{c.ch.party}: layer request carries statistics of shape {msg.stats.shape}")
+        layer.stats = np.ascontiguousarray(msg.stats)
+        n_scored = len(self.owner)
+        allowed = msg.allowed if msg.allowed.size else np.ones((n_nodes, n_scored), dtype=bool)
+        if allowed.shape != (n_nodes, n_scored):
+            raise ProtocolError(f"{c.ch.party}: layer request's feature mask has shape {allowed.shape}")
+        hist = self._combined_histograms(layer)
+        pg, pb, pm, pl = cart_pair_splits(hist, np.arange(n_nodes, dtype=np.int64), layer.stats, self.offsets,
+                                          np.ascontiguousarray(allowed), CRITERIA[self.cart.criterion],
+                                          self.cart.root_weight, self.cart.min_samples_leaf)
+        ok = np.nonzero(pg > -np.inf)[0]
+        if len(ok):  # where a node had no missing values of a feature, they go to the larger child
+            j, f = ok // n_scored, ok % n_scored
+            miss = hist[j, self.offsets[f + 1] - 1, :]
+            no_missing, left = absent_missing_left(miss, pl[ok], layer.stats[j], self.cart, False)
+            pm[ok[no_missing]] = left[no_missing]
+        self.pending = (layer, pb.reshape(n_nodes, n_scored), pm.reshape(n_nodes, n_scored),
+                        pl.reshape(n_nodes, n_scored, self.c.n_stats))
+        c.ch.send(c.master, m.REPLY, m.FeatureGains(pg.reshape(n_nodes, n_scored), pm.reshape(n_nodes, n_scored)))
+
+    def _combined_histograms(self, layer: Layer) -> np.ndarray:
+        """Histograms of every scored feature for the layer's nodes: own features from plaintext, other
+        clients' from their encrypted replies (the larger sibling by subtraction from the parent)."""
+        c = self.c
+        n_nodes = len(layer)
+        hist = np.zeros((n_nodes, int(self.offsets[-1]), self.c.n_stats))
+        own = self.local.layer_histograms(layer, self.features)
+        build, pairs = self.local.last_build_rows, self.local.last_pairs
+        col = 0
+        bm_off = c.bin_mapper.feature_offsets
+        remote_cols = np.zeros(int(self.offsets[-1]), dtype=bool)
+        for name, feats, remote in self.scored:
+            if remote is None:
+                for f in feats.tolist():
+                    nb = int(bm_off[f + 1] - bm_off[f])
+                    hist[:, col:col + nb] = own[:, bm_off[f]:bm_off[f + 1]]
+                    col += nb
+                continue
+            reply = c.ch.recv(name, m.PEER, m.EncryptedHistograms)
+            part = decode_histograms(reply, remote, layer.stats[build], c.he, c.packer,
+                                     f"histograms from {name} (tree {self.tree}, layer {layer.depth})")
+            hist[build, col:col + remote.n_bins] = part
+            remote_cols[col:col + remote.n_bins] = True
+            col += remote.n_bins
+        if pairs and remote_cols.any():
+            for parent_row, small, large in pairs:
+                hist[large, remote_cols] = self.prev_hist[parent_row, remote_cols] - hist[small, remote_cols]
+        self.prev_hist = hist
+        return hist
+
+    def _decide(self, msg: m.SplitDecisions) -> None:
+        """The master chose features this client scored: report the children's statistics, order the owners
+        to split (their own splits at once), then send the partitions of its own."""
+        c = self.c
+        if self.pending is None:
+            raise ProtocolError(f"{c.ch.party}: split decisions without a scored layer")
+        layer, pb, pm, pl = self.pending
+        row_of = {int(nd): r for r, nd in enumerate(layer.node_ids)}
+        nodes, positions = list(msg.nodes or []), list(msg.positions or [])
+        if len(nodes) != len(positions) or any(nd not in row_of for nd in nodes) \
+                or any(not 0 <= p < len(self.owner) for p in positions):
+            raise ProtocolError(f"{c.ch.party}: split decisions from {c.master} do not match the scored layer")
+        left = np.array([pl[row_of[nd], p] for nd, p in zip(nodes, positions)]).reshape(len(nodes), c.n_stats)
+        c.ch.send(c.master, m.REPLY, m.ChildStats(left))
+        orders: dict[str, list] = {}
+        for nd, p in zip(nodes, positions):
+            r = row_of[nd]
+            orders.setdefault(self.owner[p], []).append((nd, self.local_feature[p], int(pb[r, p]), int(pm[r, p])))
+        mine = orders.pop(c.ch.party, [])
+        for owner, items in orders.items():
+            c.ch.send(owner, m.PEER, m.SplitOrders(layer.depth, *[list(v) for v in zip(*items)]))
+        if mine:
+            masks = self._split_own(*[list(v) for v in zip(*mine)])
+            c.ch.send(c.master, m.REPLY, m.SplitMasks(masks))
+
+    def _split_own(self, nodes, features, bins, missing_left) -> list[bytes]:
+        """Partition nodes split on this client's features; keep the thresholds (only here)."""
+        c = self.c
+        bm = c.bin_mapper
+        masks = []
+        for nd, f, b, ml in zip(nodes, features, bins, missing_left):
+            if nd not in self.local.segments or not 0 <= f < self.X_in.shape[1] or not 0 <= b < bm.n_value_bins[f]:
+                raise ProtocolError(f"{c.ch.party}: split of node {nd} on feature {f}, bin {b} is invalid")
+            mask = self.local.left_mask(nd, f, b, bool(ml))
+            c.model.splits[(self.tree, int(nd))] = (int(f), int(b), bool(ml), bm.threshold(f, b))
+            masks.append(m.pack_mask(mask))
+        return masks
+
+    def _partition(self, msg: m.LayerPartition) -> None:
+        nodes = list(msg.nodes or [])
+        if not (len(nodes) == len(msg.left or []) == len(msg.right or []) == len(msg.masks or [])):
+            raise ProtocolError(f"{self.c.ch.party}: malformed partition from {self.c.master}")
+        masks = []
+        for nd, bits in zip(nodes, msg.masks):
+            if nd not in self.local.segments:
+                raise ProtocolError(f"{self.c.ch.party}: partition of unknown node {nd}")
+            masks.append(m.unpack_mask(bits, len(self.local.node_samples(nd))))
+        ids = np.asarray(nodes, dtype=np.int64)
+        child_ids = np.column_stack([np.asarray(msg.left, dtype=np.int64), np.asarray(msg.right, dtype=np.int64)])
+        layer = Layer(ids, np.zeros((len(ids), 1)), msg.layer)
+        self.local.apply_splits(layer, np.arange(len(ids)), LayerSplits.empty(len(ids), 1), child_ids, masks=masks)
+        for nd, (lc, rc) in zip(nodes, child_ids.tolist()):
+            self.c.model.children[(self.tree, int(nd))] = (int(lc), int(rc))
