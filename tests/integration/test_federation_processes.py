@@ -177,22 +177,60 @@ def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path):
         assert full["trees"] == res["trees"] and len(full["trees"]) == 18
 
 
-def test_hybridtree_runs_from_a_config(tmp_path):
+def _example(tmp_path, name: str, scheme: str, trees: int) -> Path:
+    """The example federation ``examples/<name>`` on the breast-cancer table, fewer trees; returns its config."""
     from sklearn.datasets import load_breast_cancer
 
     from fedgrove.cli.main import main
 
-    frame = load_breast_cancer(as_frame=True).frame
-    frame.to_csv(tmp_path / "cancer.csv", index=False)
-    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", "hybrid", "-p", "3",
-                 "-o", str(tmp_path / "parts")]) == 0
-    toml = (Path(__file__).parents[2] / "examples" / "hybridtree" / "federation.toml").read_text()
-    (tmp_path / "federation.toml").write_text(toml.replace("n_estimators = 10", "n_estimators = 2"))
-    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
-    host = json.loads((tmp_path / "runs" / "simulated" / "host.model.json").read_text())
-    assert len(host["host_trees"]) == 2 and any(host["guest_values"][0].values())
-    guest = json.loads((tmp_path / "runs" / "simulated" / "guest0.model.json").read_text())
+    load_breast_cancer(as_frame=True).frame.to_csv(tmp_path / "cancer.csv", index=False)
+    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", scheme, "-p", "3",
+                 "--test-fraction", "0.2", "-o", str(tmp_path / "parts")]) == 0
+    toml = (Path(__file__).parents[2] / "examples" / name / "federation.toml").read_text()
+    assert "n_estimators = " in toml
+    import re
+
+    (tmp_path / "federation.toml").write_text(re.sub(r"n_estimators = \d+", f"n_estimators = {trees}", toml))
+    return tmp_path / "federation.toml"
+
+
+def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path):
+    # the example config trains, predicts its test files, and --predict redoes the prediction from the model
+    # files alone with the same result
+    from fedgrove.cli.main import main
+
+    cfg = _example(tmp_path, "hybridtree", "hybrid", 3)
+    assert main(["simulate", str(cfg)]) == 0
+    out = tmp_path / "runs" / "simulated"
+    host = json.loads((out / "host.model.json").read_text())
+    assert len(host["host_trees"]) == 3 and any(host["guest_values"][0].values())
+    guest = json.loads((out / "guest0.model.json").read_text())
     assert guest["splits"] and guest["children"]
+    first = (out / "host.predictions.csv").read_bytes()
+    stats = json.loads((out / "host.stats.json").read_text())
+    assert stats["n_test"] == 114 and stats["test_accuracy"] > 0.85
+    (out / "host.predictions.csv").unlink()
+    assert main(["simulate", str(cfg), "--predict"]) == 0
+    assert (out / "host.predictions.csv").read_bytes() == first
+
+
+def test_federated_forest_example_predicts_as_its_training_run(tmp_path):
+    from fedgrove.cli.main import main
+    from fedgrove.engine.model import load_model
+
+    cfg = _example(tmp_path, "forest", "vertical", 3)
+    assert main(["simulate", str(cfg)]) == 0
+    out = tmp_path / "runs" / "simulated"
+    model = load_model(out / "master.model.json")
+    assert model.n_trees == 3 and model.metadata["label_mode"] == "encrypted"
+    assert np.isnan(model.trees[0].nodes["threshold"]).all()  # the master keeps no threshold
+    pred = pd.read_csv(out / "master.predictions.csv")
+    truth = pd.read_csv(tmp_path / "parts" / "party0-test.csv").set_index("_id")["target"]
+    assert (pred["prediction"].to_numpy() == truth.loc[pred["_id"]].to_numpy()).mean() > 0.85
+    (tmp_path / "federation.toml").write_text(cfg.read_text().replace('"one-round"', '"classical"'))
+    first = (out / "master.predictions.csv").read_bytes()
+    assert main(["simulate", str(cfg), "--predict"]) == 0  # classical prediction: the same predictions
+    assert (out / "master.predictions.csv").read_bytes() == first
 
 
 HYBRID = """

@@ -10,30 +10,51 @@ import typer
 from fedgrove.cli.common import console, progress_bar
 
 
+PREDICT_HELP = ("Only predict: every party loads its model file from the output directory and the federation "
+                "predicts the configured test data (test = ... per party); the lead party writes the predictions")
+
+
 def simulate(config: Path = typer.Argument(..., help="federation.toml: every party of the federation"),
-             resume: bool = typer.Option(False, help="Continue from the parties' checkpoints")):
+             resume: bool = typer.Option(False, help="Continue from the parties' checkpoints"),
+             predict: bool = typer.Option(False, "--predict", help=PREDICT_HELP)):
     """Run every party of a federation in this process (same protocol code as `fedgrove party`)."""
     from fedgrove.runner.config import load_federation
     from fedgrove.runner.run import simulate as run
 
     cfg = load_federation(config)
-    console.print(f"simulating a {cfg.protocol} federation of {len(cfg.parties)} parties ...")
-    with progress_bar("training", 1) as update:
-        results = run(cfg, resume, update)
+    _check_predict(cfg, predict, resume)
+    what = "predicting with" if predict else "simulating"
+    console.print(f"{what} a {cfg.protocol} federation of {len(cfg.parties)} parties ...")
+    with progress_bar("training", 1, enabled=not predict) as update:
+        results = run(cfg, resume, update, predict_only=predict)
     _report(results, cfg.output_dir)
 
 
 def party(config: Path = typer.Argument(..., help="party.toml: this party, its certificates and its peers"),
-          resume: bool = typer.Option(False, help="Continue from this party's checkpoint (restart all parties so)")):
+          resume: bool = typer.Option(False, help="Continue from this party's checkpoint (restart all parties so)"),
+          predict: bool = typer.Option(False, "--predict", help=PREDICT_HELP)):
     """Run one party as its own process, talking to its peers over gRPC with mutual TLS."""
     from fedgrove.runner.config import load_party
     from fedgrove.runner.run import run_party
 
     cfg, me = load_party(config)
+    _check_predict(cfg, predict, resume)
     console.print(f"{me.name} ({me.role}) listening on {me.listen}; peers: {', '.join(cfg.peers)}")
-    with progress_bar(f"{me.name} training", 1) as update:
-        results = run_party(cfg, me, resume, update)
+    with progress_bar(f"{me.name} training", 1, enabled=not predict) as update:
+        results = run_party(cfg, me, resume, update, predict_only=predict)
     _report({me.name: results}, cfg.output_dir)
+
+
+def _check_predict(cfg, predict: bool, resume: bool) -> None:
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.runner.config import NO_DATA
+
+    if predict and resume:
+        raise InvalidParameterError("--predict and --resume exclude each other")
+    missing = [p.name for p in cfg.parties if p.role not in NO_DATA and p.test is None and p.data != Path("-")]
+    if predict and missing:
+        raise InvalidParameterError(f"--predict needs test data: give {', '.join(missing)} a test = ... file in "
+                                    f"{cfg.source}")
 
 
 def certs(
@@ -60,3 +81,8 @@ def _report(results: dict, out_dir) -> None:
         t.add_row(name, s["role"], f"{s['seconds']:.1f}", f"{s['total_sent'] / 1e6:.2f}",
                   f"{s['total_received'] / 1e6:.2f}", str(s["messages_sent"]), str(s["rounds"]))
     out.print(t)
+    for name, s in results.items():
+        if "predictions" in s:
+            scores = "  ".join(f"{k.removeprefix('test_')} {s[k]:.4f}" for k in ("test_accuracy", "test_auc",
+                                                                                 "test_rmse") if k in s)
+            out.print(f"{name}: {s['n_test']} predictions in {s['predictions']}" + (f"  ({scores})" if scores else ""))

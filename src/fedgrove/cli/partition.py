@@ -31,17 +31,22 @@ def partition(
     overlap: float = typer.Option(0.0, help="hybrid: probability that a sample is also held by another guest"),
     drop_features: bool = typer.Option(False, help="hybrid: each guest drops a random number of its features"),
     file_format: str = typer.Option("csv", "--file-format", help="csv or parquet"),
+    test_fraction: float = typer.Option(0.0, "--test-fraction", help="Hold out this fraction of the rows as a "
+                                        "test set, written per party as <party>-test files (0: none)"),
     seed: int = typer.Option(0, help="Random seed"),
     fmt: Optional[str] = typer.Option(None, "--format", help="Input format: csv, parquet or libsvm"),
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
-    from fedgrove.data.partition import (horizontal_partition, hybrid_partition, vertical_partition,
-                                         write_partition)
+    from fedgrove.data.partition import (hold_out, horizontal_partition, hybrid_partition, vertical_partition,
+                                         write_partition, write_test_files)
     from fedgrove.exceptions import DataError
 
     table = load_input(data, label if label is not None else -1, fmt)
     if table.y is None:
         raise DataError("the data has no label column; pass --label")
+    test = None
+    if test_fraction:
+        table, test = hold_out(table, test_fraction, seed)
     if scheme == Scheme.horizontal:
         p = horizontal_partition(table.y, parties, mode, theta=theta, beta=beta if beta is not None else 0.5,
                                  seed=seed)
@@ -51,8 +56,11 @@ def partition(
         p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
                              overlap=overlap, drop_features=drop_features)
     files = write_partition(p, table, out_dir, file_format)
+    if test is not None:
+        files += write_test_files(p, test, out_dir, file_format, seed)
     for s in p.shards:
         feats = table.n_features if scheme == Scheme.horizontal else len(s.features)
         console.print(f"  {s.name:<8} {s.role:<8} {len(s.rows):>8} samples  {feats:>4} features"
                       f"{'  + label' if s.has_label else ''}")
-    console.print(f"wrote {len(files) - 1} party files and manifest.json to {out_dir}")
+    console.print(f"wrote {len(files) - 1} party files and manifest.json to {out_dir}"
+                  + (f" ({test.n_samples} test rows held out)" if test is not None else ""))

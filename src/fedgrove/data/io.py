@@ -62,7 +62,7 @@ def detect_format(path: str | os.PathLike) -> str:
 
 
 def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,
-               n_features: int | None = None, ids: bool = True) -> Table:
+               n_features: int | None = None, ids: bool = True, label_required: bool = True) -> Table:
     """Load a table.
 
     Parameters
@@ -74,6 +74,8 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
     header : CSV only; ``None`` detects a header row (a first row that is not all numbers).
     n_features : LIBSVM only; number of features (files may not mention the last ones).
     ids : use a column named ``_id`` as instance IDs when present.
+    label_required : when false, a label *name* the file does not have means "no label" (test files that
+        may or may not carry the label), instead of an error.
     """
     path = Path(path)
     if not path.exists():
@@ -94,6 +96,8 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
             raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
     else:
         df = _read_csv(path, header)
+    if not label_required and isinstance(label, str) and label not in [str(c) for c in df.columns]:
+        label = None
     return table_from_frame(df, label, source=str(path), ids=ids)
 
 

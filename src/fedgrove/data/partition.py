@@ -195,6 +195,52 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     return written
 
 
+def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table]:
+    """A random ``fraction`` of the rows as a test table; both keep the original instance IDs."""
+    if not 0.0 < fraction < 1.0:
+        raise InvalidParameterError(f"test fraction must be in (0, 1), got {fraction!r}")
+    n = table.n_samples
+    n_test = int(round(fraction * n))
+    if not 1 <= n_test < n:
+        raise InvalidParameterError(f"a test fraction of {fraction} leaves no test or no training rows of {n}")
+    ids = table.ids if table.ids is not None else np.arange(n)
+    order = np.random.default_rng([seed, 7]).permutation(n)
+    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    with_ids = Table(table.X, table.y, table.feature_names, table.label_name, ids)
+    return with_ids.subset(train), with_ids.subset(test)
+
+
+def write_test_files(partition: Partition, test: Table, out_dir, format: str = "csv", seed: int = 0) -> list[Path]:
+    """Each party's part of a held-out test table, ``<party>-test.<format>``: the party's features of the test
+    instances it holds (vertical: every party all of them; hybrid: hosts all, guests an equal share each;
+    horizontal: one ``test`` file with every feature, since each party holds the whole model).  Parties
+    that hold the labels get them.  Recorded in the manifest as ``test_file``."""
+    out_dir = Path(out_dir)
+    written = []
+    manifest = read_manifest(out_dir)
+    n = test.n_samples
+    ids = test.ids if test.ids is not None else np.arange(n)
+    if partition.scheme == "horizontal":
+        path = out_dir / f"test.{format}"
+        write_table(Table(test.X, test.y, test.feature_names, test.label_name or "label", ids), path, format)
+        manifest["test_file"] = path.name
+        written.append(path)
+    else:
+        guests = [s.name for s in partition.shards if s.role == "guest"]
+        shares = dict(zip(guests, _split_equally(np.arange(n), len(guests), np.random.default_rng([seed, 11]))
+                          if guests else []))
+        for s, entry in zip(partition.shards, manifest["parties"]):
+            rows = np.sort(shares[s.name]) if s.name in shares else np.arange(n)
+            part = Table(test.X[rows][:, s.features], test.y[rows] if s.has_label and test.y is not None else None,
+                         [test.feature_names[j] for j in s.features], test.label_name or "label", ids[rows])
+            path = out_dir / f"{s.name}-test.{format}"
+            write_table(part, path, format)
+            entry["test_file"] = path.name
+            written.append(path)
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
+    return written
+
+
 def _json_default(o):
     if isinstance(o, np.generic):
         return o.item()

@@ -3,21 +3,29 @@
 ``federation.toml`` (simulate)::
 
     [federation]
-    protocol = "vertical"        # vertical (active/passive) | horizontal (aggregator/client) | hybridtree (host/guest)
+    protocol = "vertical"        # vertical (active/passive) | horizontal (aggregator/client) | hybridtree
+                                 # (host/guest) | federated-forest (master/client)
     seed = 0
     timeout = 60                 # seconds a party waits for a peer
+    predict = true               # predict the test data after training (default: when parties list test files;
+                                 # a party config of a role without data, master or aggregator, must say so)
     [he]
     scheme = "ou"                # ou | paillier
     key_bits = 2048
     backend = "heu"              # heu | phe | plain (no encryption: benchmarks only)
-    [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams)
-    n_estimators = 10
+    [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams); for federated-forest
+    n_estimators = 10            # the random forest's (fedgrove.engine.forest.ForestParams)
     max_depth = 4
+    [hybridtree]                 # hybridtree only: host_depth, guest_depth, mode = "hessian" | "count"
+    [forest]                     # federated-forest only: label_mode = "encrypted" | "shared",
+                                 # prediction = "one-round" | "classical"
     [[party]]
     name = "party0"
     role = "active"              # vertical: active (labels) | passive; horizontal: aggregator | client
-    data = "party0.csv"          # paths relative to the config file (the aggregator has none)
+    data = "party0.csv"          # paths relative to the config file (the aggregator and master have none)
     label = "label"
+    test = "party0-test.csv"     # optional: after training, predict these rows (every data party lists its
+                                 # part of the same test instances); the lead party writes the predictions
     [output]
     dir = "runs/vertical"
 
@@ -34,8 +42,11 @@ from pathlib import Path
 
 from fedgrove.exceptions import InvalidParameterError
 
-PROTOCOLS = ("vertical", "horizontal", "hybridtree")
-ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest")}
+PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest")
+ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest"),
+         "federated-forest": ("master", "client")}
+LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", "federated-forest": "master"}
+NO_DATA = ("aggregator", "master")  # roles that hold no data file
 
 
 @dataclass
@@ -46,6 +57,7 @@ class PartySpec:
     label: str | None = None
     listen: str | None = None
     certs: Path | None = None
+    test: Path | None = None
 
 
 @dataclass
@@ -59,7 +71,24 @@ class FederationConfig:
     output_dir: Path
     peers: dict[str, str] = field(default_factory=dict)   # party mode only
     hybridtree: dict = field(default_factory=dict)        # host_depth, guest_depth, mode
+    forest: dict = field(default_factory=dict)            # label_mode, prediction
     source: Path | None = None
+    predict: bool = False                                 # predict the test data after training
+
+    @property
+    def lead(self) -> str:
+        """Name of the party that coordinates (and writes the predictions)."""
+        return next(p.name for p in self.parties if p.role == LEAD[self.protocol])
+
+    def make_params(self):
+        """The protocol's parameter object from ``[params]``."""
+        if self.protocol == "federated-forest":
+            from fedgrove.engine.forest import ForestParams
+
+            return ForestParams(**self.params)
+        from fedgrove.engine.gbdt import GBDTParams
+
+        return GBDTParams(**self.params)
 
     def party(self, name: str) -> PartySpec:
         for p in self.parties:
@@ -82,11 +111,11 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
     for key in ("name", "role"):
         if key not in d:
             raise InvalidParameterError(f"{where}: missing {key!r}")
-    if "data" not in d and d["role"] != "aggregator":
+    if "data" not in d and d["role"] not in NO_DATA:
         raise InvalidParameterError(f"{where}: missing 'data'")
-    certs = d.get("certs")
+    certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
-                     d.get("listen"), base / certs if certs else None)
+                     d.get("listen"), base / certs if certs else None, base / test if test else None)
 
 
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
@@ -103,12 +132,6 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
     params = dict(d.get("params", {}))
     params.setdefault("seed", fed.get("seed", 0))
-    from fedgrove.engine.gbdt import GBDTParams
-
-    try:
-        GBDTParams(**params)
-    except TypeError as exc:
-        raise InvalidParameterError(f"[params]: {exc}") from None
     out = d.get("output", {}).get("dir", "fedgrove-run")
     hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", **d.get("hybridtree", {})}
     unknown = set(hybrid) - {"host_depth", "guest_depth", "mode"}
@@ -121,8 +144,26 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         if not isinstance(hybrid[key], int) or hybrid[key] < (1 if key == "host_depth" else 0):
             raise InvalidParameterError(f"[hybridtree] {key} must be a non-negative integer (host_depth >= 1), "
                                         f"got {hybrid[key]!r}")
-    return FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
-                            peers=peers or {}, source=source, hybridtree=hybrid)
+    forest = {"label_mode": "encrypted", "prediction": "one-round", **d.get("forest", {})}
+    unknown = set(forest) - {"label_mode", "prediction"}
+    if unknown:
+        raise InvalidParameterError(f"[forest]: unknown keys {sorted(unknown)}; expected label_mode, prediction")
+    if forest["label_mode"] not in ("encrypted", "shared"):
+        raise InvalidParameterError(f"[forest] label_mode must be 'encrypted' or 'shared' (labels in plaintext "
+                                    f"at every client), got {forest['label_mode']!r}")
+    if forest["prediction"] not in ("one-round", "classical"):
+        raise InvalidParameterError(f"[forest] prediction must be 'one-round' or 'classical', got "
+                                    f"{forest['prediction']!r}")
+    predict = fed.get("predict", any(p.test is not None for p in parties))
+    if not isinstance(predict, bool):
+        raise InvalidParameterError(f"federation.predict must be true or false, got {predict!r}")
+    cfg = FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
+                           peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, predict=predict)
+    try:
+        cfg.make_params()
+    except TypeError as exc:
+        raise InvalidParameterError(f"[params]: {exc}") from None
+    return cfg
 
 
 def load_federation(path) -> FederationConfig:
@@ -134,10 +175,19 @@ def load_federation(path) -> FederationConfig:
     if len(set(names)) != len(names):
         raise InvalidParameterError(f"{path}: party names must be distinct, got {names}")
     cfg = _common(d, base, Path(path), parties)
-    lead = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host"}[cfg.protocol]
+    lead = LEAD[cfg.protocol]
     if [p.role for p in parties].count(lead) != 1:
         raise InvalidParameterError(f"{path}: the {cfg.protocol} protocol needs exactly one {lead} party")
+    _check_test_files(cfg, parties, path)
     return cfg
+
+
+def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> None:
+    """Prediction needs every data party's part of the test set (of those this config describes)."""
+    missing = [p.name for p in parties if p.role not in NO_DATA and p.test is None]
+    if cfg.predict and missing:
+        raise InvalidParameterError(f"{path}: prediction after training needs every party with data to list its "
+                                    f"part of the test set (test = ...); missing for {missing}")
 
 
 def load_party(path) -> tuple[FederationConfig, PartySpec]:
@@ -153,8 +203,18 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     if not peers or not all(isinstance(v, str) and ":" in v for v in peers.values()):
         raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
     roles = d.get("roles", {})
+    protocol = d.get("federation", {}).get("protocol", "vertical")
+    # a peer's role when [roles] does not give it: the other side of a two-role protocol; Federated Forest
+    # clients talk to each other too, so there [roles] must name the master
     default = {"active": "passive", "passive": "active", "aggregator": "client", "client": "aggregator",
-               "host": "guest", "guest": "host"}
+               "host": "guest", "guest": "host", "master": "client"}
+    if protocol == "federated-forest":
+        default["client"] = "client"
     others = [PartySpec(n, roles.get(n, default.get(me.role, "passive")), Path("-")) for n in peers]
     cfg = _common(d, base, Path(path), [me] + others, peers)
+    lead = LEAD[cfg.protocol]
+    if [p.role for p in cfg.parties].count(lead) != 1:
+        raise InvalidParameterError(f"{path}: exactly one party (this one or a peer named in [roles]) must be the "
+                                    f"{lead}")
+    _check_test_files(cfg, [me], path)
     return cfg, me

@@ -150,18 +150,20 @@ class ForestClient:
                 checkpoint.save({"trees_done": tree, "model": self.model.to_dict()})
 
     # -- prediction ------------------------------------------------------------------------
-    def predict(self, X_test) -> None:
+    def predict(self, X_test, test_ids=None) -> None:
         """Answer the master's prediction requests until it is done (one-round and classical alike)."""
-        X_test = np.asarray(X_test, dtype=np.float64)
-        if X_test.ndim != 2 or X_test.shape[1] != self.X_binned.shape[1]:
-            raise DataError(f"{self.ch.party}: test features must have {self.X_binned.shape[1]} columns, "
-                            f"got {X_test.shape}")
-        answer_predictions(self.ch, self.master, self.model, X_test)
+        answer_predictions(self.ch, self.master, self.model, X_test, test_ids)
 
 
-def answer_predictions(ch, master: str, model: PassiveModel, X_test: np.ndarray) -> None:
+def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=None) -> None:
     """A client's side of prediction, from its partial trees alone (e.g. loaded from its model file)."""
+    X_test = np.asarray(X_test, dtype=np.float64)
+    n_features = model.bin_mapper.n_features
+    if X_test.ndim != 2 or X_test.shape[1] != n_features:
+        raise DataError(f"{ch.party}: test features must have {n_features} columns, got {X_test.shape}")
     n = len(X_test)
+    ids = np.zeros(0, dtype=np.int64) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
+    ch.send(master, "predict", m.TestHello(n, ids))
     while True:
         msg = ch.recv(master, "predict")
         if isinstance(msg, m.PredictDone):

@@ -147,22 +147,32 @@ class ForestMaster:
         return grower.grow()
 
     # -- prediction --------------------------------------------------------------------------
-    def predict_leaves(self, n_samples: int, method: str = "one-round", model: ForestModel | None = None):
-        """Leaf of every test instance in every tree, with the clients' help; ends the prediction session."""
+    def predict_leaves(self, method: str = "one-round", model: ForestModel | None = None) -> np.ndarray:
+        """Leaf of every test instance in every tree, with the clients' help (each holds its features of the
+        same test instances); ends the prediction session.  The test instances' IDs (if the clients' files
+        have them) are left in ``self.test_ids``."""
         model = model or self.model
         if method not in ("one-round", "classical"):
             raise InvalidParameterError(f"prediction method must be 'one-round' or 'classical', got {method!r}")
+        hello = {c: self.ch.recv(c, "predict", m.TestHello) for c in self.clients}
+        sizes = {h.n_samples for h in hello.values()}
+        ids = [h.ids for h in hello.values() if len(h.ids)]
+        if len(sizes) != 1 or any(not np.array_equal(ids[0], x) for x in ids[1:]):
+            raise ProtocolError(f"the clients' test sets differ ({ {c: h.n_samples for c, h in hello.items()} } "
+                                f"rows): align them by ID first")
+        n = sizes.pop()
+        self.test_ids = ids[0] if ids else None
         if method == "one-round":
-            leaves = self._one_round(model, n_samples)
+            leaves = self._one_round(model, n)
         else:
-            leaves = self._classical(model, n_samples)
+            leaves = self._classical(model, n)
         self.ch.broadcast("predict", m.PredictDone(), self.clients)
         return leaves
 
-    def predict(self, n_samples: int, method: str = "one-round", model: ForestModel | None = None):
-        """Class probabilities (classification) or values (regression) of the test instances."""
+    def predict(self, method: str = "one-round", model: ForestModel | None = None) -> np.ndarray:
+        """Class probabilities (classification) or values (regression) of the clients' test instances."""
         model = model or self.model
-        out = model._mean_values(self.predict_leaves(n_samples, method, model))
+        out = model._mean_values(self.predict_leaves(method, model))
         return out if model.task == "classification" else out[:, 0]
 
     def _one_round(self, model: ForestModel, n: int) -> np.ndarray:

@@ -23,7 +23,8 @@ Per layer:  master -> client  LayerRequest
             owner -> master   SplitMasks;       master -> client  LayerPartition
             master -> client  TreeEnd
 End:        master -> client  TrainingDone
-Prediction: one round:  master -> client  LeafSetsRequest;  client -> master  LeafSets
+Prediction: client -> master  TestHello (how many test instances, their IDs)
+            one round:  master -> client  LeafSetsRequest;  client -> master  LeafSets
             classical:  master -> owner   RouteQuery;       owner -> master   RouteBits  (per tree and depth)
                         master -> client  PredictDone
 
@@ -174,6 +175,14 @@ class ChildStats(Message):
     """Statistics of the left child of each decided split, in the order of the decisions."""
 
     left: np.ndarray = array_field("<f8", 2)
+
+
+@register
+class TestHello(Message):
+    """A client's test set: its size and instance IDs (empty when its file has none), which must agree."""
+
+    n_samples: int = 0
+    ids: np.ndarray = array_field("<i8", 1)
 
 
 @register

@@ -39,11 +39,10 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
         out["fit_seconds"] = time.perf_counter() - t0
         out["fit_stats"]["master"] = ch.stats.as_dict()
         if X_test_parts is not None:
-            n_test = len(X_test_parts[0])
             for method in methods:
                 before = ch.stats.as_dict()
                 t0 = time.perf_counter()
-                leaves = role.predict_leaves(n_test, method)
+                leaves = role.predict_leaves(method)
                 after = ch.stats.as_dict()
                 out["leaves"][method] = leaves
                 values = model._mean_values(leaves)

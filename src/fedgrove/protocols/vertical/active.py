@@ -304,32 +304,37 @@ class VerticalActive:
 
     def predict_raw(self, X_local: np.ndarray, model: GBDTModel | None = None) -> np.ndarray:
         """One round: passives send go-left bits of their splits; the active routes every instance."""
-        model = model or self.model
-        X_local = np.asarray(X_local, dtype=np.float64)
-        n = len(X_local)
-        self.ch.broadcast("predict", m.PredictRequest(n), self.passives)
-        remote_bits = {}
-        for name in self.passives:
-            reply = self.ch.recv(name, "predict", m.PredictBits)
-            for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
-                remote_bits[(t, node)] = m.unpack_mask(bits, n)
-        leaves = np.zeros((n, len(model.trees)), dtype=np.int32)
-        for t, tree in enumerate(model.trees):
-            node = np.zeros(n, dtype=np.int64)
+        return predict_active(self.ch, self.passives, model or self.model, X_local)
+
+
+def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.ndarray) -> np.ndarray:
+    """The active party's side of prediction from its model alone (e.g. loaded from its model file): the
+    passive parties send the go-left bits of their splits for every test instance; the active routes."""
+    X_local = np.asarray(X_local, dtype=np.float64)
+    n = len(X_local)
+    channel.broadcast("predict", m.PredictRequest(n), passives)
+    remote_bits = {}
+    for name in passives:
+        reply = channel.recv(name, "predict", m.PredictBits)
+        for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
+            remote_bits[(t, node)] = m.unpack_mask(bits, n)
+    leaves = np.zeros((n, len(model.trees)), dtype=np.int32)
+    for t, tree in enumerate(model.trees):
+        node = np.zeros(n, dtype=np.int64)
+        active = tree.nodes["feature"][node] >= 0
+        while active.any():
+            for nid in np.unique(node[active]):
+                rec = tree.nodes[nid]
+                sel = active & (node == nid)
+                if rec["owner"] <= 0:
+                    x = X_local[sel, rec["feature"]]
+                    go = np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
+                else:
+                    bits = remote_bits.get((t, int(nid)))
+                    if bits is None:
+                        raise ProtocolError(f"no prediction bits for tree {t} node {nid} from its owner")
+                    go = bits[sel]
+                node[sel] = np.where(go, rec["left"], rec["right"])
             active = tree.nodes["feature"][node] >= 0
-            while active.any():
-                for nid in np.unique(node[active]):
-                    rec = tree.nodes[nid]
-                    sel = active & (node == nid)
-                    if rec["owner"] <= 0:
-                        x = X_local[sel, rec["feature"]]
-                        go = np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
-                    else:
-                        bits = remote_bits.get((t, int(nid)))
-                        if bits is None:
-                            raise ProtocolError(f"no prediction bits for tree {t} node {nid} from its owner")
-                        go = bits[sel]
-                    node[sel] = np.where(go, rec["left"], rec["right"])
-                active = tree.nodes["feature"][node] >= 0
-            leaves[:, t] = node
-        return model.raw_from_leaves(leaves)
+        leaves[:, t] = node
+    return model.raw_from_leaves(leaves)

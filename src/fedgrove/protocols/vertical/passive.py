@@ -142,14 +142,19 @@ class VerticalPassive:
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
-        req = self.ch.recv(self.active, "predict", m.PredictRequest)
-        X = np.asarray(X, dtype=np.float64)
-        if req.n_samples != len(X):
-            raise ProtocolError(f"{self.ch.party}: asked to predict {req.n_samples} instances, holds {len(X)}")
-        bits = self.model.go_left(X)
-        keys = sorted(bits)
-        self.ch.send(self.active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
-                                                            [m.pack_mask(bits[k]) for k in keys]))
+        answer_predict(self.ch, self.active, self.model, X)
+
+
+def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray) -> None:
+    """A passive party's side of prediction from its model alone (e.g. loaded from its model file)."""
+    req = channel.recv(active, "predict", m.PredictRequest)
+    X = np.asarray(X, dtype=np.float64)
+    if req.n_samples != len(X):
+        raise ProtocolError(f"{channel.party}: asked to predict {req.n_samples} instances, holds {len(X)}")
+    bits = model.go_left(X)
+    keys = sorted(bits)
+    channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
+                                                  [m.pack_mask(bits[k]) for k in keys]))
 
 
 def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) -> m.EncryptedHistograms:

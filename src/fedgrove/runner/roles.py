@@ -1,0 +1,309 @@
+"""What each role of each protocol runs, for ``fedgrove simulate`` and ``fedgrove party`` alike.
+
+:data:`TRAIN` maps (protocol, role) to a function that trains on a
+:class:`RoleContext` and writes the party's model file (``<party>.model.json``);
+:data:`PREDICT` to one that predicts the configured test set from those files
+alone (the lead party writes ``<party>.predictions.csv``).  A function gets
+only its own party's data and files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedgrove.data.io import load_table
+from fedgrove.engine.model import atomic_write_text
+from fedgrove.exceptions import DataError, ModelFormatError
+from fedgrove.runner.config import FederationConfig, PartySpec
+
+
+@dataclass
+class RoleContext:
+    cfg: FederationConfig
+    spec: PartySpec
+    channel: object
+    he: object = None
+    resume: bool = False
+    progress: object = None
+    checkpoint: object = None
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.cfg.output_dir)
+
+    @property
+    def model_path(self) -> Path:
+        return self.out_dir / f"{self.spec.name}.model.json"
+
+    def others(self, role: str) -> list[str]:
+        """Names of the parties with ``role``, in config order (this party excluded)."""
+        return [p.name for p in self.cfg.parties if p.role == role and p.name != self.spec.name]
+
+    def data(self, with_label: bool, test: bool = False):
+        """This party's training (or test) table, rows sorted by instance ID when it has IDs."""
+        path = self.spec.test if test else self.spec.data
+        if path is None:
+            raise DataError(f"party {self.spec.name}: no test data configured (test = ...)")
+        # a test file may lack the label column: it is then only predicted, not scored
+        label = self.spec.label if (with_label or test) else None
+        table = load_table(path, label=label, label_required=not test)
+        if with_label and not test and table.y is None:
+            raise DataError(f"party {self.spec.name}: {path} has no label column; set label = ... in its config")
+        if table.ids is not None:  # align by instance ID: every party sorts its rows the same way
+            order = np.argsort(table.ids, kind="stable")
+            table.X, table.ids = table.X[order], table.ids[order]
+            if table.y is not None:
+                table.y = table.y[order]
+        return table
+
+    def key_pair(self):
+        from fedgrove.crypto.he import keygen
+
+        he = self.cfg.he
+        return self.he or keygen(he["scheme"], he["key_bits"], he.get("backend"))
+
+    def save_json(self, d: dict) -> None:
+        atomic_write_text(self.model_path, json.dumps(d))
+
+    def load_json(self) -> dict:
+        if not self.model_path.exists():
+            raise ModelFormatError(f"party {self.spec.name}: no model file {self.model_path}; train first")
+        try:
+            return json.loads(self.model_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelFormatError(f"{self.model_path} is not valid JSON: {exc}") from None
+
+
+# ------------------------------------------------------------------------------ vertical
+def _vertical_active(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.vertical.active import VerticalActive
+    from fedgrove.protocols.vertical.messages import ids_digest
+
+    params = ctx.cfg.make_params()
+    table = ctx.data(with_label=True)
+    role = VerticalActive(ctx.channel, table.X, table.y, ctx.others("passive"), params, ctx.key_pair(),
+                          ids=table.ids)
+    model = role.fit(ctx.checkpoint, ctx.resume, ctx.progress)
+    model.metadata.update({"protocol": "vertical", "party": ctx.spec.name,
+                           "ids_digest": ids_digest(table.ids).hex() or None})
+    if params.objective != "regression":
+        model.classes = list(range(model.n_classes))
+    model.save(ctx.model_path)
+    return {"trees": model.n_trees}
+
+
+def _vertical_passive(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.vertical.passive import VerticalPassive
+
+    params = ctx.cfg.make_params()
+    table = ctx.data(with_label=False)
+    role = VerticalPassive(ctx.channel, table.X, ctx.cfg.lead, params.max_bins, params.seed, ids=table.ids)
+    pmodel = role.fit(ctx.checkpoint, ctx.resume)
+    ctx.save_json(pmodel.to_dict())
+    return {"owned_splits": len(pmodel.splits)}
+
+
+def _vertical_active_predict(ctx: RoleContext) -> dict:
+    from fedgrove.engine.model import load_model
+    from fedgrove.protocols.vertical.active import predict_active
+
+    model = load_model(ctx.model_path)
+    table = ctx.data(with_label=True, test=True)
+    raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X)
+    return write_predictions(ctx, _gbdt_output(model, raw), model.classes, table)
+
+
+def _vertical_passive_predict(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.vertical.passive import PassiveModel, answer_predict
+
+    answer_predict(ctx.channel, ctx.cfg.lead, PassiveModel.from_dict(ctx.load_json()), ctx.data(False, test=True).X)
+    return {}
+
+
+def _gbdt_output(model, raw: np.ndarray) -> np.ndarray:
+    """Class probabilities (n, K) or values (n,) from raw boosting scores."""
+    raw = np.asarray(raw, dtype=np.float64)
+    if model.objective == "regression":
+        return raw.reshape(-1)
+    return model._obj.transform(raw.reshape(len(raw), -1))
+
+
+# ---------------------------------------------------------------------------- horizontal
+def _horizontal_aggregator(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
+
+    params = ctx.cfg.make_params()
+    model = HorizontalAggregator(ctx.channel, ctx.others("client"), params).fit(ctx.checkpoint, ctx.resume,
+                                                                                 ctx.progress)
+    return _save_horizontal(ctx, model, params)
+
+
+def _horizontal_client(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.horizontal.client import HorizontalClient
+
+    params = ctx.cfg.make_params()
+    table = ctx.data(with_label=True)
+    model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params).fit(ctx.checkpoint, ctx.resume)
+    return _save_horizontal(ctx, model, params)
+
+
+def _save_horizontal(ctx, model, params) -> dict:
+    model.metadata.update({"protocol": "horizontal", "party": ctx.spec.name})
+    if params.objective != "regression":
+        model.classes = list(range(model.n_classes))
+    model.save(ctx.model_path)
+    return {"trees": model.n_trees}
+
+
+# ---------------------------------------------------------------------------- hybridtree
+def _hybrid_host(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.hybridtree.host import HybridHost
+
+    params, ht = ctx.cfg.make_params(), ctx.cfg.hybridtree
+    table = ctx.data(with_label=True)
+    hmodel = HybridHost(ctx.channel, table.X, table.y, ctx.others("guest"), params, ctx.key_pair(),
+                        ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"]).fit(
+        ctx.checkpoint, ctx.resume, ctx.progress)
+    ctx.save_json(hmodel.to_dict())
+    return {"trees": len(hmodel.host_trees)}
+
+
+def _hybrid_guest(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+
+    params = ctx.cfg.make_params()
+    table = _with_ids(ctx, ctx.data(with_label=False), "a guest's file needs an _id column linking it to the host")
+    role = HybridGuest(ctx.channel, table.X, table.ids, ctx.cfg.lead, params.max_bins, params.seed)
+    role.fit(ctx.checkpoint, ctx.resume)
+    ctx.save_json(role.model_dict())
+    return {"owned_splits": len(role.model.splits)}
+
+
+def _hybrid_host_predict(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.hybridtree.host import HybridHostModel, predict_hybrid
+
+    model = HybridHostModel.from_dict(ctx.load_json())
+    table = ctx.data(with_label=True, test=True)
+    guests = ctx.others("guest") if ctx.cfg.hybridtree["guest_depth"] > 0 else []
+    raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)
+    from fedgrove.engine.model import GBDTModel
+
+    n_classes = 1 if model.objective == "regression" else max(2, raw.shape[1])
+    shell = GBDTModel(model.objective, n_classes, model.base_score)  # for its output transform
+    classes = None if model.objective == "regression" else list(range(n_classes))
+    return write_predictions(ctx, _gbdt_output(shell, raw), classes, table)
+
+
+def _hybrid_guest_predict(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+
+    if ctx.cfg.hybridtree["guest_depth"] == 0:
+        return {}
+    table = _with_ids(ctx, ctx.data(False, test=True), "a guest's test file needs an _id column")
+    HybridGuest.from_model(ctx.channel, ctx.load_json(), ctx.cfg.lead).predict(table.X, table.ids)
+    return {}
+
+
+def _with_ids(ctx, table, why: str):
+    if table.ids is None:
+        raise DataError(f"party {ctx.spec.name}: {why}")
+    return table
+
+
+# ---------------------------------------------------------------------- federated forest
+def _forest_master(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.forest.master import ForestMaster
+
+    model = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(),
+                         ctx.cfg.forest["label_mode"]).fit(ctx.checkpoint, ctx.resume, ctx.progress)
+    model.save(ctx.model_path)
+    return {"trees": model.n_trees}
+
+
+def _forest_client(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.forest.client import ForestClient
+
+    params = ctx.cfg.make_params()
+    holder = ctx.spec.label is not None
+    table = ctx.data(with_label=holder)
+    he = ctx.key_pair() if holder and ctx.cfg.forest["label_mode"] == "encrypted" else None
+    role = ForestClient(ctx.channel, table.X, ctx.cfg.lead, y=table.y if holder else None, he=he,
+                        max_bins=params.max_bins, seed=params.seed, ids=table.ids)
+    pmodel = role.fit(ctx.checkpoint, ctx.resume)
+    ctx.save_json(pmodel.to_dict())
+    return {"owned_splits": len(pmodel.splits)}
+
+
+def _forest_master_predict(ctx: RoleContext) -> dict:
+    from fedgrove.engine.model import load_model
+    from fedgrove.protocols.forest.master import ForestMaster
+
+    model = load_model(ctx.model_path)
+    role = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(), ctx.cfg.forest["label_mode"])
+    out = role.predict(ctx.cfg.forest["prediction"], model)
+    # the master holds no labels: its predictions are written, not scored
+    return write_predictions(ctx, out, model.classes, _Rows(role.test_ids, None))
+
+
+def _forest_client_predict(ctx: RoleContext) -> dict:
+    from fedgrove.protocols.forest.client import answer_predictions
+    from fedgrove.protocols.vertical.passive import PassiveModel
+
+    table = ctx.data(with_label=False, test=True)
+    answer_predictions(ctx.channel, ctx.cfg.lead, PassiveModel.from_dict(ctx.load_json()), table.X, table.ids)
+    return {}
+
+
+@dataclass
+class _Rows:
+    ids: np.ndarray | None
+    y: np.ndarray | None
+
+
+# ----------------------------------------------------------------------------- outputs
+def write_predictions(ctx: RoleContext, out: np.ndarray, classes, table) -> dict:
+    """``<party>.predictions.csv`` (``_id`` when known, the prediction, class probabilities) and, when the
+    test labels are at hand, the test metrics (returned for the stats file)."""
+    import pandas as pd
+
+    from fedgrove import metrics
+
+    out = np.asarray(out)
+    if classes is not None:
+        df = pd.DataFrame({"prediction": np.asarray(classes)[out.argmax(axis=1)]})
+        for k, c in enumerate(classes):
+            df[f"p_{c}"] = out[:, k]
+    else:
+        df = pd.DataFrame({"prediction": out})
+    if table.ids is not None:
+        df.insert(0, "_id", table.ids)
+    path = ctx.out_dir / f"{ctx.spec.name}.predictions.csv"
+    atomic_write_text(path, df.to_csv(index=False))
+    result = {"predictions": str(path), "n_test": len(df)}
+    y = table.y
+    if y is not None:
+        y = np.asarray(y, dtype=np.float64)
+        if classes is not None:
+            result["test_accuracy"] = metrics.accuracy(y, out.argmax(axis=1))
+            if out.shape[1] == 2:
+                result["test_auc"] = metrics.auc(y, out[:, 1])
+        else:
+            result["test_rmse"] = metrics.rmse(y, out)
+    return result
+
+
+TRAIN = {
+    ("vertical", "active"): _vertical_active, ("vertical", "passive"): _vertical_passive,
+    ("horizontal", "aggregator"): _horizontal_aggregator, ("horizontal", "client"): _horizontal_client,
+    ("hybridtree", "host"): _hybrid_host, ("hybridtree", "guest"): _hybrid_guest,
+    ("federated-forest", "master"): _forest_master, ("federated-forest", "client"): _forest_client,
+}
+PREDICT = {
+    ("vertical", "active"): _vertical_active_predict, ("vertical", "passive"): _vertical_passive_predict,
+    ("hybridtree", "host"): _hybrid_host_predict, ("hybridtree", "guest"): _hybrid_guest_predict,
+    ("federated-forest", "master"): _forest_master_predict, ("federated-forest", "client"): _forest_client_predict,
+}
