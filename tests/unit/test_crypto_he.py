@@ -94,3 +94,36 @@ def test_bad_parameters():
         keygen("ou", 1024)
     with pytest.raises(InvalidParameterError, match="Paillier only"):
         keygen("ou", 2048, "phe")
+
+
+def test_vector_packer_sums_decode_exactly_compressed_or_not(ctx, rng):
+    # (w, w*y, w*y^2) as Federated Forest packs them: integer counts, a signed and an unsigned fixed-point field
+    # with a negative number of fractional bits (a grid coarser than 1)
+    from fedgrove.crypto.packing import VectorPacker
+
+    packer = VectorPacker((0, 20, -4), (12, 40, 60), (False, True, False))
+    w = rng.integers(0, 4, 200).astype(float)
+    y = rng.normal(size=200) * 1e4
+    vals = np.column_stack([w, np.rint(w * y * 2 ** 20) / 2 ** 20, np.rint(w * y * y / 16) * 16])
+    ct = ctx.encrypt(packer.encode(vals))
+    groups = [list(range(0, 200, 2)), [], list(range(200)), [5]]
+    sums = ctx.select_sums(ct, groups)
+    slots = packer.slots_per_plaintext(ctx.plaintext_bits)
+    expect = np.array([vals[g].sum(axis=0) if g else np.zeros(3) for g in groups])
+    np.testing.assert_array_equal(packer.decode(ctx.decrypt(sums)), expect)  # grid values: float sums are exact
+    comp = ctx.compress(sums, packer.slot_bits, slots)
+    np.testing.assert_array_equal(packer.decode(ctx.decrypt(comp), n_slots=slots, n_sums=4), expect)
+
+
+def test_vector_packer_refuses_what_does_not_fit_its_layout(ctx):
+    from fedgrove.crypto.packing import VectorPacker
+
+    packer = VectorPacker((0, 0), (8, 8), (False, False))
+    with pytest.raises(ProtocolError, match="out of the packable range"):
+        packer.encode(np.array([[300.0, 1.0]]))
+    with pytest.raises(ProtocolError, match="out of the packable range"):
+        packer.encode(np.array([[-1.0, 1.0]]))
+    with pytest.raises(ProtocolError, match="does not fit"):  # a value spilling past the last field
+        packer.decode(ctx.decrypt(ctx.encrypt([1 << 16])))
+    with pytest.raises(ProtocolError, match="need .*-bit plaintexts"):
+        VectorPacker((0,) * 40, (20,) * 40, (False,) * 40).slots_per_plaintext(683)

@@ -54,3 +54,22 @@ def test_forest_parameters_are_validated():
         ForestParams(task="regression", criterion="gini")
     with pytest.raises(InvalidParameterError, match="max_features"):
         ForestParams(max_features="half")
+
+
+def test_regression_statistics_sum_exactly_in_any_order():
+    # on the mse grid, float sums of a tree's statistics do not depend on the order of summation (what makes
+    # Federated Forest's decrypted sums equal the engine's histograms)
+    from fedgrove.engine.forest import forest_stats, mse_grid
+
+    r = np.random.default_rng(0)
+    y = r.normal(size=5000) * 123.4 + 50
+    w = r.integers(0, 4, 5000).astype(float)
+    stats = forest_stats("regression", y, w, 1, mse_grid(y, len(y)))
+    a = np.zeros(3)
+    for row in stats:
+        a += row
+    b = np.zeros(3)
+    for row in stats[r.permutation(len(stats))]:
+        b += row
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(stats[:, 1], w * y, rtol=1e-9, atol=1e-9)

@@ -15,9 +15,22 @@ from pathlib import Path
 
 import numpy as np
 
+# protocols are imported here, not in the role functions: parties run in threads of one process, and
+# concurrent first imports of one package's modules can deadlock
+from fedgrove import metrics
+from fedgrove.crypto.he import keygen
 from fedgrove.data.io import load_table
-from fedgrove.engine.model import atomic_write_text
+from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError
+from fedgrove.protocols.forest.client import ForestClient, answer_predictions
+from fedgrove.protocols.forest.master import ForestMaster
+from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
+from fedgrove.protocols.horizontal.client import HorizontalClient
+from fedgrove.protocols.hybridtree.guest import HybridGuest
+from fedgrove.protocols.hybridtree.host import HybridHost, HybridHostModel, predict_hybrid
+from fedgrove.protocols.vertical.active import VerticalActive, predict_active
+from fedgrove.protocols.vertical.messages import ids_digest
+from fedgrove.protocols.vertical.passive import PassiveModel, VerticalPassive, answer_predict
 from fedgrove.runner.config import FederationConfig, PartySpec
 
 
@@ -61,8 +74,6 @@ class RoleContext:
         return table
 
     def key_pair(self):
-        from fedgrove.crypto.he import keygen
-
         he = self.cfg.he
         return self.he or keygen(he["scheme"], he["key_bits"], he.get("backend"))
 
@@ -80,9 +91,6 @@ class RoleContext:
 
 # ------------------------------------------------------------------------------ vertical
 def _vertical_active(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.vertical.active import VerticalActive
-    from fedgrove.protocols.vertical.messages import ids_digest
-
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     role = VerticalActive(ctx.channel, table.X, table.y, ctx.others("passive"), params, ctx.key_pair(),
@@ -97,8 +105,6 @@ def _vertical_active(ctx: RoleContext) -> dict:
 
 
 def _vertical_passive(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.vertical.passive import VerticalPassive
-
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=False)
     role = VerticalPassive(ctx.channel, table.X, ctx.cfg.lead, params.max_bins, params.seed, ids=table.ids)
@@ -108,9 +114,6 @@ def _vertical_passive(ctx: RoleContext) -> dict:
 
 
 def _vertical_active_predict(ctx: RoleContext) -> dict:
-    from fedgrove.engine.model import load_model
-    from fedgrove.protocols.vertical.active import predict_active
-
     model = load_model(ctx.model_path)
     table = ctx.data(with_label=True, test=True)
     raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X)
@@ -118,8 +121,6 @@ def _vertical_active_predict(ctx: RoleContext) -> dict:
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.vertical.passive import PassiveModel, answer_predict
-
     answer_predict(ctx.channel, ctx.cfg.lead, PassiveModel.from_dict(ctx.load_json()), ctx.data(False, test=True).X)
     return {}
 
@@ -134,8 +135,6 @@ def _gbdt_output(model, raw: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- horizontal
 def _horizontal_aggregator(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
-
     params = ctx.cfg.make_params()
     model = HorizontalAggregator(ctx.channel, ctx.others("client"), params).fit(ctx.checkpoint, ctx.resume,
                                                                                  ctx.progress)
@@ -143,8 +142,6 @@ def _horizontal_aggregator(ctx: RoleContext) -> dict:
 
 
 def _horizontal_client(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.horizontal.client import HorizontalClient
-
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params).fit(ctx.checkpoint, ctx.resume)
@@ -161,8 +158,6 @@ def _save_horizontal(ctx, model, params) -> dict:
 
 # ---------------------------------------------------------------------------- hybridtree
 def _hybrid_host(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.hybridtree.host import HybridHost
-
     params, ht = ctx.cfg.make_params(), ctx.cfg.hybridtree
     table = ctx.data(with_label=True)
     hmodel = HybridHost(ctx.channel, table.X, table.y, ctx.others("guest"), params, ctx.key_pair(),
@@ -173,8 +168,6 @@ def _hybrid_host(ctx: RoleContext) -> dict:
 
 
 def _hybrid_guest(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.hybridtree.guest import HybridGuest
-
     params = ctx.cfg.make_params()
     table = _with_ids(ctx, ctx.data(with_label=False), "a guest's file needs an _id column linking it to the host")
     role = HybridGuest(ctx.channel, table.X, table.ids, ctx.cfg.lead, params.max_bins, params.seed)
@@ -184,14 +177,10 @@ def _hybrid_guest(ctx: RoleContext) -> dict:
 
 
 def _hybrid_host_predict(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.hybridtree.host import HybridHostModel, predict_hybrid
-
     model = HybridHostModel.from_dict(ctx.load_json())
     table = ctx.data(with_label=True, test=True)
     guests = ctx.others("guest") if ctx.cfg.hybridtree["guest_depth"] > 0 else []
     raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)
-    from fedgrove.engine.model import GBDTModel
-
     n_classes = 1 if model.objective == "regression" else max(2, raw.shape[1])
     shell = GBDTModel(model.objective, n_classes, model.base_score)  # for its output transform
     classes = None if model.objective == "regression" else list(range(n_classes))
@@ -199,8 +188,6 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
 
 
 def _hybrid_guest_predict(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.hybridtree.guest import HybridGuest
-
     if ctx.cfg.hybridtree["guest_depth"] == 0:
         return {}
     table = _with_ids(ctx, ctx.data(False, test=True), "a guest's test file needs an _id column")
@@ -216,8 +203,6 @@ def _with_ids(ctx, table, why: str):
 
 # ---------------------------------------------------------------------- federated forest
 def _forest_master(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.forest.master import ForestMaster
-
     model = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(),
                          ctx.cfg.forest["label_mode"]).fit(ctx.checkpoint, ctx.resume, ctx.progress)
     model.save(ctx.model_path)
@@ -225,8 +210,6 @@ def _forest_master(ctx: RoleContext) -> dict:
 
 
 def _forest_client(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.forest.client import ForestClient
-
     params = ctx.cfg.make_params()
     holder = ctx.spec.label is not None
     table = ctx.data(with_label=holder)
@@ -239,9 +222,6 @@ def _forest_client(ctx: RoleContext) -> dict:
 
 
 def _forest_master_predict(ctx: RoleContext) -> dict:
-    from fedgrove.engine.model import load_model
-    from fedgrove.protocols.forest.master import ForestMaster
-
     model = load_model(ctx.model_path)
     role = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(), ctx.cfg.forest["label_mode"])
     out = role.predict(ctx.cfg.forest["prediction"], model)
@@ -250,9 +230,6 @@ def _forest_master_predict(ctx: RoleContext) -> dict:
 
 
 def _forest_client_predict(ctx: RoleContext) -> dict:
-    from fedgrove.protocols.forest.client import answer_predictions
-    from fedgrove.protocols.vertical.passive import PassiveModel
-
     table = ctx.data(with_label=False, test=True)
     answer_predictions(ctx.channel, ctx.cfg.lead, PassiveModel.from_dict(ctx.load_json()), table.X, table.ids)
     return {}
@@ -269,8 +246,6 @@ def write_predictions(ctx: RoleContext, out: np.ndarray, classes, table) -> dict
     """``<party>.predictions.csv`` (``_id`` when known, the prediction, class probabilities) and, when the
     test labels are at hand, the test metrics (returned for the stats file)."""
     import pandas as pd
-
-    from fedgrove import metrics
 
     out = np.asarray(out)
     if classes is not None:
