@@ -9,7 +9,7 @@ import typer
 from fedgrove.cli.common import console, progress_bar
 from fedgrove.exceptions import InvalidParameterError
 
-PAPERS = ("hybridtree",)
+PAPERS = {"hybridtree": "fedgrove.experiments.hybridtree", "federated-forest": "fedgrove.experiments.forest"}
 
 
 def _split(value: str | None, allowed: tuple, what: str) -> list[str]:
@@ -31,7 +31,8 @@ def reproduce(
     datasets: str = typer.Option(None, "--datasets", help="Comma-separated datasets [default: all of the paper's]"),
     experiments: str = typer.Option(None, "--experiments", help="Comma-separated experiments [default: all]"),
     he: str = typer.Option("plain", "--he", help="HE for the accuracy runs: plain, ou or paillier (the protocols "
-                                                 "are lossless, so accuracy does not depend on it)"),
+                                                 "are lossless, so accuracy does not depend on it; for "
+                                                 "federated-forest plain means the paper's shared labels)"),
     seed: int = typer.Option(0, "--seed", help="Seed of the data split and of every randomised step"),
     no_progress: bool = typer.Option(False, "--no-progress", help="Do not draw a progress bar"),
 ):
@@ -40,8 +41,9 @@ def reproduce(
         raise InvalidParameterError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
     if he not in ("plain", "ou", "paillier"):
         raise InvalidParameterError(f"--he must be plain, ou or paillier, got {he!r}")
-    from fedgrove.experiments import hybridtree as exp
+    import importlib
 
+    exp = importlib.import_module(PAPERS[paper])
     ds = _split(datasets, exp.DATASETS, "--datasets")
     ex = _split(experiments, exp.EXPERIMENTS, "--experiments")
     out = out or Path("results") / paper

@@ -1,0 +1,32 @@
+"""`fedgrove reproduce federated-forest --quick`: every experiment runs end to end; the report says what it ran."""
+
+import json
+
+from fedgrove.cli.main import main
+
+
+def test_quick_reproduce_writes_report_results_and_plots(spambase, waveform, tmp_path, capsys):
+    out = tmp_path / "res"
+    code = main(["reproduce", "federated-forest", "--quick", "--datasets", "spambase,diabetes", "--out", str(out),
+                 "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    t1 = res["table1"]
+    assert set(t1) == {"spambase", "diabetes"}
+    assert t1["spambase"]["identical_every_repeat"] and t1["diabetes"]["identical_every_repeat"]
+    assert t1["spambase"]["FF"] == t1["spambase"]["NonFF"] and 0.7 < t1["spambase"]["FF"] <= 1.0
+    assert t1["diabetes"]["task"] == "regression" and t1["diabetes"]["FF"] > 10  # an RMSE
+    assert [r["clients"] for r in res["clients"]["rows"]] == [1, 2, 3, 4]
+    pred = res["prediction"]["spambase"]
+    assert pred["trees"]["4"]["one-round"]["messages"] == pred["trees"]["8"]["one-round"]["messages"]
+    assert pred["trees"]["8"]["classical"]["messages"] > pred["trees"]["4"]["classical"]["messages"]
+    report = (out / "report.md").read_text()
+    for title in ("Table 1", "Adding clients", "one round against node by node", "Quick run", "0.844"):
+        assert title in report
+    for png in ("clients-metric.png", "prediction-spambase-trees.png", "prediction-waveform-depth.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_datasets_are_refused(capsys, tmp_path):
+    assert main(["reproduce", "federated-forest", "--datasets", "mnist", "--out", str(tmp_path)]) == 2
+    assert "spambase, ionosphere" in capsys.readouterr().err
