@@ -1,0 +1,353 @@
+"""A SimFL party: its own instances (same features as the others) and their labels.
+
+Preprocessing (once, saved and reused): the parties agree on per-feature
+minima and maxima, hash their binned rows with the shared LSH functions and
+all-gather (ID, hash values); each party then finds, for each of its
+instances and each other party, that party's most similar instance
+(:mod:`fedgrove.protocols.simfl.lsh`).
+
+Training (the paper's Algorithm 2): the trees are grown in a schedule (blocks
+proportional to the parties' data shares, as the authors' code does, or in
+turn).  For a tree of party m every other party sends, per instance of m, the
+sums of g and h of its own instances whose similar instance is that one; m
+grows the tree on its own data with the weighted gradients and sends it to
+everyone.  Every party ends with the whole model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.model import GBDTModel, atomic_write_text
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+from fedgrove.engine.tree import PackedEnsemble
+from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
+from fedgrove.protocols.horizontal.common import base_score, label_stats
+from fedgrove.protocols.simfl import messages as m
+from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
+from fedgrove.protocols.tfl import tree_schedule
+from fedgrove.protocols.vertical.messages import Start, ids_digest
+
+SCHEDULES = {"blocks": "blocks", "round-robin": "round_robin"}
+
+
+@dataclass
+class SimFLOptions:
+    lsh: LSHParams = field(default_factory=LSHParams)
+    schedule: str = "blocks"   # blocks proportional to data shares (the authors' code) or "round-robin"
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise InvalidParameterError(f"SimFL schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+
+
+@dataclass
+class Similarity:
+    """One party's preprocessing result: for each other party, per own instance, the position of its similar
+    instance in that party's rows (-1: none), with what identifies the federation it was computed for."""
+
+    parties: list[str]
+    sizes: list[int]
+    similar: dict[str, np.ndarray]
+    key: str            # federation and LSH parameters
+    data_digest: str    # this party's rows
+    seconds: float = 0.0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def save(self, path) -> None:
+        path = Path(path)
+        buf = io.BytesIO()
+        np.savez(buf, **{f"similar_{k}": v for k, v in self.similar.items()})
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(path)
+        meta = {"parties": self.parties, "sizes": self.sizes, "key": self.key, "data_digest": self.data_digest,
+                "seconds": self.seconds, "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
+                "arrays_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
+
+    @classmethod
+    def load(cls, path) -> "Similarity | None":
+        """The saved result, or None when it is missing, incomplete or corrupt (it is then recomputed)."""
+        path = Path(path)
+        meta_path = path.with_suffix(".json")
+        if not (path.exists() and meta_path.exists()):
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            if hashlib.sha256(path.read_bytes()).hexdigest() != meta["arrays_sha256"]:
+                return None
+            with np.load(path, allow_pickle=False) as z:
+                similar = {k.removeprefix("similar_"): z[k].astype(np.int64) for k in z.files}
+            return cls(meta["parties"], meta["sizes"], similar, meta["key"], meta["data_digest"], meta["seconds"],
+                       meta["bytes_sent"], meta["bytes_received"])
+        except (OSError, ValueError, KeyError, json.JSONDecodeError):
+            return None
+
+
+class SimFLParty:
+    """One party of SimFL on a Channel (its peers are all the other parties).
+
+    Parameters
+    ----------
+    channel : this party's Channel
+    X, y : the party's instances and labels (same features as every other party)
+    params : GBDTParams; multiclass needs ``n_classes`` (a party may miss some classes)
+    options : SimFLOptions (LSH parameters and tree schedule)
+    ids : global instance IDs (unique across parties); default: this party's index and row number
+    cache : where the preprocessing result is saved and, if it matches, reused
+    """
+
+    def __init__(self, channel, X, y, params: GBDTParams, options: SimFLOptions | None = None, ids=None,
+                 cache=None):
+        self.ch, self.params = channel, params
+        self.options = options or SimFLOptions()
+        self.X, self.y = check_xy(X, y)
+        if params.objective == "multiclass" and params.n_classes is None:
+            raise InvalidParameterError("SimFL multiclass needs params.n_classes (a party may not see every class)")
+        if params.subsample < 1 or params.colsample_bytree < 1:
+            raise InvalidParameterError("row/column subsampling is not supported by SimFL")
+        self.options.lsh.resolve(self.X.shape[1])  # refuse L >= d before anything is sent
+        self.parties = sorted([channel.party] + list(channel.peers))
+        self.index = self.parties.index(channel.party)
+        self.others = [p for p in self.parties if p != channel.party]
+        n = len(self.X)
+        self.ids = (np.arange(n, dtype=np.int64) + (self.index << 32)) if ids is None else \
+            np.asarray(ids, dtype=np.int64)
+        if len(self.ids) != n or len(np.unique(self.ids)) != n:
+            raise DataError(f"{channel.party}: instance IDs must be unique, one per row")
+        self.cache = Path(cache) if cache else None
+        self.similarity: Similarity | None = None
+        self.timings: dict = {}
+
+    # -- setup and preprocessing ---------------------------------------------------------------
+    def _hello(self) -> str:
+        ch = self.ch
+        mine = m.Hello(len(self.X), self.X.shape[1], ids_digest(self.ids))
+        ch.broadcast("hello", mine, self.others)
+        hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
+        if {h.n_features for h in hello.values()} != {self.X.shape[1]}:
+            raise ProtocolError(f"the parties hold different numbers of features: "
+                                f"{ {p: h.n_features for p, h in hello.items()} }")
+        self.sizes = [hello[p].n_samples for p in self.parties]
+        fed = {"lsh": self.options.lsh.to_dict(),
+               "parties": [[p, hello[p].n_samples, hello[p].n_features, hello[p].ids_digest.hex()]
+                           for p in self.parties]}
+        return hashlib.sha256(json.dumps(fed, sort_keys=True).encode()).hexdigest()
+
+    def _data_digest(self) -> str:
+        h = hashlib.sha256(np.ascontiguousarray(self.X).tobytes())
+        h.update(self.ids.tobytes())
+        return h.hexdigest()
+
+    def preprocess(self) -> Similarity:
+        """Agree on feature ranges, all-gather hash values, find the similar instances; save the result.
+
+        Reuses a saved result when every party has one for exactly this federation (same parties, sizes, IDs
+        and LSH parameters) and its own data is unchanged."""
+        ch = self.ch
+        key = self._hello()
+        cached = Similarity.load(self.cache) if self.cache else None
+        ok = cached is not None and cached.key == key and cached.data_digest == self._data_digest()
+        ch.broadcast("cache", m.CacheStatus(ok), self.others)
+        if ok and all(s.ok for s in ch.gather("cache", m.CacheStatus, self.others).values()):
+            self.similarity = cached
+            self.timings["preprocess_reused"] = True
+            return cached
+        before = ch.stats.as_dict()
+        t0 = time.perf_counter()
+        with ch.scope(stage="prep"):
+            lo, hi = self._feature_ranges()
+            bins = quantize(self.X, lo, hi, self.options.lsh.n_bins)
+            H = LSHFamily.draw(self.options.lsh, self.X.shape[1]).hash(bins)
+            ch.broadcast("hashes", m.HashTable(self.ids, H), self.others)
+            tables = ch.gather("hashes", m.HashTable, self.others)
+        seen = set(self.ids.tolist())
+        similar = {}
+        for p, t in tables.items():
+            if t.hashes.shape != (self.sizes[self.parties.index(p)], H.shape[1]) or len(t.ids) != len(t.hashes):
+                raise ProtocolError(f"hash table from {p} does not match its announced size")
+            if seen.intersection(t.ids.tolist()):
+                raise ProtocolError(f"{p} uses instance IDs that another party uses too: IDs must be global")
+            seen.update(t.ids.tolist())
+            similar[p] = similar_instances(H, t.hashes, t.ids)
+        after = ch.stats.as_dict()
+        self.similarity = Similarity(self.parties, self.sizes, similar, key, self._data_digest(),
+                                     time.perf_counter() - t0, after["total_sent"] - before["total_sent"],
+                                     after["total_received"] - before["total_received"])
+        if self.cache:
+            self.similarity.save(self.cache)
+        self.timings["preprocess_reused"] = False
+        return self.similarity
+
+    def _feature_ranges(self):
+        """The federation's per-feature minimum and maximum, from each party's own (NaN: no value)."""
+        ch = self.ch
+        lo, hi = _nan_range(self.X)
+        ch.broadcast("range", m.FeatureRange(lo, hi), self.others)
+        ranges = ch.gather("range", m.FeatureRange, self.others)
+        los = np.vstack([lo] + [r.lo for r in ranges.values()])
+        his = np.vstack([hi] + [r.hi for r in ranges.values()])
+        if los.shape[1] != self.X.shape[1] or his.shape != los.shape:
+            raise ProtocolError("feature ranges of the parties do not match the number of features")
+        glo, _ = _nan_range(los)
+        _, ghi = _nan_range(his)
+        return np.nan_to_num(glo, nan=0.0), np.nan_to_num(ghi, nan=0.0)
+
+    # -- training --------------------------------------------------------------------------------
+    def _base_score(self, objective, y) -> np.ndarray:
+        """The engine's initial score from the federation's label statistics, summed under pairwise masks so
+        that no party's own statistics are seen."""
+        p, ch = self.params, self.ch
+        if p.base_score != "auto":
+            return base_score(p, np.zeros(1))
+        keys = MaskingKeys(ch.party)
+        with ch.scope(stage="base"):
+            ch.broadcast("key", m.MaskingKey(keys.public_bytes()), self.others)
+            peers = {q: msg.key for q, msg in ch.gather("key", m.MaskingKey, self.others).items()}
+            keys.agree(peers, session=self.similarity.key.encode())
+            codec = FixedPoint128()
+            stats = label_stats(p, y)
+            hi, lo = codec.encode(stats)
+            mhi, mlo = keys.mask128("base", len(stats))
+            mine = m.MaskedStats(*add128(hi, lo, mhi, mlo))
+            ch.broadcast("stats", mine, self.others)
+            total_hi, total_lo = mine.hi, mine.lo
+            for q, msg in ch.gather("stats", m.MaskedStats, self.others).items():
+                if msg.hi.shape != stats.shape or msg.lo.shape != stats.shape:
+                    raise ProtocolError(f"label statistics from {q} have the wrong length")
+                total_hi, total_lo = add128(total_hi, total_lo, msg.hi, msg.lo)
+        return base_score(p, codec.decode(total_hi, total_lo))
+
+    def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
+        """Preprocess (or reuse), then train; with a ``checkpoint`` store, save after every round and
+        (``resume``) continue from it.  ``progress(trees_done, trees_total)`` after every round."""
+        ch, p = self.ch, self.params
+        sim = self.similarity or self.preprocess()
+        objective = make_objective(p.objective, p.n_classes or 1)
+        y = objective.check_labels(self.y)
+        K = objective.n_outputs
+        base = self._base_score(objective, y)
+        model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
+        model.metadata.update({"protocol": "simfl", "parties": self.parties, "schedule": self.options.schedule,
+                               "lsh": self.options.lsh.to_dict()})
+        raw = np.tile(base, (len(y), 1))
+        start = self._start(checkpoint, resume)
+        if start:
+            from fedgrove.engine.model import model_from_dict
+            from fedgrove.runner.checkpoint import CheckpointStore
+
+            state = checkpoint.load()
+            model = model_from_dict(state["model"], source=str(checkpoint.path))
+            raw = CheckpointStore.scores(state, (len(y), K))
+        bm = BinMapper(p.max_bins, seed=p.seed).fit(self.X)
+        X_binned = bm.transform(self.X)
+        X_columns = np.asfortranarray(X_binned)
+        thresholds = [bm.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
+        scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
+        order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
+        before, t0 = ch.stats.as_dict(), time.perf_counter()
+        self.tree_seconds = []
+        for t in range(start, p.n_estimators):
+            t1 = time.perf_counter()
+            trainer = self.parties[order[t]]
+            g, h = objective.gradients(y, raw)
+            with ch.scope(tree=t):
+                if trainer != ch.party:
+                    ch.send(trainer, m.GRADIENTS, self._aggregate(t, sim.similar[trainer],
+                                                                  sim.sizes[order[t]], g, h))
+                    trees = [m.tree_from_message(ch.recv(trainer, m.TREE, m.TreeMessage), self.X.shape[1])
+                             for _ in range(K)]
+                else:
+                    gw, hw = self._weighted(t, g, h)
+                    trees = []
+                    for c in range(K):
+                        finder = HistogramSplitFinder(X_binned, bm.feature_offsets, bm.missing_codes, thresholds,
+                                                      np.column_stack([gw[:, c], hw[:, c]]), scorer,
+                                                      X_columns=X_columns)
+                        tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
+                                          min_samples_split=2 * p.min_samples_leaf).grow()
+                        trees.append(m.shared_tree(tree, order[t]))
+                        ch.broadcast(m.TREE, m.tree_message(t, c, trees[-1]), self.others)
+            leaves = PackedEnsemble(trees).leaves(self.X)
+            for c, tree in enumerate(trees):
+                model.add_tree(tree, c)
+                raw[:, c] += tree.values[leaves[:, c], 0]
+            self.tree_seconds.append(time.perf_counter() - t1)
+            if checkpoint is not None:
+                checkpoint.save({"trees_done": t + 1, "model": model.to_dict()}, raw)
+            if progress is not None:
+                progress(t + 1, p.n_estimators)
+        after = ch.stats.as_dict()
+        n_run = max(1, p.n_estimators - start)
+        self.timings.update({"train_seconds": time.perf_counter() - t0,
+                             "train_bytes_sent_per_tree": (after["total_sent"] - before["total_sent"]) / n_run,
+                             "train_bytes_received_per_tree":
+                                 (after["total_received"] - before["total_received"]) / n_run,
+                             "preprocess_seconds": sim.seconds, "preprocess_bytes_sent": sim.bytes_sent,
+                             "preprocess_bytes_received": sim.bytes_received})
+        self.model = model
+        return model
+
+    def _start(self, checkpoint, resume: bool) -> int:
+        """The first party decides where training starts (0, or its checkpoint); the others check theirs."""
+        ch = self.ch
+        if not resume:
+            return 0
+        if self.index == 0:
+            state = checkpoint.load() if checkpoint is not None else None
+            start = state["trees_done"] if state else 0
+            ch.broadcast("start", Start(start), self.others)
+            return start
+        start = ch.recv(self.parties[0], "start", Start).tree
+        if start:
+            from fedgrove.runner.checkpoint import CheckpointStore
+
+            state = CheckpointStore.resume_state(checkpoint, resume, start, ch.party, self.parties[0])
+            if state["trees_done"] != start:
+                raise ProtocolError(f"{ch.party}: its checkpoint holds {state['trees_done']} trees, "
+                                    f"{self.parties[0]} resumes at {start}; restart all parties from the same point")
+        return start
+
+    def _aggregate(self, t: int, similar: np.ndarray, n_trainer: int, g, h) -> m.AggregatedGradients:
+        """Per instance of the trainer, the sums of this party's g and h over the instances similar to it."""
+        ok = similar >= 0
+        idx = similar[ok]
+        G = np.column_stack([np.bincount(idx, weights=g[ok, c], minlength=n_trainer) for c in range(g.shape[1])])
+        H = np.column_stack([np.bincount(idx, weights=h[ok, c], minlength=n_trainer) for c in range(h.shape[1])])
+        return m.AggregatedGradients(t, G, H)
+
+    def _weighted(self, t: int, g, h):
+        """The trainer's weighted gradients: its own plus every other party's aggregated ones."""
+        gw, hw = g.copy(), h.copy()
+        for q in self.others:
+            msg = self.ch.recv(q, m.GRADIENTS, m.AggregatedGradients)
+            if msg.tree != t or msg.g.shape != g.shape or msg.h.shape != h.shape \
+                    or not (np.all(np.isfinite(msg.g)) and np.all(np.isfinite(msg.h))) or np.any(msg.h < 0):
+                raise ProtocolError(f"aggregated gradients from {q} for tree {t} do not fit this party's "
+                                    f"{len(g)} instances")
+            gw += msg.g
+            hw += msg.h
+        return gw, hw
+
+
+def _nan_range(A: np.ndarray):
+    """Column minimum and maximum ignoring NaN; NaN for a column without values."""
+    present = ~np.isnan(A)
+    lo = np.where(present, A, np.inf).min(axis=0)
+    hi = np.where(present, A, -np.inf).max(axis=0)
+    empty = ~present.any(axis=0)
+    return np.where(empty, np.nan, lo), np.where(empty, np.nan, hi)
