@@ -19,6 +19,9 @@
     [hybridtree]                 # hybridtree only: host_depth, guest_depth, mode = "hessian" | "count"
     [forest]                     # federated-forest only: label_mode = "encrypted" | "shared",
                                  # prediction = "one-round" | "classical"
+    [simfl]                      # simfl only: n_hashes (L, default min(40, d-1)), r = 4.0,
+                                 # distribution = "cauchy" | "gaussian", n_bins = 256, force = false (L >= d),
+                                 # schedule = "blocks" | "round-robin"
     [[party]]
     name = "party0"
     role = "active"              # vertical: active (labels) | passive; horizontal: aggregator | client
@@ -42,10 +45,12 @@ from pathlib import Path
 
 from fedgrove.exceptions import InvalidParameterError
 
-PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest")
+PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl")
 ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest"),
-         "federated-forest": ("master", "client")}
-LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", "federated-forest": "master"}
+         "federated-forest": ("master", "client"), "simfl": ("party",)}
+# the coordinating role (exactly one party has it); SimFL's parties are peers
+LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", "federated-forest": "master",
+        "simfl": None}
 NO_DATA = ("aggregator", "master")  # roles that hold no data file
 
 
@@ -72,13 +77,26 @@ class FederationConfig:
     peers: dict[str, str] = field(default_factory=dict)   # party mode only
     hybridtree: dict = field(default_factory=dict)        # host_depth, guest_depth, mode
     forest: dict = field(default_factory=dict)            # label_mode, prediction
+    simfl: dict = field(default_factory=dict)             # LSH parameters and tree schedule
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
 
     @property
     def lead(self) -> str:
-        """Name of the party that coordinates (and writes the predictions)."""
-        return next(p.name for p in self.parties if p.role == LEAD[self.protocol])
+        """Name of the party that coordinates (and writes the predictions); for peer protocols the first."""
+        role = LEAD[self.protocol]
+        return next(p.name for p in self.parties if role is None or p.role == role)
+
+    def simfl_options(self):
+        from fedgrove.protocols.simfl.lsh import LSHParams
+        from fedgrove.protocols.simfl.party import SimFLOptions
+
+        o = dict(self.simfl)
+        schedule = o.pop("schedule", "blocks")
+        try:
+            return SimFLOptions(LSHParams(**{**o, "seed": self.seed}), schedule)
+        except TypeError as exc:
+            raise InvalidParameterError(f"[simfl]: {exc}") from None
 
     def make_params(self):
         """The protocol's parameter object from ``[params]``."""
@@ -157,12 +175,20 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     predict = fed.get("predict", any(p.test is not None for p in parties))
     if not isinstance(predict, bool):
         raise InvalidParameterError(f"federation.predict must be true or false, got {predict!r}")
+    simfl = dict(d.get("simfl", {}))
+    unknown = set(simfl) - {"n_hashes", "r", "distribution", "n_bins", "force", "schedule"}
+    if unknown:
+        raise InvalidParameterError(f"[simfl]: unknown keys {sorted(unknown)}; expected n_hashes, r, distribution, "
+                                    f"n_bins, force, schedule")
     cfg = FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
-                           peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, predict=predict)
+                           peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
+                           predict=predict)
     try:
         cfg.make_params()
     except TypeError as exc:
         raise InvalidParameterError(f"[params]: {exc}") from None
+    if protocol == "simfl":
+        cfg.simfl_options()
     return cfg
 
 
@@ -176,7 +202,7 @@ def load_federation(path) -> FederationConfig:
         raise InvalidParameterError(f"{path}: party names must be distinct, got {names}")
     cfg = _common(d, base, Path(path), parties)
     lead = LEAD[cfg.protocol]
-    if [p.role for p in parties].count(lead) != 1:
+    if lead is not None and [p.role for p in parties].count(lead) != 1:
         raise InvalidParameterError(f"{path}: the {cfg.protocol} protocol needs exactly one {lead} party")
     _check_test_files(cfg, parties, path)
     return cfg
@@ -207,13 +233,13 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     # a peer's role when [roles] does not give it: the other side of a two-role protocol; Federated Forest
     # clients talk to each other too, so there [roles] must name the master
     default = {"active": "passive", "passive": "active", "aggregator": "client", "client": "aggregator",
-               "host": "guest", "guest": "host", "master": "client"}
+               "host": "guest", "guest": "host", "master": "client", "party": "party"}
     if protocol == "federated-forest":
         default["client"] = "client"
     others = [PartySpec(n, roles.get(n, default.get(me.role, "passive")), Path("-")) for n in peers]
     cfg = _common(d, base, Path(path), [me] + others, peers)
     lead = LEAD[cfg.protocol]
-    if [p.role for p in cfg.parties].count(lead) != 1:
+    if lead is not None and [p.role for p in cfg.parties].count(lead) != 1:
         raise InvalidParameterError(f"{path}: exactly one party (this one or a peer named in [roles]) must be the "
                                     f"{lead}")
     _check_test_files(cfg, [me], path)

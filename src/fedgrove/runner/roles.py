@@ -28,6 +28,7 @@ from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
 from fedgrove.protocols.horizontal.client import HorizontalClient
 from fedgrove.protocols.hybridtree.guest import HybridGuest
 from fedgrove.protocols.hybridtree.host import HybridHost, HybridHostModel, predict_hybrid
+from fedgrove.protocols.simfl.party import SimFLParty
 from fedgrove.protocols.vertical.active import VerticalActive, predict_active
 from fedgrove.protocols.vertical.messages import ids_digest
 from fedgrove.protocols.vertical.passive import PassiveModel, VerticalPassive, answer_predict
@@ -235,6 +236,27 @@ def _forest_client_predict(ctx: RoleContext) -> dict:
     return {}
 
 
+# ------------------------------------------------------------------------------------- simfl
+def _simfl_party(ctx: RoleContext) -> dict:
+    params = ctx.cfg.make_params()
+    table = ctx.data(with_label=True)
+    party = SimFLParty(ctx.channel, table.X, table.y, params, ctx.cfg.simfl_options(), ids=table.ids,
+                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz")
+    model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
+    model.metadata["party"] = ctx.spec.name
+    if params.objective != "regression":
+        model.classes = list(range(model.n_classes))
+    model.save(ctx.model_path)
+    return {"trees": model.n_trees, **party.timings}
+
+
+def _simfl_party_predict(ctx: RoleContext) -> dict:
+    """Every party holds the whole model: it predicts its own test file, no message needed."""
+    model = load_model(ctx.model_path)
+    table = ctx.data(with_label=True, test=True)
+    return write_predictions(ctx, _gbdt_output(model, model.predict_raw(table.X)), model.classes, table)
+
+
 @dataclass
 class _Rows:
     ids: np.ndarray | None
@@ -276,9 +298,11 @@ TRAIN = {
     ("horizontal", "aggregator"): _horizontal_aggregator, ("horizontal", "client"): _horizontal_client,
     ("hybridtree", "host"): _hybrid_host, ("hybridtree", "guest"): _hybrid_guest,
     ("federated-forest", "master"): _forest_master, ("federated-forest", "client"): _forest_client,
+    ("simfl", "party"): _simfl_party,
 }
 PREDICT = {
     ("vertical", "active"): _vertical_active_predict, ("vertical", "passive"): _vertical_passive_predict,
     ("hybridtree", "host"): _hybrid_host_predict, ("hybridtree", "guest"): _hybrid_guest_predict,
     ("federated-forest", "master"): _forest_master_predict, ("federated-forest", "client"): _forest_client_predict,
+    ("simfl", "party"): _simfl_party_predict,
 }
