@@ -349,3 +349,33 @@ def test_federated_forest_in_process_and_over_grpc_give_the_same_files(tmp_path)
     for n in names:
         sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
         assert sim.read_bytes() == grpc_run.read_bytes()
+
+
+def test_simfl_example_over_grpc_gives_the_simulated_files(tmp_path):
+    # three peers as three processes with mutual TLS: the same model files as the one-process run, and every
+    # party holds the same model
+    from fedgrove.cli.main import main
+
+    cfg = _example(tmp_path, "simfl", "horizontal", 4)
+    ports = {n: _port() for n in ("party0", "party1", "party2")}
+    create_federation_certs(tmp_path / "certs", list(ports))
+    for n in ports:
+        party = (Path(__file__).parents[2] / "examples" / "simfl" / f"{n}.toml").read_text()
+        for m_, port in ports.items():
+            party = party.replace(f"127.0.0.1:{50080 + int(m_[-1])}", f"127.0.0.1:{port}")
+        (tmp_path / f"{n}.toml").write_text(party.replace("n_estimators = 50", "n_estimators = 4"))
+    assert main(["simulate", str(cfg)]) == 0
+    procs = [_start(tmp_path, n) for n in reversed(list(ports))]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 3, [o[1][-2000:] for o in outs]
+    models = []
+    for n in ports:
+        sim = tmp_path / "runs" / "simulated" / f"{n}.model.json"
+        grpc_run = tmp_path / "runs" / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
+        d = json.loads(grpc_run.read_text())
+        d["metadata"].pop("party")
+        models.append(d)
+    assert models[0] == models[1] == models[2]
+    stats = json.loads((tmp_path / "runs" / "grpc" / "party1.stats.json").read_text())
+    assert stats["n_test"] == 114 and stats["test_accuracy"] > 0.85 and stats["preprocess_bytes_sent"] > 0

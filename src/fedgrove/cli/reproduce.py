@@ -9,7 +9,8 @@ import typer
 from fedgrove.cli.common import console, progress_bar
 from fedgrove.exceptions import InvalidParameterError
 
-PAPERS = {"hybridtree": "fedgrove.experiments.hybridtree", "federated-forest": "fedgrove.experiments.forest"}
+PAPERS = {"hybridtree": "fedgrove.experiments.hybridtree", "federated-forest": "fedgrove.experiments.forest",
+          "simfl": "fedgrove.experiments.simfl"}
 
 
 def _split(value: str | None, allowed: tuple, what: str) -> list[str]:

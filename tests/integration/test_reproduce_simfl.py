@@ -1,0 +1,23 @@
+"""`fedgrove reproduce simfl --quick`: every experiment runs end to end; the report says what it ran."""
+
+import json
+
+from fedgrove.cli.main import main
+
+
+def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
+    out = tmp_path / "res"
+    code = main(["reproduce", "simfl", "--quick", "--datasets", "a9a", "--out", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())["datasets"]["a9a"]
+    t2 = res["table2"]
+    assert len(t2["SimFL_runs"]) == 2 and t2["SimFL"][1] <= t2["SimFL"][0] <= t2["SimFL"][2]
+    assert len(t2["SOLO"]) == 2 and 0 < t2["ALL-IN"] < 50 and "TFL_round_robin" in t2
+    assert set(res["figure2"]) == {"0.7", "0.9"} and set(res["figure3"]) == {"2", "4"}
+    assert len(res["figure4"]["4"]["SOLO"]) == 4
+    cost = res["table4"]
+    assert cost["parties"] == 4 and cost["SimFL_s"] > 0 and cost["prep_MB_per_party"] > 0 and cost["MB_per_tree"] > 0
+    report = (out / "report.md").read_text()
+    for title in ("Table 2", "Table 3", "Figure 2", "Figure 3", "Figure 4", "Table 4", "Quick run", "17.0 (16.7-17.2)"):
+        assert title in report
+    assert (out / "a9a-figure3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
