@@ -46,7 +46,8 @@ def test_only_hashes_ids_aggregated_gradients_and_trees_cross_party_boundaries()
     # with IDs, aggregated gradients (one vector per trainer instance) and trees: never a feature value or label
     X, y, parts = _parts(n=900, k=3)
     logs = {f"party{k}": [] for k in range(3)}
-    out = run_simfl(parts, GBDTParams(n_estimators=6, max_depth=3), observers={n: [_record(v)] for n, v in logs.items()})
+    out = run_simfl(parts, GBDTParams(n_estimators=6, max_depth=3),
+                    observers={n: [_record(v)] for n, v in logs.items()})
     allowed = {m.Hello, m.CacheStatus, m.FeatureRange, m.HashTable, m.MaskingKey, m.MaskedStats,
                m.AggregatedGradients, m.TreeMessage}
     for name, log in logs.items():

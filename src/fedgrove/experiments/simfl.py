@@ -220,11 +220,12 @@ def write_report(results: dict, out_dir: Path) -> None:
                      " / ".join(str(s) for s in paper["SOLO"]), str(paper["ALL-IN"])]]
             gap = ours["SimFL"][0] - ours["ALL-IN"]
             pgap = paper["SimFL"][0] - paper["ALL-IN"]
+            below_solo = "yes" if ours["SimFL"][0] < min(ours["SOLO"]) else "NO"
+            below_tfl = "yes" if ours["SimFL"][0] < ours["TFL"] else "NO"
             lines += [f"### {title}", "", md_table(["", "SimFL avg (min-max)", "TFL", "SOLO per party", "ALL-IN"],
                                                    rows), "",
                       f"TFL round-robin: {fmt(ours['TFL_round_robin'], 2)}. SimFL's gap to ALL-IN: {gap:.2f} points "
-                      f"(paper: {pgap:.2f}); below every SOLO: {'yes' if ours['SimFL'][0] < min(ours['SOLO']) else 'NO'}"
-                      f"; below TFL: {'yes' if ours['SimFL'][0] < ours['TFL'] else 'NO'}.", ""]
+                      f"(paper: {pgap:.2f}); below every SOLO: {below_solo}; below TFL: {below_tfl}.", ""]
         for fig, key, xlabel, title in (("figure2", "theta", "theta", "Figure 2: test error by theta"),
                                         ("figure3", "parties", "parties", "Figure 3: parties, unbalanced (0.8)"),
                                         ("figure4", "parties", "parties", "Figure 4: parties, balanced")):
