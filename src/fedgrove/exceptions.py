@@ -54,3 +54,10 @@ class PrivacyBudgetError(FedgroveError):
     """A differential-privacy mechanism would exceed the configured budget."""
 
     exit_code = 7
+
+
+class LedgerError(FedgroveError):
+    """A ledger file fails verification (a broken hash chain, a bad signature, a contribution that does not
+    recompute)."""
+
+    exit_code = 8

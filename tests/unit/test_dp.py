@@ -33,3 +33,26 @@ def test_exponential_mechanism_prefers_high_scores():
     acc = PrivacyAccountant(0.1)
     with pytest.raises(PrivacyBudgetError):
         exponential(scores, 1.0, 0.2, accountant=acc)
+
+
+def test_nested_parallel_blocks_compose_like_the_fvtree_schedule():
+    # two ensembles in sequence; in each, trees on disjoint data; in a tree, depths in sequence; in a depth,
+    # nodes on disjoint data; a node's five queries in sequence
+    acc = PrivacyAccountant(1.0)
+    per_query = 1.0 / (2 * 3 * 5)
+    for _ensemble in range(2):
+        with acc.parallel():
+            for tree in range(4):
+                with acc.branch(tree):
+                    for _depth in range(3):
+                        with acc.parallel():
+                            for node in range(4):
+                                with acc.branch(node):
+                                    for _ in range(5):
+                                        acc.spend(per_query, "query")
+    assert acc.spent == pytest.approx(1.0)
+    with pytest.raises(PrivacyBudgetError):
+        with acc.parallel():
+            with acc.branch(0):
+                acc.spend(per_query)
+    assert acc.spent == pytest.approx(1.0)

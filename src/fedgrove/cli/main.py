@@ -2,7 +2,7 @@
 
 Exit codes: 0 success; 1 other fedgrove error; 2 bad parameter or usage;
 3 bad input data; 4 bad model file; 5 protocol error; 6 peer timeout;
-7 privacy budget exhausted; 130 interrupted.  Errors print one line on
+7 privacy budget exhausted; 8 ledger verification failed; 130 interrupted.  Errors print one line on
 stderr, never a traceback (set FEDGROVE_DEBUG=1 to see one).
 """
 

@@ -27,47 +27,93 @@ _SLACK = 1e-9
 
 
 class PrivacyAccountant:
+    """Adds up epsilon under sequential composition, takes maxima under parallel composition.
+
+    ``with acc.parallel():`` opens a block of queries on disjoint data: each
+    ``with acc.branch(key):`` inside it is one part of the data, whose queries
+    add up; the block costs the largest branch.  A ``spend`` directly inside a
+    block is a branch of its own.  Blocks nest (a tree's depths inside an
+    ensemble's trees), and every spend is checked against the budget as if
+    all open blocks closed now.
+    """
+
     def __init__(self, epsilon: float):
         if not (isinstance(epsilon, (int, float)) and epsilon > 0 and math.isfinite(epsilon)):
             raise InvalidParameterError(f"privacy budget epsilon must be a positive finite number, got {epsilon!r}")
         self.budget = float(epsilon)
-        self.spent = 0.0
         self.log: list[tuple[str, float]] = []
-        self._parallel: list[float] | None = None
+        self._stack: list[dict] = [{"kind": "seq", "spent": 0.0}]
+
+    @property
+    def spent(self) -> float:
+        return self._projected()
 
     @property
     def remaining(self) -> float:
         return self.budget - self.spent
 
+    def _projected(self) -> float:
+        """Total cost if every open block closed now."""
+        value = 0.0
+        for frame in reversed(self._stack):
+            if frame["kind"] == "seq":
+                value += frame["spent"]
+            else:
+                branches = dict(frame["branches"])
+                if frame["open"] is not None:
+                    branches[frame["open"]] = branches.get(frame["open"], 0.0) + value
+                value = max(branches.values(), default=0.0)
+        return value
+
     def spend(self, epsilon: float, what: str = "") -> None:
         if not epsilon > 0:
             raise InvalidParameterError(f"epsilon to spend must be positive, got {epsilon!r}")
-        if self._parallel is not None:  # parallel composition: the block costs its maximum
-            self._parallel.append(epsilon)
-            projected = self.spent + max(self._parallel)
+        top = self._stack[-1]
+        if top["kind"] == "par":  # a query straight inside a parallel block is a branch of its own
+            key = ("spend", len(top["branches"]))
+            top["branches"][key] = float(epsilon)
+            undo = lambda: top["branches"].pop(key)  # noqa: E731
         else:
-            projected = self.spent + epsilon
+            top["spent"] += float(epsilon)
+            undo = lambda: top.__setitem__("spent", top["spent"] - float(epsilon))  # noqa: E731
+        projected = self._projected()
         if projected > self.budget * (1 + _SLACK):
-            if self._parallel is not None:
-                self._parallel.pop()
+            undo()
             raise PrivacyBudgetError(f"spending epsilon {epsilon:g} on {what or 'a query'} would bring the total to "
                                      f"{projected:g}, over the budget of {self.budget:g}; stopping")
-        if self._parallel is None:
-            self.spent = projected
         self.log.append((what, epsilon))
 
     @contextlib.contextmanager
     def parallel(self):
         """Queries on disjoint data inside this block cost their maximum, not their sum."""
-        if self._parallel is not None:
-            raise InvalidParameterError("parallel blocks do not nest")
-        self._parallel = []
+        self._stack.append({"kind": "par", "branches": {}, "open": None})
         try:
             yield self
         finally:
-            block, self._parallel = self._parallel, None
-            if block:
-                self.spent += max(block)
+            frame = self._stack.pop()
+            self._add_to_top(max(frame["branches"].values(), default=0.0))
+
+    @contextlib.contextmanager
+    def branch(self, key):
+        """One disjoint part of the data inside :meth:`parallel`; its queries add up."""
+        par = self._stack[-1]
+        if par["kind"] != "par" or par["open"] is not None:
+            raise InvalidParameterError("branch() belongs directly inside parallel()")
+        par["open"] = key
+        self._stack.append({"kind": "seq", "spent": 0.0})
+        try:
+            yield self
+        finally:
+            frame = self._stack.pop()
+            par["open"] = None
+            par["branches"][key] = par["branches"].get(key, 0.0) + frame["spent"]
+
+    def _add_to_top(self, cost: float) -> None:
+        top = self._stack[-1]
+        if top["kind"] == "seq":
+            top["spent"] += cost
+        else:
+            top["branches"][("block", len(top["branches"]))] = cost
 
     def report(self) -> str:
         return f"epsilon spent {self.spent:.6g} of {self.budget:.6g} ({len(self.log)} mechanism calls)"

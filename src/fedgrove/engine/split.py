@@ -43,7 +43,6 @@ def _gbdt_score(g, h, reg_lambda):
     return g * g / (h + reg_lambda)
 
 
-@njit(parallel=True, cache=True, nogil=True)
 def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
                      min_child_weight, min_samples_leaf):
     """Best split per node from (g, h, count) histograms.
@@ -64,7 +63,19 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
     -------
     gain, feature, bin, missing_left, left_stats : per node; ``feature == -1``
     where no valid split exists.  ``gain`` already has ``gamma`` subtracted.
+    The per-(node, feature) bests come from :func:`gbdt_pair_splits`, the choice
+    among features from :func:`reduce_pairs`.
     """
+    pg, pb, pm, pl = gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
+                                      min_child_weight, min_samples_leaf)
+    return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_child_weight,
+                     min_samples_leaf):
+    """The best second-order split of every (node, feature) pair: flat arrays indexed ``node * n_features +
+    feature`` (gain, bin, missing_left, left_stats), as :func:`cart_pair_splits`."""
     n_nodes = rows.shape[0]
     n_features = feature_offsets.shape[0] - 1
     n_pairs = n_nodes * n_features
@@ -126,7 +137,7 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                     pl[q, 1] = lh
                     pl[q, 2] = lc if has_count else np.nan
         pg[q] = best
-    return reduce_pairs(pg, pb, pm, pl, n_nodes, n_features)
+    return pg, pb, pm, pl
 
 
 @njit(cache=True)

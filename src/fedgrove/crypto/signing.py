@@ -1,0 +1,43 @@
+"""Ed25519 signatures (``cryptography``): who wrote a ledger record, who endorsed a histogram."""
+
+from __future__ import annotations
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from fedgrove.exceptions import ProtocolError
+
+
+class SigningKey:
+    """A party's Ed25519 key pair."""
+
+    def __init__(self, private_key: Ed25519PrivateKey | None = None):
+        self._sk = private_key or Ed25519PrivateKey.generate()
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> "SigningKey":
+        """A key from 32 secret bytes (tests and reproducible experiments)."""
+        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+
+    def public_bytes(self) -> bytes:
+        return self._sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def sign(self, data: bytes) -> bytes:
+        return self._sk.sign(data)
+
+
+def public_key(raw: bytes) -> Ed25519PublicKey:
+    if len(raw) != 32:
+        raise ProtocolError(f"an Ed25519 public key has 32 bytes, got {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def verify(public: bytes | Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
+    """Whether ``signature`` is the holder of ``public``'s signature on ``data``."""
+    key = public_key(public) if isinstance(public, (bytes, bytearray)) else public
+    try:
+        key.verify(bytes(signature), bytes(data))
+    except (InvalidSignature, ValueError):
+        return False
+    return True

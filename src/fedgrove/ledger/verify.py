@@ -1,0 +1,205 @@
+"""Check a ledger file from scratch: chain, signatures, and every contribution recomputed from the histograms.
+
+:func:`verify_ledger` reads the records in order and checks, for each:
+
+* its sequence number and that its ``prev_hash`` is the previous record's
+  hash, and its own hash (editing, deleting, inserting or reordering a record
+  breaks this);
+* its author's Ed25519 signature: the requester's key is the one in the model
+  request (or ``trusted_keys``), every other party's the one in its
+  self-signed membership record, which must come before anything it writes;
+* for FV-tree: which uploads the endorsements accept (a distance below the
+  request's threshold signs; two thirds of the parties, the sender's own
+  signature included), against the accepted parties each split record lists;
+  and every party's split Shapley value and voting contribution, recomputed
+  from the accepted histograms of the chosen feature (sampled values with the
+  same permutations), against the contribution records.
+
+The first failure raises :class:`~fedgrove.exceptions.LedgerError` naming the
+record (sequence number, kind, author) and what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedgrove.crypto.signing import verify
+from fedgrove.exceptions import LedgerError, ProtocolError
+from fedgrove.ledger import records as rec
+from fedgrove.ledger.contributions import shapley_values, split_sums, vote_contributions
+from fedgrove.ledger.store import GENESIS, chain_hash, open_records, signed_bytes
+
+
+@dataclass
+class LedgerSummary:
+    n_records: int
+    parties: list
+    head: bytes
+    kinds: dict = field(default_factory=dict)
+    contributions: dict = field(default_factory=dict)   # party -> {"shapley", "vote", "total", "splits"}
+    uploads: dict = field(default_factory=dict)         # party -> {"accepted", "refused"}
+    beta: float = 1.0
+
+
+def verify_ledger(path, trusted_keys: dict | None = None) -> LedgerSummary:
+    records = open_records(path)
+    if not records:
+        raise LedgerError(f"{path} holds no record")
+    prev = GENESIS
+    keys: dict[str, bytes] = {}
+    request = None
+    uploads: dict[tuple, dict] = {}      # (tree, layer) -> party -> (HistogramUpload, digest)
+    endorse: dict[tuple, dict] = {}      # (tree, layer) -> sender -> number of signatures
+    votes: dict[tuple, dict] = {}        # (tree, layer) -> party -> VoteRecord
+    splits: dict[tuple, rec.SplitRecord] = {}
+    n_bins = None                        # rows per feature in every histogram (the Binning record)
+    summary = None
+    for pos, r in enumerate(records, start=1):
+        where = f"record {r.seq} ({r.kind} by {r.author})"
+
+        def bad(why: str) -> LedgerError:
+            return LedgerError(f"{where}: {why}")
+
+        if r.seq != pos:
+            raise bad(f"sequence number {r.seq} where {pos} was expected: a record was removed or moved")
+        if bytes(r.prev_hash) != prev:
+            raise bad("it does not link to the record before it: the chain was cut, reordered or edited")
+        if chain_hash(prev, r.kind, r.author, bytes(r.body), bytes(r.signature)) != bytes(r.hash):
+            raise bad("its hash does not match its content: it was edited")
+        prev = bytes(r.hash)
+        try:
+            body = r.message()
+        except ProtocolError as exc:
+            raise bad(f"its body does not decode: {exc}") from None
+        if type(body).__name__ != r.kind:
+            raise bad(f"its body is a {type(body).__name__}")
+        if request is None:
+            if not isinstance(body, rec.ModelRequest):
+                raise bad("the first record must be the model request")
+            request = body
+            parties = list(body.parties or [])
+            if r.author != parties[0]:
+                raise bad(f"the model request must be written by the requester {parties[0]}")
+            keys[r.author] = (trusted_keys or {}).get(r.author, bytes(body.requester_key))
+            options = json.loads(body.options_json)
+            params = json.loads(body.params_json)
+            summary = LedgerSummary(len(records), parties, b"", beta=float(options.get("beta", 1.0)))
+            summary.contributions = {q: {"shapley": 0.0, "vote": 0.0, "total": 0.0, "splits": 0} for q in parties}
+            summary.uploads = {q: {"accepted": 0, "refused": 0} for q in parties}
+        elif isinstance(body, rec.Membership):
+            if r.author != body.party or r.author in keys and r.author != request.parties[0]:
+                raise bad("a membership record must be the party's own, once")
+            if r.author == request.parties[0] and bytes(body.key) != keys[r.author]:
+                raise bad("the requester's membership names another key than its model request")
+            keys[r.author] = (trusted_keys or {}).get(r.author, bytes(body.key))
+        if r.author not in keys:
+            raise bad(f"{r.author} wrote before its membership record (or is not a member)")
+        if trusted_keys and r.author in trusted_keys and keys[r.author] != trusted_keys[r.author]:
+            raise bad(f"the key of {r.author} is not the trusted one")
+        if not verify(keys[r.author], bytes(r.signature), signed_bytes(r.kind, r.author, bytes(r.body))):
+            raise bad(f"the signature does not verify under {r.author}'s key")
+        summary.kinds[r.kind] = summary.kinds.get(r.kind, 0) + 1
+        key = (getattr(body, "tree", None), getattr(body, "layer", None))
+        if isinstance(body, rec.Binning):
+            if r.author != request.parties[0]:
+                raise bad("the cut points must be recorded by the requester")
+            n_bins = np.asarray(body.n_bins, dtype=np.int64)
+        elif isinstance(body, rec.VoteRecord):
+            votes.setdefault(key, {})[r.author] = body
+        elif isinstance(body, rec.HistogramUpload):
+            uploads.setdefault(key, {})[r.author] = (body, hashlib.sha256(bytes(r.body)).digest())
+            endorse.setdefault(key, {}).setdefault(r.author, 1)  # the sender's own signature
+        elif isinstance(body, rec.Endorsement):
+            up = uploads.get(key, {}).get(body.sender)
+            if up is None or up[1] != bytes(body.digest):
+                raise bad(f"it endorses an upload of {body.sender} that is not on the ledger")
+            if bool(body.endorsed) != (body.distance < options.get("threshold", math.inf)):
+                raise bad(f"its verdict contradicts its distance {body.distance:.4g} and the threshold")
+            endorse[key][body.sender] += int(body.endorsed)
+        elif isinstance(body, rec.SplitRecord):
+            _check_acceptance(body, endorse.get(key, {}), uploads.get(key, {}), request, options, bad)
+            splits[key] = body
+            for i, q in enumerate(request.parties):
+                n = len(body.nodes or [])
+                if body.accepted.size and (int(body.accepted[0]) >> i) & 1:
+                    summary.uploads[q]["accepted"] += 1
+                elif n:
+                    summary.uploads[q]["refused"] += 1
+        elif isinstance(body, rec.ContributionRecord):
+            split = splits.get(key)
+            if split is None:
+                raise bad("a contribution record without the split record of its layer")
+            if n_bins is None:
+                raise bad("contributions before the cut points were recorded")
+            _check_contributions(body, split, uploads.get(key, {}), votes.get(key, {}), request, params, options,
+                                 n_bins, bad)
+            for i, q in enumerate(request.parties):
+                c = summary.contributions[q]
+                c["shapley"] += float(body.shapley[:, i].sum())
+                c["vote"] += float(body.vote[:, i].sum())
+                c["splits"] += int(np.count_nonzero(body.shapley[:, i] + body.vote[:, i]))
+    for c in summary.contributions.values():
+        c["total"] = c["shapley"] + summary.beta * c["vote"]
+    summary.head = prev
+    return summary
+
+
+def _check_acceptance(split: rec.SplitRecord, signatures: dict, uploads: dict, request, options, bad) -> None:
+    parties = list(request.parties)
+    need = math.ceil(float(options.get("endorse_fraction", 2 / 3)) * len(parties) - 1e-9)
+    verify_on = bool(options.get("verify", True))
+    mask = sum(1 << i for i, q in enumerate(parties)
+               if q in uploads and (not verify_on or signatures.get(q, 0) >= need))
+    for j, acc in enumerate(split.accepted.tolist()):
+        if int(acc) != mask:
+            raise bad(f"node {split.nodes[j]} lists accepted parties {_names(acc, parties)}, the endorsements "
+                      f"accept {_names(mask, parties)}")
+
+
+def _names(mask: int, parties: list) -> list:
+    return [q for i, q in enumerate(parties) if (int(mask) >> i) & 1]
+
+
+def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uploads: dict, votes: dict, request,
+                         params, options, n_bins, bad) -> None:
+    parties = list(request.parties)
+    if list(c.nodes or []) != list(split.nodes or []) or c.shapley.shape != (len(split.nodes), len(parties)):
+        raise bad("its nodes do not match the layer's split record")
+    lam, gamma = float(params.get("reg_lambda", 1.0)), float(params.get("gamma", 0.0))
+    for j, node in enumerate(split.nodes):
+        f, b, ml = int(split.features[j]), int(split.bins[j]), bool(split.missing_left[j])
+        acc = [i for i, q in enumerate(parties) if (int(split.accepted[j]) >> i) & 1]
+        sums = []
+        for i in acc:
+            up = uploads[parties[i]][0]
+            k = list(up.nodes).index(node)
+            pos, found = int(up.offsets[k]), None
+            cands = up.candidates[k][up.candidates[k] >= 0]
+            for cf in cands:
+                nb = int(n_bins[cf])
+                if cf == f:
+                    found = up.hist[pos:pos + nb]
+                    break
+                pos += nb
+            if found is None:
+                raise bad(f"node {node}: {parties[i]}'s upload has no histogram of the chosen feature {f}")
+            sums.append(split_sums(found, b, ml))
+        phi, _, method = shapley_values(np.array(sums), lam, gamma, int(options.get("n_permutations", 2000)),
+                                        seed=int(params.get("seed", 0)) + int(c.tree))
+        expect = np.zeros(len(parties))
+        expect[acc] = phi
+        if not np.allclose(c.shapley[j], expect, rtol=1e-9, atol=1e-9):
+            raise bad(f"node {node}: the recorded split Shapley values {np.round(c.shapley[j], 6).tolist()} do not "
+                      f"recompute from the accepted histograms ({np.round(expect, 6).tolist()})")
+        voters = np.array([(int(split.voters[j]) >> i) & 1 for i in range(len(parties))], dtype=bool)
+        recorded_votes = np.array([votes[q].features[list(votes[q].nodes).index(node)] == f if q in votes else False
+                                   for q in parties])
+        if not np.array_equal(voters, recorded_votes):
+            raise bad(f"node {node}: the voters listed do not match the vote records")
+        if not np.allclose(c.vote[j], vote_contributions(float(split.gains[j]), voters), rtol=1e-9, atol=1e-9):
+            raise bad(f"node {node}: the voting contributions do not recompute")

@@ -1,0 +1,640 @@
+"""An FV-tree party (FGBDT-Chain): its own instances, labels and a replica of the ledger.
+
+Every party grows the same trees: per layer, for all open nodes at once,
+
+1. each party finds its best feature per node on its *refitted* histograms
+   (gradients weighted by the PSD density of the federation; PV-tree: on its
+   original ones) and votes for it (the exponential mechanism under DP);
+2. the ``n_candidates`` features with most votes (ties: lower index) are the
+   node's candidates; each party uploads its *original* (g, h, count)
+   histograms of them (noised under DP);
+3. every other party estimates the sender's histogram from its own data
+   weighted by the PSD density ratio and signs (Ed25519) when the overlap
+   distance D is below the threshold; a histogram needs signatures from two
+   thirds of the parties (its sender's included) to count;
+4. the accepted histograms are summed and the engine's split search picks the
+   split among the candidates; each party partitions its own instances.
+
+The split Shapley value of every party and the voting contributions are
+computed for every split (:mod:`fedgrove.ledger.contributions`).  Every vote,
+upload, endorsement, split and contribution is a signed record on each
+party's ledger replica; replicas are compared at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from fedgrove.crypto.signing import SigningKey, verify
+from fedgrove.engine.binning import BinMapper, QuantileSketch
+from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
+from fedgrove.engine.losses import make_objective
+from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.split import gbdt_pair_splits
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
+from fedgrove.engine.tree import PackedEnsemble
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.ledger import records as rec
+from fedgrove.ledger.contributions import shapley_values, split_sums, vote_contributions
+from fedgrove.ledger.store import sign_record, signed_bytes
+from fedgrove.protocols.fvtree import messages as m
+from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy, DPOptions, NoPrivacy
+from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights
+from fedgrove.protocols.horizontal.common import base_score, label_stats
+from fedgrove.transport.codec import decode, encode
+
+
+@dataclass
+class FVTreeOptions:
+    """FV-tree's settings beyond the GBDT parameters.
+
+    n_candidates : features that get histograms per node (top by votes); None: every feature (no voting
+        approximation: the splits equal the centralised engine's)
+    refit : vote on PSD-refitted gradients (FV-tree) or on the original ones (PV-tree)
+    use_psd : build and share PSDs (needed by refit and verification)
+    psd_depth, psd_epsilon : the PSD's depth and the Laplace budget of its leaf counts (None: exact counts)
+    verify : endorse histograms by overlap distance (needs the PSD); off: every histogram is accepted
+    threshold : D below which a party signs another's upload (D ~ 0.05-0.2 for honest skewed parties on a9a,
+        ~1 for a histogram scaled by 2)
+    endorse_fraction : signatures (the sender's included) a histogram needs, as a fraction of the parties
+    beta : weight of the voting contribution in a party's total
+    n_permutations : Shapley permutations above 12 parties
+    dp : DPOptions, or None
+    """
+
+    n_candidates: int | None = 2
+    refit: bool = True
+    use_psd: bool = True
+    psd_depth: int = 8
+    psd_epsilon: float | None = 1.0
+    verify: bool = True
+    threshold: float = 0.5
+    endorse_fraction: float = 2.0 / 3.0
+    beta: float = 1.0
+    n_permutations: int = 2000
+    dp: DPOptions | None = None
+
+    def __post_init__(self):
+        if self.n_candidates is not None and not (isinstance(self.n_candidates, int) and self.n_candidates >= 1):
+            raise InvalidParameterError(f"n_candidates must be a positive integer or None, got {self.n_candidates!r}")
+        if (self.refit or self.verify) and not self.use_psd:
+            raise InvalidParameterError("refit and verification need the PSD (use_psd = true)")
+        if not 0 < self.endorse_fraction <= 1:
+            raise InvalidParameterError(f"endorse_fraction must be in (0, 1], got {self.endorse_fraction!r}")
+        if not self.threshold > 0:
+            raise InvalidParameterError(f"threshold must be positive, got {self.threshold!r}")
+        if isinstance(self.dp, dict):
+            self.dp = DPOptions(**self.dp)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Peer:
+    name: str
+    key: bytes
+    n_samples: int
+    psd: PSD | None = None
+
+
+@dataclass
+class _LayerState:
+    """What a layer leaves for its splits and records."""
+
+    layer: Layer
+    candidates: np.ndarray          # (n_nodes, k) feature or -1
+    votes: np.ndarray               # (M, n_nodes) voted feature per party
+    uploads: dict                   # party -> HistogramUpload
+    accepted: np.ndarray            # (M, n_nodes) bool
+    refusals: list                  # per node: text
+    totals: np.ndarray              # (n_nodes, 3) global (g, h, count)
+    split_rows: list = field(default_factory=list)
+
+
+class FVTreeParty:
+    """One party of FV-tree on a Channel (peers: every other party).
+
+    Parameters
+    ----------
+    channel : this party's Channel
+    X, y : its instances and labels (the same features as every other party)
+    params : GBDTParams (binary or regression; multiclass without DP)
+    options : FVTreeOptions
+    ledger : this party's :class:`~fedgrove.ledger.store.Ledger` replica, or None (records are still signed
+        and checked, not stored)
+    key : its Ed25519 :class:`~fedgrove.crypto.signing.SigningKey` (default: a new one)
+    """
+
+    def __init__(self, channel, X, y, params: GBDTParams, options: FVTreeOptions | None = None, ledger=None,
+                 key: SigningKey | None = None):
+        self.ch, self.params = channel, params
+        self.o = options or FVTreeOptions()
+        self.X, self.y = check_xy(X, y)
+        if params.subsample < 1 or params.colsample_bytree < 1:
+            raise InvalidParameterError("row/column subsampling is not supported by FV-tree")
+        if params.objective == "multiclass" and (params.n_classes is None or self.o.dp is not None):
+            raise InvalidParameterError("FV-tree multiclass needs params.n_classes and no DP")
+        self.parties = sorted([channel.party] + list(channel.peers))
+        self.index = self.parties.index(channel.party)
+        self.others = [p for p in self.parties if p != channel.party]
+        self.requester = self.parties[0]
+        self.key = key or SigningKey()
+        self.ledger = ledger
+        self.privacy = (DifferentialPrivacy(self.o.dp, params.n_estimators, params.max_depth, params.seed)
+                        if self.o.dp is not None else NoPrivacy())
+        self.contributions = np.zeros((len(self.parties), 2))  # per party: split Shapley, vote (sums)
+        self.rejected = 0
+
+    # -- signed records ----------------------------------------------------------------------
+    def _sign(self, message) -> m.SignedRecord:
+        kind, body, sig = sign_record(self.key, self.ch.party, message)
+        return m.SignedRecord(kind, body, sig)
+
+    def _open(self, author: str, signed: m.SignedRecord, expect: type):
+        """Check a record's author signature and decode its body as ``expect``."""
+        if not verify(self.peers[author].key, signed.signature, signed_bytes(signed.kind, author, signed.body)):
+            raise ProtocolError(f"{signed.kind} from {author}: the signature does not verify")
+        return decode(signed.body, expect, context=f"{signed.kind} from {author}")
+
+    def _append(self, author: str, signed: m.SignedRecord) -> None:
+        if self.ledger is not None:
+            self.ledger.append(signed.kind, author, signed.body, signed.signature)
+
+    def _all_gather(self, tag: str, mine: m.SignedRecord, expect: type) -> dict:
+        """Broadcast this party's signed record, receive everyone's; returns party -> (signed, decoded)."""
+        self.ch.broadcast(tag, mine, self.others)
+        got = {self.ch.party: (mine, decode(mine.body, expect))}
+        for p, msg in self.ch.gather(tag, m.SignedRecord, self.others).items():
+            got[p] = (msg, self._open(p, msg, expect))
+        return got
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        ch, o = self.ch, self.o
+        n, d = self.X.shape
+        lo = np.append(_nanmin(self.X), np.min(self.y))
+        hi = np.append(_nanmax(self.X), np.max(self.y))
+        ch.broadcast("hello", m.Hello(n, d, self.key.public_bytes(), lo, hi), self.others)
+        hello = {ch.party: m.Hello(n, d, self.key.public_bytes(), lo, hi), **ch.gather("hello", m.Hello, self.others)}
+        if {h.n_features for h in hello.values()} != {d}:
+            raise ProtocolError(f"the parties hold different numbers of features: "
+                                f"{ {p: h.n_features for p, h in hello.items()} }")
+        self.peers = {p: _Peer(p, h.key, h.n_samples) for p, h in hello.items()}
+        self.n_total = sum(h.n_samples for h in hello.values())
+        self.lo = _nanmin(np.vstack([h.lo for h in hello.values()]))
+        self.hi = _nanmax(np.vstack([h.hi for h in hello.values()]))
+        # the model request and memberships: the first records of every replica
+        if ch.party == self.requester:
+            request = self._sign(rec.ModelRequest("fvtree", json.dumps(self.params.to_dict(), sort_keys=True),
+                                                  json.dumps(o.to_dict(), sort_keys=True, default=str),
+                                                  self.parties, self.key.public_bytes(), self.lo, self.hi))
+            ch.broadcast("request", request, self.others)
+        else:
+            request = ch.recv(self.requester, "request", m.SignedRecord)
+            body = self._open(self.requester, request, rec.ModelRequest)
+            if list(body.parties) != self.parties or body.requester_key != self.peers[self.requester].key:
+                raise ProtocolError(f"the model request from {self.requester} names other parties or another key")
+        members = self._all_gather("member", self._sign(rec.Membership(ch.party, self.key.public_bytes(), n)),
+                                   rec.Membership)
+        self._append(self.requester, request)
+        for p in self.parties:
+            signed, body = members[p]
+            if body.party != p or body.key != self.peers[p].key:
+                raise ProtocolError(f"membership record of {p} does not match its hello")
+            self._append(p, signed)
+        self._common_bins()
+        if o.use_psd:
+            self._psd()
+        stats = label_stats(self.params, make_objective(self.params.objective, self.params.n_classes or 1)
+                            .check_labels(self.y))
+        ch.broadcast("labels", m.LabelStats(stats), self.others)
+        total = stats + sum(s.stats for s in ch.gather("labels", m.LabelStats, self.others).values())
+        self.base = base_score(self.params, total)
+
+    def _common_bins(self) -> None:
+        """Cut points from every party's quantile sketches, merged in party order (so identical everywhere)."""
+        ch = self.ch
+        sketches = BinMapper(self.params.max_bins, subsample=None).sketches(self.X)
+        mine = m.Sketches(np.concatenate([s.values for s in sketches]), np.concatenate([s.weights for s in sketches]),
+                          np.array([len(s.values) for s in sketches], dtype=np.int64))
+        ch.broadcast("sketch", mine, self.others)
+        got = {ch.party: mine, **ch.gather("sketch", m.Sketches, self.others)}
+        merged = None
+        for p in self.parties:
+            msg = got[p]
+            if len(msg.lengths) != self.X.shape[1] or int(msg.lengths.sum()) != len(msg.values):
+                raise ProtocolError(f"sketches from {p} do not match the {self.X.shape[1]} features")
+            bounds = np.concatenate([[0], np.cumsum(msg.lengths)])
+            part = [QuantileSketch(msg.values[a:b], msg.weights[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+            merged = part if merged is None else [x.merge(y_) for x, y_ in zip(merged, part)]
+        self.bin_mapper = BinMapper(self.params.max_bins).fit_sketches(merged)
+        self.X_binned = self.bin_mapper.transform(self.X)
+        cuts = [self.bin_mapper.bin_upper_bounds(f)[:-1] for f in range(self.X.shape[1])]
+        binning = rec.Binning(np.concatenate(cuts) if cuts else np.zeros(0),
+                              np.array([len(c) for c in cuts], dtype=np.int64),
+                              np.diff(self.bin_mapper.feature_offsets).astype(np.int32))
+        if ch.party == self.requester:
+            signed = self._sign(binning)
+            ch.broadcast("binning", signed, self.others)
+        else:
+            signed = ch.recv(self.requester, "binning", m.SignedRecord)
+            if signed.body != encode(binning):
+                raise ProtocolError(f"the cut points {self.requester} recorded differ from {ch.party}'s own merge")
+            self._open(self.requester, signed, rec.Binning)
+        self._append(self.requester, signed)
+
+    def _psd(self) -> None:
+        o = self.o
+        psd = PSD.build(self.X, self.y, self.lo, self.hi, o.psd_depth, o.psd_epsilon,
+                        np.random.default_rng([self.params.seed, 53]), np.random.default_rng([self.params.seed, 54,
+                                                                                              self.index]))
+        got = self._all_gather("psd", self._sign(rec.PSDUpload(self.ch.party, psd.depth, psd.features, psd.cuts,
+                                                               psd.counts)), rec.PSDUpload)
+        for p in self.parties:
+            signed, body = got[p]
+            other = PSD(body.depth, body.features, body.cuts, body.counts)
+            other.check(self.X.shape[1] + 1)
+            if not (np.array_equal(other.features, psd.features) and np.array_equal(other.cuts, psd.cuts)):
+                raise ProtocolError(f"the PSD of {p} does not have the federation's structure")
+            self.peers[p].psd = other
+            self._append(p, signed)
+        Z = np.column_stack([self.X, self.y])
+        mine = self.peers[self.ch.party].psd
+        self.weights = refit_weights(mine, [self.peers[p].psd for p in self.others], Z, len(self.X), self.n_total)
+        self.ratios = {p: density_ratio(self.peers[p].psd, mine, Z) for p in self.others}
+
+    # -- training --------------------------------------------------------------------------------
+    def fit(self, progress=None) -> GBDTModel:
+        """Train; ``progress(trees_done, trees_total)`` after every round.  Returns the model every party holds."""
+        ch, p, o = self.ch, self.params, self.o
+        self._setup()
+        objective = make_objective(p.objective, p.n_classes or 1)
+        y = objective.check_labels(self.y)
+        K = objective.n_outputs
+        model = GBDTModel(p.objective, objective.n_classes, self.base, self.bin_mapper, p.to_dict())
+        model.metadata.update({"protocol": "fvtree", "parties": self.parties, "options": o.to_dict()})
+        raw = np.tile(self.base, (len(y), 1))
+        self.scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
+        self.thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(self.X.shape[1])]
+        tpe = getattr(self.privacy, "tpe", p.n_estimators)
+        t = 0
+        for e in range(-(-p.n_estimators // tpe)):
+            with self.privacy.ensemble(e):
+                for _ in range(min(tpe, p.n_estimators - e * tpe)):
+                    g, h = objective.gradients(y, raw)
+                    for c in range(K):
+                        with ch.scope(tree=t * K + c), self.privacy.tree(t * K + c):
+                            tree = self._grow(t * K + c, g[:, c], h[:, c])
+                        model.add_tree(tree, c)
+                        leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
+                        raw[:, c] += tree.values[leaf[:, 0], 0]
+                    t += 1
+                    if progress is not None:
+                        progress(t, p.n_estimators)
+        if self.ledger is not None:  # replicas must agree
+            mine = m.LedgerHead(self.ledger.count, self.ledger.head)
+            ch.broadcast("head", mine, self.others)
+            for q, head in ch.gather("head", m.LedgerHead, self.others).items():
+                if (head.count, head.head) != (mine.count, mine.head):
+                    raise ProtocolError(f"the ledger replica of {q} ({head.count} records) differs from "
+                                        f"{ch.party}'s ({mine.count} records)")
+        model.metadata["contributions"] = {q: {"shapley": float(s), "vote": float(v),
+                                               "total": float(s + o.beta * v)}
+                                           for q, (s, v) in zip(self.parties, self.contributions)}
+        model.metadata["rejected_histograms"] = self.rejected
+        if self.privacy.report():
+            model.metadata["privacy"] = self.privacy.report()
+        self.model = model
+        return model
+
+    def _grow(self, tree_id: int, g: np.ndarray, h: np.ndarray):
+        o, p = self.o, self.params
+        g, h = self.privacy.clip(g, h)
+        rows = self.privacy.rows_of_tree(tree_id, len(g), [p.seed, 59, self.index])
+        cols = [g, h, np.ones_like(g)]
+        if o.refit:
+            wg, wh = self.privacy.clip(self.weights * g, self.weights * h)
+            cols += [wg, wh, self.weights]
+        if o.verify:
+            for q in self.others:
+                cols += [self.ratios[q] * g, self.ratios[q]]
+        local = HistogramSplitFinder(self.X_binned, self.bin_mapper.feature_offsets, self.bin_mapper.missing_codes,
+                                     self.thresholds, np.column_stack(cols), self.scorer, root_samples=rows)
+        finder = _FVFinder(self, local, tree_id)
+        tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * self.scorer.leaf_value(s),
+                          min_samples_split=2 * p.min_samples_leaf).grow()
+        finder.publish_records()
+        return tree
+
+
+class _FVFinder(SplitFinder):
+    """The split finder every party runs: local votes and histograms, the federation's sums and choice."""
+
+    n_stats = 3
+
+    def __init__(self, party: FVTreeParty, local: HistogramSplitFinder, tree_id: int):
+        self.p, self.local, self.tree = party, local, tree_id
+        self.offsets = party.bin_mapper.feature_offsets.astype(np.int32)
+        self.n_features = len(self.offsets) - 1
+        self.k = party.o.n_candidates or self.n_features
+        self.k = min(self.k, self.n_features)
+        self.layers: list[_LayerState] = []
+
+    def root_stats(self):
+        p = self.p
+        mine = p.privacy.totals(self.local.root_stats()[:3], self.k)
+        p.ch.broadcast("root", m.RootTotals(mine), p.others)
+        got = {p.ch.party: mine, **{q: r.totals for q, r in p.ch.gather("root", m.RootTotals, p.others).items()}}
+        total = np.zeros(3)
+        for q in p.parties:
+            if got[q].shape != (3,) or not np.all(np.isfinite(got[q])):
+                raise ProtocolError(f"root totals from {q} are malformed")
+            total = total + got[q]
+        total[1:] = np.maximum(total[1:], 0.0)  # noisy hessian and count sums stay non-negative
+        return total
+
+    def sample_weight(self, stats):
+        return np.atleast_2d(stats)[:, 2]
+
+    # -- one layer ------------------------------------------------------------------------------
+    def find_splits(self, layer: Layer) -> LayerSplits:
+        p, o = self.p, self.p.o
+        n_nodes, M = len(layer), len(p.parties)
+        nodes = [int(i) for i in layer.node_ids]
+        local = self.local.layer_histograms(layer, np.arange(self.n_features))
+        orig = local[..., :3]
+        vote_hist = local[..., 3:6] if o.refit else orig
+        first = slice(int(self.offsets[0]), int(self.offsets[1]))
+        with p.ch.scope(layer=layer.depth), p.privacy.depth(layer.depth):
+            # 1. votes
+            totals = np.ascontiguousarray(vote_hist[:, first, :].sum(axis=1))
+            allowed = np.ones((n_nodes, self.n_features), dtype=np.bool_)
+            pg = gbdt_pair_splits(np.ascontiguousarray(vote_hist), np.arange(n_nodes, dtype=np.int64), totals,
+                                  self.offsets, allowed, p.scorer.reg_lambda, p.scorer.gamma,
+                                  p.scorer.min_child_weight, p.scorer.min_samples_leaf)[0].reshape(n_nodes, -1)
+            mine = np.full(n_nodes, -1, dtype=np.int32)
+            for j in range(n_nodes):
+                with p.privacy.node(nodes[j]):
+                    mine[j] = p.privacy.vote(pg[j], layer.depth, self.k)
+            got = p._all_gather(m.VOTES, p._sign(rec.VoteRecord(self.tree, layer.depth, nodes, mine)),
+                                rec.VoteRecord)
+            votes = np.empty((M, n_nodes), dtype=np.int32)
+            for i, q in enumerate(p.parties):
+                body = got[q][1]
+                if list(body.nodes) != nodes or body.features.shape != (n_nodes,) \
+                        or np.any(body.features < -1) or np.any(body.features >= self.n_features):
+                    raise ProtocolError(f"votes from {q} do not match layer {layer.depth}")
+                votes[i] = body.features
+                p._append(q, got[q][0])
+            candidates = self._candidates(votes)
+            # 2. histograms of the candidates
+            rows, offs = [], [0]
+            for j in range(n_nodes):
+                with p.privacy.node(nodes[j]):
+                    for f in candidates[j][candidates[j] >= 0]:
+                        rows.append(p.privacy.histogram(orig[j, self.offsets[f]:self.offsets[f + 1]], layer.depth,
+                                                        self.k))
+                offs.append(offs[-1] + sum(int(self.offsets[f + 1] - self.offsets[f])
+                                           for f in candidates[j][candidates[j] >= 0]))
+            upload = rec.HistogramUpload(self.tree, layer.depth, nodes, candidates, np.asarray(offs, dtype=np.int64),
+                                         np.vstack(rows) if rows else np.zeros((0, 3)))
+            got = p._all_gather(m.UPLOADS, p._sign(upload), rec.HistogramUpload)
+            uploads = {}
+            for q in p.parties:
+                body = got[q][1]
+                if list(body.nodes) != nodes or not np.array_equal(body.candidates, candidates) \
+                        or not np.array_equal(body.offsets, upload.offsets) or body.hist.shape != upload.hist.shape \
+                        or not np.all(np.isfinite(body.hist)):
+                    raise ProtocolError(f"histograms from {q} do not match layer {layer.depth}'s candidates")
+                uploads[q] = body
+                p._append(q, got[q][0])
+            # 3. endorsements
+            accepted, refusals = self._endorse(layer, got, uploads, candidates, local)
+        # 4. the federation's histograms and split
+        hist = np.zeros((n_nodes, int(self.offsets[-1]), 3))
+        node_totals = np.zeros((n_nodes, 3))
+        for i, q in enumerate(p.parties):
+            up = uploads[q]
+            for j in range(n_nodes):
+                if not accepted[i, j]:
+                    continue
+                pos = int(up.offsets[j])
+                for f in candidates[j][candidates[j] >= 0]:
+                    nb = int(self.offsets[f + 1] - self.offsets[f])
+                    part = up.hist[pos:pos + nb]
+                    hist[j, self.offsets[f]:self.offsets[f + 1]] += part
+                    pos += nb
+                first_f = candidates[j][0]
+                if first_f >= 0:
+                    nb = int(self.offsets[first_f + 1] - self.offsets[first_f])
+                    node_totals[j] += up.hist[int(up.offsets[j]):int(up.offsets[j]) + nb].sum(axis=0)
+        node_totals[:, 1:] = np.maximum(node_totals[:, 1:], 0.0)
+        allowed = np.zeros((n_nodes, self.n_features), dtype=np.bool_)
+        for j in range(n_nodes):
+            allowed[j, candidates[j][candidates[j] >= 0]] = accepted[:, j].any()
+        gain, feature, bins, ml, left = p.scorer.find(hist, np.arange(n_nodes, dtype=np.int64), node_totals,
+                                                      self.offsets, allowed)
+        thr = np.full(n_nodes, np.nan)
+        ok = feature >= 0
+        thr[ok] = [p.thresholds[f][b] for f, b in zip(feature[ok], bins[ok])]
+        splits = LayerSplits(gain, feature, bins, ml, left, thr, np.full(n_nodes, -1, dtype=np.int32))
+        resolve_missing_direction(splits, Layer(layer.node_ids, node_totals, layer.depth), hist, self.offsets,
+                                  p.scorer, False)
+        self.layers.append(_LayerState(layer, candidates, votes, uploads, accepted, refusals, node_totals))
+        return splits
+
+    def _candidates(self, votes: np.ndarray) -> np.ndarray:
+        """Per node the ``k`` features with most votes (ties: the lower feature), -1 padded; every feature when
+        ``n_candidates`` is None."""
+        n_nodes = votes.shape[1]
+        out = np.full((n_nodes, self.k), -1, dtype=np.int32)
+        for j in range(n_nodes):
+            if self.p.o.n_candidates is None:
+                out[j] = np.arange(self.n_features)
+                continue
+            counts = np.bincount(votes[:, j][votes[:, j] >= 0], minlength=self.n_features)
+            voted = np.nonzero(counts)[0]
+            order = voted[np.lexsort((voted, -counts[voted]))][: self.k]
+            out[j, :len(order)] = order
+        return out
+
+    def _endorse(self, layer, got, uploads, candidates, local):
+        """Check every other party's upload against this party's estimate of it; sign when close enough.
+        Returns which uploads count (accepted[party, node]: a whole upload counts or not) and why any does not."""
+        p, o = self.p, self.p.o
+        M, n_nodes = len(p.parties), len(layer)
+        need = math.ceil(o.endorse_fraction * M - 1e-9)
+        accepted = np.ones((M, n_nodes), dtype=bool)
+        refusals = [""] * n_nodes
+        if not o.verify:
+            return accepted, refusals
+        signed = {}
+        for q in p.others:
+            col = (6 if o.refit else 3) + 2 * p.others.index(q)
+            dist = self._distance(uploads[q], candidates, local[..., col], local[..., col + 1])
+            body = rec.Endorsement(self.tree, layer.depth, q, hashlib.sha256(got[q][0].body).digest(), dist,
+                                   bool(dist < o.threshold))
+            signed[q] = p._sign(body)
+        p.ch.broadcast(m.ENDORSE, m.SignedRecords([s.kind for s in signed.values()], [s.body for s in signed.values()],
+                                                  [s.signature for s in signed.values()]), p.others)
+        received = {p.ch.party: signed, **{q: self._read_endorsements(q, msg, got)
+                                           for q, msg in p.ch.gather(m.ENDORSE, m.SignedRecords, p.others).items()}}
+        signatures = np.ones(M, dtype=np.int64)  # the sender's own signature on its upload
+        for e in p.parties:
+            for q in p.parties:
+                if q == e:
+                    continue
+                s = received[e][q]
+                signatures[p.parties.index(q)] += int(decode(s.body, rec.Endorsement).endorsed)
+                p._append(e, s)
+        ok = signatures >= need
+        accepted[:] = ok[:, None]
+        bad = [f"{q}: {int(signatures[i])} of {M} signatures, needs {need}" for i, q in enumerate(p.parties)
+               if not ok[i]]
+        refusals = ["; ".join(bad)] * n_nodes
+        p.rejected += int((~ok).sum())
+        return accepted, refusals
+
+    def _read_endorsements(self, endorser: str, msg: m.SignedRecords, got) -> dict:
+        p = self.p
+        out = {}
+        for kind, body, sig in zip(msg.kinds or [], msg.bodies or [], msg.signatures or []):
+            signed = m.SignedRecord(kind, body, sig)
+            e = p._open(endorser, signed, rec.Endorsement)
+            if e.sender not in p.parties or e.sender == endorser or e.sender in out \
+                    or e.digest != hashlib.sha256(got[e.sender][0].body).digest():
+                raise ProtocolError(f"endorsement from {endorser} does not refer to an upload of this layer")
+            out[e.sender] = signed
+        if sorted(out) != sorted(q for q in p.parties if q != endorser):
+            raise ProtocolError(f"{endorser} did not endorse or refuse every other party's upload")
+        return out
+
+    def _distance(self, upload, candidates, est_g: np.ndarray, est_n: np.ndarray) -> float:
+        """Overlap distance between a sender's upload and this party's estimate of it (``est_g``, ``est_n``:
+        per node and bin, this party's gradients and counts weighted by the PSD density ratio), over every
+        node's candidate bins: ``D = ½(sum|G - Ĝ| / sum|Ĝ| + sum|N - N̂| / sum N̂)``."""
+        return overlap_distance(upload, candidates, self.offsets, est_g, est_n)
+
+    # -- splits ----------------------------------------------------------------------------------
+    def apply_splits(self, layer, split_rows, splits, child_ids):
+        p = self.p
+        self.local.apply_splits(layer, split_rows, splits, child_ids)
+        st = self.layers[-1]
+        st.split_rows = [int(r) for r in split_rows]
+        st.splits = splits
+        child = np.empty((2 * len(split_rows), 3))
+        child[0::2] = splits.left_stats[split_rows]
+        child[1::2] = st.totals[split_rows] - splits.left_stats[split_rows]
+        child[:, 1:] = np.maximum(child[:, 1:], 0.0)
+        self._contributions(st)
+        return child
+
+    def _contributions(self, st: _LayerState) -> None:
+        """Split Shapley values and voting contributions of the layer's splits."""
+        p = self.p
+        M = len(p.parties)
+        n = len(st.split_rows)
+        st.shapley, st.vote_c, st.stderr = np.zeros((n, M)), np.zeros((n, M)), np.zeros((n, M))
+        st.method = "exact"
+        for k, j in enumerate(st.split_rows):
+            f, b, ml = int(st.splits.feature[j]), int(st.splits.bin[j]), bool(st.splits.missing_left[j])
+            acc = np.nonzero(st.accepted[:, j])[0]
+            sums = []
+            for i in acc:
+                up = st.uploads[p.parties[i]]
+                pos = int(up.offsets[j])
+                for c in st.candidates[j][st.candidates[j] >= 0]:
+                    nb = int(self.offsets[c + 1] - self.offsets[c])
+                    if c == f:
+                        sums.append(split_sums(up.hist[pos:pos + nb], b, ml))
+                        break
+                    pos += nb
+            phi, se, method = shapley_values(np.array(sums), p.scorer.reg_lambda, p.scorer.gamma,
+                                             p.o.n_permutations, seed=p.params.seed + self.tree)
+            st.shapley[k, acc], st.stderr[k, acc] = phi, se
+            st.method = method
+            st.vote_c[k] = vote_contributions(float(st.splits.gain[j]), st.votes[:, j] == f)
+        p.contributions[:, 0] += st.shapley.sum(axis=0)
+        p.contributions[:, 1] += st.vote_c.sum(axis=0)
+
+    def publish_records(self) -> None:
+        """The requester's SplitRecord and ContributionRecord of every layer with splits: signed by it, checked
+        against this party's own computation, appended to every replica."""
+        p = self.p
+        if p.ledger is None:
+            return
+        bodies = []
+        for st in self.layers:
+            if not st.split_rows:
+                continue
+            rows = st.split_rows
+            mask = lambda a: np.array([int(sum(1 << i for i in range(len(p.parties)) if a[i, j]))  # noqa: E731
+                                       for j in rows], dtype=np.int64)
+            f = st.splits.feature[rows]
+            bodies.append(rec.SplitRecord(self.tree, st.layer.depth, [int(st.layer.node_ids[j]) for j in rows],
+                                          f.astype(np.int32), st.splits.bin[rows].astype(np.int32),
+                                          st.splits.missing_left[rows].astype(np.uint8),
+                                          st.splits.gain[rows].astype(np.float64),
+                                          mask(st.votes == st.splits.feature[None, :]), mask(st.accepted),
+                                          [st.refusals[j] for j in rows]))
+            bodies.append(rec.ContributionRecord(self.tree, st.layer.depth, [int(st.layer.node_ids[j]) for j in rows],
+                                                 st.shapley, st.vote_c, st.stderr, float(p.o.beta), st.method))
+        if p.ch.party == p.requester:
+            signed = [p._sign(b) for b in bodies]
+            p.ch.broadcast("records", m.SignedRecords([s.kind for s in signed], [s.body for s in signed],
+                                                      [s.signature for s in signed]), p.others)
+        else:
+            msg = p.ch.recv(p.requester, "records", m.SignedRecords)
+            signed = [m.SignedRecord(k, b, s) for k, b, s in zip(msg.kinds or [], msg.bodies or [],
+                                                                 msg.signatures or [])]
+            if [s.body for s in signed] != [encode(b) for b in bodies]:
+                raise ProtocolError(f"the splits or contributions {p.requester} recorded for tree {self.tree} differ "
+                                    f"from {p.ch.party}'s own computation")
+            for s, b in zip(signed, bodies):
+                p._open(p.requester, s, type(b))
+        with (p.ledger.batch()):
+            for s in signed:
+                p._append(p.requester, s)
+
+
+def _nanmin(A):
+    A = np.atleast_2d(A)
+    present = ~np.isnan(A)
+    return np.where(present.any(axis=0), np.where(present, A, np.inf).min(axis=0), 0.0)
+
+
+def _nanmax(A):
+    A = np.atleast_2d(A)
+    present = ~np.isnan(A)
+    return np.where(present.any(axis=0), np.where(present, A, -np.inf).max(axis=0), 0.0)
+
+
+def overlap_distance(upload, candidates, offsets, est_g: np.ndarray, est_n: np.ndarray) -> float:
+    """``D = ½(sum|G - Ĝ| / sum|Ĝ| + sum|N - N̂| / sum N̂)`` over every node's candidate bins of an upload."""
+    G, N, Gh, Nh = [], [], [], []
+    for j in range(len(candidates)):
+        pos = int(upload.offsets[j])
+        for f in candidates[j][candidates[j] >= 0]:
+            a, b = int(offsets[f]), int(offsets[f + 1])
+            part = upload.hist[pos:pos + b - a]
+            G.append(part[:, 0])
+            N.append(part[:, 2])
+            Gh.append(est_g[j, a:b])
+            Nh.append(est_n[j, a:b])
+            pos += b - a
+    if not G:
+        return 0.0
+    G, N, Gh, Nh = (np.concatenate(v) for v in (G, N, Gh, Nh))
+
+    def term(x, est):
+        denom = np.abs(est).sum()
+        return np.abs(x - est).sum() / denom if denom > 0 else (0.0 if np.abs(x).sum() == 0 else 1.0)
+
+    return float(0.5 * (term(G, Gh) + term(N, Nh)))

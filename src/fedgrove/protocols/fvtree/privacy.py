@@ -1,0 +1,156 @@
+"""Privacy for FV-tree as a plug-in: the training loop calls the same methods whether or not there is any.
+
+:class:`NoPrivacy` votes for the best feature and releases histograms as they
+are.  :class:`DifferentialPrivacy` votes with the exponential mechanism (gain
+sensitivity ``3 g*^2``), adds Laplace noise to histogram (g, h) sums
+(sensitivity ``g* + h*``), counts (sensitivity 1) and the root's totals, and
+accounts for every query with a :class:`~fedgrove.crypto.dp.PrivacyAccountant`:
+
+* trees are grown in ensembles ("ensembles of ensembles"): within one
+  ensemble each tree uses a disjoint part of every party's instances
+  (parallel composition), ensembles compose in sequence, so each tree may
+  spend ``epsilon / n_ensembles``;
+* within a tree the depths compose in sequence (``/ max_depth`` each) and the
+  nodes of one depth in parallel (disjoint instances);
+* a node's queries share its depth's budget: one vote and, per candidate
+  feature, one (g, h) histogram and one count histogram (five queries with
+  two candidates, as the paper); the root's totals are one more at depth 0.
+
+The accountant refuses, with :class:`~fedgrove.exceptions.PrivacyBudgetError`,
+any query beyond the configured epsilon: with ``n_ensembles`` fixed too low
+for the number of trees, training stops there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedgrove.crypto.dp import PrivacyAccountant, exponential, laplace
+from fedgrove.exceptions import InvalidParameterError
+
+
+@dataclass
+class DPOptions:
+    epsilon: float
+    trees_per_ensemble: int | None = None   # default: every tree in one ensemble
+    n_ensembles: int | None = None          # default: enough ensembles for every tree
+    g_clip: float = 1.0                     # |g| is clipped to g*, h to [0, g*]
+    seeded: bool = True                     # numpy noise from the run's seed (reproducible; not floating-point
+    #                                         safe); False: OpenDP's exact samplers
+
+    def __post_init__(self):
+        if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise InvalidParameterError(f"dp epsilon must be a positive number, got {self.epsilon!r}")
+        if not self.g_clip > 0:
+            raise InvalidParameterError(f"dp g_clip must be positive, got {self.g_clip!r}")
+
+
+class NoPrivacy:
+    """No noise, no accounting."""
+
+    accountant = None
+
+    def rows_of_tree(self, t: int, n: int, rng_seed) -> np.ndarray | None:
+        return None
+
+    @contextlib.contextmanager
+    def ensemble(self, e: int):
+        yield
+
+    @contextlib.contextmanager
+    def tree(self, t: int):
+        yield
+
+    @contextlib.contextmanager
+    def depth(self, d: int):
+        yield
+
+    @contextlib.contextmanager
+    def node(self, node_id: int):
+        yield
+
+    def clip(self, g, h):
+        return g, h
+
+    def vote(self, gains: np.ndarray, depth: int, n_candidates: int) -> int:
+        """The best feature (ties: the lowest); -1 when no feature can split."""
+        return int(np.argmax(gains)) if np.any(gains > -np.inf) else -1
+
+    def histogram(self, rows: np.ndarray, depth: int, n_candidates: int) -> np.ndarray:
+        return rows
+
+    def totals(self, totals: np.ndarray, n_candidates: int) -> np.ndarray:
+        return totals
+
+    def report(self) -> str | None:
+        return None
+
+
+class DifferentialPrivacy(NoPrivacy):
+    def __init__(self, options: DPOptions, n_trees: int, max_depth: int, seed: int):
+        self.o = options
+        self.tpe = options.trees_per_ensemble or n_trees
+        self.n_ensembles = options.n_ensembles or -(-n_trees // self.tpe)
+        self.max_depth = max_depth
+        self.accountant = PrivacyAccountant(options.epsilon)
+        self.eps_depth = options.epsilon / self.n_ensembles / max_depth
+        self.rng = np.random.default_rng([seed, 41]) if options.seeded else None
+        self.g_star = float(options.g_clip)
+
+    def rows_of_tree(self, t: int, n: int, rng_seed) -> np.ndarray:
+        """Tree ``t``'s part of the party's ``n`` instances: the ensemble's trees use disjoint parts."""
+        order = np.random.default_rng(rng_seed).permutation(n)
+        return np.sort(np.array_split(order, self.tpe)[t % self.tpe])
+
+    @contextlib.contextmanager
+    def ensemble(self, e: int):
+        with self.accountant.parallel():
+            yield
+
+    @contextlib.contextmanager
+    def tree(self, t: int):
+        with self.accountant.branch(("tree", t)):
+            yield
+
+    @contextlib.contextmanager
+    def depth(self, d: int):
+        with self.accountant.parallel():
+            yield
+
+    @contextlib.contextmanager
+    def node(self, node_id: int):
+        with self.accountant.branch(("node", node_id)):
+            yield
+
+    def clip(self, g, h):
+        return np.clip(g, -self.g_star, self.g_star), np.clip(h, 0.0, self.g_star)
+
+    def _eps(self, depth: int, n_candidates: int) -> float:
+        return self.eps_depth / (1 + 2 * n_candidates + (1 if depth == 0 else 0))
+
+    def vote(self, gains, depth, n_candidates):
+        valid = np.nonzero(gains > -np.inf)[0]
+        if not len(valid):
+            return -1
+        k = exponential(gains[valid], 3.0 * self.g_star ** 2, self._eps(depth, n_candidates), self.accountant,
+                        f"vote at depth {depth}", self.rng)
+        return int(valid[k])
+
+    def histogram(self, rows, depth, n_candidates):
+        eps = self._eps(depth, n_candidates)
+        out = np.array(rows, dtype=np.float64)
+        out[:, :2] = laplace(out[:, :2], 2.0 * self.g_star, eps, self.accountant, "gradient histogram",
+                             self.rng)
+        out[:, 2] = laplace(out[:, 2], 1.0, eps, self.accountant, "count histogram", self.rng)
+        return out
+
+    def totals(self, totals, n_candidates):
+        return laplace(totals, 2.0 * self.g_star + 1.0, self._eps(0, n_candidates), self.accountant, "root totals",
+                       self.rng)
+
+    def report(self) -> str:
+        return self.accountant.report()

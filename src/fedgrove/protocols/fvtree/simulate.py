@@ -1,0 +1,44 @@
+"""Run an FV-tree federation in one process: one thread per party, real codec, optional ledger files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.ledger.store import Ledger
+from fedgrove.protocols.fvtree.party import FVTreeOptions, FVTreeParty
+from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+
+def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | None = None,
+               names: list[str] | None = None, ledger_dir=None, timeout: float = 600.0,
+               observers: dict | None = None, tamper: dict | None = None) -> dict:
+    """``parts`` holds each party's (X, y).  With ``ledger_dir`` every party keeps ``<party>.ledger.sqlite`` there.
+    ``tamper`` maps a party name to a function applied to its ``FVTreeParty`` before training (tests of
+    dishonest parties).  Returns the models (every party's: equal), contributions and channel statistics."""
+    names = names or [f"party{k}" for k in range(len(parts))]
+    hub = InProcessHub(names)
+    out = {"parties": {}}
+
+    def role(k):
+        def run(ch):
+            for obs in (observers or {}).get(ch.party, []):
+                ch.observers.append(obs)
+            ledger = Ledger(Path(ledger_dir) / f"{ch.party}.ledger.sqlite") if ledger_dir else None
+            party = FVTreeParty(ch, parts[k][0], parts[k][1], params, options, ledger=ledger)
+            if tamper and ch.party in tamper:
+                tamper[ch.party](party)
+            try:
+                model = party.fit()
+            finally:
+                if ledger is not None:
+                    ledger.close()
+            out["parties"][ch.party] = party
+            return model
+        return run
+
+    results, channels = run_parties(hub, {n: role(k) for k, n in enumerate(names)}, timeout)
+    out["models"] = results
+    out["model"] = results[names[0]]
+    out["stats"] = {n: c.stats.as_dict() for n, c in channels.items()}
+    return out
