@@ -15,6 +15,7 @@ import typer
 
 from fedgrove.cli import federation as federation_cmd
 from fedgrove.cli import info as info_cmd
+from fedgrove.cli import ledger as ledger_cmd
 from fedgrove.cli import partition as partition_cmd
 from fedgrove.cli import predict as predict_cmd
 from fedgrove.cli import reproduce as reproduce_cmd
@@ -31,6 +32,7 @@ app.command()(federation_cmd.simulate)
 app.command()(federation_cmd.party)
 app.command()(federation_cmd.certs)
 app.command()(reproduce_cmd.reproduce)
+app.add_typer(ledger_cmd.app, name="ledger")
 
 
 @app.callback()

@@ -126,6 +126,7 @@ def open_records(path) -> list[Record]:
         raise DataError(f"ledger file {str(path)!r} does not exist")
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db.text_factory = bytes  # whatever was written into a column is read back as it is
         try:
             rows = db.execute("SELECT seq, kind, author, body, signature, prev_hash, hash FROM records "
                               "ORDER BY rowid").fetchall()
@@ -135,4 +136,11 @@ def open_records(path) -> list[Record]:
         from fedgrove.exceptions import LedgerError
 
         raise LedgerError(f"{path} is not a fedgrove ledger: {exc}") from None
-    return [Record(*r) for r in rows]
+
+    def text(v) -> str:
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+    def raw(v) -> bytes:
+        return v if isinstance(v, bytes) else str(v).encode()
+
+    return [Record(int(r[0]), text(r[1]), text(r[2]), raw(r[3]), raw(r[4]), raw(r[5]), raw(r[6])) for r in rows]

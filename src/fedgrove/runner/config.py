@@ -22,6 +22,10 @@
     [simfl]                      # simfl only: n_hashes (L, default min(40, d-1)), r = 4.0,
                                  # distribution = "cauchy" | "gaussian", n_bins = 256, force = false (L >= d),
                                  # schedule = "blocks" | "round-robin"
+    [fvtree]                     # fvtree only: n_candidates (2; "all"), refit, use_psd, psd_depth, psd_epsilon,
+                                 # verify, threshold, endorse_fraction, beta, n_permutations
+    [fvtree.dp]                  # optional differential privacy: epsilon, trees_per_ensemble, n_ensembles,
+                                 # g_clip, seeded
     [[party]]
     name = "party0"
     role = "active"              # vertical: active (labels) | passive; horizontal: aggregator | client
@@ -45,12 +49,12 @@ from pathlib import Path
 
 from fedgrove.exceptions import InvalidParameterError
 
-PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl")
+PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl", "fvtree")
 ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest"),
-         "federated-forest": ("master", "client"), "simfl": ("party",)}
+         "federated-forest": ("master", "client"), "simfl": ("party",), "fvtree": ("party",)}
 # the coordinating role (exactly one party has it); SimFL's parties are peers
 LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", "federated-forest": "master",
-        "simfl": None}
+        "simfl": None, "fvtree": None}
 NO_DATA = ("aggregator", "master")  # roles that hold no data file
 
 
@@ -78,6 +82,7 @@ class FederationConfig:
     hybridtree: dict = field(default_factory=dict)        # host_depth, guest_depth, mode
     forest: dict = field(default_factory=dict)            # label_mode, prediction
     simfl: dict = field(default_factory=dict)             # LSH parameters and tree schedule
+    fvtree: dict = field(default_factory=dict)            # FVTreeOptions (and [fvtree.dp])
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
 
@@ -86,6 +91,20 @@ class FederationConfig:
         """Name of the party that coordinates (and writes the predictions); for peer protocols the first."""
         role = LEAD[self.protocol]
         return next(p.name for p in self.parties if role is None or p.role == role)
+
+    def fvtree_options(self):
+        from fedgrove.protocols.fvtree.party import FVTreeOptions
+        from fedgrove.protocols.fvtree.privacy import DPOptions
+
+        o = dict(self.fvtree)
+        if o.get("n_candidates") == "all":
+            o["n_candidates"] = None
+        try:
+            if "dp" in o:
+                o["dp"] = DPOptions(**o["dp"])
+            return FVTreeOptions(**o)
+        except TypeError as exc:
+            raise InvalidParameterError(f"[fvtree]: {exc}") from None
 
     def simfl_options(self):
         from fedgrove.protocols.simfl.lsh import LSHParams
@@ -182,13 +201,15 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                                     f"n_bins, force, schedule")
     cfg = FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
-                           predict=predict)
+                           fvtree=dict(d.get("fvtree", {})), predict=predict)
     try:
         cfg.make_params()
     except TypeError as exc:
         raise InvalidParameterError(f"[params]: {exc}") from None
     if protocol == "simfl":
         cfg.simfl_options()
+    if protocol == "fvtree":
+        cfg.fvtree_options()
     return cfg
 
 

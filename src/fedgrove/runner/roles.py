@@ -24,6 +24,7 @@ from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
+from fedgrove.protocols.fvtree.party import FVTreeParty
 from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
 from fedgrove.protocols.horizontal.client import HorizontalClient
 from fedgrove.protocols.hybridtree.guest import HybridGuest
@@ -250,11 +251,39 @@ def _simfl_party(ctx: RoleContext) -> dict:
     return {"trees": model.n_trees, **party.timings}
 
 
-def _simfl_party_predict(ctx: RoleContext) -> dict:
-    """Every party holds the whole model: it predicts its own test file, no message needed."""
+def _local_predict(ctx: RoleContext) -> dict:
+    """SimFL and FV-tree: every party holds the whole model and predicts its own test file, no message needed."""
     model = load_model(ctx.model_path)
     table = ctx.data(with_label=True, test=True)
     return write_predictions(ctx, _gbdt_output(model, model.predict_raw(table.X)), model.classes, table)
+
+
+# ------------------------------------------------------------------------------------ fvtree
+def _fvtree_party(ctx: RoleContext) -> dict:
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.ledger.store import Ledger
+
+    if ctx.resume:
+        raise InvalidParameterError("FV-tree runs cannot resume: its ledger records every layer of every tree; "
+                                    "start again with a new output directory")
+    params = ctx.cfg.make_params()
+    table = ctx.data(with_label=True)
+    path = ctx.out_dir / f"{ctx.spec.name}.ledger.sqlite"
+    if path.exists():
+        raise InvalidParameterError(f"ledger {path} exists from an earlier run and is append-only: move it away "
+                                    f"or choose another output directory")
+    ledger = Ledger(path)
+    try:
+        party = FVTreeParty(ctx.channel, table.X, table.y, params, ctx.cfg.fvtree_options(), ledger=ledger)
+        model = party.fit(ctx.progress)
+    finally:
+        ledger.close()
+    model.metadata["party"] = ctx.spec.name
+    if params.objective != "regression":
+        model.classes = list(range(model.n_classes))
+    model.save(ctx.model_path)
+    return {"trees": model.n_trees, "ledger": str(path), "ledger_records": ledger.count,
+            "contributions": model.metadata["contributions"], "privacy": model.metadata.get("privacy")}
 
 
 @dataclass
@@ -299,10 +328,12 @@ TRAIN = {
     ("hybridtree", "host"): _hybrid_host, ("hybridtree", "guest"): _hybrid_guest,
     ("federated-forest", "master"): _forest_master, ("federated-forest", "client"): _forest_client,
     ("simfl", "party"): _simfl_party,
+    ("fvtree", "party"): _fvtree_party,
 }
 PREDICT = {
     ("vertical", "active"): _vertical_active_predict, ("vertical", "passive"): _vertical_passive_predict,
     ("hybridtree", "host"): _hybrid_host_predict, ("hybridtree", "guest"): _hybrid_guest_predict,
     ("federated-forest", "master"): _forest_master_predict, ("federated-forest", "client"): _forest_client_predict,
-    ("simfl", "party"): _simfl_party_predict,
+    ("simfl", "party"): _local_predict,
+    ("fvtree", "party"): _local_predict,
 }

@@ -524,7 +524,6 @@ class _FVFinder(SplitFinder):
 
     # -- splits ----------------------------------------------------------------------------------
     def apply_splits(self, layer, split_rows, splits, child_ids):
-        p = self.p
         self.local.apply_splits(layer, split_rows, splits, child_ids)
         st = self.layers[-1]
         st.split_rows = [int(r) for r in split_rows]
