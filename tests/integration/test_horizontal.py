@@ -65,3 +65,19 @@ def test_the_aggregator_sees_only_masked_vectors(a9a):
     alone = codec.decode(root.hi, root.lo)
     assert np.median(np.abs(alone)) > 1e6  # masks are uniform over 2^128 / 2^53
     assert out["model"].n_trees == 1
+
+
+def test_contribution_accounting_splits_every_gain_among_the_clients():
+    # opt-in: the Shapley values of each split add up to its gain, so each client's total is its share of the sum
+    # of all split gains; a client whose labels are pure noise contributes less than the informative ones
+    from tests.conftest import make_classification
+
+    X, y = make_classification(n=3000, d=5, seed=2)
+    noisy = np.random.default_rng(0).integers(0, 2, 1000).astype(float)
+    data = [(X[:1000], y[:1000]), (X[1000:2000], y[1000:2000]), (X[2000:], noisy)]
+    out = run_horizontal(data, GBDTParams(n_estimators=3, max_depth=3), contributions=True)
+    model = out["model"]
+    total_gain = sum(float(t.nodes["gain"][~t.is_leaf].sum()) for t in model.trees)
+    shap = [model.metadata["contributions"][f"client{k}"]["shapley"] for k in range(3)]
+    assert sum(shap) == pytest.approx(total_gain, rel=1e-6)
+    assert shap[2] < min(shap[:2])

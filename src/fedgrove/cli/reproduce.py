@@ -10,7 +10,7 @@ from fedgrove.cli.common import console, progress_bar
 from fedgrove.exceptions import InvalidParameterError
 
 PAPERS = {"hybridtree": "fedgrove.experiments.hybridtree", "federated-forest": "fedgrove.experiments.forest",
-          "simfl": "fedgrove.experiments.simfl"}
+          "simfl": "fedgrove.experiments.simfl", "fvtree": "fedgrove.experiments.fvtree"}
 
 
 def _split(value: str | None, allowed: tuple, what: str) -> list[str]:

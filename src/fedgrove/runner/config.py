@@ -22,6 +22,8 @@
     [simfl]                      # simfl only: n_hashes (L, default min(40, d-1)), r = 4.0,
                                  # distribution = "cauchy" | "gaussian", n_bins = 256, force = false (L >= d),
                                  # schedule = "blocks" | "round-robin"
+    [horizontal]                 # horizontal only: contributions = true (each client's split Shapley values;
+                                 # clients then send their gradient sums at every split in the clear)
     [fvtree]                     # fvtree only: n_candidates (2; "all"), refit, use_psd, psd_depth, psd_epsilon,
                                  # verify, threshold, endorse_fraction, beta, n_permutations
     [fvtree.dp]                  # optional differential privacy: epsilon, trees_per_ensemble, n_ensembles,
@@ -83,6 +85,7 @@ class FederationConfig:
     forest: dict = field(default_factory=dict)            # label_mode, prediction
     simfl: dict = field(default_factory=dict)             # LSH parameters and tree schedule
     fvtree: dict = field(default_factory=dict)            # FVTreeOptions (and [fvtree.dp])
+    horizontal: dict = field(default_factory=dict)        # contributions
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
 
@@ -201,7 +204,10 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                                     f"n_bins, force, schedule")
     cfg = FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
-                           fvtree=dict(d.get("fvtree", {})), predict=predict)
+                           fvtree=dict(d.get("fvtree", {})), predict=predict,
+                           horizontal={"contributions": False, **d.get("horizontal", {})})
+    if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
+        raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
     try:
         cfg.make_params()
     except TypeError as exc:

@@ -138,15 +138,16 @@ def _gbdt_output(model, raw: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- horizontal
 def _horizontal_aggregator(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
-    model = HorizontalAggregator(ctx.channel, ctx.others("client"), params).fit(ctx.checkpoint, ctx.resume,
-                                                                                 ctx.progress)
+    model = HorizontalAggregator(ctx.channel, ctx.others("client"), params,
+                                 ctx.cfg.horizontal["contributions"]).fit(ctx.checkpoint, ctx.resume, ctx.progress)
     return _save_horizontal(ctx, model, params)
 
 
 def _horizontal_client(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
-    model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params).fit(ctx.checkpoint, ctx.resume)
+    model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params,
+                             ctx.cfg.horizontal["contributions"]).fit(ctx.checkpoint, ctx.resume)
     return _save_horizontal(ctx, model, params)
 
 
@@ -155,7 +156,8 @@ def _save_horizontal(ctx, model, params) -> dict:
     if params.objective != "regression":
         model.classes = list(range(model.n_classes))
     model.save(ctx.model_path)
-    return {"trees": model.n_trees}
+    return {"trees": model.n_trees, **({"contributions": model.metadata["contributions"]}
+                                       if "contributions" in model.metadata else {})}
 
 
 # ---------------------------------------------------------------------------- hybridtree

@@ -397,10 +397,11 @@ class _FVFinder(SplitFinder):
             # 2. histograms of the candidates
             rows, offs = [], [0]
             for j in range(n_nodes):
+                chosen = candidates[j][candidates[j] >= 0]
                 with p.privacy.node(nodes[j]):
-                    for f in candidates[j][candidates[j] >= 0]:
+                    for f in chosen:
                         rows.append(p.privacy.histogram(orig[j, self.offsets[f]:self.offsets[f + 1]], layer.depth,
-                                                        self.k))
+                                                        self.k, len(chosen)))
                 offs.append(offs[-1] + sum(int(self.offsets[f + 1] - self.offsets[f])
                                            for f in candidates[j][candidates[j] >= 0]))
             upload = rec.HistogramUpload(self.tree, layer.depth, nodes, candidates, np.asarray(offs, dtype=np.int64),

@@ -15,6 +15,8 @@ accounts for every query with a :class:`~fedgrove.crypto.dp.PrivacyAccountant`:
 * a node's queries share its depth's budget: one vote and, per candidate
   feature, one (g, h) histogram and one count histogram (five queries with
   two candidates, as the paper); the root's totals are one more at depth 0.
+  When the votes leave a node fewer candidates, their histograms share the
+  rest, so every depth spends its share.
 
 The accountant refuses, with :class:`~fedgrove.exceptions.PrivacyBudgetError`,
 any query beyond the configured epsilon: with ``n_ensembles`` fixed too low
@@ -80,7 +82,7 @@ class NoPrivacy:
         """The best feature (ties: the lowest); -1 when no feature can split."""
         return int(np.argmax(gains)) if np.any(gains > -np.inf) else -1
 
-    def histogram(self, rows: np.ndarray, depth: int, n_candidates: int) -> np.ndarray:
+    def histogram(self, rows: np.ndarray, depth: int, n_candidates: int, n_chosen: int) -> np.ndarray:
         return rows
 
     def totals(self, totals: np.ndarray, n_candidates: int) -> np.ndarray:
@@ -140,8 +142,11 @@ class DifferentialPrivacy(NoPrivacy):
                         f"vote at depth {depth}", self.rng)
         return int(valid[k])
 
-    def histogram(self, rows, depth, n_candidates):
-        eps = self._eps(depth, n_candidates)
+    def histogram(self, rows, depth, n_candidates, n_chosen):
+        """Noisy (g, h) and counts of one candidate feature; the node's budget left after its vote (and the
+        root's totals) is shared by the ``n_chosen`` candidates it actually has."""
+        spent = self._eps(depth, n_candidates) * (2 if depth == 0 else 1)
+        eps = (self.eps_depth - spent) / (2 * n_chosen)
         out = np.array(rows, dtype=np.float64)
         out[:, :2] = laplace(out[:, :2], 2.0 * self.g_star, eps, self.accountant, "gradient histogram",
                              self.rng)

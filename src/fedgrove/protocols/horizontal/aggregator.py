@@ -115,10 +115,17 @@ class AggregatedSplitFinder(SplitFinder):
 
 
 class HorizontalAggregator:
-    def __init__(self, channel, clients: list[str], params: GBDTParams):
+    """``contributions=True`` (with the clients' ``contributions`` on too): after every tree each client sends,
+    in the clear, its (G_left, H_left, G_right, H_right) at every split, and the aggregator computes every
+    client's split Shapley value (:mod:`fedgrove.ledger.contributions`); totals go into the model's metadata.
+    That reveals each client's gradient sums at the chosen splits (off by default)."""
+
+    def __init__(self, channel, clients: list[str], params: GBDTParams, contributions: bool = False):
         check_params(params)
         self.ch, self.clients, self.params = channel, list(clients), params
         self.codec = FixedPoint128()
+        self.contributions = contributions
+        self.shapley = np.zeros(len(self.clients))
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
         """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it.
@@ -173,6 +180,8 @@ class HorizontalAggregator:
                         tree_id, c, nodes["feature"], nodes["bin"], nodes["threshold"], nodes["missing_left"],
                         nodes["left"], nodes["right"], nodes["gain"], nodes["count"], nodes["depth"], tree.values),
                         self.clients)
+                    if self.contributions:
+                        self._contributions(tree_id, tree)
                 model.add_tree(tree, c)
                 tree_id += 1
                 if checkpoint is not None and c == objective.n_outputs - 1:
@@ -181,4 +190,23 @@ class HorizontalAggregator:
                     progress(tree_id, p.n_estimators * objective.n_outputs)
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.clients)
+        if self.contributions:
+            model.metadata["contributions"] = {c: {"shapley": float(v)} for c, v in zip(self.clients, self.shapley)}
         return model
+
+    def _contributions(self, tree_id: int, tree) -> None:
+        from fedgrove.ledger.contributions import shapley_values
+
+        p = self.params
+        nodes = [int(n) for n in np.nonzero(~tree.is_leaf)[0]]
+        per_client = []
+        for c in self.clients:
+            msg = self.ch.recv(c, m.UP, m.SplitSums)
+            if msg.tree != tree_id or list(msg.nodes or []) != nodes or msg.sums.shape != (len(nodes), 4) \
+                    or not np.all(np.isfinite(msg.sums)):
+                raise ProtocolError(f"split sums from {c} do not match tree {tree_id}")
+            per_client.append(msg.sums)
+        sums = np.stack(per_client, axis=1)  # (nodes, clients, 4)
+        for k in range(len(nodes)):
+            phi, _, _ = shapley_values(sums[k], p.reg_lambda, p.gamma, seed=p.seed + tree_id)
+            self.shapley += phi

@@ -17,9 +17,10 @@ from fedgrove.protocols.horizontal.common import check_params, label_stats
 
 
 class HorizontalClient:
-    def __init__(self, channel, X, y, aggregator: str, params: GBDTParams):
+    def __init__(self, channel, X, y, aggregator: str, params: GBDTParams, contributions: bool = False):
         check_params(params)
         self.ch, self.agg, self.params = channel, aggregator, params
+        self.contributions = contributions  # send per-split sums after each tree (see SplitSums)
         self.X, self.y = check_xy(X, y)
         self.codec = FixedPoint128()
 
@@ -85,6 +86,8 @@ class HorizontalClient:
                         return model
                     if isinstance(msg, m.TreeBroadcast):
                         tree = self._tree(msg)
+                        if self.contributions:
+                            ch.send(self.agg, m.UP, _split_sums(tree_id, tree, finder, stats))
                         model.add_tree(tree, msg.output)
                         leaves = np.nonzero(tree.is_leaf)[0]
                         finder.add_node_values(raw, msg.output, leaves, tree.values[leaves, 0])
@@ -126,3 +129,15 @@ class HorizontalClient:
         tree = Tree(nodes, msg.values)
         tree.validate()
         return tree
+
+
+def _split_sums(tree_id: int, tree: Tree, finder: HistogramSplitFinder, stats: np.ndarray) -> m.SplitSums:
+    """This client's (G_left, H_left, G_right, H_right) at every internal node of ``tree`` (``stats``: its own
+    per-sample (g, h[, 1]) in row order)."""
+    nodes = [int(n) for n in np.nonzero(~tree.is_leaf)[0]]
+    sums = np.zeros((len(nodes), 4))
+    for k, nid in enumerate(nodes):
+        for c, child in ((0, "left"), (2, "right")):
+            rows = finder.node_samples(int(tree.nodes[child][nid]))
+            sums[k, c:c + 2] = stats[rows, :2].sum(axis=0)
+    return m.SplitSums(tree_id, nodes, sums)

@@ -6,6 +6,7 @@ Setup:     client -> aggregator  MaskingKey;   aggregator -> clients  MaskingKey
 Per layer: aggregator -> clients LayerPlan (last layer's splits + nodes to build)
            client -> aggregator  MaskedVector (histograms of those nodes, and their sizes)
 Per tree:  aggregator -> clients TreeBroadcast
+           client -> aggregator  SplitSums (only with contributions on: per split, the client's own sums)
 End:       aggregator -> clients TrainingDone
 """
 
@@ -102,3 +103,13 @@ class Start(Message):
     """The first tree to grow: 0, or the number of trees every party has checkpointed (resume)."""
 
     tree: int = 0
+
+
+@register
+class SplitSums(Message):
+    """Contribution accounting (opt-in): per internal node of the tree just broadcast, this client's
+    (G_left, H_left, G_right, H_right), in the clear, for the split Shapley values."""
+
+    tree: int = 0
+    nodes: list[int] = None
+    sums: np.ndarray = array_field("<f8", 2)

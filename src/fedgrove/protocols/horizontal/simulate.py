@@ -8,18 +8,20 @@ from fedgrove.protocols.horizontal.client import HorizontalClient
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
-def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float = 120.0, observers=None):
+def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float = 120.0, observers=None,
+                   contributions: bool = False):
     names = [f"client{k}" for k in range(len(client_data))]
     hub = InProcessHub(["aggregator"] + names)
 
     def aggregator(ch):
         for obs in (observers or {}).get("aggregator", []):
             ch.observers.append(obs)
-        return HorizontalAggregator(ch, names, params).fit()
+        return HorizontalAggregator(ch, names, params, contributions).fit()
 
     roles = {"aggregator": aggregator}
     for name, (X, y) in zip(names, client_data):
-        roles[name] = (lambda X, y: (lambda ch: HorizontalClient(ch, X, y, "aggregator", params).fit()))(X, y)
+        roles[name] = (lambda X, y: (lambda ch: HorizontalClient(ch, X, y, "aggregator", params,
+                                                                contributions).fit()))(X, y)
     results, channels = run_parties(hub, roles, timeout)
     return {"model": results["aggregator"], "client_models": {n: results[n] for n in names},
             "stats": {n: c.stats.as_dict() for n, c in channels.items()}}

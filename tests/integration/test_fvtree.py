@@ -1,0 +1,157 @@
+"""FV-tree / FGBDT-Chain: the voting reduction against the engine, verification, the ledger, differential privacy."""
+
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+
+from fedgrove.data.partition import horizontal_partition
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.exceptions import LedgerError, PrivacyBudgetError
+from fedgrove.ledger.verify import verify_ledger
+from fedgrove.protocols.fvtree.party import FVTreeOptions
+from fedgrove.protocols.fvtree.privacy import DPOptions
+from fedgrove.protocols.fvtree.simulate import run_fvtree
+from tests.conftest import make_classification
+
+
+def _parts(n=3000, k=3, theta=0.7, seed=1):
+    X, y = make_classification(n=n, d=6, seed=seed, missing=0.03)
+    p = horizontal_partition(y, k, "unbalanced", theta=theta, seed=0)
+    return [(X[s.rows], y[s.rows]) for s in p.shards]
+
+
+def test_with_every_feature_a_candidate_the_splits_are_the_engines(tmp_path):
+    # no voting approximation (every feature gets histograms), no DP, verification off: every node's split equals
+    # the centralised engine's on the union with the federation's cut points; leaf values up to summation order
+    parts = _parts()
+    params = GBDTParams(n_estimators=4, max_depth=4, learning_rate=0.3, max_bins=32)
+    out = run_fvtree(parts, params, FVTreeOptions(n_candidates=None, verify=False))
+    ref = train_gbdt(params, np.vstack([a for a, _ in parts]), np.concatenate([b for _, b in parts]),
+                     bin_mapper=out["model"].bin_mapper)
+    for a, b in zip(out["model"].trees, ref.trees):
+        for col in ("feature", "bin", "left", "right", "missing_left", "count"):
+            np.testing.assert_array_equal(a.nodes[col], b.nodes[col])
+        np.testing.assert_allclose(a.values, b.values, rtol=1e-9, atol=1e-12)
+    models = list(out["models"].values())
+    assert all(m.to_dict() == models[0].to_dict() for m in models)  # every party holds the same model
+
+
+@pytest.fixture(scope="module")
+def a9a_parties(a9a):
+    y = (a9a.train.y > 0).astype(float)
+    p = horizontal_partition(y, 4, "unbalanced", theta=0.8, seed=0)
+    return [(a9a.train.X[s.rows], y[s.rows]) for s in p.shards]
+
+
+def test_honest_skewed_parties_are_endorsed_and_a_doubled_histogram_is_refused(a9a_parties, tmp_path):
+    # a9a, four parties with the paper's unbalanced split (theta = 0.8), default threshold: nobody honest is refused;
+    # a party that doubles its histograms is refused every time, so its inflated split contribution is never
+    # recorded, and the ledger still verifies
+    params = GBDTParams(n_estimators=2, max_depth=4, learning_rate=0.3)
+    honest = run_fvtree(a9a_parties, params, FVTreeOptions())
+    assert honest["model"].metadata["rejected_histograms"] == 0
+
+    def doubling(party):
+        party.privacy.histogram = lambda rows, depth, k, n: np.asarray(rows) * 2.0
+
+    out = run_fvtree(a9a_parties, params, FVTreeOptions(), ledger_dir=tmp_path, tamper={"party2": doubling})
+    summary = verify_ledger(tmp_path / "party0.ledger.sqlite")
+    assert summary.uploads["party2"]["accepted"] == 0 and summary.uploads["party2"]["refused"] > 0
+    assert summary.contributions["party2"]["shapley"] == 0.0
+    assert all(summary.uploads[q]["refused"] == 0 for q in ("party0", "party1", "party3"))
+    assert out["model"].metadata["contributions"]["party2"]["shapley"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def ledger_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ledger")
+    run_fvtree(_parts(n=1500), GBDTParams(n_estimators=2, max_depth=3, max_bins=16), FVTreeOptions(threshold=5.0),
+               ledger_dir=d)
+    return d / "party1.ledger.sqlite"
+
+
+def _tampered(ledger_file, tmp_path, sql: str):
+    path = tmp_path / "copy.sqlite"
+    shutil.copy(ledger_file, path)
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER records_no_update")
+    db.execute("DROP TRIGGER records_no_delete")
+    db.executescript(sql)
+    db.commit()
+    db.close()
+    return path
+
+
+def test_replicas_agree_and_verify(ledger_file):
+    summary = verify_ledger(ledger_file)
+    other = verify_ledger(ledger_file.parent / "party0.ledger.sqlite")
+    assert summary.head == other.head and summary.n_records == other.n_records
+    assert summary.kinds["ContributionRecord"] > 0 and summary.kinds["Endorsement"] > 0
+    total = sum(c["shapley"] for c in summary.contributions.values())
+    assert total > 0
+
+
+@pytest.mark.parametrize("sql,message", [
+    ("UPDATE records SET body = substr(body, 1, length(body) - 1) || x'7f' WHERE seq = 40", "record 40 .*edited"),
+    ("DELETE FROM records WHERE seq = 30", "record 31 .*sequence number"),
+    ("UPDATE records SET seq = -1 WHERE seq = 20; UPDATE records SET seq = 20 WHERE seq = 21; "
+     "UPDATE records SET seq = 21 WHERE seq = -1", "record 20 .*link"),
+    ("UPDATE records SET signature = zeroblob(64) WHERE seq = 12", "record 12 .*"),
+])
+def test_tampering_is_detected_at_the_first_bad_record(ledger_file, tmp_path, sql, message):
+    with pytest.raises(LedgerError, match=message):
+        verify_ledger(_tampered(ledger_file, tmp_path, sql))
+
+
+def test_a_forged_signature_with_a_recomputed_chain_is_refused(ledger_file, tmp_path):
+    # rewrite a histogram upload, re-sign it with a fresh key and recompute every hash after it: the chain is
+    # whole again, but the signature is not its author's
+    from fedgrove.crypto.signing import SigningKey
+    from fedgrove.ledger.store import chain_hash, open_records, signed_bytes
+
+    recs = open_records(ledger_file)
+    target = next(r for r in recs if r.kind == "HistogramUpload")
+    forged_body = bytes(target.body)[:-8] + b"\x00" * 8
+    forged_sig = SigningKey().sign(signed_bytes(target.kind, target.author, forged_body))
+    path = tmp_path / "forged.sqlite"
+    shutil.copy(ledger_file, path)
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER records_no_update")
+    prev = bytes(recs[target.seq - 2].hash)
+    for r in recs[target.seq - 1:]:
+        body, sig = (forged_body, forged_sig) if r.seq == target.seq else (bytes(r.body), bytes(r.signature))
+        h = chain_hash(prev, r.kind, r.author, body, sig)
+        db.execute("UPDATE records SET body = ?, signature = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                   (body, sig, prev, h, r.seq))
+        prev = h
+    db.commit()
+    db.close()
+    with pytest.raises(LedgerError, match=f"record {target.seq} .*signature does not verify"):
+        verify_ledger(path)
+
+
+def test_dp_accountant_spends_exactly_the_budget_and_refuses_more():
+    # trees of full depth: every depth of every tree spends its share; two ensembles of three trees on disjoint
+    # thirds of the data spend epsilon in total
+    parts = _parts(n=6000, k=2, theta=0.6)
+    params = GBDTParams(n_estimators=6, max_depth=2, learning_rate=0.3, max_bins=8)
+    dp = DPOptions(epsilon=4.0, trees_per_ensemble=3)
+    out = run_fvtree(parts, params, FVTreeOptions(use_psd=False, refit=False, verify=False, dp=dp))
+    for party in out["parties"].values():
+        assert party.privacy.accountant.spent == pytest.approx(4.0)
+    assert "epsilon spent 4 of 4" in out["model"].metadata["privacy"]
+    too_few = DPOptions(epsilon=4.0, trees_per_ensemble=3, n_ensembles=1)  # budget for one ensemble, two needed
+    with pytest.raises(PrivacyBudgetError, match="over the budget of 4"):
+        run_fvtree(parts, params, FVTreeOptions(use_psd=False, refit=False, verify=False, dp=too_few))
+
+
+def test_pv_tree_and_top_two_voting_run_and_learn():
+    parts = _parts(n=4000, k=4, theta=0.8)
+    X = np.vstack([a for a, _ in parts])
+    y = np.concatenate([b for _, b in parts])
+    params = GBDTParams(n_estimators=10, max_depth=3, learning_rate=0.3, max_bins=16)
+    for refit in (True, False):
+        model = run_fvtree(parts, params, FVTreeOptions(refit=refit, threshold=5.0))["model"]
+        assert np.mean((model.predict_raw(X) > 0) == y) > 0.75
