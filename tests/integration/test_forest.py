@@ -111,7 +111,7 @@ def test_encrypted_mode_keeps_labels_and_features_where_they_belong(ou):
     run_federated_forest(parts, y, params, ou, mode="encrypted", label_holder=0, X_test_parts=parts,
                          observers={n: [_recorder(log)] for n, log in logs.items()})
     plain_ok = {m.ForestSetup, m.LabelKey, m.Start, m.TreeStart, m.LayerRequest, m.EncryptedLabelStats,
-                m.SplitOwners, m.SplitOrders, m.LayerPartition, m.TreeEnd, m.TrainingDone, m.LeafSetsRequest,
+                m.SplitOwners, m.SplitQuery, m.LayerPartition, m.TreeEnd, m.TrainingDone, m.LeafSetsRequest,
                 m.RouteQuery, m.PredictDone}
     for name in ("client1", "client2"):
         received = [(t, msg) for d, _, t, msg in logs[name] if d == "recv"]

@@ -53,6 +53,8 @@ def _bar_chart(path: Path, s) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from fedgrove.experiments.report import save_figure
+
     parties = s.parties
     x = np.arange(len(parties))
     shap = [s.contributions[q]["shapley"] for q in parties]
@@ -64,8 +66,4 @@ def _bar_chart(path: Path, s) -> None:
     ax.set_ylabel("contribution (sum of split gains)")
     ax.set_title("FGBDT-Chain contributions")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)

@@ -66,8 +66,15 @@ def line_plot(path: Path, title: str, xlabel: str, ylabel: str, x, series: dict,
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write to a temporary file, close, then rename into place (no half-written PNG)."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
+    tmp = Path(path).with_suffix(".tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
     tmp.replace(path)

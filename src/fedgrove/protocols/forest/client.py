@@ -317,7 +317,7 @@ class _TreeState:
             elif isinstance(msg, m.SplitDecisions):
                 self._decide(msg)
             elif isinstance(msg, m.SplitOwners):
-                orders = ch.recv(self.c.holder, m.PEER, m.SplitOrders)
+                orders = ch.recv(self.c.holder, m.PEER, m.SplitQuery)
                 if list(orders.nodes or []) != list(msg.nodes or []):
                     raise ProtocolError(f"{ch.party}: split orders from {self.c.holder} do not match the "
                                         f"master's list of nodes")
@@ -422,7 +422,7 @@ class _TreeState:
             orders.setdefault(self.owner[p], []).append((nd, self.local_feature[p], int(pb[r, p]), int(pm[r, p])))
         mine = orders.pop(c.ch.party, [])
         for owner, items in orders.items():
-            c.ch.send(owner, m.PEER, m.SplitOrders(layer.depth, *[list(v) for v in zip(*items)]))
+            c.ch.send(owner, m.PEER, m.SplitQuery(layer.depth, *[list(v) for v in zip(*items)]))
         if mine:
             masks = self._split_own(*[list(v) for v in zip(*mine)])
             c.ch.send(c.master, m.REPLY, m.SplitMasks(masks))

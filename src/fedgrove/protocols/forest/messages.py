@@ -19,7 +19,7 @@ Per layer:  master -> client  LayerRequest
             encrypted: client -> holder  EncryptedHistograms (built nodes only)
             scorer -> master  FeatureGains (per node and scored feature)
   splits:   master -> scorer  SplitDecisions;   master -> other owner  SplitOwners
-            scorer -> master  ChildStats;       scorer -> other owner  SplitOrders
+            scorer -> master  ChildStats;       scorer -> other owner  SplitQuery (feature, bin)
             owner -> master   SplitMasks;       master -> client  LayerPartition
             master -> client  TreeEnd
 End:        master -> client  TrainingDone
@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedgrove.protocols.vertical.messages import (EncryptedHistograms, FeatureLayout, LayerPartition,  # noqa: F401
-                                                  SplitMasks, Start, TrainingDone, TreeEnd, ids_digest,
+                                                  SplitMasks, SplitQuery, Start, TrainingDone, TreeEnd, ids_digest,
                                                   pack_mask, unpack_mask)
 from fedgrove.transport.codec import Message, array_field, register
 
@@ -157,17 +157,6 @@ class SplitOwners(Message):
 
     layer: int = 0
     nodes: list[int] = None
-
-
-@register
-class SplitOrders(Message):
-    """From the scorer to the owner of the chosen features: local feature, bin and missing direction."""
-
-    layer: int = 0
-    nodes: list[int] = None
-    features: list[int] = None
-    bins: list[int] = None
-    missing_left: list[int] = None
 
 
 @register
