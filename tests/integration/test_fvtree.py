@@ -155,3 +155,42 @@ def test_pv_tree_and_top_two_voting_run_and_learn():
     for refit in (True, False):
         model = run_fvtree(parts, params, FVTreeOptions(refit=refit, threshold=5.0))["model"]
         assert np.mean((model.predict_raw(X) > 0) == y) > 0.75
+
+
+def test_cli_trains_with_dp_verifies_the_ledger_and_stops_rather_than_overspend(tmp_path, capsys):
+    # the example config with differential privacy: training prints the accountant's total and writes a ledger
+    # that `fedgrove ledger verify` accepts (exit 0) and rejects once edited (exit 8); a budget too small for the
+    # trees asked for stops training with exit 7
+    import json
+    import re
+    from pathlib import Path
+
+    from sklearn.datasets import load_breast_cancer
+
+    from fedgrove.cli.main import main
+
+    load_breast_cancer(as_frame=True).frame.to_csv(tmp_path / "cancer.csv", index=False)
+    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", "horizontal", "--mode",
+                 "unbalanced", "-p", "4", "--test-fraction", "0.2", "-o", str(tmp_path / "parts")]) == 0
+    toml = (Path(__file__).parents[2] / "examples" / "fvtree" / "federation.toml").read_text()
+    toml = re.sub(r"n_estimators = \d+", "n_estimators = 4", toml)
+    dp = "[fvtree.dp]\nepsilon = 8.0\ntrees_per_ensemble = 2\n"
+    (tmp_path / "fed.toml").write_text(toml.replace("[params]", dp + "\n[params]"))
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert "party2: epsilon spent" in printed
+    stats = json.loads((tmp_path / "runs" / "simulated" / "party2.stats.json").read_text())
+    spent = float(re.match(r"epsilon spent (\S+) of 8 ", stats["privacy"]).group(1))
+    assert 0 < spent <= 8 and stats["ledger_records"] > 0  # small data: trees stop early, depths left unspent
+    ledger = tmp_path / "runs" / "simulated" / "party2.ledger.sqlite"
+    assert main(["ledger", "verify", str(ledger)]) == 0
+    assert main(["ledger", "show", str(ledger), "--png", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["ledger", "verify", str(_tampered(ledger, tmp_path, "UPDATE records SET author = 'party9' "
+                                                                    "WHERE seq = 9"))]) == 8
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 2  # the ledger files exist: refused, not appended to
+    over = dp.replace("trees_per_ensemble = 2\n", "trees_per_ensemble = 2\nn_ensembles = 1\n")
+    (tmp_path / "over.toml").write_text(toml.replace("[params]", over + "\n[params]")
+                                        .replace('dir = "runs/simulated"', 'dir = "runs/over"'))
+    assert main(["simulate", str(tmp_path / "over.toml")]) == 7
+    assert "over the budget of 8" in capsys.readouterr().err

@@ -82,6 +82,10 @@ def _report(results: dict, out_dir) -> None:
                   f"{s['total_received'] / 1e6:.2f}", str(s["messages_sent"]), str(s["rounds"]))
     out.print(t)
     for name, s in results.items():
+        if s.get("privacy"):
+            out.print(f"{name}: {s['privacy']}")
+        if "ledger" in s:
+            out.print(f"{name}: {s['ledger_records']} records in its ledger replica {s['ledger']}")
         if "predictions" in s:
             scores = "  ".join(f"{k.removeprefix('test_')} {s[k]:.4f}" for k in ("test_accuracy", "test_auc",
                                                                                  "test_rmse") if k in s)
