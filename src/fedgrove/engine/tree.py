@@ -134,7 +134,8 @@ class PackedEnsemble:
         if np.isnan(self.threshold[self.feature >= 0]).any():
             raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
                                    "predict through the federation instead")
-        X = np.ascontiguousarray(X, dtype=np.float64)
+        if not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.f_contiguous):
+            X = np.ascontiguousarray(X, dtype=np.float64)  # row-major, or column-major as given (faster for one tree)
         return predict_leaves(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
                               self.tree_offsets)
 

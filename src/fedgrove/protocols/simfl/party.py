@@ -32,6 +32,7 @@ from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.protocols.horizontal.common import base_score, label_stats
@@ -234,7 +235,12 @@ class SimFLParty:
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
         """Preprocess (or reuse), then train; with a ``checkpoint`` store, save after every round and
-        (``resume``) continue from it.  ``progress(trees_done, trees_total)`` after every round."""
+        (``resume``) continue from it.  ``progress(trees_done, trees_total)`` after every round.  Kernels use
+        ``params.n_threads`` threads (per party: several parties in one process share the cores)."""
+        with thread_limit(self.params.n_threads):
+            return self._fit(checkpoint, resume, progress)
+
+    def _fit(self, checkpoint, resume, progress) -> GBDTModel:
         ch, p = self.ch, self.params
         sim = self.similarity or self.preprocess()
         objective = make_objective(p.objective, p.n_classes or 1)
@@ -256,6 +262,7 @@ class SimFLParty:
         bm = BinMapper(p.max_bins, seed=p.seed).fit(self.X)
         X_binned = bm.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
+        X_raw_columns = np.asfortranarray(self.X)  # routing others' trees reads one feature column at a time
         thresholds = [bm.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
@@ -271,6 +278,9 @@ class SimFLParty:
                                                                   sim.sizes[order[t]], g, h))
                     trees = [m.tree_from_message(ch.recv(trainer, m.TREE, m.TreeMessage), self.X.shape[1])
                              for _ in range(K)]
+                    leaves = PackedEnsemble(trees).leaves(X_raw_columns)
+                    for c, tree in enumerate(trees):
+                        raw[:, c] += tree.values[leaves[:, c], 0]
                 else:
                     gw, hw = self._weighted(t, g, h)
                     trees = []
@@ -282,10 +292,11 @@ class SimFLParty:
                                           min_samples_split=2 * p.min_samples_leaf).grow()
                         trees.append(m.shared_tree(tree, order[t]))
                         ch.broadcast(m.TREE, m.tree_message(t, c, trees[-1]), self.others)
-            leaves = PackedEnsemble(trees).leaves(self.X)
+                        # the trainer knows its own instances' leaves: no routing (the same leaves as by threshold)
+                        done = np.nonzero(tree.is_leaf)[0]
+                        finder.add_node_values(raw, c, done, tree.values[done, 0])
             for c, tree in enumerate(trees):
                 model.add_tree(tree, c)
-                raw[:, c] += tree.values[leaves[:, c], 0]
             self.tree_seconds.append(time.perf_counter() - t1)
             if checkpoint is not None:
                 checkpoint.save({"trees_done": t + 1, "model": model.to_dict()}, raw)
