@@ -83,7 +83,8 @@ def forest_table() -> str:
             continue
         o, c = v["prediction"]["one-round"], v["prediction"]["classical"]
         lines.append(f"| {name} | {v['trees']} | {v['seconds_per_tree']:.3f} | {v['ratio_to_engine']:.1f} | "
-                     f"{v['bytes_per_tree'] / 1e6:.2f} | {o['seconds']:.3f} / {o['messages']} / {o['bytes'] / 1e6:.2f} | "
+                     f"{v['bytes_per_tree'] / 1e6:.2f} | {o['seconds']:.3f} / {o['messages']} / "
+                     f"{o['bytes'] / 1e6:.2f} | "
                      f"{c['seconds']:.3f} / {c['messages']} / {c['bytes'] / 1e6:.2f} |")
     return "\n".join(lines)
 
@@ -105,7 +106,35 @@ def simfl_table() -> str:
         f"{r['preprocessing_bytes_sent_per_party'] / 1e6:.2f} | {r['bytes_per_tree'] / 1e6:.3f} |"])
 
 
-TABLES = {"engine": engine_table, "vertical": vertical_table, "forest": forest_table, "simfl": simfl_table}
+def fvtree_table() -> str:
+    path = RESULTS / "fvtree.json"
+    if not path.exists():
+        return "_bench/results/fvtree.json not found: run `python3 bench/fvtree.py`._"
+    r = json.loads(path.read_text())
+    ns = sorted(r["by_instances"], key=int)
+    methods = list(r["by_instances"][ns[0]]["methods"])
+    lines = [f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['dataset']}, "
+             f"{r['parties']} parties (theta {r['theta']}), depth {r['depth']}, {r['max_bins']} bins, one kernel "
+             f"thread a party; per tree over {r['trees_measured']} trees (setup excluded), medians of "
+             f"{r['repeats']} runs.", "",
+             "| training rows | method | kB per tree | splits per tree | kB per split | ms per tree | x engine |",
+             "|---|---|---|---|---|---|---|"]
+    for n in ns:
+        row = r["by_instances"][n]
+        for m in methods:
+            v = row["methods"][m]
+            lines.append(f"| {n} | {m} | {v['bytes_per_tree'] / 1e3:.0f} | {v['splits_per_tree']:.0f} | "
+                         f"{v['bytes_per_split'] / 1e3:.1f} | {v['seconds_per_tree'] * 1e3:.0f} | "
+                         f"{v['ratio_to_engine']:.1f} |")
+    g = r.get("bytes_growth_smallest_to_largest")
+    if g:
+        lines += ["", f"Bytes per tree from {ns[0]} to {ns[-1]} rows: "
+                  + ", ".join(f"{m} x{x:.2f}" for m, x in g.items()) + "."]
+    return "\n".join(lines)
+
+
+TABLES = {"engine": engine_table, "vertical": vertical_table, "forest": forest_table, "simfl": simfl_table,
+          "fvtree": fvtree_table}
 
 if __name__ == "__main__":
     import sys

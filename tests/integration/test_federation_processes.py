@@ -215,6 +215,57 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path):
     assert (out / "host.predictions.csv").read_bytes() == first
 
 
+
+def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_path, capsys):
+    # two hosts, four guests holding instances of both: each host's federation keeps the instances it shares
+    # with each guest; fedgrove bag votes over the two hosts' predictions of the common test set
+    import re
+
+    from sklearn.datasets import load_breast_cancer
+
+    from fedgrove.cli.main import main
+
+    load_breast_cancer(as_frame=True).frame.to_csv(tmp_path / "cancer.csv", index=False)
+    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", "hybrid", "-p", "4",
+                 "--hosts", "2", "--test-fraction", "0.2", "-o", str(tmp_path / "parts")]) == 0
+    src = Path(__file__).parents[2] / "examples" / "hybridtree" / "multihost"
+    preds = []
+    for h in ("host0", "host1"):
+        toml = re.sub(r"n_estimators = \d+", "n_estimators = 3", (src / f"{h}.toml").read_text())
+        (tmp_path / f"{h}.toml").write_text(toml)
+        assert main(["simulate", str(tmp_path / f"{h}.toml")]) == 0
+        preds.append(tmp_path / "runs" / h / f"{h}.predictions.csv")
+    # without shared_only a host refuses guests holding instances it lacks
+    (tmp_path / "strict.toml").write_text((tmp_path / "host0.toml").read_text().replace(
+        "shared_only = true", "shared_only = false").replace('"runs/host0"', '"runs/strict"'))
+    assert main(["simulate", str(tmp_path / "strict.toml")]) != 0
+    assert "shared_only" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["bag", *map(str, preds), "--truth", str(tmp_path / "parts" / "host0-test.csv"), "-l", "target",
+                 "-o", str(tmp_path / "bagged.csv")]) == 0
+    assert "bagged accuracy" in capsys.readouterr().err  # the console writes to stderr
+    a, b = (pd.read_csv(p) for p in preds)
+    bagged = pd.read_csv(tmp_path / "bagged.csv")
+    assert (bagged["_id"] == a["_id"]).all() and len(bagged) == 114
+    # majority of two: both agree, or the tie goes to the lower class
+    agree = a["prediction"] == b["prediction"]
+    assert (bagged["prediction"][agree] == a["prediction"][agree]).all()
+    assert (bagged["prediction"][~agree] == 0).all()
+    assert (bagged["votes"] == np.where(agree, 2, 1)).all()
+    np.testing.assert_allclose(bagged["p_1"], (a["p_1"] + b["p_1"]) / 2)
+    truth = pd.read_csv(tmp_path / "parts" / "host0-test.csv").set_index("_id")["target"]
+    assert (bagged["prediction"].to_numpy() == truth.loc[bagged["_id"]].to_numpy()).mean() > 0.85
+    # soft vote; files that do not cover the same test instances are refused with the missing ID named
+    assert main(["bag", *map(str, preds), "--vote", "soft", "-o", str(tmp_path / "soft.csv")]) == 0
+    soft = pd.read_csv(tmp_path / "soft.csv")
+    assert (soft["prediction"] == (soft["p_1"] > soft["p_0"]).astype(int)).all()
+    a.iloc[:-1].to_csv(tmp_path / "short.csv", index=False)
+    capsys.readouterr()
+    assert main(["bag", str(tmp_path / "short.csv"), str(preds[1]), "-o", str(tmp_path / "x.csv")]) != 0
+    assert "rows" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    assert main(["bag", str(preds[0]), str(preds[1]), "--vote", "loud"]) != 0
+
+
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path):
     from fedgrove.cli.main import main
     from fedgrove.engine.model import load_model

@@ -197,3 +197,26 @@ def test_inference_from_per_party_model_files(setup, tmp_path):
     assert "splits" not in files["host"] and "children" not in files["host"]  # the host holds no guest split
     raw = predict_hybridtree(files["host"], guest_files, Xh, {n: g for n, g in zip(names, guests)})
     np.testing.assert_array_equal(raw, live_raw)
+
+
+@pytest.mark.parametrize("mode", ["hessian", "count"])
+def test_one_host_of_several_trains_on_the_instances_it_shares_with_each_guest(setup, mode):
+    """Multi-host: guests hold instances of two hosts; with shared_only a host keeps, per guest, the instances
+    both hold, which gives exactly the model trained on guest files cut to those instances beforehand."""
+    from fedgrove.exceptions import ProtocolError
+
+    Xh, y, guests = setup
+    mine = np.arange(0, len(y), 2)  # this host's instances: every other row (the other host has the rest)
+    ids = mine + 1000  # IDs that are not row numbers
+    full = [(Xg, r + 1000) for Xg, r in guests]
+    cut = [(Xg[np.isin(r, mine)], r[np.isin(r, mine)] + 1000) for Xg, r in guests]
+    he = keygen("ou", 2048, "plain")
+    a = run_hybridtree(Xh[mine], y[mine], full, PARAMS, he, 4, 2, timeout=60, mode=mode, host_ids=ids,
+                       shared_only=True)
+    b = run_hybridtree(Xh[mine], y[mine], cut, PARAMS, he, 4, 2, timeout=60, mode=mode, host_ids=ids)
+    np.testing.assert_array_equal(a["raw"], b["raw"])
+    assert a["model"].to_dict() == b["model"].to_dict()
+    for g in a["guest_models"]:
+        assert a["guest_models"][g].splits == b["guest_models"][g].splits
+    with pytest.raises(ProtocolError, match="shared_only"):
+        run_hybridtree(Xh[mine], y[mine], full, PARAMS, he, 4, 2, timeout=60, mode=mode, host_ids=ids)

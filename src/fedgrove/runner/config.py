@@ -16,7 +16,9 @@
     [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams); for federated-forest
     n_estimators = 10            # the random forest's (fedgrove.engine.forest.ForestParams)
     max_depth = 4
-    [hybridtree]                 # hybridtree only: host_depth, guest_depth, mode = "hessian" | "count"
+    [hybridtree]                 # hybridtree only: host_depth, guest_depth, mode = "hessian" | "count",
+                                 # shared_only = false (true: guests may hold instances the host lacks, as
+                                 # with several hosts; the host keeps the instances both hold)
     [forest]                     # federated-forest only: label_mode = "encrypted" | "shared",
                                  # prediction = "one-round" | "classical"
     [simfl]                      # simfl only: n_hashes (L, default min(40, d-1)), r = 4.0,
@@ -173,11 +175,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     params = dict(d.get("params", {}))
     params.setdefault("seed", fed.get("seed", 0))
     out = d.get("output", {}).get("dir", "fedgrove-run")
-    hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", **d.get("hybridtree", {})}
-    unknown = set(hybrid) - {"host_depth", "guest_depth", "mode"}
+    hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", "shared_only": False, **d.get("hybridtree", {})}
+    unknown = set(hybrid) - {"host_depth", "guest_depth", "mode", "shared_only"}
     if unknown:
         raise InvalidParameterError(f"[hybridtree]: unknown keys {sorted(unknown)}; expected host_depth, "
-                                    f"guest_depth, mode")
+                                    f"guest_depth, mode, shared_only")
+    if not isinstance(hybrid["shared_only"], bool):
+        raise InvalidParameterError(f"[hybridtree] shared_only must be true or false, got {hybrid['shared_only']!r}")
     if hybrid["mode"] not in ("hessian", "count"):
         raise InvalidParameterError(f"[hybridtree] mode must be 'hessian' or 'count', got {hybrid['mode']!r}")
     for key in ("host_depth", "guest_depth"):

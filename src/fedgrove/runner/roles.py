@@ -165,7 +165,8 @@ def _hybrid_host(ctx: RoleContext) -> dict:
     params, ht = ctx.cfg.make_params(), ctx.cfg.hybridtree
     table = ctx.data(with_label=True)
     hmodel = HybridHost(ctx.channel, table.X, table.y, ctx.others("guest"), params, ctx.key_pair(),
-                        ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"]).fit(
+                        ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"],
+                        shared_only=ht["shared_only"]).fit(
         ctx.checkpoint, ctx.resume, ctx.progress)
     ctx.save_json(hmodel.to_dict())
     return {"trees": len(hmodel.host_trees)}

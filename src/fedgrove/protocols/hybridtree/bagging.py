@@ -28,8 +28,15 @@ def bag_predictions(raws: list[np.ndarray], objective: str, n_classes: int | Non
     if objective == "regression":
         return np.mean([r[:, 0] for r in raws], axis=0)
     obj = make_objective(objective, n_classes or (raws[0].shape[1] if objective == "multiclass" else 2))
-    probas = [obj.transform(r) for r in raws]  # (n, classes) each
-    probas = np.stack(probas)  # (hosts, n, classes)
+    return vote_classes(np.stack([obj.transform(r) for r in raws]), vote)
+
+
+def vote_classes(probas: np.ndarray, vote: str = "majority") -> np.ndarray:
+    """Class codes from per-host class probabilities ``(hosts, n, classes)``: ``majority`` counts each host's
+    most probable class (ties to the lowest class), ``soft`` takes the highest mean probability."""
+    if vote not in VOTES:
+        raise InvalidParameterError(f"vote must be one of {VOTES}, got {vote!r}")
+    probas = np.asarray(probas, dtype=np.float64)
     if vote == "soft":
         return probas.mean(axis=0).argmax(axis=1)
     votes = probas.argmax(axis=2)  # (hosts, n)
@@ -37,3 +44,64 @@ def bag_predictions(raws: list[np.ndarray], objective: str, n_classes: int | Non
     for v in votes:
         counts[np.arange(len(v)), v] += 1
     return counts.argmax(axis=1)
+
+
+def bag_prediction_files(frames: dict, vote: str = "majority"):
+    """Bag the prediction tables that ``fedgrove simulate|party`` write (``<host>.predictions.csv``), one per
+    host: ``frames`` maps a name (for messages) to a DataFrame.  Rows are matched by ``_id`` when every table
+    has it (else by position); classification tables (``p_<class>`` columns) are voted, regression tables
+    (``prediction`` only) averaged.  Returns a DataFrame: ``_id`` when known, ``prediction``, the mean class
+    probabilities, and ``votes`` (majority vote: how many hosts chose the winning class)."""
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+
+    if vote not in VOTES:
+        raise InvalidParameterError(f"vote must be one of {VOTES}, got {vote!r}")
+    if len(frames) < 1:
+        raise InvalidParameterError("bagging needs at least one host's predictions")
+    names = list(frames)
+    first = frames[names[0]]
+    for name, df in frames.items():
+        if "prediction" not in df.columns:
+            raise DataError(f"{name}: no 'prediction' column; expected a predictions file written by fedgrove "
+                            f"simulate or party")
+        if sorted(df.columns) != sorted(first.columns):
+            raise DataError(f"{name}: columns {list(df.columns)} differ from {names[0]}'s {list(first.columns)}")
+        if len(df) != len(first):
+            raise DataError(f"{name}: {len(df)} rows, {names[0]} has {len(first)}")
+    ids = None
+    if "_id" in first.columns:
+        ids = first["_id"].to_numpy()
+        if len(np.unique(ids)) != len(ids):
+            raise DataError(f"{names[0]}: repeated _id values")
+        aligned = {}
+        for name, df in frames.items():
+            df = df.set_index("_id")
+            missing = np.setdiff1d(ids, df.index.to_numpy())
+            if len(missing):
+                raise DataError(f"{name}: {len(missing)} of {names[0]}'s test IDs are missing (first: {missing[0]})")
+            aligned[name] = df.loc[ids].reset_index()
+        frames = aligned
+    pcols = [c for c in first.columns if c.startswith("p_")]
+    out = pd.DataFrame({"_id": ids}) if ids is not None else pd.DataFrame(index=range(len(first)))
+    if not pcols:
+        try:
+            preds = np.stack([frames[n]["prediction"].to_numpy(dtype=np.float64) for n in names])
+        except ValueError:
+            raise DataError("predictions without p_<class> columns must be numbers (regression)") from None
+        out["prediction"] = preds.mean(axis=0)
+        return out
+    probas = np.stack([frames[n][pcols].to_numpy(dtype=np.float64) for n in names])
+    codes = vote_classes(probas, vote)
+    classes = np.array([c[2:] for c in pcols], dtype=object)
+    try:  # keep numeric class labels numeric
+        classes = np.array([int(c) for c in classes], dtype=object)
+    except ValueError:
+        pass
+    out["prediction"] = classes[codes]
+    for k, c in enumerate(pcols):
+        out[c] = probas[:, :, k].mean(axis=0)
+    if vote == "majority":
+        out["votes"] = (probas.argmax(axis=2) == codes[None, :]).sum(axis=0)
+    return out

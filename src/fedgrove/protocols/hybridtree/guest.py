@@ -36,6 +36,8 @@ class HybridGuest:
         packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
         self.setup = ch.recv(self.host, "setup", m.HybridSetup)
         self._check_setup(masking)
+        if self.setup.subset:
+            self._keep(self.setup.kept)
         tree = ch.recv(self.host, "start", m.Start).tree
         if tree > 0:
             from fedgrove.runner.checkpoint import CheckpointStore
@@ -72,6 +74,15 @@ class HybridGuest:
             masking.agree(dict(zip(peers, keys)))
             self.shared = {v: st.shared_ids[off[k]:off[k + 1]] for k, v in enumerate(peers) if off[k + 1] > off[k]}
         self.masking = masking
+
+    def _keep(self, kept) -> None:
+        """Train on the instances the host holds too (its ``kept`` list, in this guest's own row order)."""
+        keep = np.isin(self.ids, kept)
+        if len(kept) == 0 or int(keep.sum()) != len(kept) or len(np.unique(kept)) != len(kept):
+            raise ProtocolError(f"{self.ch.party}: {self.host} asked to keep {len(kept)} instances, "
+                                f"{int(keep.sum())} of which this guest holds (expected a non-empty subset of its "
+                                f"IDs without repeats)")
+        self.X, self.X_binned, self.ids = self.X[keep], self.X_binned[keep], self.ids[keep]
 
     def _count_predictions(self, tree, rows, ct, he, packer) -> m.EncryptedPredictions:
         """Enc(leaf value) per leaf by scalar multiplication with -lr/(|I|+lambda), and per instance its leaf's

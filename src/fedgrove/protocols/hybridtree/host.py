@@ -19,6 +19,7 @@ from fedgrove.engine.losses import make_objective
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for
@@ -64,10 +65,11 @@ class HybridHost:
     the host learns only their sum over the guests holding an instance."""
 
     def __init__(self, channel, X, y, guests: list[str], params: GBDTParams, he: HEContext, host_depth: int,
-                 guest_depth: int, ids=None, mode: str = "hessian"):
+                 guest_depth: int, ids=None, mode: str = "hessian", shared_only: bool = False):
         if mode not in MODES:
             raise InvalidParameterError(f"HybridTree mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
+        self.shared_only = bool(shared_only)  # guests may hold instances this host lacks (several hosts)
         self._plan = None  # count mode: see _aggregation_plan
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
@@ -94,10 +96,18 @@ class HybridHost:
         remotes, guest_rows, layouts = {}, {}, {}
         for u in self.guests:
             layout = layouts[u] = ch.recv(u, "layout", m.GuestLayout)
-            try:
-                guest_rows[u] = np.array([row_of[int(i)] for i in layout.ids], dtype=np.int64)
-            except KeyError as exc:
-                raise ProtocolError(f"{u} holds instance {exc.args[0]} that the host does not have") from None
+            known = np.fromiter((int(i) in row_of for i in layout.ids), dtype=bool, count=len(layout.ids))
+            if not known.all():
+                if not self.shared_only:
+                    raise ProtocolError(f"{u} holds instance {int(layout.ids[~known][0])} that the host does not "
+                                        f"have (with several hosts set shared_only / [hybridtree] shared_only = "
+                                        f"true)")
+                layout.ids = layout.ids[known]
+                logger.info("%s: %d of its instances are held by this host, %d ignored", u, int(known.sum()),
+                            int((~known).sum()))
+            if len(layout.ids) == 0:
+                raise ProtocolError(f"{u} shares no instance with the host {ch.party}")
+            guest_rows[u] = np.array([row_of[int(i)] for i in layout.ids], dtype=np.int64)
             remotes[u] = _Remote(u, layout.n_value_bins, 0, 0)
         ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
                                         self.packer.count_bits), self.guests)
@@ -159,15 +169,17 @@ class HybridHost:
     def _send_setup(self, layouts) -> None:
         p = self.params
         for u in self.guests:
+            kept = {"subset": self.shared_only, "kept": np.asarray(layouts[u].ids if self.shared_only else [],
+                                                                   dtype=np.int64)}
             if self.mode == "hessian":
-                self.ch.send(u, "setup", m.HybridSetup("hessian", peers=[], peer_keys=[]))
+                self.ch.send(u, "setup", m.HybridSetup("hessian", peers=[], peer_keys=[], **kept))
                 continue
             peers = [v for v in self.guests if v != u]
             shared = [np.intersect1d(layouts[u].ids, layouts[v].ids) for v in peers]
             offsets = np.concatenate([[0], np.cumsum([len(x) for x in shared])]).astype(np.int64)
             self.ch.send(u, "setup", m.HybridSetup(
                 "count", p.learning_rate, p.reg_lambda, SCALE_BITS, peers, [layouts[v].mask_key for v in peers],
-                np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets))
+                np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets, **kept))
 
     def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update):
         ch, p = self.ch, self.params

@@ -31,7 +31,9 @@ class GuestLayout(Message):
 @register
 class HybridSetup(Message):
     """The leaf mode, and in count mode what guests need to compute encrypted leaf values and mask them:
-    the other guests' masking keys and, per other guest, the instance IDs both hold."""
+    the other guests' masking keys and, per other guest, the instance IDs both hold.  With ``subset`` (a host
+    that trains with guests holding instances it lacks, as with several hosts), ``kept`` lists the guest's
+    instance IDs that take part: those the host holds too."""
 
     mode: str = "hessian"
     learning_rate: float = 0.0
@@ -41,6 +43,8 @@ class HybridSetup(Message):
     peer_keys: list[bytes] = None
     shared_ids: np.ndarray = array_field("<i8", 1)
     shared_offsets: np.ndarray = array_field("<i8", 1)  # peer k's IDs: shared_ids[off[k]:off[k + 1]]
+    subset: bool = False
+    kept: np.ndarray = array_field("<i8", 1)
 
 
 @register

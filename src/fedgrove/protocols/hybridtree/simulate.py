@@ -9,15 +9,18 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, guest_depth: int,
                    timeout: float = 300.0, X_test_host=None, test_guests: list[tuple] | None = None,
-                   mode: str = "hessian"):
-    """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows.  With ``X_test_host`` and
-    ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the test set."""
+                   mode: str = "hessian", host_ids=None, shared_only: bool = False):
+    """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows (or are ``host_ids``, the IDs
+    of the host's rows; with ``shared_only`` guests may hold IDs the host lacks: one host of several).  With
+    ``X_test_host`` and ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the
+    test set."""
     names = [f"guest{k}" for k in range(len(guests))]
     hub = InProcessHub(["host"] + names)
     holder = {"fit_stats": {}}
 
     def host(ch):
-        role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth, mode=mode)
+        role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth, mode=mode, ids=host_ids,
+                          shared_only=shared_only)
         model = role.fit()
         holder["fit_stats"]["host"] = ch.stats.as_dict()
         holder["raw"], holder["tree_seconds"] = role.raw, role.tree_seconds

@@ -1,0 +1,77 @@
+"""``fedgrove bag``: combine several hosts' prediction files (multi-host HybridTree)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from fedgrove.cli.common import console, load_input, out
+
+
+def bag(
+    predictions: list[Path] = typer.Argument(..., help="Prediction files (<host>.predictions.csv), one per host"),
+    vote: str = typer.Option("majority", help="majority (the paper's) or soft (highest mean probability); "
+                             "regression predictions are averaged"),
+    output: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the bagged predictions to this CSV "
+                                          "file (default: print them)"),
+    truth: Optional[str] = typer.Option(None, "--truth", help="A test file with the labels (and _id) to score "
+                                        "the bagged predictions against"),
+    label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column of --truth (default: last "
+                                        "column)"),
+):
+    """Bag the predictions of several hosts' HybridTree federations (each host trained with its guests and
+    predicted the same test instances): majority or soft vote, or the mean for regression."""
+    import pandas as pd
+
+    from fedgrove.engine.model import atomic_write_text
+    from fedgrove.exceptions import DataError, InvalidParameterError
+    from fedgrove.protocols.hybridtree.bagging import VOTES, bag_prediction_files
+
+    if vote not in VOTES:
+        raise InvalidParameterError(f"--vote must be one of {', '.join(VOTES)}, got {vote!r}")
+    frames = {}
+    for path in predictions:
+        if not path.is_file():
+            raise DataError(f"prediction file {path} not found")
+        try:
+            frames[str(path)] = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise DataError(f"{path}: not a readable CSV file ({exc})") from None
+    df = bag_prediction_files(frames, vote)
+    if truth is not None:
+        _score(df, load_input(truth, label, split="test"), truth)
+    if output is None:
+        out.print(df.to_csv(index=False), end="")
+    else:
+        atomic_write_text(output, df.to_csv(index=False))
+        console.print(f"bagged {len(frames)} hosts' predictions of {len(df)} instances into {output}")
+
+
+def _score(df, table, source: str) -> None:
+    from fedgrove import metrics
+    from fedgrove.exceptions import DataError
+
+    if table.y is None:
+        raise DataError(f"{source}: no label column to score against")
+    y = np.asarray(table.y)
+    if "_id" in df.columns and table.ids is not None:
+        pos = {int(i): k for k, i in enumerate(table.ids)}
+        try:
+            y = y[[pos[int(i)] for i in df["_id"]]]
+        except KeyError as exc:
+            raise DataError(f"{source}: test ID {exc.args[0]} of the predictions is missing") from None
+    elif len(y) != len(df):
+        raise DataError(f"{source}: {len(y)} rows for {len(df)} predictions")
+    pred = df["prediction"].to_numpy()
+    if any(c.startswith("p_") for c in df.columns):
+        try:
+            hit = np.asarray(pred, dtype=np.float64) == np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError):
+            hit = np.asarray(pred).astype(str) == np.asarray(y).astype(str)
+        console.print(f"bagged accuracy {float(np.mean(hit)):.4f} on {len(y)} instances")
+    else:
+        console.print(f"bagged rmse {metrics.rmse(np.asarray(y, dtype=np.float64), pred.astype(float)):.6g} "
+                      f"on {len(y)} instances")
