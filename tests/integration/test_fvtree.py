@@ -8,7 +8,7 @@ import pytest
 
 from fedgrove.data.partition import horizontal_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.exceptions import LedgerError, PrivacyBudgetError
+from fedgrove.exceptions import InvalidParameterError, LedgerError, PrivacyBudgetError
 from fedgrove.ledger.verify import verify_ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions
 from fedgrove.protocols.fvtree.privacy import DPOptions
@@ -146,6 +146,24 @@ def test_dp_accountant_spends_exactly_the_budget_and_refuses_more():
     with pytest.raises(PrivacyBudgetError, match="over the budget of 4"):
         run_fvtree(parts, params, FVTreeOptions(use_psd=False, refit=False, verify=False, dp=too_few))
 
+
+def test_dp_leaf_values_are_bounded_by_leaf_clip_at_no_cost_in_budget():
+    # a small epsilon on few rows: noisy hessian sums near zero would give huge leaves; leaf_clip bounds them
+    # (post-processing: the accountant's total is unchanged)
+    parts = _parts(n=1200, k=2, theta=0.6)
+    params = GBDTParams(n_estimators=3, max_depth=3, learning_rate=0.3, max_bins=8)
+    opts = dict(use_psd=False, refit=False, verify=False)
+    big = []
+    for clip in (0.5, None):
+        out = run_fvtree(parts, params, FVTreeOptions(**opts, dp=DPOptions(epsilon=0.5, leaf_clip=clip)))
+        leaves = np.concatenate([t.values[t.is_leaf].ravel() for t in out["model"].trees])
+        big.append(np.abs(leaves).max())
+        for party in out["parties"].values():
+            assert party.privacy.accountant.spent == pytest.approx(0.5)
+    assert big[0] <= 0.3 * 0.5 + 1e-12
+    assert big[1] > 0.3 * 0.5  # without the bound the noise pushes some leaf beyond it
+    with pytest.raises(InvalidParameterError, match="leaf_clip"):
+        DPOptions(epsilon=1.0, leaf_clip=0.0)
 
 def test_pv_tree_and_top_two_voting_run_and_learn():
     parts = _parts(n=4000, k=4, theta=0.8)

@@ -29,7 +29,7 @@
     [fvtree]                     # fvtree only: n_candidates (2; "all"), refit, use_psd, psd_depth, psd_epsilon,
                                  # verify, threshold, endorse_fraction, beta, n_permutations
     [fvtree.dp]                  # optional differential privacy: epsilon, trees_per_ensemble, n_ensembles,
-                                 # g_clip, seeded
+                                 # g_clip, leaf_clip (1.0; "none" for no bound), seeded
     [[party]]
     name = "party0"
     role = "active"              # vertical: active (labels) | passive; horizontal: aggregator | client
@@ -106,7 +106,10 @@ class FederationConfig:
             o["n_candidates"] = None
         try:
             if "dp" in o:
-                o["dp"] = DPOptions(**o["dp"])
+                dp = dict(o["dp"])
+                if dp.get("leaf_clip") == "none":
+                    dp["leaf_clip"] = None
+                o["dp"] = DPOptions(**dp)
             return FVTreeOptions(**o)
         except TypeError as exc:
             raise InvalidParameterError(f"[fvtree]: {exc}") from None

@@ -328,7 +328,7 @@ class FVTreeParty:
         local = HistogramSplitFinder(self.X_binned, self.bin_mapper.feature_offsets, self.bin_mapper.missing_codes,
                                      self.thresholds, np.column_stack(cols), self.scorer, root_samples=rows)
         finder = _FVFinder(self, local, tree_id)
-        tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * self.scorer.leaf_value(s),
+        tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * self.privacy.leaf(self.scorer.leaf_value(s)),
                           min_samples_split=2 * p.min_samples_leaf).grow()
         finder.publish_records()
         return tree

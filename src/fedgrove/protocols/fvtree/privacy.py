@@ -41,6 +41,8 @@ class DPOptions:
     trees_per_ensemble: int | None = None   # default: every tree in one ensemble
     n_ensembles: int | None = None          # default: enough ensembles for every tree
     g_clip: float = 1.0                     # |g| is clipped to g*, h to [0, g*]
+    leaf_clip: float | None = 1.0           # |leaf value| (before the learning rate) at most this: post-processing
+    #                                         of the noisy sums, no budget; None: no bound
     seeded: bool = True                     # numpy noise from the run's seed (reproducible; not floating-point
     #                                         safe); False: OpenDP's exact samplers
 
@@ -49,6 +51,8 @@ class DPOptions:
             raise InvalidParameterError(f"dp epsilon must be a positive number, got {self.epsilon!r}")
         if not self.g_clip > 0:
             raise InvalidParameterError(f"dp g_clip must be positive, got {self.g_clip!r}")
+        if self.leaf_clip is not None and not self.leaf_clip > 0:
+            raise InvalidParameterError(f"dp leaf_clip must be positive (or omitted), got {self.leaf_clip!r}")
 
 
 class NoPrivacy:
@@ -77,6 +81,9 @@ class NoPrivacy:
 
     def clip(self, g, h):
         return g, h
+
+    def leaf(self, value):
+        return value
 
     def vote(self, gains: np.ndarray, depth: int, n_candidates: int) -> int:
         """The best feature (ties: the lowest); -1 when no feature can split."""
@@ -130,6 +137,12 @@ class DifferentialPrivacy(NoPrivacy):
 
     def clip(self, g, h):
         return np.clip(g, -self.g_star, self.g_star), np.clip(h, 0.0, self.g_star)
+
+    def leaf(self, value):
+        """Leaf values from noisy sums, bounded (post-processing: no budget): a node whose noisy hessian sum
+        is near zero would otherwise get a huge value that one tree cannot recover from."""
+        c = self.o.leaf_clip
+        return value if c is None else np.clip(value, -c, c)
 
     def _eps(self, depth: int, n_candidates: int) -> float:
         return self.eps_depth / (1 + 2 * n_candidates + (1 if depth == 0 else 0))
