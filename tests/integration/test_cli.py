@@ -103,3 +103,13 @@ def test_console_script_runs_as_a_process(csv, tmp_path):
                            str(tmp_path / "m.json")], capture_output=True, text=True)
     assert proc.returncode == 3
     assert "label column 'nope' not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [(["train", "--bogus"], "No such option: --bogus"),
+                                           (["simulate"], "Missing argument"),
+                                           (["bag"], "Missing argument")])
+def test_usage_errors_print_usage_and_exit_2_without_a_traceback(argv, message, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert message in out + err and "Usage: fedgrove" in out + err
+    assert "Traceback" not in out + err

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedgrove.cli.common import console
 
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=False, prog_name="fedgrove")
         return 0
     except FedgroveError as exc:
         if os.environ.get("FEDGROVE_DEBUG"):
@@ -66,9 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print("interrupted")
         return 130
     except Exception as exc:  # click usage errors and OS errors
-        import click
-
-        if isinstance(exc, click.ClickException):
+        # usage errors: click's ClickException, or the copy of click that newer typer releases vendor
+        if any(c.__name__ == "ClickException" for c in type(exc).__mro__):
             exc.show()
             return exc.exit_code
         if isinstance(exc, OSError):
