@@ -94,6 +94,7 @@ class HybridHost:
         n = len(y)
         row_of = {int(i): r for r, i in enumerate(self.ids)}
         remotes, guest_rows, layouts = {}, {}, {}
+        self._cut = set()  # guests told to keep only the instances this host holds too
         for u in self.guests:
             layout = layouts[u] = ch.recv(u, "layout", m.GuestLayout)
             known = np.fromiter((int(i) in row_of for i in layout.ids), dtype=bool, count=len(layout.ids))
@@ -103,10 +104,11 @@ class HybridHost:
                                         f"have (with several hosts set shared_only / [hybridtree] shared_only = "
                                         f"true)")
                 layout.ids = layout.ids[known]
+                self._cut.add(u)
                 logger.info("%s: %d of its instances are held by this host, %d ignored", u, int(known.sum()),
                             int((~known).sum()))
-            if len(layout.ids) == 0:
-                raise ProtocolError(f"{u} shares no instance with the host {ch.party}")
+                if len(layout.ids) == 0:
+                    raise ProtocolError(f"{u} shares no instance with the host {ch.party}")
             guest_rows[u] = np.array([row_of[int(i)] for i in layout.ids], dtype=np.int64)
             remotes[u] = _Remote(u, layout.n_value_bins, 0, 0)
         ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
@@ -169,8 +171,8 @@ class HybridHost:
     def _send_setup(self, layouts) -> None:
         p = self.params
         for u in self.guests:
-            kept = {"subset": self.shared_only, "kept": np.asarray(layouts[u].ids if self.shared_only else [],
-                                                                   dtype=np.int64)}
+            cut = u in self._cut
+            kept = {"subset": cut, "kept": np.asarray(layouts[u].ids if cut else [], dtype=np.int64)}
             if self.mode == "hessian":
                 self.ch.send(u, "setup", m.HybridSetup("hessian", peers=[], peer_keys=[], **kept))
                 continue
