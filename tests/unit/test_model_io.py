@@ -76,3 +76,28 @@ def test_failed_save_leaves_previous_file(models, tmp_path, monkeypatch):
         models[1][1].save(path)
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_checkpoint_text_equals_json_dumps_and_tree_dicts_follow_their_arrays(models, tmp_path):
+    """Per-tree checkpoints reuse each finished tree's JSON text: the file must read back exactly as a plain
+    json.dumps would write it, and a tree whose arrays change must not keep its old text."""
+    from fedgrove import jsontext
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    model = models[1][0]
+    state = {"trees_done": len(model.trees), "model": model.to_dict(), "other": {"k": [1, 2.5, None]}}
+    assert jsontext.dumps(state) == json.dumps(state)
+    store = CheckpointStore(tmp_path / "p.checkpoint.json")
+    store.save(state, np.arange(6.0).reshape(3, 2))
+    back = store.load()
+    assert json.dumps(back["model"]) == json.dumps(state["model"]) and back["trees_done"] == len(model.trees)
+    tree = model.trees[0]
+    first = tree.to_dict()
+    assert tree.to_dict() is first  # memoised while the arrays are unchanged
+    with pytest.raises(TypeError):
+        first["values"] = []
+    tree.values[0, 0] += 1.0
+    second = tree.to_dict()
+    assert second is not first and second["values"][0][0] == first["values"][0][0] + 1.0
+    assert json.loads(jsontext.dumps({"t": [second]}))["t"][0]["values"][0][0] == second["values"][0][0]
+    tree.values[0, 0] -= 1.0

@@ -13,6 +13,7 @@ threshold (``owner`` names that party; -1 means a centralised tree).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,10 +64,20 @@ class Tree:
         return int(self.nodes["depth"].max())
 
     def to_dict(self) -> dict:
-        return {
-            "nodes": {name: _encode_column(self.nodes[name]) for name in NODE_DTYPE.names},
-            "values": self.values.tolist(),
-        }
+        """The tree as JSON-ready data: a :class:`~fedgrove.jsontext.FrozenJSON`, the same object (and JSON
+        text) while the tree's arrays keep their content, so rewriting a checkpoint re-encodes only new trees.
+        Do not modify the returned dict."""
+        from fedgrove.jsontext import FrozenJSON
+
+        key = hashlib.blake2b(self.nodes.tobytes() + self.values.tobytes() + str(self.values.shape).encode(),
+                              digest_size=16).digest()
+        memo = self.__dict__.get("_dict_memo")
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        d = FrozenJSON(nodes={name: _encode_column(self.nodes[name]) for name in NODE_DTYPE.names},
+                       values=self.values.tolist())
+        self.__dict__["_dict_memo"] = (key, d)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":

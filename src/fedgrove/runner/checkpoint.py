@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedgrove import jsontext
 from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError
 
@@ -37,7 +38,7 @@ class CheckpointStore:
             tmp.write_bytes(data)
             os.replace(tmp, self.array_path)
             state["array_sha256"] = hashlib.sha256(data).hexdigest()
-        atomic_write_text(self.path, json.dumps(state))  # written last: it vouches for the array
+        atomic_write_text(self.path, jsontext.dumps(state))  # written last: it vouches for the array
 
     @staticmethod
     def resume_state(checkpoint, resume: bool, tree: int, party: str, leader: str) -> dict:
