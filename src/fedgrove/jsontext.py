@@ -22,6 +22,9 @@ class FrozenJSON(dict):
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _frozen
 
+    def __reduce__(self):  # copy, deepcopy and pickle rebuild it whole, never item by item
+        return (FrozenJSON, (dict(self),))
+
     def text(self) -> str:
         try:
             return self._text

@@ -101,3 +101,9 @@ def test_checkpoint_text_equals_json_dumps_and_tree_dicts_follow_their_arrays(mo
     assert second is not first and second["values"][0][0] == first["values"][0][0] + 1.0
     assert json.loads(jsontext.dumps({"t": [second]}))["t"][0]["values"][0][0] == second["values"][0][0]
     tree.values[0, 0] -= 1.0
+    # a model whose trees hold memoised dicts still copies and pickles
+    import copy
+    import pickle
+
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert json.dumps(twin.to_dict()) == json.dumps(model.to_dict())
