@@ -33,7 +33,7 @@ import numpy as np
 
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.experiments import simfl as simfl_exp
-from fedgrove.experiments.report import fmt, line_plot, machine, md_table, write_json
+from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps
 from fedgrove.log import logger
 from fedgrove.protocols.fvtree.party import FVTreeOptions
 from fedgrove.protocols.fvtree.privacy import DPOptions
@@ -144,17 +144,12 @@ def reproduce(out_dir, datasets=DATASETS, experiments=EXPERIMENTS, quick: bool =
     """Run the experiments; write ``results.json``, ``report.md`` and PNG plots to ``out_dir``."""
     overrides.pop("he", None)  # FV-tree uses no homomorphic encryption
     cfg = Config(**{**(QUICK if quick else {}), **overrides})
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results = {"config": vars(cfg) | {"quick": quick}, "machine": machine(), "datasets": {}}
-    steps = [(d, e) for d in datasets for e in experiments]
-    for i, (name, exp) in enumerate(steps):
-        if progress:
-            progress(i, len(steps), f"{name}: {exp}")
-        X, y, Xt, yt = simfl_exp.load(name, simfl_exp.Config(seed=cfg.seed, max_train=cfg.max_train,
-                                                             max_test=cfg.max_test))
-        r = results["datasets"].setdefault(name, {"n_train": len(y), "n_test": len(yt), "n_features": X.shape[1]})
-        t = time.perf_counter()
+
+    def load(name):
+        return simfl_exp.load(name, simfl_exp.Config(seed=cfg.seed, max_train=cfg.max_train, max_test=cfg.max_test))
+
+    def run(name, exp, r, data):
+        X, y, Xt, yt = data
         if exp == "figure6":
             r["figure6"] = figure6(X, y, Xt, yt, cfg)
         elif exp == "figure7":
@@ -165,12 +160,8 @@ def reproduce(out_dir, datasets=DATASETS, experiments=EXPERIMENTS, quick: bool =
                             for k in cfg.party_counts}
         elif exp == "figure9":
             r["figure9"] = figure9(name, X, y, Xt, yt, cfg)
-        r.setdefault("seconds", {})[exp] = time.perf_counter() - t
-        write_json(out_dir / "results.json", results)
-    if progress:
-        progress(len(steps), len(steps), "report")
-    write_report(results, out_dir)
-    return results
+
+    return run_steps(out_dir, cfg, quick, datasets, experiments, load, run, write_report, progress)
 
 
 def write_report(results: dict, out_dir: Path) -> None:

@@ -78,3 +78,27 @@ def save_figure(fig, path: Path) -> None:
     fig.savefig(tmp)
     plt.close(fig)
     tmp.replace(path)
+
+
+def run_steps(out_dir, cfg, quick: bool, datasets, experiments, load, run, report, progress=None) -> dict:
+    """The loop of a paper's ``reproduce``: for each dataset and experiment, ``run(name, exp, r, data)`` fills
+    the dataset's results ``r`` from ``data = load(name)`` (X, y, X_test, y_test); the step's seconds go to
+    ``r["seconds"]``, ``results.json`` is rewritten after every step, ``report(results, out_dir)`` ends."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = {"config": vars(cfg) | {"quick": quick}, "machine": machine(), "datasets": {}}
+    steps = [(d, e) for d in datasets for e in experiments]
+    for i, (name, exp) in enumerate(steps):
+        if progress:
+            progress(i, len(steps), f"{name}: {exp}")
+        data = load(name)
+        X, y, _, yt = data
+        r = results["datasets"].setdefault(name, {"n_train": len(y), "n_test": len(yt), "n_features": X.shape[1]})
+        t = time.perf_counter()
+        run(name, exp, r, data)
+        r.setdefault("seconds", {})[exp] = time.perf_counter() - t
+        write_json(out_dir / "results.json", results)
+    if progress:
+        progress(len(steps), len(steps), "report")
+    report(results, out_dir)
+    return results

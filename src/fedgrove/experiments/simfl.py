@@ -33,7 +33,7 @@ import numpy as np
 from fedgrove import metrics
 from fedgrove.data.partition import horizontal_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.experiments.report import fmt, line_plot, machine, md_table, write_json
+from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps
 from fedgrove.log import logger
 from fedgrove.protocols.simfl.lsh import LSHParams
 from fedgrove.protocols.simfl.party import SimFLOptions
@@ -151,16 +151,9 @@ def reproduce(out_dir, datasets=DATASETS, experiments=EXPERIMENTS, quick: bool =
     """Run the experiments; write ``results.json``, ``report.md`` and PNG plots to ``out_dir``."""
     overrides.pop("he", None)  # SimFL uses no encryption
     cfg = Config(**{**(QUICK if quick else {}), **overrides})
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results = {"config": vars(cfg) | {"quick": quick}, "machine": machine(), "datasets": {}}
-    steps = [(d, e) for d in datasets for e in experiments]
-    for i, (name, exp) in enumerate(steps):
-        if progress:
-            progress(i, len(steps), f"{name}: {exp}")
-        X, y, Xt, yt = load(name, cfg)
-        r = results["datasets"].setdefault(name, {"n_train": len(y), "n_test": len(yt), "n_features": X.shape[1]})
-        t = time.perf_counter()
+
+    def run(name, exp, r, data):
+        X, y, Xt, yt = data
         if exp == "table2":
             r["table2"] = compare(X, y, Xt, yt, partition(y, 2, cfg.theta, cfg.seed), cfg, cfg.seeds)
         elif exp == "table3":
@@ -175,12 +168,9 @@ def reproduce(out_dir, datasets=DATASETS, experiments=EXPERIMENTS, quick: bool =
                             for k in cfg.party_counts}
         elif exp == "table4":
             r["table4"] = cost_table(X, y, cfg)
-        r.setdefault("seconds", {})[exp] = time.perf_counter() - t
-        write_json(out_dir / "results.json", results)
-    if progress:
-        progress(len(steps), len(steps), "report")
-    write_report(results, out_dir)
-    return results
+
+    return run_steps(out_dir, cfg, quick, datasets, experiments, lambda name: load(name, cfg), run, write_report,
+                     progress)
 
 
 METHODS = ("SimFL", "TFL", "SOLO", "ALL-IN")
