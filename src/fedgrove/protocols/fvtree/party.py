@@ -63,6 +63,7 @@ class FVTreeOptions:
     threshold : D below which a party signs another's upload.  Measured with four parties, theta 0.8: honest
         uploads reach D 0.2 on a9a and up to 0.68 on cod-rna (the gradient term grows with the trees and the
         depth), a histogram scaled by 2 stays at 0.86 or more on cod-rna and ~1 on a9a
+        (bench/fvtree_endorsement.py)
     endorse_fraction : signatures (the sender's included) a histogram needs, as a fraction of the parties
     beta : weight of the voting contribution in a party's total
     n_permutations : Shapley permutations above 12 parties
