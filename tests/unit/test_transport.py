@@ -87,3 +87,21 @@ def test_a_failing_party_stops_the_others_quickly():
     with pytest.raises(RuntimeError, match="boom"):
         run_parties(hub, {"a": a, "b": b}, timeout=30)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_peer_not_yet_heard_from_gets_the_startup_timeout_then_the_normal_one():
+    import time
+
+    hub = InProcessHub(["a", "b"])
+    a, b = hub.channel("a", timeout=0.2, startup_timeout=1.5), hub.channel("b", timeout=0.2)
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match="within 1.5 s"):
+        a.recv("b", "first")
+    assert 1.4 < time.monotonic() - t0 < 5
+    b.send("a", "first", _probe())
+    assert a.recv("b", "first", Probe).count == _probe().count
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match="within 0.2 s"):
+        a.recv("b", "second")  # b has been heard from: the normal timeout
+    assert time.monotonic() - t0 < 1.0
+    assert hub.channel("a", timeout=5, startup_timeout=1).startup_timeout == 5  # never shorter than timeout

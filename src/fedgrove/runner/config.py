@@ -7,6 +7,8 @@
                                  # (host/guest) | federated-forest (master/client)
     seed = 0
     timeout = 60                 # seconds a party waits for a peer
+    startup_timeout = 300        # party mode: seconds a party waits for a peer it has not heard from yet (the
+                                 # parties start at different times); at least timeout
     predict = true               # predict the test data after training (default: when parties list test files;
                                  # a party config of a role without data, master or aggregator, must say so)
     [he]
@@ -88,6 +90,7 @@ class FederationConfig:
     simfl: dict = field(default_factory=dict)             # LSH parameters and tree schedule
     fvtree: dict = field(default_factory=dict)            # FVTreeOptions (and [fvtree.dp])
     horizontal: dict = field(default_factory=dict)        # contributions
+    startup_timeout: float = 300.0                        # party mode: wait for a peer not yet heard from
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
 
@@ -165,6 +168,10 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
 
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
     fed = d.get("federation", {})
+    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "predict"}
+    if unknown:
+        raise InvalidParameterError(f"[federation]: unknown keys {sorted(unknown)}; expected protocol, seed, "
+                                    f"timeout, startup_timeout, predict")
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -174,6 +181,10 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     timeout = fed.get("timeout", 60)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise InvalidParameterError(f"federation.timeout must be a positive number of seconds, got {timeout!r}")
+    startup = fed.get("startup_timeout", 300)
+    if isinstance(startup, bool) or not isinstance(startup, (int, float)) or startup <= 0:
+        raise InvalidParameterError(f"federation.startup_timeout must be a positive number of seconds, got "
+                                    f"{startup!r}")
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
     params = dict(d.get("params", {}))
     params.setdefault("seed", fed.get("seed", 0))
@@ -212,7 +223,8 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     cfg = FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
-                           horizontal={"contributions": False, **d.get("horizontal", {})})
+                           horizontal={"contributions": False, **d.get("horizontal", {})},
+                           startup_timeout=float(startup))
     if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
         raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
     try:

@@ -62,7 +62,8 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
         if not (certs / f).exists():
             raise DataError(f"party {spec.name}: {certs / f} not found; create certificates with `fedgrove certs`")
     tls = TLSFiles(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
-    channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout)
+    channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
+                          startup_timeout=cfg.startup_timeout)
     try:
         return run_role(cfg, spec, channel, resume=resume, progress=progress, predict_only=predict_only)
     finally:

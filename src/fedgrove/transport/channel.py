@@ -47,12 +47,17 @@ class CommStats:
 class Channel(ABC):
     """One party's view of the federation."""
 
-    def __init__(self, party: str, peers: list[str], timeout: float = 60.0, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, party: str, peers: list[str], timeout: float = 60.0, max_bytes: int = DEFAULT_MAX_BYTES,
+                 startup_timeout: float | None = None):
         if party in peers:
             raise ValueError("a party is not its own peer")
         self.party = party
         self.peers = list(peers)
         self.timeout = timeout
+        # until a peer's first message arrives, wait up to the longer startup timeout: parties started by hand
+        # (or loading data, or compiling kernels on a busy machine) do not start in step
+        self.startup_timeout = max(timeout, startup_timeout) if startup_timeout is not None else timeout
+        self._heard: set[str] = set()
         self.max_bytes = max_bytes
         self.stats = CommStats()
         self._scope: list[str] = []
@@ -89,7 +94,8 @@ class Channel(ABC):
         self._check_peer(peer)
         full = self._tag(tag)
         t0 = time.perf_counter()
-        data = self._recv_bytes(peer, full, self.timeout)
+        data = self._recv_bytes(peer, full, self.timeout if peer in self._heard else self.startup_timeout)
+        self._heard.add(peer)
         self.stats.wait_seconds += time.perf_counter() - t0
         self.stats.rounds += 1
         self.stats.bytes_received[peer] = self.stats.bytes_received.get(peer, 0) + len(data)

@@ -69,6 +69,7 @@ class GrpcChannel(Channel):
         super().__init__(party, list(peers), timeout, **kw)
         self.addresses = dict(peers)
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self._reached: set[str] = set()  # peers that took a message: before that, the startup timeout applies
         self._boxes: dict[tuple[str, str], queue.Queue] = {}
         self._lock = threading.Lock()
         limit = self.max_bytes + 4096
@@ -111,17 +112,19 @@ class GrpcChannel(Channel):
     # -- client side ---------------------------------------------------------------------
     def _send_bytes(self, peer, tag, data):
         env = Envelope(sender=self.party, receiver=peer, tag=tag, payload=data)
+        limit = self.connect_timeout if peer in self._reached else max(self.connect_timeout, self.startup_timeout)
         try:
-            ack = self._stubs[peer](env, timeout=self.connect_timeout, wait_for_ready=True)
+            ack = self._stubs[peer](env, timeout=limit, wait_for_ready=True)
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within "
-                                       f"{self.connect_timeout:g} s; {peer} is down or unreachable") from None
+                                       f"{limit:g} s; {peer} is down or unreachable") from None
             raise ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} "
                                 f"{exc.details()}") from None
         if ack.error:
             raise ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: {ack.error}")
+        self._reached.add(peer)
 
     def _recv_bytes(self, peer, tag, timeout):
         try:
