@@ -127,3 +127,10 @@ def test_vector_packer_refuses_what_does_not_fit_its_layout(ctx):
         packer.decode(ctx.decrypt(ctx.encrypt([1 << 16])))
     with pytest.raises(ProtocolError, match="need .*-bit plaintexts"):
         VectorPacker((0,) * 40, (20,) * 40, (False,) * 40).slots_per_plaintext(683)
+
+
+def test_mul_const_multiplies_every_ciphertext_by_one_factor(ctx):
+    values = [-5, 0, 3, 1 << 40, -(1 << 60)]
+    ct = ctx.encrypt(values)
+    assert ctx.decrypt(ctx.mul_const(ct, 1 << 170)) == [v << 170 for v in values]
+    assert ctx.decrypt(ctx.mul_const(ct, 3)) == ctx.decrypt(ctx.mul_scalar(ct, [3] * len(values)))

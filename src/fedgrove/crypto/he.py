@@ -73,6 +73,10 @@ class HEContext(ABC):
     @abstractmethod
     def mul_scalar(self, ct: Ciphertexts, factors: list[int]) -> Ciphertexts: ...
 
+    def mul_const(self, ct: Ciphertexts, factor: int) -> Ciphertexts:
+        """Every ciphertext times the same ``factor``."""
+        return self.mul_scalar(ct, [factor] * ct.size)
+
     @abstractmethod
     def decrypt(self, ct: Ciphertexts) -> list[int]: ...
 
@@ -99,7 +103,7 @@ class HEContext(ABC):
         top = min(n_slots, n) - 1
         acc = self.select_sums(ct, [[k * n_slots + top] if k * n_slots + top < n else [] for k in range(n_out)])
         for slot in range(top - 1, -1, -1):
-            acc = self.mul_scalar(acc, [1 << slot_bits] * n_out)
+            acc = self.mul_const(acc, 1 << slot_bits)
             nxt = self.select_sums(ct, [[k * n_slots + slot] if k * n_slots + slot < n else [] for k in range(n_out)])
             acc = self.add(acc, nxt)
         return acc
@@ -151,6 +155,10 @@ class HEUContext(HEContext):
 
     def mul_scalar(self, ct, factors):
         return Ciphertexts("heu", self._ev.mul(ct.data, self._array(factors)), ct.size)
+
+    def mul_const(self, ct, factor):
+        # HEU broadcasts a 1x1 plaintext array: no per-ciphertext Python big integers to encode
+        return Ciphertexts("heu", self._ev.mul(ct.data, self._array([factor])), ct.size)
 
     def decrypt(self, ct):
         if not self._secret:

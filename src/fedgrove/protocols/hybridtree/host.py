@@ -195,18 +195,28 @@ class HybridHost:
             ch.send(u, m.CONTROL, m.NodeGradients(tree_id, nodes, self.he.serialize(ct)))
             roots = np.unique(nodes)
             totals = {int(r): np.array([g[rows[nodes == r]].sum(), h[rows[nodes == r]].sum()]) for r in roots}
-            state[u] = {"frontier": [int(r) for r in roots], "totals": totals, "next": first_id}
+            # pairs: (parent's row in the previous layer's histograms, left child's row, right child's row)
+            state[u] = {"frontier": [int(r) for r in roots], "totals": totals, "next": first_id, "pairs": [],
+                        "hist": None}
         for layer in range(self.guest_depth):
             active = [u for u in self.guests if state[u]["frontier"]]
             for u in active:
-                ch.send(u, m.CONTROL, m.HistogramRequest(layer, state[u]["frontier"]))
+                # below the first guest layer only left children are built: the right child is its parent's
+                # histogram minus the left one (always left, so the request reveals nothing to the guest)
+                st = state[u]
+                build = [j for _, j, _ in st["pairs"]] if st["pairs"] else list(range(len(st["frontier"])))
+                st["build"] = build
+                ch.send(u, m.CONTROL, m.HistogramRequest(layer, [st["frontier"][j] for j in build]))
             for u in active:
                 st = state[u]
-                front = st["frontier"]
+                front, build = st["frontier"], st["build"]
                 totals = np.array([st["totals"][nid] for nid in front])
                 reply = ch.recv(u, m.REPLY, m.EncryptedHistograms)
-                hist = decode_histograms(reply, remotes[u], totals, self.he, self.packer,
-                                         f"histograms from {u} (tree {tree_id}, layer {layer})")
+                hist = np.zeros((len(front), remotes[u].n_bins, 2))
+                hist[build] = decode_histograms(reply, remotes[u], totals[build], self.he, self.packer,
+                                                f"histograms from {u} (tree {tree_id}, layer {layer})")
+                for parent_row, lrow, rrow in st["pairs"]:
+                    hist[rrow] = st["hist"][parent_row] - hist[lrow]
                 node_stats = np.column_stack([totals, np.full(len(front), np.nan)])
                 offsets = remotes[u].local_offsets.astype(np.int32)
                 allowed = np.ones((len(front), remotes[u].n_features), dtype=np.bool_)
@@ -217,7 +227,7 @@ class HybridHost:
                 resolve_missing_direction(splits, Layer(np.asarray(front), node_stats, layer), hist, offsets, scorer,
                                           True)
                 chosen = [j for j in range(len(front)) if feat[j] >= 0 and gain[j] > 0]
-                lefts, rights, new_front = [], [], []
+                lefts, rights, new_front, pairs = [], [], [], []
                 for j in chosen:
                     lid, rid = st["next"], st["next"] + 1
                     st["next"] += 2
@@ -225,7 +235,9 @@ class HybridHost:
                     st["totals"][rid] = totals[j] - left[j, :2]
                     lefts.append(lid)
                     rights.append(rid)
+                    pairs.append((j, len(new_front), len(new_front) + 1))
                     new_front += [lid, rid]
+                st["hist"], st["pairs"] = hist, pairs
                 ch.send(u, m.CONTROL, m.GuestSplits(layer, [front[j] for j in chosen], [int(feat[j]) for j in chosen],
                                                     [int(bins[j]) for j in chosen],
                                                     [int(splits.missing_left[j]) for j in chosen], lefts, rights))
