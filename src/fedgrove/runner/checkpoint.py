@@ -4,6 +4,19 @@ Restarting every party with ``--resume`` continues from the last tree all of
 them completed and gives exactly the model of an uninterrupted run (the
 protocols are deterministic given the seed; encryption randomness never
 reaches the model).
+
+Files, next to ``<party>.checkpoint.json`` (the state, rewritten atomically
+after every tree and written last, so it vouches for the others):
+
+* ``<party>.checkpoint.<token>.trees``: an append-only log holding the JSON
+  text of every finished tree (every :class:`~fedgrove.jsontext.FrozenJSON`
+  in the state) once; the state refers to each by offset, length and
+  SHA-256.  A checkpoint after tree T therefore writes one tree, not T (the
+  whole-state rewrite made a 500-tree run write ~250 times its model).
+  A fresh run starts a new log (the old checkpoint stays readable until the
+  new state replaces it); a resumed run appends to the log its state names.
+* ``<party>.checkpoint.npy``: an optional array (training scores), with its
+  SHA-256 in the state.
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +34,34 @@ from fedgrove import jsontext
 from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError
 
+CHUNK = "$chunk"  # {"$chunk": [offset, length, sha256]}: a value stored in the tree log
+
 
 class CheckpointStore:
-    """A JSON state file, plus an optional array (e.g. raw scores) in a side ``.npy`` file."""
+    """A JSON state file, an append-only log of finished trees' text, and an optional array (``.npy``)."""
 
     def __init__(self, path):
         self.path = Path(path)
         self.array_path = self.path.with_suffix(".npy")
+        self._log: Path | None = None     # the log this run appends to (None until the first save or load)
+        self._log_end = 0                 # its bytes that the state file vouches for
+        self._chunks: dict[str, list] = {}          # sha256 of a text -> [offset, length, sha256]
+        self._seen: dict[int, tuple] = {}           # id(FrozenJSON) -> (the object, its reference)
 
     def save(self, state: dict, array: np.ndarray | None = None) -> None:
-        state = dict(state)
+        if self._log is None:  # a fresh run (a resumed one has loaded its state): a new log
+            self._log = self.path.with_name(f"{self.path.stem}.{uuid.uuid4().hex[:12]}.trees")
+            self._log_end, self._chunks, self._seen = 0, {}, {}
+        pending: list[bytes] = []
+        skeleton = self._externalise(state, pending)
+        if pending or not self._log.exists():  # (a state without trees still names its empty log)
+            with open(self._log, "r+b" if self._log.exists() else "wb") as fh:
+                fh.truncate(self._log_end - sum(len(b) for b in pending))  # drop a tail no state vouches for
+                fh.seek(0, os.SEEK_END)
+                for data in pending:
+                    fh.write(data)
+        skeleton = dict(skeleton)
+        skeleton["tree_log"] = {"file": self._log.name, "bytes": self._log_end}
         if array is not None:
             buf = io.BytesIO()
             np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
@@ -37,8 +69,32 @@ class CheckpointStore:
             tmp = self.array_path.with_name(self.array_path.name + ".tmp")
             tmp.write_bytes(data)
             os.replace(tmp, self.array_path)
-            state["array_sha256"] = hashlib.sha256(data).hexdigest()
-        atomic_write_text(self.path, jsontext.dumps(state))  # written last: it vouches for the array
+            skeleton["array_sha256"] = hashlib.sha256(data).hexdigest()
+        atomic_write_text(self.path, jsontext.dumps(skeleton))  # written last: it vouches for the log and array
+        for old in self.path.parent.glob(f"{self.path.stem}.*.trees"):  # an earlier run's log
+            if old.name != self._log.name:
+                old.unlink(missing_ok=True)
+
+    def _externalise(self, obj, pending: list):
+        """``obj`` with every FrozenJSON replaced by a reference into the log (appending texts not yet there)."""
+        if isinstance(obj, jsontext.FrozenJSON):
+            hit = self._seen.get(id(obj))
+            if hit is not None and hit[0] is obj:
+                return {CHUNK: hit[1]}
+            data = obj.text().encode()
+            sha = hashlib.sha256(data).hexdigest()
+            ref = self._chunks.get(sha)
+            if ref is None:
+                ref = self._chunks[sha] = [self._log_end, len(data), sha]
+                self._log_end += len(data)
+                pending.append(data)
+            self._seen[id(obj)] = (obj, ref)
+            return {CHUNK: ref}
+        if isinstance(obj, dict):
+            return {k: self._externalise(v, pending) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self._externalise(v, pending) for v in obj]
+        return obj
 
     @staticmethod
     def resume_state(checkpoint, resume: bool, tree: int, party: str, leader: str) -> dict:
@@ -62,15 +118,46 @@ class CheckpointStore:
         return raw
 
     def load(self) -> dict | None:
+        """The saved state with its trees and array restored; later saves append to the same tree log."""
         if not self.path.exists():
             return None
         try:
             state = json.loads(self.path.read_text())
         except json.JSONDecodeError as exc:
             raise DataError(f"checkpoint {self.path} is corrupt: {exc}") from None
+        log = state.pop("tree_log", None)
+        if log is not None:
+            name, end = log.get("file"), log.get("bytes")
+            log_path = self.path.with_name(str(name))
+            if not isinstance(name, str) or Path(name).name != name or not isinstance(end, int) \
+                    or not log_path.exists() or log_path.stat().st_size < end:
+                raise DataError(f"checkpoint tree log {log_path} is missing or shorter than {self.path} says")
+            with open(log_path, "rb") as fh:
+                data = fh.read(end)
+            chunks: dict[str, list] = {}
+            state = _internalise(state, data, chunks, log_path)
+            self._log, self._log_end, self._chunks, self._seen = log_path, end, chunks, {}
         if "array_sha256" in state:
             data = self.array_path.read_bytes() if self.array_path.exists() else b""
             if hashlib.sha256(data).hexdigest() != state["array_sha256"]:
                 raise DataError(f"checkpoint array {self.array_path} is missing or does not match {self.path}")
             state["array"] = np.load(io.BytesIO(data), allow_pickle=False)
         return state
+
+
+def _internalise(obj, data: bytes, chunks: dict, where: Path):
+    """Resolve the log references in a loaded state, checking each text against its SHA-256."""
+    if isinstance(obj, dict):
+        if len(obj) == 1 and CHUNK in obj:
+            ref = obj[CHUNK]
+            ok = isinstance(ref, list) and len(ref) == 3 and all(isinstance(x, int) for x in ref[:2]) \
+                and 0 <= ref[0] and ref[0] + ref[1] <= len(data)
+            text = data[ref[0]:ref[0] + ref[1]] if ok else b""
+            if not ok or hashlib.sha256(text).hexdigest() != ref[2]:
+                raise DataError(f"checkpoint tree log {where} does not match its state (reference {ref!r})")
+            chunks[ref[2]] = ref
+            return json.loads(text)
+        return {k: _internalise(v, data, chunks, where) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_internalise(v, data, chunks, where) for v in obj]
+    return obj

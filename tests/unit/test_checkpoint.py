@@ -1,0 +1,94 @@
+"""Checkpoints: finished trees go to an append-only log once; the state file refers to them."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.exceptions import DataError
+from fedgrove.runner.checkpoint import CheckpointStore
+from tests.conftest import make_classification
+
+
+@pytest.fixture(scope="module")
+def trees():
+    X, y = make_classification(800)
+    return train_gbdt(GBDTParams(n_estimators=12, max_depth=4), X, y).trees
+
+
+def _state(trees, k):
+    return {"trees_done": k, "model": {"kind": "test", "trees": [t.to_dict() for t in trees[:k]]}}
+
+
+def _logs(tmp_path):
+    return sorted(tmp_path.glob("p.checkpoint.*.trees"))
+
+
+def test_each_tree_is_written_once_and_reads_back_exactly(trees, tmp_path):
+    store = CheckpointStore(tmp_path / "p.checkpoint.json")
+    for k in range(1, 9):
+        store.save(_state(trees, k), np.full((3, 1), float(k)))
+    (log,) = _logs(tmp_path)
+    texts = [json.dumps(t.to_dict()).encode() for t in trees[:8]]
+    assert log.read_bytes() == b"".join(texts)  # every tree once, in order
+    assert (tmp_path / "p.checkpoint.json").stat().st_size < len(texts[0])  # references, not trees
+    back = CheckpointStore(tmp_path / "p.checkpoint.json").load()
+    assert json.dumps(back["model"]) == json.dumps(_state(trees, 8)["model"])
+    assert back["trees_done"] == 8 and back["array"][0, 0] == 8.0
+
+
+def test_resume_appends_to_the_log_and_drops_a_tail_no_state_vouches_for(trees, tmp_path):
+    path = tmp_path / "p.checkpoint.json"
+    first = CheckpointStore(path)
+    for k in range(1, 5):
+        first.save(_state(trees, k))
+    (log,) = _logs(tmp_path)
+    head = log.read_bytes()
+    with open(log, "ab") as fh:  # a crash after appending tree 5, before the state named it
+        fh.write(b'{"half a tree')
+    resumed = CheckpointStore(path)
+    state = resumed.load()
+    assert state["trees_done"] == 4
+    for k in range(5, 8):
+        resumed.save(_state(trees, k))
+    assert _logs(tmp_path) == [log] and log.read_bytes().startswith(head)
+    assert log.stat().st_size == sum(len(json.dumps(t.to_dict())) for t in trees[:7])
+    assert json.dumps(CheckpointStore(path).load()["model"]) == json.dumps(_state(trees, 7)["model"])
+
+
+def test_a_fresh_run_starts_a_new_log_and_removes_the_old_one_after_its_first_state(trees, tmp_path):
+    path = tmp_path / "p.checkpoint.json"
+    old = CheckpointStore(path)
+    old.save(_state(trees, 3))
+    (old_log,) = _logs(tmp_path)
+    new = CheckpointStore(path)
+    new.save(_state(trees[6:], 1))
+    (new_log,) = _logs(tmp_path)
+    assert new_log != old_log and not old_log.exists()
+    assert json.dumps(CheckpointStore(path).load()["model"]) == json.dumps(_state(trees[6:], 1)["model"])
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "missing"])
+def test_a_damaged_tree_log_is_refused_by_name(trees, tmp_path, damage):
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    for k in range(1, 4):
+        store.save(_state(trees, k))
+    (log,) = _logs(tmp_path)
+    data = bytearray(log.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+        log.write_bytes(bytes(data))
+    elif damage == "truncate":
+        log.write_bytes(bytes(data[:-10]))
+    else:
+        log.unlink()
+    with pytest.raises(DataError, match="tree log"):
+        CheckpointStore(path).load()
+
+
+def test_a_state_without_trees_round_trips(tmp_path):
+    path = tmp_path / "p.checkpoint.json"
+    CheckpointStore(path).save({"trees_done": 2, "model": {"splits": [[1, 2]]}})
+    assert CheckpointStore(path).load() == {"trees_done": 2, "model": {"splits": [[1, 2]]}}
