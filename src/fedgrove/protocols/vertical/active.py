@@ -54,22 +54,28 @@ def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarr
         if ct.size != -(-reply.n_sums // reply.n_slots):
             raise ProtocolError(f"{what}: {ct.size} ciphertexts for {reply.n_sums} sums")
         sums = packer.decode(he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
+    n_feat = r.n_features
+    k_node = np.repeat(np.arange(n_build), n_feat)               # per (node, feature) k = j * n_feat + f
+    k_feat = np.tile(np.arange(n_feat), n_build)
+    width = (np.asarray(r.n_value_bins, dtype=np.int64) + 1)[k_feat]
+    base = np.asarray(r.local_offsets, dtype=np.int64)[k_feat]
+    skip = reply.skipped.astype(np.int64)
+    count = reply.n_bins.astype(np.int64)
+    if np.any(count < 0):
+        raise ProtocolError(f"{what}: a negative number of bins")
+    k_sum = np.repeat(np.arange(n_build * n_feat), count)        # which (node, feature) each sum belongs to
+    b_idx = reply.bins.astype(np.int64)
+    first = np.zeros(len(b_idx), dtype=bool)
+    first[np.concatenate([[0], np.cumsum(count)[:-1]])[count > 0]] = True
+    ascending = first | (np.diff(b_idx, prepend=-1) > 0)
+    if np.any(skip < 0) or np.any(skip >= width) or np.any(b_idx < 0) \
+            or np.any(b_idx >= width[k_sum]) or np.any(b_idx == skip[k_sum]) or not ascending.all():
+        raise ProtocolError(f"{what}: bin index out of range")
     out = np.zeros((n_build, r.n_bins, totals.shape[1]))
-    pos = 0
-    k = 0
-    for j in range(n_build):
-        for f in range(r.n_features):
-            nb = int(r.n_value_bins[f]) + 1
-            base = int(r.local_offsets[f])
-            cnt = int(reply.n_bins[k])
-            skip = int(reply.skipped[k])
-            b_idx = reply.bins[pos:pos + cnt]
-            if skip < 0 or skip >= nb or np.any(b_idx < 0) or np.any(b_idx >= nb) or np.any(b_idx == skip):
-                raise ProtocolError(f"{what}: bin index out of range")
-            out[j, base + b_idx] = sums[pos:pos + cnt]
-            out[j, base + skip] = totals[j] - sums[pos:pos + cnt].sum(axis=0)
-            pos += cnt
-            k += 1
+    out[k_node[k_sum], base[k_sum] + b_idx] = sums
+    listed = np.zeros((n_build * n_feat, totals.shape[1]))
+    np.add.at(listed, k_sum, sums)
+    out[k_node, base + skip] = totals[k_node] - listed  # the bin the sender left out
     return out
 
 

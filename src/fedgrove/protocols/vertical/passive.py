@@ -164,25 +164,28 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
     holder recovers it from the node total); the sums are compressed before
     they are sent.  Shared by the vertical passive party and HybridTree guests.
     """
+    n_features = X_binned.shape[1]
+    width = int(np.max(np.diff(offsets))) if n_features else 1
+    shift = np.arange(n_features, dtype=np.int64) * width  # key of (feature f, bin b): f * width + b
     groups, skipped, n_bins, bins = [], [], [], []
     for node in nodes:
         if node not in rows:
             raise ProtocolError(f"{party}: histogram request for unknown node {node}")
-        r = rows[node]
-        codes = X_binned[r]
-        for f in range(X_binned.shape[1]):
-            nb = int(offsets[f + 1] - offsets[f])
-            col = codes[:, f]
-            counts = np.bincount(col, minlength=nb)
-            skip = int(np.argmax(counts))
-            order = np.argsort(col, kind="stable")
-            ends = np.cumsum(counts)
-            present = [b for b in np.nonzero(counts)[0].tolist() if b != skip]
-            skipped.append(skip)
-            n_bins.append(len(present))
-            bins.extend(present)
-            for b in present:
-                groups.append(r[order[ends[b] - counts[b]:ends[b]]].tolist())
+        r = np.asarray(rows[node])
+        keys = (X_binned[r].astype(np.int64) + shift).T.ravel()  # feature-major: feature 0's rows, then 1's ...
+        counts = np.bincount(keys, minlength=n_features * width)
+        per_feature = counts.reshape(n_features, width)
+        skip = per_feature.argmax(axis=1)  # the most frequent bin (ties: the lowest)
+        present = per_feature > 0
+        present[np.arange(n_features), skip] = False
+        feats, present_bins = np.nonzero(present)  # (feature, bin) in order
+        ends = np.cumsum(counts)
+        sel = feats * width + present_bins
+        ordered = np.tile(r, n_features)[np.argsort(keys, kind="stable")].tolist()  # grouped by (feature, bin)
+        groups.extend(ordered[a:b] for a, b in zip((ends[sel] - counts[sel]).tolist(), ends[sel].tolist()))
+        skipped.extend(skip.tolist())
+        n_bins.extend(present.sum(axis=1).tolist())
+        bins.extend(present_bins.tolist())
     slots = packer.slots_per_plaintext(he.plaintext_bits)
     data = he.serialize(he.compress(he.select_sums(ct, groups), packer.slot_bits, slots)) if groups else b""
     return m.EncryptedHistograms(data, len(groups), slots, np.asarray(skipped, dtype=np.int32),

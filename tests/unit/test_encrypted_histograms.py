@@ -1,0 +1,71 @@
+"""The passive side's encrypted histograms and the key holder's decoding, against plain per-bin sums."""
+
+import numpy as np
+import pytest
+
+from fedgrove.crypto.he import keygen
+from fedgrove.crypto.packing import GHPacker
+from fedgrove.engine.binning import BinMapper
+from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols.vertical.active import _Remote, decode_histograms
+from fedgrove.protocols.vertical.passive import encrypted_histograms
+
+
+@pytest.fixture(scope="module")
+def setting():
+    rng = np.random.default_rng(3)
+    n = 700
+    X = np.column_stack([rng.normal(size=n), rng.integers(0, 3, n).astype(float), rng.exponential(size=n)])
+    X[rng.random(n) < 0.1, 0] = np.nan  # missing values: their own bin
+    bm = BinMapper(32).fit(X)
+    Xb = bm.transform(X)
+    g, h = rng.normal(size=n), rng.random(n)
+    node_of = rng.integers(0, 5, n)
+    rows = {k: np.nonzero(node_of == k)[0] for k in range(5)}
+    return bm, Xb, g, h, rows
+
+
+def _reply(setting, nodes):
+    bm, Xb, g, h, rows = setting
+    he, packer = keygen("ou", 2048, "plain"), GHPacker()
+    ct = he.encrypt(packer.encode(g, h))
+    return he, packer, encrypted_histograms("p", nodes, rows, Xb, bm.feature_offsets, ct, he, packer)
+
+
+def test_decoded_histograms_equal_plain_per_bin_sums_and_the_fullest_bin_is_left_out(setting):
+    bm, Xb, g, h, rows = setting
+    nodes = [3, 0, 4]
+    he, packer, reply = _reply(setting, nodes)
+    remote = _Remote("p", bm.n_value_bins, 0, 0)
+    totals = np.array([[g[rows[k]].sum(), h[rows[k]].sum()] for k in nodes])
+    hist = decode_histograms(reply, remote, totals, he, packer, "test")
+    for j, k in enumerate(nodes):
+        for f in range(Xb.shape[1]):
+            codes = Xb[rows[k], f]
+            nb = int(bm.n_value_bins[f]) + 1
+            want = np.zeros((nb, 2))
+            np.add.at(want, codes, np.column_stack([g[rows[k]], h[rows[k]]]))
+            got = hist[j, remote.local_offsets[f]:remote.local_offsets[f + 1]]
+            np.testing.assert_allclose(got, want, atol=1e-9)
+            assert reply.skipped[j * Xb.shape[1] + f] == np.argmax(np.bincount(codes, minlength=nb))
+    assert reply.n_sums == sum(len(np.unique(Xb[rows[k], f])) - 1 for k in nodes for f in range(Xb.shape[1]))
+
+
+@pytest.mark.parametrize("damage", ["skip-out-of-range", "bin-is-skipped", "not-ascending", "negative-count"])
+def test_inconsistent_bin_lists_are_refused(setting, damage):
+    bm, Xb, g, h, rows = setting
+    he, packer, reply = _reply(setting, [1, 2])
+    remote = _Remote("p", bm.n_value_bins, 0, 0)
+    totals = np.array([[g[rows[k]].sum(), h[rows[k]].sum()] for k in (1, 2)])
+    skipped, n_bins, bins = reply.skipped.copy(), reply.n_bins.copy(), reply.bins.copy()
+    if damage == "skip-out-of-range":
+        skipped[0] = bm.n_value_bins[0] + 1
+    elif damage == "bin-is-skipped":
+        skipped[0] = bins[0]
+    elif damage == "not-ascending":
+        bins[[0, 1]] = bins[[1, 0]]
+    else:
+        n_bins[0], n_bins[1] = -1, n_bins[1] + n_bins[0] + 1
+    reply.skipped, reply.n_bins, reply.bins = skipped, n_bins, bins  # this test's own reply
+    with pytest.raises(ProtocolError):
+        decode_histograms(reply, remote, totals, he, packer, "test")
