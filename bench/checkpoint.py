@@ -1,0 +1,88 @@
+"""Per-tree checkpoint cost: the append-only tree log against rewriting the whole state, in one run.
+
+Trains ``--trees`` trees of depth 8 on a9a (the engine), then saves a
+checkpoint after each tree as a party does: once with
+:class:`~fedgrove.runner.checkpoint.CheckpointStore` (each finished tree's
+JSON appended once to a log, a small state file rewritten) and once by
+rewriting the whole state atomically each time (the earlier scheme, with
+each tree's JSON text cached).  Reports seconds and bytes written for each,
+median of ``--repeats``; writes bench/results/checkpoint.json.
+
+    python bench/checkpoint.py [--trees 300 --repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "checkpoint.json"
+
+
+def _written(d: Path, sizes: dict) -> int:
+    """Bytes written since the last call: whole files that are rewritten, growth of the append-only log."""
+    total = 0
+    for f in d.iterdir():
+        size = f.stat().st_size
+        total += size - sizes.get(f.name, 0) if f.suffix == ".trees" else size
+        sizes[f.name] = size
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trees", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    from fedgrove import jsontext
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.model import atomic_write_text
+    from fedgrove.experiments import simfl as exp
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    X, y, _, _ = exp.load("a9a", exp.Config())
+    trees = train_gbdt(GBDTParams(n_estimators=args.trees, max_depth=8), X, y).trees
+
+    def states():
+        for k in range(1, len(trees) + 1):
+            yield {"trees_done": k, "model": {"trees": [t.to_dict() for t in trees[:k]]}}
+
+    rows = {"log": [], "rewrite": []}
+    written = {}
+    for _ in range(args.repeats):
+        for kind in rows:
+            with tempfile.TemporaryDirectory() as tmp:
+                d, sizes, total = Path(tmp), {}, 0
+                store, path = CheckpointStore(d / "p.checkpoint.json"), d / "p.checkpoint.json"
+                t0 = time.perf_counter()
+                for state in states():
+                    if kind == "log":
+                        store.save(state)
+                    else:
+                        atomic_write_text(path, jsontext.dumps(state))
+                    total += _written(d, sizes)
+                rows[kind].append(time.perf_counter() - t0)
+                written[kind] = total
+    out = {"dataset": "a9a", "trees": args.trees, "depth": 8, "repeats": args.repeats,
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+           "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "median_seconds": {k: float(np.median(v)) for k, v in rows.items()},
+           "mb_written": {k: v / 1e6 for k, v in written.items()},
+           "runs": rows}
+    out["ratio_rewrite_over_log_seconds"] = out["median_seconds"]["rewrite"] / out["median_seconds"]["log"]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=2))
+    print(f"{args.trees} checkpoints: tree log {out['median_seconds']['log']:.2f} s, "
+          f"{out['mb_written']['log']:.1f} MB written; whole-state rewrite {out['median_seconds']['rewrite']:.2f} s, "
+          f"{out['mb_written']['rewrite']:.1f} MB (x{out['ratio_rewrite_over_log_seconds']:.2f} time); wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
