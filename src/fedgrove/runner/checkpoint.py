@@ -60,7 +60,6 @@ class CheckpointStore:
                 fh.seek(0, os.SEEK_END)
                 for data in pending:
                     fh.write(data)
-        skeleton = dict(skeleton)
         skeleton["tree_log"] = {"file": self._log.name, "bytes": self._log_end}
         if array is not None:
             buf = io.BytesIO()
@@ -70,7 +69,7 @@ class CheckpointStore:
             tmp.write_bytes(data)
             os.replace(tmp, self.array_path)
             skeleton["array_sha256"] = hashlib.sha256(data).hexdigest()
-        atomic_write_text(self.path, jsontext.dumps(skeleton))  # written last: it vouches for the log and array
+        atomic_write_text(self.path, json.dumps(skeleton))  # written last: it vouches for the log and array
         for old in self.path.parent.glob(f"{self.path.stem}.*.trees"):  # an earlier run's log
             if old.name != self._log.name:
                 old.unlink(missing_ok=True)
