@@ -14,9 +14,6 @@ median of ``--repeats``; writes bench/results/checkpoint.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +42,7 @@ def main():
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
     from fedgrove.engine.model import atomic_write_text
     from fedgrove.experiments import simfl as exp
+    from fedgrove.experiments.report import machine, write_json
     from fedgrove.runner.checkpoint import CheckpointStore
 
     X, y, _, _ = exp.load("a9a", exp.Config())
@@ -70,15 +68,13 @@ def main():
                     total += _written(d, sizes)
                 rows[kind].append(time.perf_counter() - t0)
                 written[kind] = total
-    out = {"dataset": "a9a", "trees": args.trees, "depth": 8, "repeats": args.repeats,
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-           "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    out = {"dataset": "a9a", "trees": args.trees, "depth": 8, "repeats": args.repeats, "machine": machine(),
            "median_seconds": {k: float(np.median(v)) for k, v in rows.items()},
            "mb_written": {k: v / 1e6 for k, v in written.items()},
            "runs": rows}
     out["ratio_rewrite_over_log_seconds"] = out["median_seconds"]["rewrite"] / out["median_seconds"]["log"]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2))
+    write_json(RESULTS, out)
     print(f"{args.trees} checkpoints: tree log {out['median_seconds']['log']:.2f} s, "
           f"{out['mb_written']['log']:.1f} MB written; whole-state rewrite {out['median_seconds']['rewrite']:.2f} s, "
           f"{out['mb_written']['rewrite']:.1f} MB (x{out['ratio_rewrite_over_log_seconds']:.2f} time); wrote {RESULTS}")
