@@ -2,9 +2,10 @@
 
 A :class:`FrozenJSON` is a dict its producer promises not to change (a finished
 tree's dict, memoised by the tree): its JSON text is computed once and reused.
+The checkpoint store appends each such text once to its tree log.
 :func:`dumps` writes the same JSON as ``json.dumps`` (default separators) but
-takes every ``FrozenJSON`` it meets from its cached text, so rewriting a state
-that holds T finished trees costs about one tree's encoding, not T.
+takes every ``FrozenJSON`` it meets from its cached text, for writing a whole
+state at once (``bench/checkpoint.py`` times it against the tree log).
 """
 
 from __future__ import annotations
