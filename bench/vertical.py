@@ -3,12 +3,13 @@
 Variants: the same protocol without encryption (``plain``), HEU
 Okamoto-Uchiyama 2048, HEU Paillier 2048, python-paillier 2048.  Slow
 variants run fewer trees (``--trees-*``) and report per-tree figures.  Each
-variant reports seconds per tree, bytes per tree (all parties, both
-directions counted once as sent), and the test AUC of its own run next to the
-plaintext run's AUC at the same number of trees (the protocol is lossless, so
-they must be equal).  Writes bench/results/vertical.json.
+variant but python-paillier runs ``--repeats`` times (the machine is shared
+and noisy) and reports the median seconds per tree with every run's figure,
+bytes per tree (all parties, both directions counted once as sent), and the
+test AUC of its own run next to the plaintext run's AUC at the same number of
+trees (the protocol is lossless, so they must be equal).  Writes bench/results/vertical.json.
 
-    python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1]
+    python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1 --repeats 3]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--trees-phe", type=int, default=1)
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per variant (python-paillier: one)")
     args = ap.parse_args()
 
     import numba
@@ -65,15 +67,18 @@ def main():
             continue
         params = GBDTParams(n_estimators=n_trees, max_depth=args.depth)
         he = keygen(scheme if backend != "plain" else "ou", 2048, backend)
-        t0 = time.perf_counter()
-        out = run_vertical([X[:, p] for p in parts], y, params, he, X_test_parts=[Xt[:, p] for p in parts],
-                           timeout=3600)
-        seconds = time.perf_counter() - t0
+        runs = []
+        for _ in range(1 if backend == "phe" else max(1, args.repeats)):
+            t0 = time.perf_counter()
+            out = run_vertical([X[:, p] for p in parts], y, params, he, X_test_parts=[Xt[:, p] for p in parts],
+                               timeout=3600)
+            runs.append((time.perf_counter() - t0) / n_trees)
         auc = metrics.auc(yt, 1 / (1 + np.exp(-out["raw"])))
         total_bytes = sum(s["total_sent"] for s in out["stats"].values())
         if backend == "plain":
             plain_auc[n_trees] = auc
-        entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees, "seconds_per_tree": seconds / n_trees,
+        entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees,
+                 "seconds_per_tree": float(np.median(runs)), "seconds_per_tree_runs": runs,
                  "bytes_per_tree": total_bytes / n_trees,
                  "test_auc": auc, "per_party_bytes_sent": {k: v["total_sent"] for k, v in out["stats"].items()}}
         if backend != "plain":
@@ -84,7 +89,7 @@ def main():
             entry["plaintext_auc_same_trees"] = plain_auc[n_trees]
             entry["speedup_vs_fedtree_2_threads"] = FEDTREE_HE_S_PER_TREE["threads_2"] / entry["seconds_per_tree"]
         results["variants"][name] = entry
-        print(f"{name:>20}: {n_trees:3d} trees  {entry['seconds_per_tree']:7.2f} s/tree  "
+        print(f"{name:>20}: {n_trees:3d} trees  {entry['seconds_per_tree']:7.2f} s/tree (median of {len(runs)})  "
               f"{entry['bytes_per_tree'] / 1e6:7.2f} MB/tree  AUC {auc:.4f}"
               + (f"  (plaintext {entry['plaintext_auc_same_trees']:.4f}, "
                  f"{entry['speedup_vs_fedtree_2_threads']:.1f}x FedTree)" if backend != "plain" else ""),

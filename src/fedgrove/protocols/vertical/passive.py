@@ -179,10 +179,12 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
         present = per_feature > 0
         present[np.arange(n_features), skip] = False
         feats, present_bins = np.nonzero(present)  # (feature, bin) in order
-        ends = np.cumsum(counts)
-        sel = feats * width + present_bins
-        ordered = np.tile(r, n_features)[np.argsort(keys, kind="stable")].tolist()  # grouped by (feature, bin)
-        groups.extend(ordered[a:b] for a, b in zip((ends[sel] - counts[sel]).tolist(), ends[sel].tolist()))
+        # only the rows outside each feature's skipped bin are sorted and listed (sparse data: a small part)
+        kept = np.nonzero(keys != np.repeat(shift + skip, len(r)))[0]
+        ordered = r[kept % len(r)][np.argsort(keys[kept], kind="stable")].tolist()  # grouped by (feature, bin)
+        sizes = counts[feats * width + present_bins]
+        ends = np.cumsum(sizes)
+        groups.extend(ordered[a:b] for a, b in zip((ends - sizes).tolist(), ends.tolist()))
         skipped.extend(skip.tolist())
         n_bins.extend(present.sum(axis=1).tolist())
         bins.extend(present_bins.tolist())
