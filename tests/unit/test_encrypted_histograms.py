@@ -69,3 +69,28 @@ def test_inconsistent_bin_lists_are_refused(setting, damage):
     reply.skipped, reply.n_bins, reply.bins = skipped, n_bins, bins  # this test's own reply
     with pytest.raises(ProtocolError):
         decode_histograms(reply, remote, totals, he, packer, "test")
+
+
+@pytest.mark.parametrize("role", ["vertical passive", "hybridtree guest"])
+@pytest.mark.parametrize("layout", [(0, 16, 30), (53, 65, 30), (53, 16, 41)])
+def test_a_party_refuses_an_out_of_range_packing_layout(role, layout):
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+    from fedgrove.protocols.vertical import messages as vm
+    from fedgrove.protocols.vertical.passive import VerticalPassive
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    he = keygen("ou", 2048, "plain")
+
+    def key_holder(ch):
+        ch.recv("p", "layout")
+        frac, value, count = layout
+        ch.send("p", "key", vm.PublicKey(he.public_bytes(), frac, value, count))
+
+    def party(ch):
+        if role == "vertical passive":
+            return VerticalPassive(ch, X, "k").fit()
+        return HybridGuest(ch, X, np.arange(len(X)), "k").fit()
+
+    with pytest.raises(ProtocolError, match=r"p: packing layout .* from k is out of range"):
+        run_parties(InProcessHub(["k", "p"]), {"k": key_holder, "p": party}, timeout=10)

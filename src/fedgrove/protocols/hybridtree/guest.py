@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from fedgrove.crypto.he import public_context
-from fedgrove.crypto.packing import GHPacker
 from fedgrove.engine.binning import BinMapper
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols.hybridtree import messages as m
-from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms
+from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, packer_from_key
 
 
 class HybridGuest:
@@ -33,7 +32,7 @@ class HybridGuest:
                                                    masking.public_bytes()))
         key = ch.recv(self.host, "key", m.PublicKey)
         he = public_context(key.key)
-        packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
+        packer = packer_from_key(key, ch.party, self.host)
         self.setup = ch.recv(self.host, "setup", m.HybridSetup)
         self._check_setup(masking)
         if self.setup.subset:

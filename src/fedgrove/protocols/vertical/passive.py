@@ -80,10 +80,7 @@ class VerticalPassive:
                                                        m.ids_digest(self.ids)))
         key = ch.recv(self.active, "key", m.PublicKey)
         he = public_context(key.key)
-        if not (1 <= key.frac_bits <= 64 and 1 <= key.value_bits <= 64 and 1 <= key.count_bits <= 40):
-            raise ProtocolError(f"{ch.party}: packing layout {key.frac_bits}/{key.value_bits}/{key.count_bits} "
-                                f"from {self.active} is out of range")
-        packer = GHPacker(key.frac_bits, key.value_bits, key.count_bits)
+        packer = packer_from_key(key, ch.party, self.active)
         tree = ch.recv(self.active, "start", m.Start).tree
         if tree > 0:
             from fedgrove.runner.checkpoint import CheckpointStore
@@ -155,6 +152,14 @@ def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray) -> 
     keys = sorted(bits)
     channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
                                                   [m.pack_mask(bits[k]) for k in keys]))
+
+
+def packer_from_key(key: m.PublicKey, party: str, sender: str) -> GHPacker:
+    """The (g, h) packing layout the key holder announced, refused by name when out of range."""
+    if not (1 <= key.frac_bits <= 64 and 1 <= key.value_bits <= 64 and 1 <= key.count_bits <= 40):
+        raise ProtocolError(f"{party}: packing layout {key.frac_bits}/{key.value_bits}/{key.count_bits} "
+                            f"(fractional/value/count bits) from {sender} is out of range (1-64/1-64/1-40)")
+    return GHPacker(key.frac_bits, key.value_bits, key.count_bits)
 
 
 def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) -> m.EncryptedHistograms:
