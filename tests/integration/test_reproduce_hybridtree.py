@@ -24,8 +24,14 @@ def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
     assert cost["HybridTree"]["bytes_per_tree"] > 0 and cost["VFL_merged_guest"]["bytes_per_tree"] > 0
     assert set(res["figure6"]) == {"5", "10"} and set(res["figure8"]) == {"0.5", "5.0"}
     assert set(res["ablation"]) == {f"{h}+{g}" for h, g in exp.ABLATION_DEPTHS} | {"5+2 count mode"}
+    seed1 = res["seeds"]["1"]
+    assert seed1["gap_points"] == 100 * (seed1["ALL-IN"] - seed1["HybridTree"])
+    assert seed1["ALL-IN"] != t1["ALL-IN"]  # another seed: another training sample (quick) and host features
+    same = exp.seed_run("a9a", exp.Config(**exp.QUICK))  # seed 0 again: Table 1's runs, exactly
+    assert (same["ALL-IN"], same["SOLO"], same["HybridTree"]) == (t1["ALL-IN"], t1["SOLO"], t1["HybridTree"])
     report = (out / "report.md").read_text()
-    for title in ("Table 1", "Table 2", "Table 3", "Table 6", "Figure 6", "Figure 8", "Ablation", "Quick run"):
+    for title in ("Table 1", "Table 2", "Table 3", "Table 6", "Figure 6", "Figure 8", "Ablation", "Quick run",
+                  "other seeds"):
         assert title in report
     assert f"{t1['HybridTree']:.3f}" in report and "0.832" in report  # ours beside the paper's
     for png in ("a9a-figure6.png", "a9a-figure8.png"):
