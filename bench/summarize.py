@@ -64,6 +64,13 @@ def vertical_table() -> str:
                   "| backend | encrypt | add | decrypt |", "|---|---|---|---|"]
         for name, t in tp.items():
             lines.append(f"| {name} | {t['encrypt_per_s']:,.0f} | {t['add_per_s']:,.0f} | {t['decrypt_per_s']:,.0f} |")
+    bd = r.get("ou_breakdown")
+    if bd:
+        lines += ["", f"Where an OU-2048 tree's time goes ({bd['trees']} trees, {bd['date']}, "
+                      f"{bd['seconds_per_tree']:.2f} s/tree with the operations timed; `select_sums` is the passive "
+                      "party's homomorphic bin sums, `compress` packs them for decryption):", "",
+                  "| " + " | ".join(bd["per_tree"]) + " |", "|" + "---|" * len(bd["per_tree"]),
+                  "| " + " | ".join(f"{x:.3f}" for x in bd["per_tree"].values()) + " |"]
     return "\n".join(lines)
 
 

@@ -7,7 +7,9 @@ variant but python-paillier runs ``--repeats`` times (the machine is shared
 and noisy) and reports the median seconds per tree with every run's figure,
 bytes per tree (all parties, both directions counted once as sent), and the
 test AUC of its own run next to the plaintext run's AUC at the same number of
-trees (the protocol is lossless, so they must be equal).  Writes bench/results/vertical.json.
+trees (the protocol is lossless, so they must be equal).  An extra OU run of
+``--breakdown-trees`` trees times each HE operation (where a tree's time
+goes).  Writes bench/results/vertical.json.
 
     python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1 --repeats 3]
 """
@@ -36,6 +38,8 @@ def main():
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs per variant (python-paillier: one)")
+    ap.add_argument("--breakdown-trees", type=int, default=10,
+                    help="an extra OU run of this many trees timing each HE operation (0: skip)")
     args = ap.parse_args()
 
     import numba
@@ -95,7 +99,58 @@ def main():
                  f"{entry['speedup_vs_fedtree_2_threads']:.1f}x FedTree)" if backend != "plain" else ""),
               flush=True)
         _save(results)
+    if args.breakdown_trees > 0 and "heu" in available_backends():
+        params = GBDTParams(n_estimators=args.breakdown_trees, max_depth=args.depth)
+        results["ou_breakdown"] = ou_breakdown(lambda he: run_vertical([X[:, p] for p in parts], y, params, he,
+                                                                       timeout=3600),
+                                               keygen("ou", 2048, "heu"), args.breakdown_trees)
+        print("OU seconds per tree by HE operation:", json.dumps(results["ou_breakdown"]["per_tree"]), flush=True)
+        _save(results)
     print(f"wrote {RESULTS}")
+
+
+def ou_breakdown(run, he, n_trees: int) -> dict:
+    """Seconds per tree in each HE operation of an OU run (outermost calls only, so nothing counts twice).
+
+    ``select_sums`` called by the protocol is the passive party's homomorphic bin sums; ``compress`` includes
+    the sums and scalar products it makes.  The methods are wrapped for this run only.
+    """
+    import threading
+    from collections import defaultdict
+
+    from fedgrove.crypto.he import HEContext, HEUContext
+
+    spent, calls, local = defaultdict(float), defaultdict(int), threading.local()
+    ops = ("encrypt", "select_sums", "compress", "add", "mul_const", "mul_scalar", "decrypt", "serialize",
+           "deserialize")
+    originals = {}
+    for op in ops:
+        owner = HEUContext if op in vars(HEUContext) else HEContext
+        originals[op] = (owner, vars(owner)[op])
+
+        def timed(self, *a, _f=vars(owner)[op], _op=op, **k):
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            t0 = time.perf_counter()
+            try:
+                return _f(self, *a, **k)
+            finally:
+                local.depth = depth
+                if depth == 0:
+                    spent[_op] += time.perf_counter() - t0
+                    calls[_op] += 1
+        setattr(owner, op, timed)
+    try:
+        t0 = time.perf_counter()
+        run(he)
+        total = time.perf_counter() - t0
+    finally:
+        for op, (owner, fn) in originals.items():
+            setattr(owner, op, fn)
+    per_tree = {op: spent[op] / n_trees for op in ops if calls.get(op)}
+    per_tree["other (unencrypted protocol, messages)"] = total / n_trees - sum(per_tree.values())
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees, "seconds_per_tree": total / n_trees,
+            "per_tree": per_tree, "calls": dict(calls)}
 
 
 def he_throughput(available_backends, keygen) -> dict:
@@ -127,7 +182,8 @@ def _save(results):
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     kept = {k: {"date": old.get("date"), **v} for k, v in old.get("variants", {}).items()}
     variants = {**kept, **results["variants"]}
-    RESULTS.write_text(json.dumps({**results, "variants": variants}, indent=2))
+    extra = {"ou_breakdown": old["ou_breakdown"]} if "ou_breakdown" in old else {}
+    RESULTS.write_text(json.dumps({**extra, **results, "variants": variants}, indent=2))
 
 
 if __name__ == "__main__":
