@@ -11,12 +11,24 @@ from fedgrove.protocols.vertical.active import _Remote, decode_histograms
 from fedgrove.protocols.vertical.passive import encrypted_histograms
 
 
-@pytest.fixture(scope="module")
-def setting():
+def _one_hot(rng, n):
+    """Rows drawn from few patterns, as one-hot categorical data (a9a): many rows share all their bins."""
+    cats = rng.integers(0, 4, (n, 3))
+    X = np.column_stack([cats[:, j] == k for j in range(3) for k in range(4)] + [rng.integers(0, 2, n)])
+    X = X.astype(float)
+    X[rng.random(n) < 0.05, -1] = np.nan
+    return X
+
+
+@pytest.fixture(scope="module", params=["continuous", "one-hot"])
+def setting(request):
     rng = np.random.default_rng(3)
     n = 700
-    X = np.column_stack([rng.normal(size=n), rng.integers(0, 3, n).astype(float), rng.exponential(size=n)])
-    X[rng.random(n) < 0.1, 0] = np.nan  # missing values: their own bin
+    if request.param == "continuous":
+        X = np.column_stack([rng.normal(size=n), rng.integers(0, 3, n).astype(float), rng.exponential(size=n)])
+        X[rng.random(n) < 0.1, 0] = np.nan  # missing values: their own bin
+    else:
+        X = _one_hot(rng, n)
     bm = BinMapper(32).fit(X)
     Xb = bm.transform(X)
     g, h = rng.normal(size=n), rng.random(n)
@@ -51,6 +63,43 @@ def test_decoded_histograms_equal_plain_per_bin_sums_and_the_fullest_bin_is_left
     assert reply.n_sums == sum(len(np.unique(Xb[rows[k], f])) - 1 for k in nodes for f in range(Xb.shape[1]))
 
 
+class _CountingPlain:
+    """The plain test backend, counting the ciphertexts each ``select_sums`` call adds up."""
+
+    def __init__(self):
+        self.he = keygen("ou", 2048, "plain")
+        self.terms = []
+
+    def __getattr__(self, name):
+        return getattr(self.he, name)
+
+    def select_sums(self, ct, groups):
+        self.terms.append(sum(len(g) for g in groups))
+        return self.he.select_sums(ct, groups)
+
+
+def test_rows_sharing_every_bin_are_added_once():
+    rng = np.random.default_rng(5)
+    X = _one_hot(rng, 2000)
+    bm = BinMapper(32).fit(X)
+    Xb = bm.transform(X)
+    g, h = rng.normal(size=len(X)), rng.random(len(X))
+    rows = {0: np.arange(len(X))}
+    he, packer = _CountingPlain(), GHPacker()
+    reply = encrypted_histograms("p", [0], rows, Xb, bm.feature_offsets, he.encrypt(packer.encode(g, h)), he, packer)
+    totals = np.array([[g.sum(), h.sum()]])
+    hist = decode_histograms(reply, _Remote("p", bm.n_value_bins, 0, 0), totals, he.he, packer, "test")
+    for f in range(Xb.shape[1]):
+        want = np.zeros((int(bm.n_value_bins[f]) + 1, 2))
+        np.add.at(want, Xb[:, f], np.column_stack([g, h]))
+        np.testing.assert_allclose(hist[0, bm.feature_offsets[f]:bm.feature_offsets[f + 1]], want, atol=1e-9)
+    skip = np.array([np.bincount(Xb[:, f]).argmax() for f in range(Xb.shape[1])])
+    direct = int((Xb != skip).sum())  # what summing every listed row into its bins would add
+    pattern_sums, bin_sums = he.terms[:2]  # (then compression)
+    assert pattern_sums == int((Xb != skip).any(axis=1).sum())  # each row that is listed anywhere, once
+    assert pattern_sums + bin_sums < 0.6 * direct
+
+
 @pytest.mark.parametrize("damage", ["skip-out-of-range", "bin-is-skipped", "not-ascending", "negative-count"])
 def test_inconsistent_bin_lists_are_refused(setting, damage):
     bm, Xb, g, h, rows = setting
@@ -62,8 +111,10 @@ def test_inconsistent_bin_lists_are_refused(setting, damage):
         skipped[0] = bm.n_value_bins[0] + 1
     elif damage == "bin-is-skipped":
         skipped[0] = bins[0]
-    elif damage == "not-ascending":
-        bins[[0, 1]] = bins[[1, 0]]
+    elif damage == "not-ascending":  # two bins of one (node, feature) swapped
+        k = int(np.nonzero(n_bins >= 2)[0][0])
+        at = int(n_bins[:k].sum())
+        bins[[at, at + 1]] = bins[[at + 1, at]]
     else:
         n_bins[0], n_bins[1] = -1, n_bins[1] + n_bins[0] + 1
     reply.skipped, reply.n_bins, reply.bins = skipped, n_bins, bins  # this test's own reply
