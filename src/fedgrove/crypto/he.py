@@ -148,7 +148,8 @@ class HEUContext(HEContext):
         return Ciphertexts("heu", self._enc.encrypt(self._array(values)), len(values))
 
     def select_sums(self, ct, groups):
-        return Ciphertexts("heu", self._ev.batch_select_sum(ct.data, [list(g) for g in groups]), len(groups))
+        groups = [g if type(g) is list else list(g) for g in groups]  # HEU takes lists; no copies of lists
+        return Ciphertexts("heu", self._ev.batch_select_sum(ct.data, groups), len(groups))
 
     def add(self, a, b):
         return Ciphertexts("heu", self._ev.add(a.data, b.data), a.size)

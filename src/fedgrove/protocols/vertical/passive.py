@@ -167,67 +167,117 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
 
     For every (node, feature) the node's most frequent bin is left out (the key
     holder recovers it from the node total); the sums are compressed before
-    they are sent.  Shared by the vertical passive party and HybridTree guests.
+    they are sent.  Shared by the vertical passive party, HybridTree guests and
+    Federated Forest clients.
 
-    The sums are formed in two stages so that rows with the same bins on every
-    feature are added only once: first one sum per distinct row pattern of a
-    node (rows lying in every feature's skipped bin take no part), then each
-    listed (feature, bin) sums the patterns that fall in it.  A pattern of
-    ``c`` rows with ``k`` listed bins costs ``c - 1 + k`` ciphertext additions
-    instead of ``c * k``: never more, and on one-hot or coarse features much
-    less (a9a: about 40% fewer per tree).  The sums are the same integers.
+    Rows that share their bins are added once: each node's sums are formed by
+    the cheapest of three plans (:func:`_node_plans`, counted exactly before any
+    ciphertext is touched) — every listed row straight into its bins; one sum
+    per distinct row pattern first; or pattern sums, then sums per distinct
+    pattern of each half of the features.  The sums are the same integers
+    whichever plan runs; on one-hot data (a9a) they take about 60% fewer
+    ciphertext additions than the straight plan.
     """
     n_features = X_binned.shape[1]
     width = int(np.max(np.diff(offsets))) if n_features else 1
-    shift = np.arange(n_features, dtype=np.int64) * width  # key of (feature f, bin b): f * width + b
-    patterns, groups, skipped, n_bins, bins = [], [], [], [], []
-    merged = False  # whether any pattern holds more than one row
+    plans, skipped, n_bins, bins = [], [], [], []
     for node in nodes:
         if node not in rows:
             raise ProtocolError(f"{party}: histogram request for unknown node {node}")
-        r = np.asarray(rows[node])
+        r = np.asarray(rows[node], dtype=np.int64)
         B = X_binned[r]
-        counts = np.bincount((B.astype(np.int64) + shift).ravel(), minlength=n_features * width)
-        per_feature = counts.reshape(n_features, width)
-        skip = per_feature.argmax(axis=1)  # the most frequent bin (ties: the lowest)
-        present = per_feature > 0
+        counts = np.bincount((B.astype(np.int64) + np.arange(n_features, dtype=np.int64) * width).ravel(),
+                             minlength=n_features * width).reshape(n_features, width)
+        skip = counts.argmax(axis=1)  # the most frequent bin (ties: the lowest)
+        present = counts > 0
         present[np.arange(n_features), skip] = False
-        feats, present_bins = np.nonzero(present)  # (feature, bin) in order
-        listed = B != skip
-        keep = listed.any(axis=1)
-        first, inverse, sizes_p = _row_patterns(B[keep])
-        merged = merged or bool(np.any(sizes_p > 1))
-        members = r[keep][np.argsort(inverse, kind="stable")].tolist()  # rows grouped by pattern
-        ends = np.cumsum(sizes_p)
-        base = len(patterns)
-        patterns.extend(members[a:b] for a, b in zip((ends - sizes_p).tolist(), ends.tolist()))
-        # stage two on the patterns, as the rows would be: feature-major keys outside the skipped bins
-        U = B[keep][first]
-        keys = (U.astype(np.int64) + shift).T.ravel()
-        kept = np.nonzero(listed[keep][first].T.ravel())[0]
-        ordered = (base + kept % len(U))[np.argsort(keys[kept], kind="stable")].tolist() if len(U) else []
-        sizes = np.bincount(keys[kept], minlength=n_features * width)[feats * width + present_bins]
-        ends = np.cumsum(sizes)
-        groups.extend(ordered[a:b] for a, b in zip((ends - sizes).tolist(), ends.tolist()))
+        plans.append(min(_node_plans(r, B, B != skip, width), key=lambda p: (p[0], len(p[1])))[1])
         skipped.extend(skip.tolist())
         n_bins.extend(present.sum(axis=1).tolist())
-        bins.extend(present_bins.tolist())
+        bins.extend(np.nonzero(present)[1].tolist())
+    n_sums = sum(len(plan[-1][1]) for plan in plans)
     data = b""
     slots = packer.slots_per_plaintext(he.plaintext_bits)
-    if groups:
-        if merged:
-            sums = he.select_sums(he.select_sums(ct, patterns), groups)
-        else:  # every pattern is one row: sum the rows directly
-            sums = he.select_sums(ct, [[patterns[i][0] for i in g] for g in groups])
+    if n_sums:
+        sums = ct
+        for groups in _batched_stages(plans):
+            sums = he.select_sums(sums, groups)
         data = he.serialize(he.compress(sums, packer.slot_bits, slots))
-    return m.EncryptedHistograms(data, len(groups), slots, np.asarray(skipped, dtype=np.int32),
+    return m.EncryptedHistograms(data, n_sums, slots, np.asarray(skipped, dtype=np.int32),
                                  np.asarray(n_bins, dtype=np.int32), np.asarray(bins, dtype=np.int32))
 
 
-def _row_patterns(B: np.ndarray):
-    """Distinct rows of ``B``: the index of each one's first occurrence, each row's pattern, pattern sizes."""
-    if len(B) == 0:
+def _node_plans(r, B, listed, width):
+    """Ways to form one node's bin sums, each ``(terms, stages)``: a stage is ``(ids, sizes)``, groups of
+    consecutive ``ids`` that are summed; the first stage's ids are rows (``r``), a later stage's are positions
+    in the node's output of the stage before; the last stage gives the listed (feature, bin) sums in order.
+    ``terms`` counts the ciphertexts all stages add up."""
+    straight = _bin_groups(B, listed, r, width)
+    plans = [(len(straight[0]), [straight])]
+    keep = listed.any(axis=1)
+    ids, sizes, first = _pattern_groups(B[keep], r[keep])
+    if len(sizes) == len(ids):  # no two rows share a pattern: nothing to gain
+        return plans
+    U, listed_u = B[keep][first], listed[keep][first]
+    last = _bin_groups(U, listed_u, np.arange(len(U)), width)
+    plans.append((len(ids) + len(last[0]), [(ids, sizes), last]))
+    if B.shape[1] > 1:
+        middle, finals, base = [], [], 0
+        for half in np.array_split(np.arange(B.shape[1]), 2):
+            in_half = listed_u[:, half].any(axis=1)
+            sub_ids, sub_sizes, sub_first = _pattern_groups(U[in_half][:, half], np.nonzero(in_half)[0])
+            middle.append((sub_ids, sub_sizes))
+            V, listed_v = U[in_half][sub_first][:, half], listed_u[in_half][sub_first][:, half]
+            v_ids, v_sizes = _bin_groups(V, listed_v, base + np.arange(len(V)), width)
+            finals.append((v_ids, v_sizes))
+            base += len(V)
+        stages = [(ids, sizes), _concat(middle), _concat(finals)]
+        plans.append((sum(len(s[0]) for s in stages), stages))
+    return plans
+
+
+def _bin_groups(C, listed, ids, width):
+    """``(ids, sizes)`` of the items (rows of codes ``C``, one id each) in each listed (feature, bin) of C's
+    columns, in (feature, bin) order."""
+    n_items, n_cols = C.shape
+    keys = (C.astype(np.int64) + np.arange(n_cols, dtype=np.int64) * width).T.ravel()  # feature-major
+    kept = np.nonzero(listed.T.ravel())[0]
+    keys = keys[kept]
+    order = np.argsort(keys, kind="stable")
+    sizes = np.bincount(keys, minlength=n_cols * width) if n_items else np.zeros(0, dtype=np.int64)
+    return np.asarray(ids, dtype=np.int64)[kept % max(n_items, 1)][order], sizes[sizes > 0]
+
+
+def _pattern_groups(C, ids):
+    """``(ids, sizes)`` of the items grouped by identical rows of ``C``, and each group's first item."""
+    if len(C) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    rows = np.ascontiguousarray(B).view(np.dtype((np.void, B.dtype.itemsize * B.shape[1]))).ravel()
-    _, first, inverse, sizes = np.unique(rows, return_index=True, return_inverse=True, return_counts=True)
-    return first, inverse.ravel(), sizes
+    as_bytes = np.ascontiguousarray(C).view(np.dtype((np.void, C.dtype.itemsize * C.shape[1]))).ravel()
+    _, first, inverse, sizes = np.unique(as_bytes, return_index=True, return_inverse=True, return_counts=True)
+    return np.asarray(ids, dtype=np.int64)[np.argsort(inverse.ravel(), kind="stable")], sizes, first
+
+
+def _concat(stages):
+    return np.concatenate([s[0] for s in stages]), np.concatenate([s[1] for s in stages])
+
+
+def _batched_stages(plans):
+    """The nodes' plans as one list of groups per stage for the whole request: positions made global, and
+    nodes with fewer stages carrying their finished sums forward (one copy each) so that the last stage
+    lists every node's sums in request order."""
+    depth = max(len(plan) for plan in plans)
+    plans = [plan + [(np.arange(len(plan[-1][1])), np.ones(len(plan[-1][1]), dtype=np.int64))] * (depth - len(plan))
+             for plan in plans]
+    out, before = [], None
+    for s in range(depth):
+        ids, sizes = [], []
+        for k, plan in enumerate(plans):
+            stage_ids, stage_sizes = plan[s]
+            ids.append(stage_ids if s == 0 else stage_ids + before[k])
+            sizes.append(stage_sizes)
+        counts = [len(z) for z in sizes]
+        before = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        flat = np.concatenate(ids).tolist()
+        ends = np.cumsum(np.concatenate(sizes)).tolist()
+        out.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
+    return out
