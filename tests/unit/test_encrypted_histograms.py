@@ -66,6 +66,8 @@ def test_decoded_histograms_equal_plain_per_bin_sums_and_the_fullest_bin_is_left
 class _CountingPlain:
     """The plain test backend, counting the ciphertexts each ``select_sums`` call adds up."""
 
+    costly_additions = True  # plan as for ciphertexts
+
     def __init__(self):
         self.he = keygen("ou", 2048, "plain")
         self.terms = []

@@ -50,6 +50,9 @@ class HEContext(ABC):
     scheme: str
     key_bits: int
     backend: str
+    #: whether an addition costs enough that summing rows with equal bins once pays for finding them
+    #: (``encrypted_histograms``); not for plaintext integers
+    costly_additions: bool = True
 
     @property
     @abstractmethod
@@ -273,6 +276,7 @@ class PlainContext(HEContext):
     """
 
     backend = "plain"
+    costly_additions = False
 
     def __init__(self, scheme: str = "plain", key_bits: int = 0):
         self.scheme, self.key_bits = scheme, key_bits

@@ -174,8 +174,9 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
     the cheapest of three plans (:func:`_node_plan`, counted exactly before any
     ciphertext is touched) — every listed row straight into its bins; one sum
     per distinct row pattern first; or pattern sums, then sums per distinct
-    pattern of each half of the features.  The sums are the same integers
-    whichever plan runs; on one-hot data (a9a, depth 6) they take about half
+    pattern of each half of the features (with ciphertexts only: for the plain
+    test backend the search costs more than it saves).  The sums are the same
+    integers whichever plan runs; on one-hot data (a9a, depth 6) they take about half
     the ciphertext additions of the straight plan.
     """
     n_features = X_binned.shape[1]
@@ -191,7 +192,8 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
         skip = counts.argmax(axis=1)  # the most frequent bin (ties: the lowest)
         present = counts > 0
         present[np.arange(n_features), skip] = False
-        plans.append(_node_plan(r, B, B != skip, width))
+        listed = B != skip
+        plans.append(_node_plan(r, B, listed, width) if he.costly_additions else [_bin_groups(B, listed, r, width)])
         skipped.extend(skip.tolist())
         n_bins.extend(present.sum(axis=1).tolist())
         bins.extend(np.nonzero(present)[1].tolist())
