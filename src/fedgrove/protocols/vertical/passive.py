@@ -176,8 +176,8 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
     per distinct row pattern first; or pattern sums, then sums per distinct
     pattern of each half of the features (with ciphertexts only: for the plain
     test backend the search costs more than it saves).  The sums are the same
-    integers whichever plan runs; on one-hot data (a9a, depth 6) they take about half
-    the ciphertext additions of the straight plan.
+    integers whichever plan runs; on one-hot data (a9a, depth 6) they take
+    about half the ciphertext additions of the straight plan.
     """
     n_features = X_binned.shape[1]
     width = int(np.max(np.diff(offsets))) if n_features else 1
