@@ -68,7 +68,10 @@ def vertical_table() -> str:
     if bd:
         lines += ["", f"Where an OU-2048 tree's time goes ({bd['trees']} trees, {bd['date']}, "
                       f"{bd['seconds_per_tree']:.2f} s/tree with the operations timed; `select_sums` is the passive "
-                      "party's homomorphic bin sums, `compress` packs them for decryption):", "",
+                      "party's homomorphic bin sums"
+                      + (f", {bd['bin_sum_terms_per_tree']:,.0f} ciphertexts added up per tree"
+                         if "bin_sum_terms_per_tree" in bd else "")
+                      + ", `compress` packs them for decryption):", "",
                   "| " + " | ".join(bd["per_tree"]) + " |", "|" + "---|" * len(bd["per_tree"]),
                   "| " + " | ".join(f"{x:.3f}" for x in bd["per_tree"].values()) + " |"]
     return "\n".join(lines)

@@ -112,7 +112,9 @@ def main():
         results["ou_breakdown"] = ou_breakdown(lambda he: run_vertical([X[:, p] for p in parts], y, params, he,
                                                                        timeout=3600),
                                                keygen("ou", 2048, "heu"), args.breakdown_trees)
-        print("OU seconds per tree by HE operation:", json.dumps(results["ou_breakdown"]["per_tree"]), flush=True)
+        print("OU seconds per tree by HE operation:", json.dumps(results["ou_breakdown"]["per_tree"]),
+              f"(bin sums add up {results['ou_breakdown']['bin_sum_terms_per_tree']:,.0f} ciphertexts per tree)",
+              flush=True)
         _save(results)
     print(f"wrote {RESULTS}")
 
@@ -121,7 +123,8 @@ def ou_breakdown(run, he, n_trees: int) -> dict:
     """Seconds per tree in each HE operation of an OU run (outermost calls only, so nothing counts twice).
 
     ``select_sums`` called by the protocol is the passive party's homomorphic bin sums; ``compress`` includes
-    the sums and scalar products it makes.  The methods are wrapped for this run only.
+    the sums and scalar products it makes.  ``bin_sum_terms_per_tree`` counts the ciphertexts those bin sums
+    add up (all stages).  The methods are wrapped for this run only.
     """
     import threading
     from collections import defaultdict
@@ -129,6 +132,7 @@ def ou_breakdown(run, he, n_trees: int) -> dict:
     from fedgrove.crypto.he import HEContext, HEUContext
 
     spent, calls, local = defaultdict(float), defaultdict(int), threading.local()
+    terms = [0]  # ciphertexts the protocol's own select_sums calls add up (the bin sums; compression not counted)
     ops = ("encrypt", "select_sums", "compress", "add", "mul_const", "mul_scalar", "decrypt", "serialize",
            "deserialize")
     originals = {}
@@ -139,6 +143,8 @@ def ou_breakdown(run, he, n_trees: int) -> dict:
         def timed(self, *a, _f=vars(owner)[op], _op=op, **k):
             depth = getattr(local, "depth", 0)
             local.depth = depth + 1
+            if _op == "select_sums" and depth == 0:
+                terms[0] += sum(len(g) for g in a[1])
             t0 = time.perf_counter()
             try:
                 return _f(self, *a, **k)
@@ -158,7 +164,7 @@ def ou_breakdown(run, he, n_trees: int) -> dict:
     per_tree = {op: spent[op] / n_trees for op in ops if calls.get(op)}
     per_tree["other (unencrypted protocol, messages)"] = total / n_trees - sum(per_tree.values())
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees, "seconds_per_tree": total / n_trees,
-            "per_tree": per_tree, "calls": dict(calls)}
+            "per_tree": per_tree, "calls": dict(calls), "bin_sum_terms_per_tree": terms[0] / n_trees}
 
 
 def he_throughput(available_backends, keygen) -> dict:
