@@ -112,10 +112,13 @@ def simfl_table() -> str:
         f"{r['dataset']}, {r['parties']} parties ({r['partition']}), {r['trees']} trees of depth {r['depth']}, "
         f"medians of {r['repeats']} runs.", "",
         "| SOLO training s | ALL-IN training s | SimFL training s | SimFL / SOLO (target <= 1.1) "
-        "| preprocessing s | preprocessing MB sent per party | MB per tree |", "|---|---|---|---|---|---|---|",
+        "| preprocessing s | preprocessing MB sent per party | MB per tree | nodes per tree SOLO / SimFL |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {s['SOLO_training']:.2f} | {s['ALL-IN_training']:.2f} | {s['SimFL_training']:.2f} | "
         f"{r['ratio_simfl_over_solo']:.2f} | {s['SimFL_preprocessing']:.2f} | "
-        f"{r['preprocessing_bytes_sent_per_party'] / 1e6:.2f} | {r['bytes_per_tree'] / 1e6:.3f} |"])
+        f"{r['preprocessing_bytes_sent_per_party'] / 1e6:.2f} | {r['bytes_per_tree'] / 1e6:.3f} | "
+        + (f"{r['mean_nodes_per_tree']['SOLO']:.0f} / {r['mean_nodes_per_tree']['SimFL']:.0f} |"
+           if "mean_nodes_per_tree" in r else "- |")])
 
 
 def fvtree_table() -> str:
