@@ -204,9 +204,8 @@ def accuracy_table(s: Setting, cfg: Config) -> dict:
     """Accuracy of every method on one setting (one host or several)."""
     res = {}
     t = time.perf_counter()
-    res["ALL-IN"] = _acc(s.yt, train_gbdt(cfg.params(), s.X, s.y).predict_raw(s.Xt))
-    solo = [_acc(s.yt, train_gbdt(cfg.params(), s.X[np.ix_(r, s.host_features)], s.y[r])
-                 .predict_raw(s.Xt[:, s.host_features])) for r in s.hosts]
+    res["ALL-IN"] = _all_in(s, cfg)
+    solo = [_solo(s, cfg, r) for r in s.hosts]
     res["SOLO"] = solo[0] if len(solo) == 1 else (min(solo), max(solo))
     views = [PartyView(r, s.host_features) for r in s.hosts] + [PartyView(r, f) for r, f in s.guests
                                                                  if _usable(r, f)]
@@ -231,13 +230,22 @@ def accuracy_table(s: Setting, cfg: Config) -> dict:
     return res
 
 
+def _all_in(s: Setting, cfg: Config) -> float:
+    """Accuracy of the engine on the joined data."""
+    return _acc(s.yt, train_gbdt(cfg.params(), s.X, s.y).predict_raw(s.Xt))
+
+
+def _solo(s: Setting, cfg: Config, rows) -> float:
+    """Accuracy of the engine on one host's rows and the host's features."""
+    return _acc(s.yt, train_gbdt(cfg.params(), s.X[np.ix_(rows, s.host_features)], s.y[rows])
+                .predict_raw(s.Xt[:, s.host_features]))
+
+
 def seed_run(name: str, cfg: Config) -> dict:
     """ALL-IN, SOLO and HybridTree with ``cfg.seed`` drawing the data split, the host's features and the models."""
     X, y, Xt, yt = load(name, cfg)
     s = make_setting(name, X, y, Xt, yt, cfg.n_guests, cfg.seed, test_holders=cfg.test_holders)
-    res = {"ALL-IN": _acc(s.yt, train_gbdt(cfg.params(), s.X, s.y).predict_raw(s.Xt)),
-           "SOLO": _acc(s.yt, train_gbdt(cfg.params(), s.X[np.ix_(s.hosts[0], s.host_features)], s.y[s.hosts[0]])
-                        .predict_raw(s.Xt[:, s.host_features])),
+    res = {"ALL-IN": _all_in(s, cfg), "SOLO": _solo(s, cfg, s.hosts[0]),
            "HybridTree": _acc(s.yt, run_hybrid(s, cfg)["test_raw"])}
     return res | {"gap_points": 100 * (res["ALL-IN"] - res["HybridTree"])}
 

@@ -187,13 +187,14 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
             raise ProtocolError(f"{party}: histogram request for unknown node {node}")
         r = np.asarray(rows[node], dtype=np.int64)
         B = X_binned[r]
-        counts = np.bincount((B.astype(np.int64) + np.arange(n_features, dtype=np.int64) * width).ravel(),
-                             minlength=n_features * width).reshape(n_features, width)
+        keys = _keys(B, width)
+        counts = np.bincount(keys, minlength=n_features * width).reshape(n_features, width)
         skip = counts.argmax(axis=1)  # the most frequent bin (ties: the lowest)
         present = counts > 0
         present[np.arange(n_features), skip] = False
         listed = B != skip
-        plans.append(_node_plan(r, B, listed, width) if he.costly_additions else [_bin_groups(B, listed, r, width)])
+        plans.append(_node_plan(r, B, listed, width, keys) if he.costly_additions
+                     else [_bin_groups(B, listed, r, width, keys)])
         skipped.extend(skip.tolist())
         n_bins.extend(present.sum(axis=1).tolist())
         bins.extend(np.nonzero(present)[1].tolist())
@@ -209,16 +210,17 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
                                  np.asarray(n_bins, dtype=np.int32), np.asarray(bins, dtype=np.int32))
 
 
-def _node_plan(r, B, listed, width):
+def _node_plan(r, B, listed, width, keys):
     """The cheapest way to form one node's bin sums: a list of stages ``(ids, sizes)``, groups of consecutive
     ``ids`` that are summed.  The first stage's ids are rows (``r``), a later stage's are positions in the
     node's output of the stage before; the last stage gives the listed (feature, bin) sums in order.  Plans are
-    compared by the ciphertexts all their stages add up, counted before any group is built."""
+    compared by the ciphertexts all their stages add up, counted before any group is built.  ``keys`` are
+    B's (feature, bin) keys (:func:`_keys`)."""
     keep = listed.any(axis=1)
     ids, sizes, first = _pattern_groups(B[keep], r[keep])
     best = int(listed.sum())  # straight: every listed row into its bins
     if len(sizes) == len(ids):  # no two rows share a pattern: nothing to gain
-        return [_bin_groups(B, listed, r, width)]
+        return [_bin_groups(B, listed, r, width, keys)]
     U, listed_u = B[keep][first], listed[keep][first]
     choice = None
     if len(ids) + int(listed_u.sum()) < best:
@@ -234,7 +236,7 @@ def _node_plan(r, B, listed, width):
         if terms < best:
             choice = "halves"
     if choice is None:
-        return [_bin_groups(B, listed, r, width)]
+        return [_bin_groups(B, listed, r, width, keys)]
     if choice == "patterns":
         return [(ids, sizes), _bin_groups(U, listed_u, np.arange(len(U)), width)]
     middle, finals, base = [], [], 0
@@ -246,11 +248,16 @@ def _node_plan(r, B, listed, width):
     return [(ids, sizes), _concat(middle), _concat(finals)]
 
 
-def _bin_groups(C, listed, ids, width):
+def _keys(C, width):
+    """Key ``f * width + b`` of each code of ``C`` (items x features), feature-major: feature 0's items, then 1's."""
+    return (C.astype(np.int64) + np.arange(C.shape[1], dtype=np.int64) * width).T.ravel()
+
+
+def _bin_groups(C, listed, ids, width, keys=None):
     """``(ids, sizes)`` of the items (rows of codes ``C``, one id each) in each listed (feature, bin) of C's
-    columns, in (feature, bin) order."""
+    columns, in (feature, bin) order (``keys``: C's keys when already computed)."""
     n_items, n_cols = C.shape
-    keys = (C.astype(np.int64) + np.arange(n_cols, dtype=np.int64) * width).T.ravel()  # feature-major
+    keys = _keys(C, width) if keys is None else keys
     kept = np.nonzero(listed.T.ravel())[0]
     keys = keys[kept]
     order = np.argsort(keys, kind="stable")
