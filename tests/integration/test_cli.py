@@ -98,6 +98,40 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys,
     assert set(tmp_path.rglob("*")) == before  # no half-written output
 
 
+@pytest.mark.parametrize("command", ["train", "predict", "bag"])
+def test_unwritable_output_is_refused_before_any_work(csv, tmp_path, capsys, command):
+    missing = tmp_path / "no-such-dir" / "out.csv"
+    if command == "train":
+        argv = ["train", csv, "-l", "label", "-m", missing]
+    elif command == "predict":
+        model = tmp_path / "m.json"
+        assert run(["train", csv, "-l", "label", "-m", model, "-n", "2", "-q"], capsys)[0] == 0
+        argv = ["predict", model, csv, "-l", "label", "-o", missing]
+    else:
+        argv = ["bag", tmp_path / "never-read.csv", "-o", missing]
+    code, _, err = run(argv, capsys)
+    assert code == 2, err
+    assert f"directory '{missing.parent}' does not exist" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(argv[:-1] + [tmp_path], capsys)  # a directory where a file name belongs
+    assert code == 2 and "is a directory" in err, err
+
+
+@pytest.mark.parametrize("command", ["partition", "certs", "reproduce"])
+def test_output_directory_that_is_a_file_is_refused_before_any_work(csv, tmp_path, capsys, command):
+    a_file = tmp_path / "taken"
+    a_file.write_text("keep me")
+    argv = {"partition": ["partition", csv, "-l", "label", "--scheme", "horizontal", "--parties", "2"],
+            "certs": ["certs", "alice", "bob"],
+            "reproduce": ["reproduce", "simfl", "--quick", "--no-progress"]}[command]
+    for out, message in ((a_file, f"--out '{a_file}' is a file; expected a directory"),
+                         (a_file / "sub", f"'{a_file}' is a file, so the directory cannot be created")):
+        code, _, err = run(argv + ["-o", out], capsys)
+        assert code == 2, err
+        assert message in err
+    assert a_file.read_text() == "keep me" and sorted(tmp_path.iterdir()) == sorted([csv, a_file])
+
+
 def test_console_script_runs_as_a_process(csv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fedgrove.cli.main", "train", str(csv), "-l", "nope", "-m",
                            str(tmp_path / "m.json")], capture_output=True, text=True)

@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import typer
 
-from fedgrove.cli.common import console, load_input, out
+from fedgrove.cli.common import check_output_file, console, load_input, out
 
 
 def bag(
@@ -32,6 +32,7 @@ def bag(
 
     if vote not in VOTES:
         raise InvalidParameterError(f"--vote must be one of {', '.join(VOTES)}, got {vote!r}")
+    check_output_file(output, "--out")
     frames = {}
     for path in predictions:
         if not path.is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fedgrove.data.datasets import load_dataset
 from fedgrove.data.io import Table, load_table
-from fedgrove.exceptions import DataError
+from fedgrove.exceptions import DataError, InvalidParameterError
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -33,6 +34,34 @@ def load_input(source: str, label, fmt: str | None = None, split: str = "train")
             raise DataError(f"dataset {name!r} has no separate test part")
         return table
     return load_table(Path(source), label=label, format=fmt)
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Refuse an output file that cannot be written before any work is done (not after training)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidParameterError(f"{option} '{path}' is a directory; expected a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise InvalidParameterError(f"{option} '{path}': directory '{parent}' does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidParameterError(f"{option} '{path}': directory '{parent}' is not writable")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Refuse an output directory that is a file, or that cannot be created or written, before any work."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InvalidParameterError(f"{option} '{path}' is a file; expected a directory")
+    existing = path
+    while not existing.exists():  # the directory is created later: its nearest existing parent must allow it
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InvalidParameterError(f"{option} '{path}': '{existing}' is a file, so the directory cannot be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InvalidParameterError(f"{option} '{path}': directory '{existing}' is not writable")
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from typing import List
 
 import typer
 
-from fedgrove.cli.common import console, progress_bar
+from fedgrove.cli.common import check_output_dir, console, progress_bar
 
 
 PREDICT_HELP = ("Only predict: every party loads its model file from the output directory and the federation "
@@ -64,6 +64,7 @@ def certs(
     """Create a federation CA and a certificate per party for mutual TLS."""
     from fedgrove.crypto.certs import create_federation_certs
 
+    check_output_dir(out, "--out")
     files = create_federation_certs(out, parties)
     console.print(f"wrote {len(files)} files to {out} (keep ca.key offline; give each party ca.pem and its own "
                   f"<party>.pem/.key)")

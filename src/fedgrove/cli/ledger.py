@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from fedgrove.cli.common import console, out
+from fedgrove.cli.common import check_output_file, console, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check an FGBDT-Chain ledger (SQLite) and summarise the parties' contributions.")
@@ -31,6 +31,7 @@ def show(ledger: Path = typer.Argument(..., help="A party's ledger file (<party>
 
     from fedgrove.ledger.verify import verify_ledger
 
+    check_output_file(png, "--png")
     s = verify_ledger(ledger)
     total = sum(c["total"] for c in s.contributions.values()) or 1.0
     t = Table(title=f"contributions recorded in {ledger} (beta = {s.beta:g})")

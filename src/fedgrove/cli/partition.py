@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from fedgrove.cli.common import console, load_input
+from fedgrove.cli.common import check_output_dir, console, load_input
 
 
 class Scheme(str, Enum):
@@ -41,6 +41,7 @@ def partition(
                                          write_partition, write_test_files)
     from fedgrove.exceptions import DataError
 
+    check_output_dir(out_dir, "--out")
     table = load_input(data, label if label is not None else -1, fmt)
     if table.y is None:
         raise DataError("the data has no label column; pass --label")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from fedgrove.cli.common import console, load_input, out
+from fedgrove.cli.common import check_output_file, console, load_input, out
 
 
 def predict(
@@ -26,6 +26,7 @@ def predict(
     from fedgrove import metrics
     from fedgrove.engine.model import load_model
 
+    check_output_file(output, "--out")
     m = load_model(model)
     table = load_input(data, label, fmt, split="test")
     classification = m.classes is not None

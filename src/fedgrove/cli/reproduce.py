@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from fedgrove.cli.common import console, progress_bar
+from fedgrove.cli.common import check_output_dir, console, progress_bar
 from fedgrove.exceptions import InvalidParameterError
 
 PAPERS = {"hybridtree": "fedgrove.experiments.hybridtree", "federated-forest": "fedgrove.experiments.forest",
@@ -48,6 +48,7 @@ def reproduce(
     ds = _split(datasets, exp.DATASETS, "--datasets")
     ex = _split(experiments, exp.EXPERIMENTS, "--experiments")
     out = out or Path("results") / paper
+    check_output_dir(out, "--out")
     with progress_bar(f"reproduce {paper}", len(ds) * len(ex) + 1, not no_progress) as update:
         def step(done, total, what):
             update(done, total)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from fedgrove.cli.common import console, encode_labels, infer_objective, load_input, progress_bar
+from fedgrove.cli.common import check_output_file, console, encode_labels, infer_objective, load_input, progress_bar
 from fedgrove.exceptions import DataError
 
 
@@ -46,6 +46,7 @@ def train(
     from fedgrove.engine.forest import ForestParams, train_forest
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 
+    check_output_file(model, "--model")
     table = load_input(data, label if label is not None else -1, fmt)
     if table.y is None:
         raise DataError("the training data has no label column; pass --label")
