@@ -132,6 +132,28 @@ def test_output_directory_that_is_a_file_is_refused_before_any_work(csv, tmp_pat
     assert a_file.read_text() == "keep me" and sorted(tmp_path.iterdir()) == sorted([csv, a_file])
 
 
+def test_error_messages_keep_square_brackets(csv, tmp_path, capsys):
+    """Config errors name TOML tables ("[hybridtree]"); the console must print them, not read them as markup."""
+    config = tmp_path / "federation.toml"
+    config.write_text(f'''[federation]
+protocol = "hybridtree"
+[hybridtree]
+mode = "bogus"
+[[party]]
+name = "host"
+role = "host"
+data = "{csv.as_posix()}"
+label = "label"
+[[party]]
+name = "guest"
+role = "guest"
+data = "{csv.as_posix()}"
+''')
+    code, _, err = run(["simulate", config], capsys)
+    assert code == 2, err
+    assert "error: [hybridtree] mode must be 'hessian' or 'count', got 'bogus'" in err
+
+
 def test_console_script_runs_as_a_process(csv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fedgrove.cli.main", "train", str(csv), "-l", "nope", "-m",
                            str(tmp_path / "m.json")], capture_output=True, text=True)

@@ -14,8 +14,9 @@ from fedgrove.data.datasets import load_dataset
 from fedgrove.data.io import Table, load_table
 from fedgrove.exceptions import DataError, InvalidParameterError
 
-console = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+# markup off: messages carry user text (file names, "[output] dir"); styled lines opt in with markup=True
+console = Console(stderr=True, highlight=False, markup=False)
+out = Console(highlight=False, markup=False)
 
 DATASET_PREFIX = "dataset:"
 

@@ -23,6 +23,7 @@ def simulate(config: Path = typer.Argument(..., help="federation.toml: every par
 
     cfg = load_federation(config)
     _check_predict(cfg, predict, resume)
+    check_output_dir(cfg.output_dir, f"[output] dir of {config}")
     what = "predicting with" if predict else "simulating"
     console.print(f"{what} a {cfg.protocol} federation of {len(cfg.parties)} parties ...")
     with progress_bar("training", 1, enabled=not predict) as update:
@@ -39,6 +40,7 @@ def party(config: Path = typer.Argument(..., help="party.toml: this party, its c
 
     cfg, me = load_party(config)
     _check_predict(cfg, predict, resume)
+    check_output_dir(cfg.output_dir, f"[output] dir of {config}")
     console.print(f"{me.name} ({me.role}) listening on {me.listen}; peers: {', '.join(cfg.peers)}")
     with progress_bar(f"{me.name} training", 1, enabled=not predict) as update:
         results = run_party(cfg, me, resume, update, predict_only=predict)

@@ -47,6 +47,8 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rich.markup import escape
+
     from fedgrove.cli.common import console
 
     try:
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except FedgroveError as exc:
         if os.environ.get("FEDGROVE_DEBUG"):
             raise
-        console.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, OSError):
             if os.environ.get("FEDGROVE_DEBUG"):
                 raise
-            console.print(f"[red]error:[/red] {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+            detail = f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
+            console.print(f"[red]error:[/red] {escape(detail)}", markup=True, soft_wrap=True)
             return 1
         raise
 

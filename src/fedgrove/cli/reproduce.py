@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from fedgrove.cli.common import check_output_dir, console, progress_bar
 from fedgrove.exceptions import InvalidParameterError
@@ -52,6 +53,6 @@ def reproduce(
     with progress_bar(f"reproduce {paper}", len(ds) * len(ex) + 1, not no_progress) as update:
         def step(done, total, what):
             update(done, total)
-            console.print(f"[dim]{what}[/dim]")
+            console.print(f"[dim]{escape(what)}[/dim]", markup=True)
         exp.reproduce(out, datasets=ds, experiments=ex, quick=quick, progress=step, he=he, seed=seed)
     console.print(f"report written to {out / 'report.md'}")
