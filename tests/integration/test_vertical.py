@@ -50,6 +50,34 @@ def test_lossless_on_a9a(a9a, n_parties, backend, scheme, n_rows, n_trees):
     np.testing.assert_allclose(out["raw"], eng.predict_raw(Xt), atol=1e-9)  # multi-party prediction
 
 
+def test_several_instances_per_gradient_ciphertext_are_lossless_and_send_fewer_bytes(a9a):
+    """Instances packed several to a gradient ciphertext (Paillier's default, 3: its cases above run so) give
+    the same trees and a smaller gradient message; a count whose layout the key's plaintexts cannot hold is
+    refused."""
+    from fedgrove.protocols.vertical.active import default_rows_per_ciphertext, packer_for
+
+    X, y = a9a.train.X[:1200], a9a.train.y[:1200]
+    parts = _split(X, 2)
+    params = GBDTParams(n_estimators=2, max_depth=4)
+    he = keygen("ou")
+    eng, _ = _oracle(X, y, parts, params)
+    sizes = {}
+    for k in (1, 2):
+        seen = []
+        out = run_vertical([X[:, p] for p in parts], y, params, he, rows_per_ciphertext=k,
+                           observers={"party1": [lambda d, peer, tag, msg: seen.append(msg)]})
+        _assert_same_trees(out["model"], eng)
+        sizes[k] = [len(x.ciphertexts) for x in seen if isinstance(x, m.EncryptedGradients)]
+        assert len(sizes[k]) == 2
+    assert sizes[2][0] < 0.55 * sizes[1][0]
+    for k in (0, 3):  # OU's 683-bit plaintexts hold no whole bin of three 175-bit positions with partners
+        with pytest.raises(InvalidParameterError, match="rows_per_ciphertext must be an integer from 1 to 16"):
+            run_vertical([X[:, p] for p in parts], y, params, he, rows_per_ciphertext=k)
+    packer = packer_for("binary", y)
+    assert default_rows_per_ciphertext(he, packer) == (3 if he.scheme == "paillier" else 1)
+    assert default_rows_per_ciphertext(keygen("ou", 2048, "plain"), packer) == 1
+
+
 @pytest.mark.parametrize("objective", ["multiclass", "regression"])
 def test_lossless_multiclass_and_regression_with_missing_values(objective):
     r = np.random.default_rng(4)

@@ -42,3 +42,12 @@ def test_timeouts_default_and_read(tmp_path):
 def test_bad_federation_keys_are_named(tmp_path, extra, message):
     with pytest.raises(InvalidParameterError, match=message):
         _load(tmp_path, extra)
+
+
+def test_he_table_is_checked(tmp_path):
+    assert _load(tmp_path, "[he]\nscheme = \"paillier\"\nrows_per_ciphertext = 2").he["rows_per_ciphertext"] == 2
+    with pytest.raises(InvalidParameterError, match=r"\[he\] rows_per_ciphertext must be an integer from 1 to 16, "
+                                                    r"got 0"):
+        _load(tmp_path, "[he]\nrows_per_ciphertext = 0")
+    with pytest.raises(InvalidParameterError, match=r"\[he\]: unknown keys \['keybits'\]"):
+        _load(tmp_path, "[he]\nkeybits = 3072")

@@ -134,3 +134,14 @@ def test_mul_const_multiplies_every_ciphertext_by_one_factor(ctx):
     ct = ctx.encrypt(values)
     assert ctx.decrypt(ctx.mul_const(ct, 1 << 170)) == [v << 170 for v in values]
     assert ctx.decrypt(ctx.mul_const(ct, 3)) == ctx.decrypt(ctx.mul_scalar(ct, [3] * len(values)))
+
+
+def test_add_plain_and_shared_zeros_for_the_key_holder(ctx):
+    values = [-5, 0, 3, 1 << 300, -(1 << 60)]
+    ct = ctx.encrypt(values)
+    assert ctx.decrypt(ctx.add_plain(ct, [7, -1, 0, 1 << 200, 5])) == [2, -1, 3, (1 << 300) + (1 << 200),
+                                                                       -(1 << 60) + 5]
+    groups = [[0, 2], [], [4], [], [1, 1, 3]]
+    want = [-2, 0, -(1 << 60), 0, 1 << 300]
+    assert ctx.decrypt(ctx.select_sums(ct, groups, for_key_holder=True)) == want
+    assert ctx.decrypt(ctx.select_sums(ct, groups)) == want

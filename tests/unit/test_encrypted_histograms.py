@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedgrove.crypto.he import keygen
-from fedgrove.crypto.packing import GHPacker
+from fedgrove.crypto.packing import MASK_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms
@@ -35,6 +35,12 @@ def setting(request):
     node_of = rng.integers(0, 5, n)
     rows = {k: np.nonzero(node_of == k)[0] for k in range(5)}
     return bm, Xb, g, h, rows
+
+
+def _want(Xb, bm, rows, g, h, k, f):
+    want = np.zeros((int(bm.n_value_bins[f]) + 1, 2))
+    np.add.at(want, Xb[rows[k], f], np.column_stack([g[rows[k]], h[rows[k]]]))
+    return want
 
 
 def _reply(setting, nodes):
@@ -75,9 +81,9 @@ class _CountingPlain:
     def __getattr__(self, name):
         return getattr(self.he, name)
 
-    def select_sums(self, ct, groups):
+    def select_sums(self, ct, groups, for_key_holder=False):
         self.terms.append(sum(len(g) for g in groups))
-        return self.he.select_sums(ct, groups)
+        return self.he.select_sums(ct, groups, for_key_holder)
 
 
 def test_rows_sharing_every_bin_are_added_once():
@@ -192,3 +198,73 @@ def test_a_party_refuses_an_out_of_range_packing_layout(role, layout):
 
     with pytest.raises(ProtocolError, match=r"p: packing layout .* from k is out of range"):
         run_parties(InProcessHub(["k", "p"]), {"k": key_holder, "p": party}, timeout=10)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("plans", ["straight", "patterns"])
+def test_several_instances_per_ciphertext_give_the_same_histograms(setting, k, plans):
+    """K instances a ciphertext: every bin's sums per position, compressed whole bins to a plaintext, decode to
+    exactly the per-bin sums (fewer and more instances than a multiple of K; nodes of any rows)."""
+    bm, Xb, g, h, rows = setting
+    nodes = [3, 0, 4, 1]
+    he, packer = (keygen("ou", 2048, "plain") if plans == "straight" else _CountingPlain()), GHPacker()
+    row_packing = RowPacking.for_packer(packer, k)
+    ct = he.encrypt(row_packing.pack(packer.encode(g, h)))
+    assert ct.size == -(-len(g) // k)
+    reply = encrypted_histograms("p", nodes, rows, Xb, bm.feature_offsets, ct, he, packer, row_packing)
+    plain = encrypted_histograms("p", nodes, rows, Xb, bm.feature_offsets, he.encrypt(packer.encode(g, h)), he,
+                                 packer)
+    assert (reply.n_sums, list(reply.bins), list(reply.skipped)) == (plain.n_sums, list(plain.bins),
+                                                                      list(plain.skipped))
+    assert reply.n_slots == row_packing.bins_per_plaintext(he.plaintext_bits) >= 1
+    remote = _Remote("p", bm.n_value_bins, 0, 0)
+    totals = np.array([[g[rows[j]].sum(), h[rows[j]].sum()] for j in nodes])
+    hist = decode_histograms(reply, remote, totals, getattr(he, "he", he), packer, "test", row_packing)
+    for i, j in enumerate(nodes):
+        for f in range(Xb.shape[1]):
+            np.testing.assert_allclose(hist[i, bm.feature_offsets[f]:bm.feature_offsets[f + 1]],
+                                       _want(Xb, bm, rows, g, h, j, f), atol=1e-9)
+
+
+def test_partner_positions_reach_the_key_holder_masked(setting):
+    """Positions beside a bin's sum hold its instances' partners' values: the key holder must see them only
+    under noise of MASK_BITS bits above their range (without it they lie below 2^W)."""
+    bm, Xb, g, h, rows = setting
+    he, packer = keygen("ou", 2048, "plain"), GHPacker()
+    row_packing = RowPacking.for_packer(packer, 3)
+    ct = he.encrypt(row_packing.pack(packer.encode(g, h)))
+    reply = encrypted_histograms("p", [0, 2], rows, Xb, bm.feature_offsets, ct, he, packer, row_packing)
+    v, w = row_packing.stride_bits, packer.slot_bits
+    partners = []
+    for start, value in zip(range(0, reply.n_sums, reply.n_slots), he.deserialize(reply.ciphertexts).data):
+        n_bins = min(reply.n_slots, reply.n_sums - start)
+        for q in range(n_bins * 3 + 2):
+            x = ((value + (1 << (v - 1))) & ((1 << v) - 1)) - (1 << (v - 1))
+            value = (value - x) >> v
+            if q % 3 != 2:
+                partners.append(x)
+    assert len(partners) > 50
+    assert all(x >= 1 << w for x in partners) and max(partners) < 1 << (w + MASK_BITS + 1)
+
+
+@pytest.mark.parametrize("rows,stride,message", [(17, 0, "17 instances per ciphertext from k is out of range"),
+                                                 (3, 300, "stride of 300 bits from k"),
+                                                 (12, None, "do not fit the key's")])
+def test_a_passive_party_refuses_a_bad_row_packing(rows, stride, message):
+    from fedgrove.protocols.vertical import messages as vm
+    from fedgrove.protocols.vertical.passive import VerticalPassive
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    he = keygen("ou", 2048, "plain")
+    packer = GHPacker()
+
+    def key_holder(ch):
+        ch.recv("p", "layout")
+        s = RowPacking.for_packer(packer, rows).stride_bits if stride is None else stride
+        ch.send("p", "key", vm.PublicKey(he.public_bytes(), packer.frac_bits, packer.value_bits, packer.count_bits,
+                                         rows, s))
+
+    with pytest.raises(ProtocolError, match=message):
+        run_parties(InProcessHub(["k", "p"]), {"k": key_holder, "p": lambda ch: VerticalPassive(ch, X, "k").fit()},
+                    timeout=10)

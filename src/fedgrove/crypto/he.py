@@ -67,14 +67,19 @@ class HEContext(ABC):
     def encrypt(self, values: list[int]) -> Ciphertexts: ...
 
     @abstractmethod
-    def select_sums(self, ct: Ciphertexts, groups: list[list[int]]) -> Ciphertexts:
-        """``[sum(ct[i] for i in g) for g in groups]`` (an empty group sums to an encryption of 0)."""
+    def select_sums(self, ct: Ciphertexts, groups: list[list[int]], for_key_holder: bool = False) -> Ciphertexts:
+        """``[sum(ct[i] for i in g) for g in groups]``: an empty group sums to an encryption of 0, a fresh one;
+        with ``for_key_holder`` (sums only the key holder will see) one shared encryption of 0, at no cost."""
 
     @abstractmethod
     def add(self, a: Ciphertexts, b: Ciphertexts) -> Ciphertexts: ...
 
     @abstractmethod
     def mul_scalar(self, ct: Ciphertexts, factors: list[int]) -> Ciphertexts: ...
+
+    @abstractmethod
+    def add_plain(self, ct: Ciphertexts, values: list[int]) -> Ciphertexts:
+        """``ct[i] + values[i]`` (no fresh randomness: for noise the key holder must not separate out)."""
 
     def mul_const(self, ct: Ciphertexts, factor: int) -> Ciphertexts:
         """Every ciphertext times the same ``factor``."""
@@ -97,17 +102,19 @@ class HEContext(ABC):
 
         Evaluated by Horner's rule from the highest slot down, so every scalar
         multiplication is by ``2^W`` (the cost of a modular exponentiation grows
-        with the exponent's length).
+        with the exponent's length).  For the key holder to decrypt: missing
+        slots of the last group are a shared encryption of 0.
         """
         if n_slots <= 1 or ct.size <= 1:
             return ct
         n = ct.size
         n_out = (n + n_slots - 1) // n_slots
         top = min(n_slots, n) - 1
-        acc = self.select_sums(ct, [[k * n_slots + top] if k * n_slots + top < n else [] for k in range(n_out)])
+        acc = self.select_sums(ct, [[k * n_slots + top] if k * n_slots + top < n else [] for k in range(n_out)], True)
         for slot in range(top - 1, -1, -1):
             acc = self.mul_const(acc, 1 << slot_bits)
-            nxt = self.select_sums(ct, [[k * n_slots + slot] if k * n_slots + slot < n else [] for k in range(n_out)])
+            nxt = self.select_sums(ct, [[k * n_slots + slot] if k * n_slots + slot < n else [] for k in range(n_out)],
+                                   True)
             acc = self.add(acc, nxt)
         return acc
 
@@ -150,15 +157,28 @@ class HEUContext(HEContext):
     def encrypt(self, values):
         return Ciphertexts("heu", self._enc.encrypt(self._array(values)), len(values))
 
-    def select_sums(self, ct, groups):
+    def select_sums(self, ct, groups, for_key_holder=False):
         groups = [g if type(g) is list else list(g) for g in groups]  # HEU takes lists; no copies of lists
-        return Ciphertexts("heu", self._ev.batch_select_sum(ct.data, groups), len(groups))
+        empty = [i for i, g in enumerate(groups) if not g] if for_key_holder and ct.size else []
+        if not empty:
+            return Ciphertexts("heu", self._ev.batch_select_sum(ct.data, groups), len(groups))
+        # HEU encrypts 0 afresh for each empty group (a whole encryption's cost): sum a placeholder instead and
+        # overwrite it with one encryption of 0 made by subtraction
+        out = self._ev.batch_select_sum(ct.data, [g if g else [0] for g in groups])
+        first = out[empty[0]:empty[0] + 1]
+        zero = self._ev.sub(first, first)[0]
+        for i in empty:
+            out[i] = zero
+        return Ciphertexts("heu", out, len(groups))
 
     def add(self, a, b):
         return Ciphertexts("heu", self._ev.add(a.data, b.data), a.size)
 
     def mul_scalar(self, ct, factors):
         return Ciphertexts("heu", self._ev.mul(ct.data, self._array(factors)), ct.size)
+
+    def add_plain(self, ct, values):
+        return Ciphertexts("heu", self._ev.add(ct.data, self._array(values)), ct.size)
 
     def mul_const(self, ct, factor):
         # HEU broadcasts a 1x1 plaintext array: no per-ciphertext Python big integers to encode
@@ -221,9 +241,9 @@ class PheContext(HEContext):
         n = self._n
         return Ciphertexts("phe", [self._mpz(self._pk.raw_encrypt(int(v) % n)) for v in values], len(values))
 
-    def select_sums(self, ct, groups):
+    def select_sums(self, ct, groups, for_key_holder=False):
         nsq = self._nsq
-        one = self._mpz(self._pk.raw_encrypt(0))
+        one = self._mpz(1) if for_key_holder else self._mpz(self._pk.raw_encrypt(0))
         out = []
         for g in groups:
             acc = one
@@ -239,6 +259,11 @@ class PheContext(HEContext):
     def mul_scalar(self, ct, factors):
         nsq, n = self._nsq, self._n
         return Ciphertexts("phe", [pow(c, int(f) % n, nsq) for c, f in zip(ct.data, factors)], ct.size)
+
+    def add_plain(self, ct, values):
+        nsq, n = self._nsq, self._n  # g = n + 1: Enc(m) without randomness is 1 + m n
+        return Ciphertexts("phe", [c * ((1 + (int(v) % n) * n) % nsq) % nsq for c, v in zip(ct.data, values)],
+                           ct.size)
 
     def decrypt(self, ct):
         if self._sk is None:
@@ -292,7 +317,7 @@ class PlainContext(HEContext):
     def encrypt(self, values):
         return Ciphertexts("plain", [int(v) for v in values], len(values))
 
-    def select_sums(self, ct, groups):
+    def select_sums(self, ct, groups, for_key_holder=False):
         data = ct.data
         return Ciphertexts("plain", [sum(data[i] for i in g) for g in groups], len(groups))
 
@@ -301,6 +326,9 @@ class PlainContext(HEContext):
 
     def mul_scalar(self, ct, factors):
         return Ciphertexts("plain", [x * int(f) for x, f in zip(ct.data, factors)], ct.size)
+
+    def add_plain(self, ct, values):
+        return Ciphertexts("plain", [x + int(v) for x, v in zip(ct.data, values)], ct.size)
 
     def decrypt(self, ct):
         return list(ct.data)

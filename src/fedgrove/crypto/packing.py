@@ -96,6 +96,101 @@ class GHPacker:
         return arr if n_sums is None else arr[:n_sums]
 
 
+#: bits of uniform noise above a discarded position's largest value: it hides that value up to 2^-40
+MASK_BITS = 40
+
+
+@dataclass(frozen=True)
+class RowPacking:
+    """Several instances' packed (g, h) in one plaintext, for keys whose plaintexts are far longer than a pair.
+
+    With ``rows = K`` the key holder encrypts ``sum_j p[kK + j] * 2^(jV)``
+    for ciphertext ``k`` (instance ``i`` at position ``i mod K`` of ciphertext
+    ``i // K``), ``V = stride_bits``: K times fewer encryptions and gradient
+    bytes.  A bin's sum needs each of its instances' own position only: the
+    feature holder sums the bin's ciphertexts separately per position ``j``
+    (``S_j``, its position ``j`` holds the bin's instances at position ``j``;
+    the other positions hold their partners' values) and lays ``S_j`` out at
+    ``K - 1 - j`` positions above the bin's base, so that position ``K - 1``
+    of the bin adds up exactly the bin's sum while the ``2(K - 1)``
+    positions around it hold partners' sums.  Consecutive bins are ``K``
+    positions apart (their partner positions overlap, the bin sums never),
+    and whole bins fill a plaintext (:meth:`bins_per_plaintext`).  Before the
+    key holder decrypts, the feature holder adds uniform noise of
+    ``W + MASK_BITS`` bits (``W``: a pair sum's bits) to every partner
+    position, so the key holder learns the bin sums it learns with one
+    instance per ciphertext and nothing more (statistically, up to 2^-40).
+    ``V = W + MASK_BITS + 2`` keeps every position inside its bits: a
+    partner position adds up each instance at most twice, and the noise.
+    """
+
+    rows: int = 1
+    stride_bits: int = 0
+
+    @classmethod
+    def for_packer(cls, packer: "GHPacker", rows: int) -> "RowPacking":
+        return cls(rows, packer.slot_bits + (MASK_BITS + 2 if rows > 1 else 0))
+
+    def n_ciphertexts(self, n_instances: int) -> int:
+        return -(-n_instances // self.rows)
+
+    def pack(self, values: list[int]) -> list[int]:
+        """One plaintext per ``rows`` consecutive packed values."""
+        if self.rows == 1:
+            return values
+        k, v = self.rows, self.stride_bits
+        return [sum(x << (j * v) for j, x in enumerate(values[i:i + k])) for i in range(0, len(values), k)]
+
+    def bins_per_plaintext(self, plaintext_bits: int) -> int:
+        """Whole bins (``rows`` sums each, ``2 rows - 1`` positions with their partners) one plaintext holds."""
+        positions = (plaintext_bits - 1) // self.stride_bits
+        return (positions - (self.rows - 1)) // self.rows
+
+    def masks(self, n_sums: int, per_plaintext: int, pair_bits: int) -> list[int]:
+        """Uniform noise for every partner position of each compressed plaintext (``n_sums`` bin sums,
+        ``per_plaintext`` to a plaintext, pairs of ``pair_bits`` bits); the bin-sum positions get none."""
+        import secrets
+
+        k, v = self.rows, self.stride_bits
+        out = []
+        for start in range(0, n_sums, per_plaintext):
+            n_bins = min(per_plaintext, n_sums - start)
+            mask = 0
+            for q in range(n_bins * k + k - 1):
+                if q % k != k - 1 or q // k >= n_bins:
+                    mask |= secrets.randbits(pair_bits + MASK_BITS) << (q * v)
+            out.append(mask)
+        return out
+
+    def decode(self, packer: "GHPacker", values: list[int], per_plaintext: int, n_sums: int) -> np.ndarray:
+        """Float (G, H) of each bin sum from the decrypted plaintexts; every position must fit its bits and
+        every bin sum the packing's range, or the plaintext is refused."""
+        k, v = self.rows, self.stride_bits
+        scale = 2.0 ** -packer.frac_bits
+        limit = 1 << (packer.shift - 1)
+        half = 1 << (packer.slot_bits - 1)
+        out = []
+        for start, value in zip(range(0, n_sums, per_plaintext), values):
+            n_bins = min(per_plaintext, n_sums - start)
+            value = int(value)
+            for q in range(n_bins * k + k - 1):
+                x = _signed_low(value, v)
+                value = (value - x) >> v
+                if q % k == k - 1 and q // k < n_bins:
+                    if not -half < x < half:
+                        raise ProtocolError("a decrypted bin sum lies outside the range the protocol allows; "
+                                            "refusing it")
+                    gsum, hsum = packer.unpack(x)
+                    if not (0 <= hsum < limit):
+                        raise ProtocolError("a decrypted hessian sum is negative or too large; refusing it")
+                    out.append((gsum * scale, hsum * scale))
+            if value != 0:
+                raise ProtocolError("a decrypted value carries more positions than agreed; refusing it")
+        if len(out) != n_sums:
+            raise ProtocolError(f"{len(values)} plaintexts hold {len(out)} bin sums, expected {n_sums}")
+        return np.asarray(out, dtype=np.float64).reshape(-1, 2)
+
+
 @dataclass(frozen=True)
 class VectorPacker:
     """Fixed-point packing of a short vector of statistics per instance into one plaintext.

@@ -15,6 +15,8 @@
     scheme = "ou"                # ou | paillier
     key_bits = 2048
     backend = "heu"              # heu | phe | plain (no encryption: benchmarks only)
+    rows_per_ciphertext = 3      # vertical only: instances per gradient ciphertext (default 3 for Paillier,
+                                 # 1 for OU; fedgrove.crypto.packing.RowPacking)
     [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams); for federated-forest
     n_estimators = 10            # the random forest's (fedgrove.engine.forest.ForestParams)
     max_depth = 4
@@ -186,6 +188,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"federation.startup_timeout must be a positive number of seconds, got "
                                     f"{startup!r}")
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
+    unknown = set(he) - {"scheme", "key_bits", "backend", "rows_per_ciphertext"}
+    if unknown:
+        raise InvalidParameterError(f"[he]: unknown keys {sorted(unknown)}; expected scheme, key_bits, backend, "
+                                    f"rows_per_ciphertext")
+    k = he.get("rows_per_ciphertext")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16):
+        raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to 16, got {k!r}")
     params = dict(d.get("params", {}))
     params.setdefault("seed", fed.get("seed", 0))
     out = d.get("output", {}).get("dir", "fedgrove-run")

@@ -96,7 +96,7 @@ def _vertical_active(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     role = VerticalActive(ctx.channel, table.X, table.y, ctx.others("passive"), params, ctx.key_pair(),
-                          ids=table.ids)
+                          ids=table.ids, rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"))
     model = role.fit(ctx.checkpoint, ctx.resume, ctx.progress)
     model.metadata.update({"protocol": "vertical", "party": ctx.spec.name,
                            "ids_digest": ids_digest(table.ids).hex() or None})

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
-from fedgrove.crypto.packing import GHPacker
+from fedgrove.crypto.packing import GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
@@ -34,7 +34,7 @@ class _Remote:
 
 
 def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarray, he: HEContext,
-                      packer: GHPacker, what: str) -> np.ndarray:
+                      packer: GHPacker, what: str, rows: RowPacking | None = None) -> np.ndarray:
     """Decrypt an :class:`EncryptedHistograms` reply into (n_nodes, r.n_bins, n_stats) histograms.
 
     ``totals`` (n_nodes, n_stats) holds each node's sums, (G, H) for boosting;
@@ -45,7 +45,9 @@ def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarr
     if reply.skipped.shape != (n_build * r.n_features,) or reply.n_bins.shape != reply.skipped.shape \
             or int(reply.n_bins.sum()) != reply.n_sums or reply.bins.shape != (reply.n_sums,):
         raise ProtocolError(f"{what} do not match the request")
-    expected_slots = packer.slots_per_plaintext(he.plaintext_bits)
+    packed_rows = rows is not None and rows.rows > 1
+    expected_slots = rows.bins_per_plaintext(he.plaintext_bits) if packed_rows else \
+        packer.slots_per_plaintext(he.plaintext_bits)
     if reply.n_slots != expected_slots:
         raise ProtocolError(f"{what} use {reply.n_slots} slots, expected {expected_slots}")
     sums = np.zeros((0, totals.shape[1]))
@@ -53,7 +55,10 @@ def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarr
         ct = he.deserialize(reply.ciphertexts)
         if ct.size != -(-reply.n_sums // reply.n_slots):
             raise ProtocolError(f"{what}: {ct.size} ciphertexts for {reply.n_sums} sums")
-        sums = packer.decode(he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
+        if packed_rows:
+            sums = rows.decode(packer, he.decrypt(ct), reply.n_slots, reply.n_sums)
+        else:
+            sums = packer.decode(he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
     n_feat = r.n_features
     k_node = np.repeat(np.arange(n_build), n_feat)               # per (node, feature) k = j * n_feat + f
     k_feat = np.tile(np.arange(n_feat), n_build)
@@ -83,8 +88,9 @@ class VerticalSplitFinder(SplitFinder):
     """The active party's split finder: local histograms plus decrypted remote ones."""
 
     def __init__(self, local: HistogramSplitFinder, channel, remotes: list[_Remote], he: HEContext,
-                 packer: GHPacker, scorer: GBDTScorer, layer_counter: list):
+                 packer: GHPacker, scorer: GBDTScorer, layer_counter: list, rows: RowPacking | None = None):
         self.local = local
+        self.rows = rows
         self.ch = channel
         self.remotes = remotes
         self.he = he
@@ -149,7 +155,7 @@ class VerticalSplitFinder(SplitFinder):
 
     def _decode_remote(self, r: _Remote, reply: m.EncryptedHistograms, layer: Layer, build) -> np.ndarray:
         return decode_histograms(reply, r, layer.stats[build, :2], self.he, self.packer,
-                                 f"histograms from {r.name} (layer {self._layer[0]})")
+                                 f"histograms from {r.name} (layer {self._layer[0]})", self.rows)
 
     def apply_splits(self, layer, split_rows, splits, child_ids):
         ids = [int(i) for i in layer.node_ids[split_rows]]
@@ -199,6 +205,15 @@ def packer_for(objective: str, y: np.ndarray) -> GHPacker:
     return GHPacker(53, value_bits, count_bits)
 
 
+def default_rows_per_ciphertext(he: HEContext, packer: GHPacker) -> int:
+    """Instances per gradient ciphertext: 3 for Paillier (its 2046-bit plaintexts hold several pairs and its
+    encryption dominates a tree: a third of the encryptions for more, longer bin sums to compress and
+    decrypt), 1 for Okamoto-Uchiyama (cheap encryption, short plaintexts) and unencrypted runs."""
+    if he.scheme != "paillier" or not he.costly_additions:
+        return 1
+    return 3 if RowPacking.for_packer(packer, 3).bins_per_plaintext(he.plaintext_bits) >= 1 else 1
+
+
 class VerticalActive:
     """The active side of training and prediction.
 
@@ -212,7 +227,8 @@ class VerticalActive:
     """
 
     def __init__(self, channel, X, y, passives: list[str], params: GBDTParams, he: HEContext,
-                 bin_mapper: BinMapper | None = None, packer: GHPacker | None = None, ids=None):
+                 bin_mapper: BinMapper | None = None, packer: GHPacker | None = None, ids=None,
+                 rows_per_ciphertext: int | None = None):
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
@@ -226,6 +242,11 @@ class VerticalActive:
         self.params = params
         self.he = he
         self.packer = packer or packer_for(params.objective, self.y)
+        k = default_rows_per_ciphertext(he, self.packer) if rows_per_ciphertext is None else rows_per_ciphertext
+        self.rows = RowPacking.for_packer(self.packer, k)
+        if not (isinstance(k, int) and 1 <= k <= 16) or (k > 1 and self.rows.bins_per_plaintext(he.plaintext_bits) < 1):
+            raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to 16 whose packed pairs fit "
+                                        f"the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
         self.ids = ids
@@ -253,7 +274,7 @@ class VerticalActive:
             feat += len(layout.n_value_bins)
             bins += self.remotes[-1].n_bins
         ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
-                                        self.packer.count_bits), self.passives)
+                                        self.packer.count_bits, self.rows.rows, self.rows.stride_bits), self.passives)
 
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
@@ -284,13 +305,13 @@ class VerticalActive:
             for c in range(K):
                 t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
-                    ct = self.he.encrypt(self.packer.encode(g[:, c], h[:, c]))
+                    ct = self.he.encrypt(self.rows.pack(self.packer.encode(g[:, c], h[:, c])))
                     ch.broadcast(m.CONTROL, m.EncryptedGradients(tree_id, self.he.serialize(ct), n), self.passives)
                     stats = np.column_stack([g[:, c], h[:, c]])
                     local = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,
                                                  X_columns=X_columns)
-                    finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0])
+                    finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0], self.rows)
                     tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                                       min_samples_split=2 * p.min_samples_leaf).grow()
                     ch.broadcast(m.CONTROL, m.TreeEnd(tree_id), self.passives)

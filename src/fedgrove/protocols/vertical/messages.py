@@ -35,12 +35,15 @@ class FeatureLayout(Message):
 
 @register
 class PublicKey(Message):
-    """The key holder's public key and the packing layout both sides use."""
+    """The key holder's public key and the packing layout both sides use; ``rows_per_ciphertext`` instances
+    share a ciphertext at a stride of ``stride_bits`` (:class:`~fedgrove.crypto.packing.RowPacking`)."""
 
     key: bytes = b""
     frac_bits: int = 53
     value_bits: int = 16
     count_bits: int = 30
+    rows_per_ciphertext: int = 1
+    stride_bits: int = 0
 
 
 @register
@@ -52,7 +55,8 @@ class Start(Message):
 
 @register
 class EncryptedGradients(Message):
-    """Packed Enc(g, h) of every instance, in instance order; sent once per tree."""
+    """Packed Enc(g, h) of every instance, in instance order (``rows_per_ciphertext`` instances a
+    ciphertext); sent once per tree."""
 
     tree: int = 0
     ciphertexts: bytes = b""
@@ -72,7 +76,9 @@ class EncryptedHistograms(Message):
     For each (node, feature) in order: ``skipped[k]`` is the bin left out (the
     node's most frequent one; the key holder gets it by subtraction from the
     node total) and ``n_bins[k]`` the number of sums that follow, whose bin
-    indices are the next entries of ``bins``.
+    indices are the next entries of ``bins``.  ``n_slots`` sums share a
+    ciphertext (with several instances per gradient ciphertext: whole bins per
+    ciphertext, :class:`~fedgrove.crypto.packing.RowPacking`).
     """
 
     ciphertexts: bytes = b""

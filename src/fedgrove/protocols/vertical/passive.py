@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedgrove.crypto.he import public_context
-from fedgrove.crypto.packing import GHPacker
+from fedgrove.crypto.packing import MASK_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -81,6 +81,7 @@ class VerticalPassive:
         key = ch.recv(self.active, "key", m.PublicKey)
         he = public_context(key.key)
         packer = packer_from_key(key, ch.party, self.active)
+        self.rows = rows_from_key(key, packer, he, ch.party, self.active)
         tree = ch.recv(self.active, "start", m.Start).tree
         if tree > 0:
             from fedgrove.runner.checkpoint import CheckpointStore
@@ -96,8 +97,9 @@ class VerticalPassive:
                     raise ProtocolError(f"{ch.party}: expected the encrypted gradients of tree {tree} from "
                                         f"{self.active}, got {type(first).__name__}")
                 ct = he.deserialize(first.ciphertexts)
-                if ct.size != len(self.X):
-                    raise ProtocolError(f"{ch.party}: got {ct.size} encrypted gradients for {len(self.X)} instances")
+                if ct.size != self.rows.n_ciphertexts(len(self.X)):
+                    raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {len(self.X)} "
+                                        f"instances, {self.rows.rows} a ciphertext")
                 self._grow(tree, ct, he, packer)
             tree += 1
             if checkpoint is not None:
@@ -135,7 +137,7 @@ class VerticalPassive:
 
     def _histograms(self, nodes, rows, ct, he, packer) -> m.EncryptedHistograms:
         return encrypted_histograms(self.ch.party, nodes, rows, self.X_binned, self.bin_mapper.feature_offsets, ct, he,
-                                    packer)
+                                    packer, self.rows)
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
@@ -162,8 +164,27 @@ def packer_from_key(key: m.PublicKey, party: str, sender: str) -> GHPacker:
     return GHPacker(key.frac_bits, key.value_bits, key.count_bits)
 
 
-def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) -> m.EncryptedHistograms:
-    """Encrypted per-bin (G, H) sums of the nodes' instances (``rows[node]``, indices into ``ct``).
+def rows_from_key(key: m.PublicKey, packer: GHPacker, he, party: str, sender: str) -> RowPacking:
+    """How many instances share a gradient ciphertext, as the key holder announced; refused by name unless
+    1-16 with the stride :class:`RowPacking` needs and at least one whole bin per plaintext."""
+    k = key.rows_per_ciphertext
+    if not 1 <= k <= 16:
+        raise ProtocolError(f"{party}: {k} instances per ciphertext from {sender} is out of range (1-16)")
+    rows = RowPacking.for_packer(packer, k)
+    if key.stride_bits != rows.stride_bits and k > 1:
+        raise ProtocolError(f"{party}: stride of {key.stride_bits} bits from {sender}; {k} instances per "
+                            f"ciphertext of {packer.slot_bits}-bit pairs need {rows.stride_bits} "
+                            f"({MASK_BITS} bits of noise)")
+    if k > 1 and rows.bins_per_plaintext(he.plaintext_bits) < 1:
+        raise ProtocolError(f"{party}: {k} instances per ciphertext from {sender} do not fit the key's "
+                            f"{he.plaintext_bits}-bit plaintexts")
+    return rows
+
+
+def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer,
+                         row_packing: RowPacking | None = None) -> m.EncryptedHistograms:
+    """Encrypted per-bin (G, H) sums of the nodes' instances (``rows[node]``: instance ``i`` is ``ct[i]``, or
+    position ``i mod K`` of ``ct[i // K]`` with ``row_packing`` of ``K`` rows).
 
     For every (node, feature) the node's most frequent bin is left out (the key
     holder recovers it from the node total); the sums are compressed before
@@ -178,9 +199,15 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
     test backend the search costs more than it saves).  The sums are the same
     integers whichever plan runs; on one-hot data (a9a, depth 6) they take
     about half the ciphertext additions of the straight plan.
+
+    With ``K`` instances per ciphertext every bin gets ``K`` sums, one per
+    position (the bin's code becomes ``bin * K + K - 1 - position``, so the
+    plans above run unchanged); they are compressed whole bins to a
+    plaintext and masked as :class:`RowPacking` describes.
     """
     n_features = X_binned.shape[1]
     width = int(np.max(np.diff(offsets))) if n_features else 1
+    k = 1 if row_packing is None else row_packing.rows
     plans, skipped, n_bins, bins = [], [], [], []
     for node in nodes:
         if node not in rows:
@@ -193,34 +220,45 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer) 
         present = counts > 0
         present[np.arange(n_features), skip] = False
         listed = B != skip
-        plans.append(_node_plan(r, B, listed, width, keys) if he.costly_additions
-                     else [_bin_groups(B, listed, r, width, keys)])
+        ids = r
+        if k > 1:  # a bin's sums per position: codes bin * k + (k - 1 - position), items are ciphertexts
+            code = np.uint16 if width * k <= np.iinfo(np.uint16).max else np.int64
+            ids, B = r // k, B.astype(code) * code(k) + (k - 1 - r % k).astype(code)[:, None]
+            keys = _keys(B, width * k)
+        plans.append(_node_plan(ids, B, listed, width * k, keys, k) if he.costly_additions
+                     else [_bin_groups(B, listed, ids, width * k, keys, k)])
         skipped.extend(skip.tolist())
         n_bins.extend(present.sum(axis=1).tolist())
         bins.extend(np.nonzero(present)[1].tolist())
-    n_sums = sum(len(plan[-1][1]) for plan in plans)
+    n_sums = sum(len(plan[-1][1]) for plan in plans) // k
     data = b""
-    slots = packer.slots_per_plaintext(he.plaintext_bits)
+    slots = packer.slots_per_plaintext(he.plaintext_bits) if k == 1 else row_packing.bins_per_plaintext(
+        he.plaintext_bits)
     if n_sums:
         sums = ct
         for groups in _batched_stages(plans):
-            sums = he.select_sums(sums, groups)
-        data = he.serialize(he.compress(sums, packer.slot_bits, slots))
+            sums = he.select_sums(sums, groups, for_key_holder=True)
+        if k == 1:
+            sums = he.compress(sums, packer.slot_bits, slots)
+        else:
+            sums = he.compress(sums, row_packing.stride_bits, slots * k)
+            sums = he.add_plain(sums, row_packing.masks(n_sums, slots, packer.slot_bits))
+        data = he.serialize(sums)
     return m.EncryptedHistograms(data, n_sums, slots, np.asarray(skipped, dtype=np.int32),
                                  np.asarray(n_bins, dtype=np.int32), np.asarray(bins, dtype=np.int32))
 
 
-def _node_plan(r, B, listed, width, keys):
+def _node_plan(r, B, listed, width, keys, group=1):
     """The cheapest way to form one node's bin sums: a list of stages ``(ids, sizes)``, groups of consecutive
     ``ids`` that are summed.  The first stage's ids are rows (``r``), a later stage's are positions in the
     node's output of the stage before; the last stage gives the listed (feature, bin) sums in order.  Plans are
     compared by the ciphertexts all their stages add up, counted before any group is built.  ``keys`` are
-    B's (feature, bin) keys (:func:`_keys`)."""
+    B's (feature, bin) keys (:func:`_keys`); ``group``: see :func:`_bin_groups`."""
     keep = listed.any(axis=1)
     ids, sizes, first = _pattern_groups(B[keep], r[keep])
     best = int(listed.sum())  # straight: every listed row into its bins
     if len(sizes) == len(ids):  # no two rows share a pattern: nothing to gain
-        return [_bin_groups(B, listed, r, width, keys)]
+        return [_bin_groups(B, listed, r, width, keys, group)]
     U, listed_u = B[keep][first], listed[keep][first]
     choice = None
     if len(ids) + int(listed_u.sum()) < best:
@@ -236,14 +274,15 @@ def _node_plan(r, B, listed, width, keys):
         if terms < best:
             choice = "halves"
     if choice is None:
-        return [_bin_groups(B, listed, r, width, keys)]
+        return [_bin_groups(B, listed, r, width, keys, group)]
     if choice == "patterns":
-        return [(ids, sizes), _bin_groups(U, listed_u, np.arange(len(U)), width)]
+        return [(ids, sizes), _bin_groups(U, listed_u, np.arange(len(U)), width, group=group)]
     middle, finals, base = [], [], 0
     for half, in_half, (sub_ids, sub_sizes, sub_first) in halves:
         middle.append((sub_ids, sub_sizes))
         rep = in_half[sub_first]  # each half-pattern's first pattern
-        finals.append(_bin_groups(U[rep][:, half], listed_u[rep][:, half], base + np.arange(len(rep)), width))
+        finals.append(_bin_groups(U[rep][:, half], listed_u[rep][:, half], base + np.arange(len(rep)), width,
+                                  group=group))
         base += len(rep)
     return [(ids, sizes), _concat(middle), _concat(finals)]
 
@@ -253,16 +292,23 @@ def _keys(C, width):
     return (C.astype(np.int64) + np.arange(C.shape[1], dtype=np.int64) * width).T.ravel()
 
 
-def _bin_groups(C, listed, ids, width, keys=None):
+def _bin_groups(C, listed, ids, width, keys=None, group=1):
     """``(ids, sizes)`` of the items (rows of codes ``C``, one id each) in each listed (feature, bin) of C's
-    columns, in (feature, bin) order (``keys``: C's keys when already computed)."""
+    columns, in (feature, bin) order (``keys``: C's keys when already computed).  With ``group > 1`` codes come
+    in runs of ``group`` (a bin's sums per ciphertext position): a run with any item is kept whole, empty
+    groups included."""
     n_items, n_cols = C.shape
     keys = _keys(C, width) if keys is None else keys
     kept = np.nonzero(listed.T.ravel())[0]
     keys = keys[kept]
     order = np.argsort(keys, kind="stable")
     sizes = np.bincount(keys, minlength=n_cols * width) if n_items else np.zeros(0, dtype=np.int64)
-    return np.asarray(ids, dtype=np.int64)[kept % max(n_items, 1)][order], sizes[sizes > 0]
+    if group > 1:
+        runs = sizes.reshape(-1, group)
+        sizes = runs[runs.sum(axis=1) > 0].ravel()
+    else:
+        sizes = sizes[sizes > 0]
+    return np.asarray(ids, dtype=np.int64)[kept % max(n_items, 1)][order], sizes
 
 
 def _pattern_groups(C, ids):
