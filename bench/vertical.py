@@ -10,7 +10,9 @@ bytes per tree (all parties, both directions counted once as sent), and the
 test AUC of its own run next to the plaintext run's AUC at the same number of
 trees (the protocol is lossless, so they must be equal).  An extra OU run of
 ``--breakdown-trees`` trees times each HE operation (where a tree's time
-goes).  Writes bench/results/vertical.json.
+goes); ``--paillier-rows-trees`` compares HEU Paillier with one and with the
+default number of instances per gradient ciphertext (3), alternately, each
+operation timed.  Writes bench/results/vertical.json.
 
     python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1 --repeats 3]
 
@@ -47,6 +49,10 @@ def main():
                     help="runs of the HEU Paillier variant (default: --repeats)")
     ap.add_argument("--breakdown-trees", type=int, default=10,
                     help="an extra OU run of this many trees timing each HE operation (0: skip)")
+    ap.add_argument("--paillier-rows-trees", type=int, default=0,
+                    help="HEU Paillier runs of this many trees with 1 and with the default number of instances "
+                         "per gradient ciphertext, alternately, --repeats times each, every HE operation timed "
+                         "(0: skip)")
     args = ap.parse_args()
 
     import numba
@@ -56,6 +62,7 @@ def main():
     from fedgrove.crypto.he import available_backends, keygen
     from fedgrove.data import load_dataset
     from fedgrove.engine.gbdt import GBDTParams
+    from fedgrove.protocols.vertical.active import default_rows_per_ciphertext, packer_for
     from fedgrove.protocols.vertical.simulate import run_vertical
 
     ds = load_dataset("a9a")
@@ -90,6 +97,7 @@ def main():
         if backend == "plain":
             plain_auc[n_trees] = auc
         entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": n_trees,
+                 "rows_per_ciphertext": default_rows_per_ciphertext(he, packer_for("binary", y)),
                  "seconds_per_tree": float(np.median(runs)), "seconds_per_tree_runs": runs,
                  "bytes_per_tree": total_bytes / n_trees,
                  "test_auc": auc, "per_party_bytes_sent": {k: v["total_sent"] for k, v in out["stats"].items()}}
@@ -116,11 +124,31 @@ def main():
               f"(bin sums add up {results['ou_breakdown']['bin_sum_terms_per_tree']:,.0f} ciphertexts per tree)",
               flush=True)
         _save(results)
+    if args.paillier_rows_trees > 0 and "heu" in available_backends():
+        he = keygen("paillier", 2048, "heu")
+        default = default_rows_per_ciphertext(he, packer_for("binary", y))
+        params = GBDTParams(n_estimators=args.paillier_rows_trees, max_depth=args.depth)
+        ab = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": args.paillier_rows_trees,
+              "seconds_per_tree_runs": {}, "per_tree": {}}
+        for _ in range(max(1, args.repeats)):
+            for k in (1, default):
+                b = ou_breakdown(lambda h, k=k: run_vertical([X[:, p] for p in parts], y, params, h, timeout=3600,
+                                                             rows_per_ciphertext=k), he, args.paillier_rows_trees)
+                ab["seconds_per_tree_runs"].setdefault(str(k), []).append(b["seconds_per_tree"])
+                ab["per_tree"].setdefault(str(k), []).append(b["per_tree"])
+        ab["seconds_per_tree"] = {k: float(np.median(v)) for k, v in ab["seconds_per_tree_runs"].items()}
+        ab["ratio_default_to_one_row"] = ab["seconds_per_tree"][str(default)] / ab["seconds_per_tree"]["1"]
+        results["paillier_rows"] = ab
+        print(f"HEU Paillier s/tree with 1 / {default} instances per ciphertext (median of {args.repeats}): "
+              f"{ab['seconds_per_tree']['1']:.2f} / {ab['seconds_per_tree'][str(default)]:.2f} "
+              f"({ab['ratio_default_to_one_row']:.2f}x)", flush=True)
+        _save(results)
     print(f"wrote {RESULTS}")
 
 
 def ou_breakdown(run, he, n_trees: int) -> dict:
-    """Seconds per tree in each HE operation of an OU run (outermost calls only, so nothing counts twice).
+    """Seconds per tree in each HE operation of a run (OU, or Paillier with ``--paillier-rows-trees``;
+    outermost calls only, so nothing counts twice).
 
     ``select_sums`` called by the protocol is the passive party's homomorphic bin sums; ``compress`` includes
     the sums and scalar products it makes.  ``bin_sum_terms_per_tree`` counts the ciphertexts those bin sums
@@ -133,7 +161,7 @@ def ou_breakdown(run, he, n_trees: int) -> dict:
 
     spent, calls, local = defaultdict(float), defaultdict(int), threading.local()
     terms = [0]  # ciphertexts the protocol's own select_sums calls add up (the bin sums; compression not counted)
-    ops = ("encrypt", "select_sums", "compress", "add", "mul_const", "mul_scalar", "decrypt", "serialize",
+    ops = ("encrypt", "select_sums", "compress", "add", "mul_const", "mul_scalar", "add_plain", "decrypt", "serialize",
            "deserialize")
     originals = {}
     for op in ops:
@@ -196,7 +224,7 @@ def _save(results):
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     kept = {k: {"date": old.get("date"), **v} for k, v in old.get("variants", {}).items()}
     variants = {**kept, **results["variants"]}
-    extra = {"ou_breakdown": old["ou_breakdown"]} if "ou_breakdown" in old else {}
+    extra = {k: old[k] for k in ("ou_breakdown", "paillier_rows") if k in old}
     RESULTS.write_text(json.dumps({**extra, **results, "variants": variants}, indent=2))
 
 
