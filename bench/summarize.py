@@ -47,12 +47,13 @@ def vertical_table() -> str:
     ref = r["fedtree_reference_s_per_tree"]["threads_2"]
     lines = [f"Measured on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} threads, "
              f"a9a, {r['parties']} parties, depth {r['depth']}.", "",
-             "| variant | measured | trees run | s/tree (median; each run) | MB/tree | test AUC "
-             "| plaintext AUC (same trees) | FedTree HE s/tree / ours |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| variant | measured | trees run | instances per gradient ciphertext | s/tree (median; each run) "
+             "| MB/tree | test AUC | plaintext AUC (same trees) | FedTree HE s/tree / ours |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, v in r["variants"].items():
         each = v.get("seconds_per_tree_runs", [v["seconds_per_tree"]])
-        lines.append(f"| {name} | {v.get('date', r['date'])} | {v['trees']} | {v['seconds_per_tree']:.2f} "
+        lines.append(f"| {name} | {v.get('date', r['date'])} | {v['trees']} | {v.get('rows_per_ciphertext', 1)} "
+                     f"| {v['seconds_per_tree']:.2f} "
                      f"({'; '.join(f'{x:.2f}' for x in each)}) | "
                      f"{v['bytes_per_tree'] / 1e6:.2f} | "
                      f"{v['test_auc']:.4f} | {v.get('plaintext_auc_same_trees', v['test_auc']):.4f} | "
@@ -74,6 +75,19 @@ def vertical_table() -> str:
                       + ", `compress` packs them for decryption):", "",
                   "| " + " | ".join(bd["per_tree"]) + " |", "|" + "---|" * len(bd["per_tree"]),
                   "| " + " | ".join(f"{x:.3f}" for x in bd["per_tree"].values()) + " |"]
+    ab = r.get("paillier_rows")
+    if ab:
+        ops = list(dict.fromkeys(op for runs in ab["per_tree"].values() for run in runs for op in run))
+        ops = [op for op in ops if not op.startswith("other")] + [op for op in ops if op.startswith("other")]
+        lines += ["", f"HEU Paillier-2048 with one and with several instances per gradient ciphertext "
+                      f"({ab['trees']} trees a run, alternately, {ab['date']}; each HE operation timed, seconds per "
+                      f"tree of the median run):", "",
+                  "| instances per ciphertext | s/tree (median; each run) | " + " | ".join(ops) + " |",
+                  "|" + "---|" * (len(ops) + 2)]
+        for k, runs in ab["seconds_per_tree_runs"].items():
+            mid = ab["per_tree"][k][sorted(range(len(runs)), key=runs.__getitem__)[len(runs) // 2]]
+            lines.append(f"| {k} | {ab['seconds_per_tree'][k]:.2f} ({'; '.join(f'{x:.2f}' for x in runs)}) | "
+                         + " | ".join(f"{mid.get(op, 0.0):.3f}" for op in ops) + " |")
     return "\n".join(lines)
 
 

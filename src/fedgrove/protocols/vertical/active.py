@@ -34,7 +34,7 @@ class _Remote:
 
 
 def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarray, he: HEContext,
-                      packer: GHPacker, what: str, rows: RowPacking | None = None) -> np.ndarray:
+                      packer: GHPacker, what: str, row_packing: RowPacking | None = None) -> np.ndarray:
     """Decrypt an :class:`EncryptedHistograms` reply into (n_nodes, r.n_bins, n_stats) histograms.
 
     ``totals`` (n_nodes, n_stats) holds each node's sums, (G, H) for boosting;
@@ -45,8 +45,8 @@ def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarr
     if reply.skipped.shape != (n_build * r.n_features,) or reply.n_bins.shape != reply.skipped.shape \
             or int(reply.n_bins.sum()) != reply.n_sums or reply.bins.shape != (reply.n_sums,):
         raise ProtocolError(f"{what} do not match the request")
-    packed_rows = rows is not None and rows.rows > 1
-    expected_slots = rows.bins_per_plaintext(he.plaintext_bits) if packed_rows else \
+    packed_rows = row_packing is not None and row_packing.rows > 1
+    expected_slots = row_packing.bins_per_plaintext(he.plaintext_bits) if packed_rows else \
         packer.slots_per_plaintext(he.plaintext_bits)
     if reply.n_slots != expected_slots:
         raise ProtocolError(f"{what} use {reply.n_slots} slots, expected {expected_slots}")
@@ -56,7 +56,7 @@ def decode_histograms(reply: m.EncryptedHistograms, r: _Remote, totals: np.ndarr
         if ct.size != -(-reply.n_sums // reply.n_slots):
             raise ProtocolError(f"{what}: {ct.size} ciphertexts for {reply.n_sums} sums")
         if packed_rows:
-            sums = rows.decode(packer, he.decrypt(ct), reply.n_slots, reply.n_sums)
+            sums = row_packing.decode(packer, he.decrypt(ct), reply.n_slots, reply.n_sums)
         else:
             sums = packer.decode(he.decrypt(ct), n_slots=reply.n_slots, n_sums=reply.n_sums)
     n_feat = r.n_features
@@ -88,9 +88,10 @@ class VerticalSplitFinder(SplitFinder):
     """The active party's split finder: local histograms plus decrypted remote ones."""
 
     def __init__(self, local: HistogramSplitFinder, channel, remotes: list[_Remote], he: HEContext,
-                 packer: GHPacker, scorer: GBDTScorer, layer_counter: list, rows: RowPacking | None = None):
+                 packer: GHPacker, scorer: GBDTScorer, layer_counter: list,
+                 row_packing: RowPacking | None = None):
         self.local = local
-        self.rows = rows
+        self.row_packing = row_packing
         self.ch = channel
         self.remotes = remotes
         self.he = he
@@ -155,7 +156,7 @@ class VerticalSplitFinder(SplitFinder):
 
     def _decode_remote(self, r: _Remote, reply: m.EncryptedHistograms, layer: Layer, build) -> np.ndarray:
         return decode_histograms(reply, r, layer.stats[build, :2], self.he, self.packer,
-                                 f"histograms from {r.name} (layer {self._layer[0]})", self.rows)
+                                 f"histograms from {r.name} (layer {self._layer[0]})", self.row_packing)
 
     def apply_splits(self, layer, split_rows, splits, child_ids):
         ids = [int(i) for i in layer.node_ids[split_rows]]
@@ -243,10 +244,12 @@ class VerticalActive:
         self.he = he
         self.packer = packer or packer_for(params.objective, self.y)
         k = default_rows_per_ciphertext(he, self.packer) if rows_per_ciphertext is None else rows_per_ciphertext
-        self.rows = RowPacking.for_packer(self.packer, k)
-        if not (isinstance(k, int) and 1 <= k <= 16) or (k > 1 and self.rows.bins_per_plaintext(he.plaintext_bits) < 1):
+        fits = isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 16 and (
+            k == 1 or RowPacking.for_packer(self.packer, k).bins_per_plaintext(he.plaintext_bits) >= 1)
+        if not fits:
             raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to 16 whose packed pairs fit "
                                         f"the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
+        self.row_packing = RowPacking.for_packer(self.packer, k)
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
         self.ids = ids
@@ -274,7 +277,8 @@ class VerticalActive:
             feat += len(layout.n_value_bins)
             bins += self.remotes[-1].n_bins
         ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
-                                        self.packer.count_bits, self.rows.rows, self.rows.stride_bits), self.passives)
+                                        self.packer.count_bits, self.row_packing.rows,
+                                        self.row_packing.stride_bits), self.passives)
 
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
@@ -305,13 +309,14 @@ class VerticalActive:
             for c in range(K):
                 t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
-                    ct = self.he.encrypt(self.rows.pack(self.packer.encode(g[:, c], h[:, c])))
+                    ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[:, c], h[:, c])))
                     ch.broadcast(m.CONTROL, m.EncryptedGradients(tree_id, self.he.serialize(ct), n), self.passives)
                     stats = np.column_stack([g[:, c], h[:, c]])
                     local = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,
                                                  X_columns=X_columns)
-                    finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0], self.rows)
+                    finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0],
+                                                 self.row_packing)
                     tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                                       min_samples_split=2 * p.min_samples_leaf).grow()
                     ch.broadcast(m.CONTROL, m.TreeEnd(tree_id), self.passives)

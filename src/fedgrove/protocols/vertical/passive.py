@@ -81,7 +81,7 @@ class VerticalPassive:
         key = ch.recv(self.active, "key", m.PublicKey)
         he = public_context(key.key)
         packer = packer_from_key(key, ch.party, self.active)
-        self.rows = rows_from_key(key, packer, he, ch.party, self.active)
+        self.row_packing = row_packing_from_key(key, packer, he, ch.party, self.active)
         tree = ch.recv(self.active, "start", m.Start).tree
         if tree > 0:
             from fedgrove.runner.checkpoint import CheckpointStore
@@ -97,9 +97,9 @@ class VerticalPassive:
                     raise ProtocolError(f"{ch.party}: expected the encrypted gradients of tree {tree} from "
                                         f"{self.active}, got {type(first).__name__}")
                 ct = he.deserialize(first.ciphertexts)
-                if ct.size != self.rows.n_ciphertexts(len(self.X)):
+                if ct.size != self.row_packing.n_ciphertexts(len(self.X)):
                     raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {len(self.X)} "
-                                        f"instances, {self.rows.rows} a ciphertext")
+                                        f"instances, {self.row_packing.rows} a ciphertext")
                 self._grow(tree, ct, he, packer)
             tree += 1
             if checkpoint is not None:
@@ -137,7 +137,7 @@ class VerticalPassive:
 
     def _histograms(self, nodes, rows, ct, he, packer) -> m.EncryptedHistograms:
         return encrypted_histograms(self.ch.party, nodes, rows, self.X_binned, self.bin_mapper.feature_offsets, ct, he,
-                                    packer, self.rows)
+                                    packer, self.row_packing)
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
@@ -164,7 +164,7 @@ def packer_from_key(key: m.PublicKey, party: str, sender: str) -> GHPacker:
     return GHPacker(key.frac_bits, key.value_bits, key.count_bits)
 
 
-def rows_from_key(key: m.PublicKey, packer: GHPacker, he, party: str, sender: str) -> RowPacking:
+def row_packing_from_key(key: m.PublicKey, packer: GHPacker, he, party: str, sender: str) -> RowPacking:
     """How many instances share a gradient ciphertext, as the key holder announced; refused by name unless
     1-16 with the stride :class:`RowPacking` needs and at least one whole bin per plaintext."""
     k = key.rows_per_ciphertext
