@@ -75,21 +75,26 @@ class GHPacker:
         if not -bound < v < bound:
             raise ProtocolError("a decrypted value lies outside the range the protocol allows; refusing it")
 
+    def pair_sum(self, slot: int) -> tuple[float, float]:
+        """Float (G, H) of one packed sum (a signed ``slot_bits``-bit integer); refused when out of range."""
+        if not -(1 << (self.slot_bits - 1)) <= slot < 1 << (self.slot_bits - 1):
+            raise ProtocolError("a decrypted sum lies outside the range the protocol allows; refusing it")
+        gsum, hsum = self.unpack(slot)
+        if not (0 <= hsum < 1 << (self.shift - 1)):
+            raise ProtocolError("a decrypted hessian sum is negative or too large; refusing it")
+        scale = 2.0 ** -self.frac_bits
+        return gsum * scale, hsum * scale
+
     def decode(self, values: list[int], n_slots: int = 1, n_sums: int | None = None) -> np.ndarray:
         """Float (G, H) of each packed sum; ``values`` may hold ``n_slots`` sums each (compressed)."""
         out = []
-        scale = 2.0 ** -self.frac_bits
-        limit = 1 << (self.shift - 1)
         for v in values:
             v = int(v)
             self.check_range(v, n_slots)
             for _ in range(n_slots):
                 slot = _signed_low(v, self.slot_bits)
                 v = (v - slot) >> self.slot_bits
-                gsum, hsum = self.unpack(slot)
-                if not (0 <= hsum < limit):
-                    raise ProtocolError("a decrypted hessian sum is negative or too large; refusing it")
-                out.append((gsum * scale, hsum * scale))
+                out.append(self.pair_sum(slot))
             if v != 0:
                 raise ProtocolError("a decrypted value carries more slots than agreed; refusing it")
         arr = np.asarray(out, dtype=np.float64).reshape(-1, 2)
@@ -98,6 +103,8 @@ class GHPacker:
 
 #: bits of uniform noise above a discarded position's largest value: it hides that value up to 2^-40
 MASK_BITS = 40
+#: most instances one gradient ciphertext may carry
+MAX_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,10 @@ class RowPacking:
         k, v = self.rows, self.stride_bits
         return [sum(x << (j * v) for j, x in enumerate(values[i:i + k])) for i in range(0, len(values), k)]
 
+    def fits(self, plaintext_bits: int) -> bool:
+        """Whether plaintexts of ``plaintext_bits`` bits hold this layout (at least one whole bin)."""
+        return 1 <= self.rows <= MAX_ROWS and (self.rows == 1 or self.bins_per_plaintext(plaintext_bits) >= 1)
+
     def bins_per_plaintext(self, plaintext_bits: int) -> int:
         """Whole bins (``rows`` sums each, ``2 rows - 1`` positions with their partners) one plaintext holds."""
         positions = (plaintext_bits - 1) // self.stride_bits
@@ -157,7 +168,7 @@ class RowPacking:
             n_bins = min(per_plaintext, n_sums - start)
             mask = 0
             for q in range(n_bins * k + k - 1):
-                if q % k != k - 1 or q // k >= n_bins:
+                if q % k != k - 1:  # not a bin's sum
                     mask |= secrets.randbits(pair_bits + MASK_BITS) << (q * v)
             out.append(mask)
         return out
@@ -166,9 +177,6 @@ class RowPacking:
         """Float (G, H) of each bin sum from the decrypted plaintexts; every position must fit its bits and
         every bin sum the packing's range, or the plaintext is refused."""
         k, v = self.rows, self.stride_bits
-        scale = 2.0 ** -packer.frac_bits
-        limit = 1 << (packer.shift - 1)
-        half = 1 << (packer.slot_bits - 1)
         out = []
         for start, value in zip(range(0, n_sums, per_plaintext), values):
             n_bins = min(per_plaintext, n_sums - start)
@@ -176,14 +184,8 @@ class RowPacking:
             for q in range(n_bins * k + k - 1):
                 x = _signed_low(value, v)
                 value = (value - x) >> v
-                if q % k == k - 1 and q // k < n_bins:
-                    if not -half < x < half:
-                        raise ProtocolError("a decrypted bin sum lies outside the range the protocol allows; "
-                                            "refusing it")
-                    gsum, hsum = packer.unpack(x)
-                    if not (0 <= hsum < limit):
-                        raise ProtocolError("a decrypted hessian sum is negative or too large; refusing it")
-                    out.append((gsum * scale, hsum * scale))
+                if q % k == k - 1:  # a bin's sum (the others: partners' sums under noise)
+                    out.append(packer.pair_sum(x))
             if value != 0:
                 raise ProtocolError("a decrypted value carries more positions than agreed; refusing it")
         if len(out) != n_sums:

@@ -55,6 +55,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedgrove.crypto.packing import MAX_ROWS
 from fedgrove.exceptions import InvalidParameterError
 
 PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl", "fvtree")
@@ -193,8 +194,8 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"[he]: unknown keys {sorted(unknown)}; expected scheme, key_bits, backend, "
                                     f"rows_per_ciphertext")
     k = he.get("rows_per_ciphertext")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16):
-        raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to 16, got {k!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_ROWS):
+        raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to {MAX_ROWS}, got {k!r}")
     params = dict(d.get("params", {}))
     params.setdefault("seed", fed.get("seed", 0))
     out = d.get("output", {}).get("dir", "fedgrove-run")

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
-from fedgrove.crypto.packing import GHPacker, RowPacking
+from fedgrove.crypto.packing import MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
@@ -212,7 +212,7 @@ def default_rows_per_ciphertext(he: HEContext, packer: GHPacker) -> int:
     decrypt), 1 for Okamoto-Uchiyama (cheap encryption, short plaintexts) and unencrypted runs."""
     if he.scheme != "paillier" or not he.costly_additions:
         return 1
-    return 3 if RowPacking.for_packer(packer, 3).bins_per_plaintext(he.plaintext_bits) >= 1 else 1
+    return 3 if RowPacking.for_packer(packer, 3).fits(he.plaintext_bits) else 1
 
 
 class VerticalActive:
@@ -244,11 +244,10 @@ class VerticalActive:
         self.he = he
         self.packer = packer or packer_for(params.objective, self.y)
         k = default_rows_per_ciphertext(he, self.packer) if rows_per_ciphertext is None else rows_per_ciphertext
-        fits = isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 16 and (
-            k == 1 or RowPacking.for_packer(self.packer, k).bins_per_plaintext(he.plaintext_bits) >= 1)
-        if not fits:
-            raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to 16 whose packed pairs fit "
-                                        f"the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not RowPacking.for_packer(self.packer, k).fits(
+                he.plaintext_bits):
+            raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to {MAX_ROWS} whose packed "
+                                        f"pairs fit the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
         self.row_packing = RowPacking.for_packer(self.packer, k)
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedgrove.crypto.he import public_context
-from fedgrove.crypto.packing import MASK_BITS, GHPacker, RowPacking
+from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -168,14 +168,14 @@ def row_packing_from_key(key: m.PublicKey, packer: GHPacker, he, party: str, sen
     """How many instances share a gradient ciphertext, as the key holder announced; refused by name unless
     1-16 with the stride :class:`RowPacking` needs and at least one whole bin per plaintext."""
     k = key.rows_per_ciphertext
-    if not 1 <= k <= 16:
-        raise ProtocolError(f"{party}: {k} instances per ciphertext from {sender} is out of range (1-16)")
+    if not 1 <= k <= MAX_ROWS:
+        raise ProtocolError(f"{party}: {k} instances per ciphertext from {sender} is out of range (1-{MAX_ROWS})")
     rows = RowPacking.for_packer(packer, k)
     if key.stride_bits != rows.stride_bits and k > 1:
         raise ProtocolError(f"{party}: stride of {key.stride_bits} bits from {sender}; {k} instances per "
                             f"ciphertext of {packer.slot_bits}-bit pairs need {rows.stride_bits} "
                             f"({MASK_BITS} bits of noise)")
-    if k > 1 and rows.bins_per_plaintext(he.plaintext_bits) < 1:
+    if not rows.fits(he.plaintext_bits):
         raise ProtocolError(f"{party}: {k} instances per ciphertext from {sender} do not fit the key's "
                             f"{he.plaintext_bits}-bit plaintexts")
     return rows
