@@ -435,3 +435,60 @@ def test_simfl_example_over_grpc_gives_the_simulated_files(tmp_path):
     assert models[0] == models[1] == models[2]
     stats = json.loads((tmp_path / "runs" / "grpc" / "party1.stats.json").read_text())
     assert stats["n_test"] == 114 and stats["test_accuracy"] > 0.85 and stats["preprocess_bytes_sent"] > 0
+
+
+def test_fvtree_party_killed_others_exit_and_resume_over_grpc_equals_the_simulated_run(tmp_path):
+    # four FV-tree peers as processes (the example's configs, fewer seconds to wait): one is killed mid-training,
+    # the others stop naming it; all four restarted with --resume end with the model files of an uninterrupted
+    # one-process run and ledgers as long as its ledgers, which verify
+    import re
+
+    from sklearn.datasets import load_breast_cancer
+
+    from fedgrove.cli.main import main
+    from fedgrove.ledger.store import open_records
+
+    load_breast_cancer(as_frame=True).frame.to_csv(tmp_path / "cancer.csv", index=False)
+    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", "horizontal", "--mode",
+                 "unbalanced", "-p", "4", "--test-fraction", "0.2", "-o", str(tmp_path / "parts")]) == 0
+    names = [f"party{k}" for k in range(4)]
+    ports = {n: _port() for n in names}
+    create_federation_certs(tmp_path / "certs", names)
+    example = Path(__file__).parents[2] / "examples" / "fvtree"
+
+    def adapt(text: str, timeout: int) -> str:
+        for n, port in ports.items():
+            text = text.replace(f"127.0.0.1:{50090 + int(n[-1])}", f"127.0.0.1:{port}")
+        text = re.sub(r"n_estimators = \d+", "n_estimators = 40", text)
+        return re.sub(r"timeout = \d+", f"timeout = {timeout}", text)
+
+    (tmp_path / "federation.toml").write_text(adapt((example / "federation.toml").read_text(), 120))
+    for n in names:
+        (tmp_path / f"{n}.toml").write_text(adapt((example / f"{n}.toml").read_text(), 6))
+    procs = {n: _start(tmp_path, n) for n in names}
+    ckpt = tmp_path / "runs" / "grpc" / "party1.checkpoint.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= 3:
+            break
+        time.sleep(0.1)
+    assert procs["party1"].poll() is None
+    procs["party1"].send_signal(signal.SIGKILL)
+    results = {n: procs[n].communicate(timeout=60) for n in ("party0", "party2", "party3")}
+    for n, (_, err) in results.items():
+        assert procs[n].returncode not in (0, None) and "party1" in err, err[-2000:]
+        assert "Traceback" not in err
+    done = json.loads(ckpt.read_text())["trees_done"]
+    assert 0 < done < 40
+    for n in names:
+        cfg = tmp_path / f"{n}.toml"
+        cfg.write_text(cfg.read_text().replace("timeout = 6\n", "timeout = 60\n"))
+    procs = [_start_resume(tmp_path, n) for n in reversed(names)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [o[1][-2000:] for o in outs]
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0  # uninterrupted, in one process
+    for n in names:
+        sim, grpc_run = tmp_path / "runs" / "simulated" / n, tmp_path / "runs" / "grpc" / n
+        assert Path(f"{sim}.model.json").read_bytes() == Path(f"{grpc_run}.model.json").read_bytes(), n
+        assert len(open_records(f"{grpc_run}.ledger.sqlite")) == len(open_records(f"{sim}.ledger.sqlite"))
+        assert main(["ledger", "verify", f"{grpc_run}.ledger.sqlite"]) == 0

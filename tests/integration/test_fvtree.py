@@ -1,5 +1,6 @@
 """FV-tree / FGBDT-Chain: the voting reduction against the engine, verification, the ledger, differential privacy."""
 
+import json
 import shutil
 import sqlite3
 
@@ -212,3 +213,98 @@ def test_cli_trains_with_dp_verifies_the_ledger_and_stops_rather_than_overspend(
                                         .replace('dir = "runs/simulated"', 'dir = "runs/over"'))
     assert main(["simulate", str(tmp_path / "over.toml")]) == 7
     assert "over the budget of 8" in capsys.readouterr().err
+
+
+class _Stop(Exception):
+    pass
+
+
+def _interrupted_then_resumed(tmp_path, params, options, lagging: str, at: int):
+    """An uninterrupted run, and a run in which ``lagging`` dies while checkpointing round ``at`` (the others have
+    checkpointed it) then resumed; both with the same signing keys.  Returns both runs' outputs and the records
+    of each party's two ledgers."""
+    from fedgrove.crypto.signing import SigningKey
+    from fedgrove.ledger.store import open_records
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    class DiesAt(CheckpointStore):
+        def save(self, state, array=None):
+            if state["trees_done"] == at:
+                raise _Stop(f"killed before checkpointing round {at}")
+            super().save(state, array)
+
+    parts = _parts(n=1500)
+    names = ["party0", "party1", "party2"]
+
+    def keys():
+        return {n: SigningKey.from_seed(bytes([k + 1]) * 32) for k, n in enumerate(names)}
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "res").mkdir()
+    full = run_fvtree(parts, params, options, ledger_dir=tmp_path / "full", keys=keys())
+    stores = {n: (DiesAt if n == lagging else CheckpointStore)(tmp_path / "res" / f"{n}.checkpoint.json")
+              for n in names}
+    with pytest.raises(_Stop):
+        run_fvtree(parts, params, options, ledger_dir=tmp_path / "res", keys=keys(), checkpoints=stores)
+    done = {n: json.loads((tmp_path / "res" / f"{n}.checkpoint.json").read_text())["trees_done"] for n in names}
+    assert done == {n: at - 1 if n == lagging else at for n in names}
+    stores = {n: CheckpointStore(tmp_path / "res" / f"{n}.checkpoint.json") for n in names}
+    resumed = run_fvtree(parts, params, options, ledger_dir=tmp_path / "res", keys=keys(), checkpoints=stores,
+                         resume=True)
+
+    def records(run, n):
+        return [(r.kind, r.author, r.body, r.signature, r.hash) for r in open_records(tmp_path / run /
+                                                                                      f"{n}.ledger.sqlite")]
+    return full, resumed, {n: (records("full", n), records("res", n)) for n in names}
+
+
+@pytest.mark.parametrize("dp,at", [(None, 3), (DPOptions(epsilon=8.0, trees_per_ensemble=2), 4),
+                                   (DPOptions(epsilon=8.0, trees_per_ensemble=2), 3)])
+def test_an_interrupted_run_resumes_to_the_model_and_ledger_of_an_uninterrupted_one(tmp_path, dp, at):
+    # one party dies before checkpointing a round the others checkpointed: the federation resumes one round back
+    # (those parties step back: ledger truncated, model and scores rolled back; under DP the accountant and the
+    # noise stream too, inside an ensemble (at = 4: three rounds done, two per ensemble) or between two)
+    params = GBDTParams(n_estimators=6, max_depth=3, learning_rate=0.3, max_bins=16)
+    full, resumed, ledgers = _interrupted_then_resumed(tmp_path, params, FVTreeOptions(dp=dp), "party1", at)
+    assert resumed["model"].to_dict() == full["model"].to_dict()
+    for n, (a, b) in ledgers.items():
+        assert a == b, n
+    assert verify_ledger(tmp_path / "res" / "party2.ledger.sqlite")
+    if dp is not None:
+        for n, party in resumed["parties"].items():
+            assert party.privacy.accountant.spent == full["parties"][n].privacy.accountant.spent
+            assert party.privacy.report() == full["parties"][n].privacy.report()
+
+
+def test_resume_is_refused_where_it_cannot_reproduce_the_run(tmp_path):
+    from fedgrove.crypto.signing import SigningKey
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    parts = _parts(n=900)
+    params = GBDTParams(n_estimators=2, max_depth=2, max_bins=8)
+    names = ["party0", "party1", "party2"]
+    keys = {n: SigningKey.from_seed(bytes([k + 1]) * 32) for k, n in enumerate(names)}
+
+    def stores():
+        return {n: CheckpointStore(tmp_path / f"{n}.checkpoint.json") for n in names}
+
+    run_fvtree(parts, params, FVTreeOptions(), ledger_dir=tmp_path, keys=keys, checkpoints=stores())
+    # exact (unseeded) DP noise cannot be drawn again
+    unseeded = FVTreeOptions(dp=DPOptions(epsilon=1.0, seeded=False))
+    with pytest.raises(InvalidParameterError, match="seeded = false"):
+        run_fvtree(parts, params, unseeded, ledger_dir=tmp_path, keys=keys, checkpoints=stores(), resume=True)
+    # other data than the checkpoint's
+    changed = [(parts[0][0] + 1.0, parts[0][1])] + parts[1:]
+    with pytest.raises(InvalidParameterError, match="party0: checkpoint .* another run"):
+        run_fvtree(changed, params, FVTreeOptions(), ledger_dir=tmp_path, keys=keys, checkpoints=stores(),
+                   resume=True)
+
+    # one party starts afresh, the others resume
+    def afresh(party):
+        fit = party.fit
+        party.fit = lambda checkpoint, resume, progress: fit(checkpoint, False, progress)
+
+    with pytest.raises(ProtocolError, match="some parties resume and some start afresh"):
+        run_fvtree(parts, params, FVTreeOptions(), keys=keys, checkpoints=stores(), resume=True,
+                   tamper={"party1": afresh})

@@ -56,3 +56,30 @@ def test_nested_parallel_blocks_compose_like_the_fvtree_schedule():
             with acc.branch(0):
                 acc.spend(per_query)
     assert acc.spent == pytest.approx(1.0)
+
+
+def test_accountant_state_restores_what_was_spent_inside_an_open_block():
+    from fedgrove.exceptions import InvalidParameterError
+
+    def run(acc, trees, restore=None):
+        with acc.parallel():  # an ensemble: trees on disjoint parts
+            if restore is not None:
+                acc.restore(restore)
+            for t in trees:
+                with acc.branch(("tree", t)):
+                    acc.spend(0.1 * (4 - t), f"tree {t}")  # the earliest trees cost most
+            return acc.state()
+
+    full = PrivacyAccountant(2.0)
+    run(full, range(4))
+    first = PrivacyAccountant(2.0)
+    saved = run(first, range(2))
+    resumed = PrivacyAccountant(2.0)
+    run(resumed, range(2, 4), restore=saved)
+    assert resumed.spent == full.spent == pytest.approx(0.4)
+    assert resumed.report() == full.report()  # calls before the restore counted too
+    with pytest.raises(InvalidParameterError, match="other composition blocks"):
+        PrivacyAccountant(2.0).restore(saved)  # taken inside an ensemble's block, restored outside any
+    with pytest.raises(InvalidParameterError, match="budget 2, this run 3"):
+        with PrivacyAccountant(3.0).parallel() as acc:
+            acc.restore(saved)

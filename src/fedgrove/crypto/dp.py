@@ -41,8 +41,43 @@ class PrivacyAccountant:
         if not (isinstance(epsilon, (int, float)) and epsilon > 0 and math.isfinite(epsilon)):
             raise InvalidParameterError(f"privacy budget epsilon must be a positive finite number, got {epsilon!r}")
         self.budget = float(epsilon)
-        self.log: list[tuple[str, float]] = []
+        self.log: list[tuple[str, float]] = []     # this process's mechanism calls (what, epsilon)
+        self._earlier_calls = 0                    # calls before a restored state (:meth:`restore`)
         self._stack: list[dict] = [{"kind": "seq", "spent": 0.0}]
+
+    @property
+    def calls(self) -> int:
+        """Mechanism calls accounted for, those before a restored state included."""
+        return self._earlier_calls + len(self.log)
+
+    def state(self) -> dict:
+        """What was spent so far, as JSON-ready data (for checkpoints); only between branches of a block."""
+        frames = []
+        for f in self._stack:
+            if f["kind"] == "seq":
+                frames.append({"kind": "seq", "spent": f["spent"]})
+            else:
+                if f["open"] is not None:
+                    raise InvalidParameterError("the accountant's state is taken between branches, not inside one")
+                frames.append({"kind": "par", "branches": [[list(k), v] for k, v in f["branches"].items()]})
+        return {"budget": self.budget, "calls": self.calls, "stack": frames}
+
+    def restore(self, state: dict) -> None:
+        """Continue from :meth:`state`'s result; the open blocks must be the ones it was taken in (as many)."""
+        try:
+            frames = [{"kind": "seq", "spent": float(f["spent"])} if f["kind"] == "seq" else
+                      {"kind": "par", "open": None, "branches": {tuple(k): float(v) for k, v in f["branches"]}}
+                      for f in state["stack"]]
+            budget, calls = float(state["budget"]), int(state["calls"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidParameterError(f"not a privacy accountant state: {type(exc).__name__}: {exc}") from None
+        if budget != self.budget:
+            raise InvalidParameterError(f"the saved privacy state has budget {budget:g}, this run {self.budget:g}")
+        if len(frames) != len(self._stack) or [f["kind"] for f in frames] != [f["kind"] for f in self._stack]:
+            raise InvalidParameterError("the saved privacy state was taken in other composition blocks than are "
+                                        "open now")
+        self._stack[:] = frames
+        self.log, self._earlier_calls = [], calls
 
     @property
     def spent(self) -> float:
@@ -116,7 +151,7 @@ class PrivacyAccountant:
             top["branches"][("block", len(top["branches"]))] = cost
 
     def report(self) -> str:
-        return f"epsilon spent {self.spent:.6g} of {self.budget:.6g} ({len(self.log)} mechanism calls)"
+        return f"epsilon spent {self.spent:.6g} of {self.budget:.6g} ({self.calls} mechanism calls)"
 
 
 _warned = False

@@ -20,6 +20,40 @@ class SigningKey:
         """A key from 32 secret bytes (tests and reproducible experiments)."""
         return cls(Ed25519PrivateKey.from_private_bytes(seed))
 
+    def save(self, path) -> None:
+        """Write the private key (PKCS#8 PEM, unencrypted) to ``path``, readable by its owner only."""
+        import os
+        import tempfile
+        from pathlib import Path
+
+        path = Path(path)
+        pem = self._sk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(pem)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path) -> "SigningKey":
+        """A key written by :meth:`save`."""
+        from fedgrove.exceptions import DataError
+
+        try:
+            key = serialization.load_pem_private_key(open(path, "rb").read(), password=None)
+        except FileNotFoundError:
+            raise DataError(f"signing key file {str(path)!r} does not exist") from None
+        except (OSError, ValueError, TypeError) as exc:
+            raise DataError(f"{str(path)!r} is not an unencrypted PEM private key: {exc}") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise DataError(f"{str(path)!r} holds a {type(key).__name__}, not an Ed25519 key")
+        return cls(key)
+
     def public_bytes(self) -> bytes:
         return self._sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 

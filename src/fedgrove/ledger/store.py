@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedgrove.exceptions import LedgerError
 from fedgrove.transport.codec import Message, decode, encode, wire_name
 
 GENESIS = bytes(32)
@@ -107,6 +109,42 @@ class Ledger:
             if not self._batch:
                 self._db.commit()
 
+    def truncate(self, count: int, head: bytes | None = None) -> None:
+        """Keep the first ``count`` records (a resumed run drops those of the tree it was growing when it
+        stopped, which no replica comparison vouched for); ``head``: the hash the kept chain must end with.
+        The file is rewritten and replaced atomically: the table itself refuses DELETE."""
+        if not 0 <= count <= self.count:
+            raise LedgerError(f"{self._where()}: cannot keep {count} records, it holds {self.count}")
+        kept = self._db.execute("SELECT seq, kind, author, body, signature, prev_hash, hash FROM records "
+                                "WHERE seq <= ? ORDER BY seq", (count,)).fetchall()
+        end = kept[-1][6] if kept else GENESIS
+        if len(kept) != count or [r[0] for r in kept] != list(range(1, count + 1)):
+            raise LedgerError(f"{self._where()}: records 1-{count} are not all there")
+        if head is not None and bytes(end) != bytes(head):
+            raise LedgerError(f"{self._where()}: record {count} ends the chain with {bytes(end).hex()[:16]}..., "
+                              f"the checkpoint expects {bytes(head).hex()[:16]}...")
+        if count == self.count:
+            return
+        self._db.commit()
+        self._db.close()
+        if self.path is None:
+            self._db = sqlite3.connect(":memory:")
+        else:
+            tmp = self.path.with_name(f".{self.path.name}.truncate.tmp")
+            tmp.unlink(missing_ok=True)
+            self._db = sqlite3.connect(str(tmp))
+        self._db.executescript(_SCHEMA)
+        self._db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)", kept)
+        self._db.commit()
+        if self.path is not None:
+            self._db.close()
+            os.replace(tmp, self.path)
+            self._db = sqlite3.connect(str(self.path))
+        self.count, self.head = count, bytes(end)
+
+    def _where(self) -> str:
+        return f"ledger {self.path}" if self.path is not None else "the ledger"
+
     def records(self):
         for row in self._db.execute("SELECT seq, kind, author, body, signature, prev_hash, hash FROM records "
                                     "ORDER BY seq"):
@@ -133,8 +171,6 @@ def open_records(path) -> list[Record]:
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
-        from fedgrove.exceptions import LedgerError
-
         raise LedgerError(f"{path} is not a fedgrove ledger: {exc}") from None
 
     def text(v) -> str:

@@ -263,22 +263,31 @@ def _local_predict(ctx: RoleContext) -> dict:
 
 # ------------------------------------------------------------------------------------ fvtree
 def _fvtree_party(ctx: RoleContext) -> dict:
+    from fedgrove.crypto.signing import SigningKey
     from fedgrove.exceptions import InvalidParameterError
     from fedgrove.ledger.store import Ledger
 
-    if ctx.resume:
-        raise InvalidParameterError("FV-tree runs cannot resume: its ledger records every layer of every tree; "
-                                    "start again with a new output directory")
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     path = ctx.out_dir / f"{ctx.spec.name}.ledger.sqlite"
-    if path.exists():
-        raise InvalidParameterError(f"ledger {path} exists from an earlier run and is append-only: move it away "
-                                    f"or choose another output directory")
+    key_path = ctx.out_dir / f"{ctx.spec.name}.ledger.key"  # the party's Ed25519 signing key: a resumed run signs on
+    if ctx.resume:
+        for f in (path, key_path):
+            if not f.exists():
+                raise InvalidParameterError(f"--resume: {f} from the interrupted run is missing; the ledger and "
+                                            f"the signing key stay in the output directory until the run ends")
+        key = SigningKey.load(key_path)
+    else:
+        if path.exists():
+            raise InvalidParameterError(f"ledger {path} exists from an earlier run and is append-only: move it "
+                                        f"away, choose another output directory, or continue it with --resume")
+        key = SigningKey()
+        key.save(key_path)
     ledger = Ledger(path)
     try:
-        party = FVTreeParty(ctx.channel, table.X, table.y, params, ctx.cfg.fvtree_options(), ledger=ledger)
-        model = party.fit(ctx.progress)
+        party = FVTreeParty(ctx.channel, table.X, table.y, params, ctx.cfg.fvtree_options(), ledger=ledger,
+                            key=key)
+        model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
     finally:
         ledger.close()
     model.metadata["party"] = ctx.spec.name

@@ -3,7 +3,8 @@
 Setup:     Hello to every party (sizes, features, Ed25519 key, per-feature and label ranges);
            the requester's ModelRequest and every party's Membership as SignedRecord, to every party;
            Sketches (quantile sketches, for common cut points) to every party;
-           PSDUpload as SignedRecord (when the PSD is used); LabelStats (for the base score)
+           PSDUpload as SignedRecord (when the PSD is used); LabelStats (for the base score);
+           ResumePoint to every party (the federation resumes from the fewest checkpointed trees)
 Per tree:  RootTotals (the party's g, h and count sums) to every party
 Per layer: VoteRecord, HistogramUpload, then Endorsement of every other party's upload, each a SignedRecord
            broadcast to every party (a layer takes three rounds)
@@ -47,6 +48,14 @@ class SignedRecords(Message):
     kinds: list[str] = None
     bodies: list[bytes] = None
     signatures: list[bytes] = None
+
+
+@register
+class ResumePoint(Message):
+    """Whether the party resumes, and how many trees (boosting rounds) its checkpoint holds."""
+
+    resume: bool = False
+    trees_done: int = 0
 
 
 @register

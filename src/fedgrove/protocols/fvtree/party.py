@@ -23,6 +23,7 @@ party's ledger replica; replicas are compared at the end.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -153,6 +154,8 @@ class FVTreeParty:
                         if self.o.dp is not None else NoPrivacy())
         self.contributions = np.zeros((len(self.parties), 2))  # per party: split Shapley, vote (sums)
         self.rejected = 0
+        self._replay, self._replay_pos = None, 0  # a resumed run's setup records, checked instead of appended
+        self._history: dict = {}                  # checkpointed light state per number of rounds done
 
     # -- signed records ----------------------------------------------------------------------
     def _sign(self, message) -> m.SignedRecord:
@@ -166,8 +169,17 @@ class FVTreeParty:
         return decode(signed.body, expect, context=f"{signed.kind} from {author}")
 
     def _append(self, author: str, signed: m.SignedRecord) -> None:
-        if self.ledger is not None:
-            self.ledger.append(signed.kind, author, signed.body, signed.signature)
+        if self.ledger is None:
+            return
+        if self._replay is not None and self._replay_pos < len(self._replay):  # a resumed run's setup
+            r = self._replay[self._replay_pos]
+            self._replay_pos += 1
+            if (r.kind, r.author, r.body, r.signature) != (signed.kind, author, signed.body, signed.signature):
+                raise ProtocolError(f"{self.ch.party}: ledger record {r.seq} ({r.kind} by {r.author}) differs from "
+                                    f"the {signed.kind} by {author} this resumed run computes: the data, settings "
+                                    f"or signing keys changed since the checkpoint")
+            return
+        self.ledger.append(signed.kind, author, signed.body, signed.signature)
 
     def _all_gather(self, tag: str, mine: m.SignedRecord, expect: type) -> dict:
         """Broadcast this party's signed record, receive everyone's; returns party -> (signed, decoded)."""
@@ -273,10 +285,21 @@ class FVTreeParty:
         self.ratios = {p: density_ratio(self.peers[p].psd, mine, Z) for p in self.others}
 
     # -- training --------------------------------------------------------------------------------
-    def fit(self, progress=None) -> GBDTModel:
-        """Train; ``progress(trees_done, trees_total)`` after every round.  Returns the model every party holds."""
+    def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
+        """Train; returns the model every party holds.  With a ``checkpoint`` store (a
+        :class:`~fedgrove.runner.checkpoint.CheckpointStore`) the party saves its state after the setup and
+        after every boosting round; ``resume`` continues from it: the setup runs again and must reproduce the
+        ledger's first records, the federation resumes from the fewest rounds any party checkpointed (a party
+        one round ahead steps back), and the ledger loses the records of the round that was being grown, so
+        an interrupted and resumed run ends with the model and the ledger of an uninterrupted one (the same
+        signing keys, see :meth:`SigningKey.save`).  ``progress(trees_done, trees_total)`` after every round."""
         ch, p, o = self.ch, self.params, self.o
+        saved = self._saved_state(checkpoint, resume)
         self._setup()
+        if self._replay is not None and self._replay_pos != len(self._replay):
+            raise ProtocolError(f"{ch.party}: its ledger holds {len(self._replay)} setup records, this run wrote "
+                                f"{self._replay_pos}: the data or settings changed since the checkpoint")
+        self._replay = None
         objective = make_objective(p.objective, p.n_classes or 1)
         y = objective.check_labels(self.y)
         K = objective.n_outputs
@@ -285,21 +308,39 @@ class FVTreeParty:
         raw = np.tile(self.base, (len(y), 1))
         self.scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         self.thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(self.X.shape[1])]
+        start = self._agree_start(saved, resume)
+        privacy = None
+        if saved is not None:
+            privacy = self._roll_back(saved, start, model, raw, K)
+        self._history = dict(saved["history"]) if saved is not None else {}
+        self._save(checkpoint, start, model)
         tpe = getattr(self.privacy, "tpe", p.n_estimators)
-        t = 0
-        for e in range(-(-p.n_estimators // tpe)):
-            with self.privacy.ensemble(e):
-                for _ in range(min(tpe, p.n_estimators - e * tpe)):
-                    g, h = objective.gradients(y, raw)
-                    for c in range(K):
-                        with ch.scope(tree=t * K + c), self.privacy.tree(t * K + c):
-                            tree = self._grow(t * K + c, g[:, c], h[:, c])
-                        model.add_tree(tree, c)
-                        leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
-                        raw[:, c] += tree.values[leaf[:, 0], 0]
-                    t += 1
-                    if progress is not None:
-                        progress(t, p.n_estimators)
+        if privacy is not None and start % tpe == 0:  # between ensembles: no composition block open
+            self.privacy.restore(privacy)
+        ensemble = None
+        try:
+            for t in range(start, p.n_estimators):
+                if ensemble is None:
+                    ensemble = contextlib.ExitStack()
+                    ensemble.enter_context(self.privacy.ensemble(t // tpe))
+                    if privacy is not None and t == start and start % tpe:  # inside the ensemble's block
+                        self.privacy.restore(privacy)
+                g, h = objective.gradients(y, raw)
+                for c in range(K):
+                    with ch.scope(tree=t * K + c), self.privacy.tree(t * K + c):
+                        tree = self._grow(t * K + c, g[:, c], h[:, c])
+                    model.add_tree(tree, c)
+                    leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
+                    raw[:, c] += tree.values[leaf[:, 0], 0]
+                if (t + 1) % tpe == 0 or t + 1 == p.n_estimators:
+                    ensemble.close()
+                    ensemble = None
+                self._save(checkpoint, t + 1, model)
+                if progress is not None:
+                    progress(t + 1, p.n_estimators)
+        finally:
+            if ensemble is not None:
+                ensemble.close()
         if self.ledger is not None:  # replicas must agree
             mine = m.LedgerHead(self.ledger.count, self.ledger.head)
             ch.broadcast("head", mine, self.others)
@@ -315,6 +356,97 @@ class FVTreeParty:
             model.metadata["privacy"] = self.privacy.report()
         self.model = model
         return model
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        """This party's data, settings and signing key, as a checkpoint records them."""
+        if getattr(self, "_fp", None) is not None:
+            return self._fp
+        h = hashlib.sha256()
+        for a in (self.X, np.asarray(self.y, dtype=np.float64)):
+            h.update(str(a.shape).encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        h.update(json.dumps([self.params.to_dict(), self.o.to_dict(), self.parties], sort_keys=True,
+                            default=str).encode())
+        h.update(self.key.public_bytes())
+        self._fp = h.hexdigest()
+        return self._fp
+
+    def _saved_state(self, checkpoint, resume: bool):
+        """The checkpointed state to resume from (None: none, start afresh); checks it fits this party."""
+        self._replay, self._replay_pos = None, 0
+        if not resume:
+            return None
+        refusal = self.privacy.resume_refusal()
+        if refusal:
+            raise InvalidParameterError(refusal)
+        state = checkpoint.load() if checkpoint is not None else None
+        if state is None:  # stopped before its setup was checkpointed: nothing on its ledger is vouched for
+            if self.ledger is not None:
+                self.ledger.truncate(0)
+            return None
+        if state.get("protocol") != "fvtree" or state.get("fingerprint") != self._fingerprint():
+            raise InvalidParameterError(f"{self.ch.party}: checkpoint {checkpoint.path} was written by another "
+                                        f"run (other data, settings, parties or signing key); start afresh in a "
+                                        f"new output directory or restore that run's files")
+        setup = state["history"]["0"]["ledger_count"]
+        if self.ledger is not None:
+            if self.ledger.count < max(h["ledger_count"] for h in state["history"].values()):
+                raise ProtocolError(f"{self.ch.party}: its ledger holds {self.ledger.count} records, fewer than "
+                                    f"its checkpoint vouches for")
+            self._replay = [r for r in self.ledger.records() if r.seq <= setup]
+        return state
+
+    def _agree_start(self, saved, resume: bool) -> int:
+        """Every party says whether it resumes and how many rounds it checkpointed; the federation resumes
+        from the fewest."""
+        ch = self.ch
+        mine = m.ResumePoint(bool(resume), int(saved["trees_done"]) if saved is not None else 0)
+        ch.broadcast("resume", mine, self.others)
+        points = {ch.party: mine, **ch.gather("resume", m.ResumePoint, self.others)}
+        modes = {q: pt.resume for q, pt in points.items()}
+        if len(set(modes.values())) > 1:
+            raise ProtocolError(f"some parties resume and some start afresh ({modes}): restart every party with "
+                                f"--resume, or none")
+        start = min(pt.trees_done for pt in points.values())
+        if saved is not None and str(start) not in saved["history"]:
+            raise ProtocolError(f"{ch.party}: the federation resumes after {start} rounds; this party's checkpoint "
+                                f"holds {saved['trees_done']} and can step back one round (or to the start) only")
+        return start
+
+    def _roll_back(self, saved, start: int, model: GBDTModel, raw: np.ndarray, K: int):
+        """Model, training scores, ledger and contributions as after ``start`` rounds; returns the privacy
+        state to restore."""
+        from fedgrove.engine.model import model_from_dict
+
+        at = saved["history"][str(start)]
+        old = model_from_dict(saved["model"], source="FV-tree checkpoint")
+        old.truncate(start)
+        for tree, c in zip(old.trees, old.tree_class):
+            model.add_tree(tree, int(c))
+            leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
+            raw[:, c] += tree.values[leaf[:, 0], 0]
+        if self.ledger is not None:
+            self.ledger.truncate(at["ledger_count"], bytes.fromhex(at["ledger_head"]))
+        self.contributions = np.array(at["contributions"], dtype=np.float64).reshape(len(self.parties), 2)
+        self.rejected = int(at["rejected"])
+        return at["privacy"]
+
+    def _save(self, checkpoint, trees_done: int, model: GBDTModel) -> None:
+        """After the setup (0) and every round: the model and, for the setup, this round and the one before (a
+        party may have to step back one), the ledger's length and head, contributions, rejections and the
+        privacy state."""
+        if checkpoint is None:
+            return
+        self._history[str(trees_done)] = {
+            "ledger_count": self.ledger.count if self.ledger is not None else 0,
+            "ledger_head": self.ledger.head.hex() if self.ledger is not None else "",
+            "contributions": self.contributions.ravel().tolist(), "rejected": self.rejected,
+            "privacy": self.privacy.state()}
+        # the setup's entry stays (a resumed run's setup must reproduce its records), with the last two rounds
+        self._history = {k: v for k, v in self._history.items() if int(k) in (0, trees_done - 1, trees_done)}
+        checkpoint.save({"protocol": "fvtree", "fingerprint": self._fingerprint(), "trees_done": trees_done,
+                         "model": model.to_dict(), "history": self._history})
 
     def _grow(self, tree_id: int, g: np.ndarray, h: np.ndarray):
         o, p = self.o, self.params

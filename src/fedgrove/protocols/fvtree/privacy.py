@@ -98,6 +98,17 @@ class NoPrivacy:
     def report(self) -> str | None:
         return None
 
+    def state(self):
+        """What a checkpoint keeps between trees (None: nothing)."""
+        return None
+
+    def restore(self, state) -> None:
+        pass
+
+    def resume_refusal(self) -> str | None:
+        """Why a run with this privacy cannot resume from a checkpoint, or None."""
+        return None
+
 
 class DifferentialPrivacy(NoPrivacy):
     def __init__(self, options: DPOptions, n_trees: int, max_depth: int, seed: int):
@@ -172,3 +183,21 @@ class DifferentialPrivacy(NoPrivacy):
 
     def report(self) -> str:
         return self.accountant.report()
+
+    def state(self) -> dict:
+        return {"accountant": self.accountant.state(),
+                "rng": self.rng.bit_generator.state if self.rng is not None else None}
+
+    def restore(self, state: dict) -> None:
+        """Budget spent and noise stream as after the checkpointed tree.  The tree being grown when the run
+        stopped is grown again from the same noise stream: its answers are the ones already released."""
+        self.accountant.restore(state["accountant"])
+        if self.rng is not None:
+            self.rng.bit_generator.state = state["rng"]
+
+    def resume_refusal(self) -> str | None:
+        if self.rng is None:
+            return ("FV-tree with differential privacy and OpenDP's exact samplers (seeded = false) cannot resume: "
+                    "the unfinished tree's noisy answers cannot be drawn again, and fresh ones would spend budget "
+                    "the accountant never counted; start again with a new output directory")
+        return None

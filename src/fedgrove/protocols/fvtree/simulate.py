@@ -12,10 +12,13 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | None = None,
                names: list[str] | None = None, ledger_dir=None, timeout: float = 600.0,
-               observers: dict | None = None, tamper: dict | None = None) -> dict:
+               observers: dict | None = None, tamper: dict | None = None, keys: dict | None = None,
+               checkpoints: dict | None = None, resume: bool = False, progress: dict | None = None) -> dict:
     """``parts`` holds each party's (X, y).  With ``ledger_dir`` every party keeps ``<party>.ledger.sqlite`` there.
     ``tamper`` maps a party name to a function applied to its ``FVTreeParty`` before training (tests of
-    dishonest parties).  Returns the models (every party's: equal), contributions and channel statistics."""
+    dishonest parties).  ``keys``, ``checkpoints`` and ``progress`` map party names to a signing key, a
+    checkpoint store and a progress callback; ``resume`` continues from the checkpoints.  Returns the models
+    (every party's: equal), contributions and channel statistics."""
     names = names or [f"party{k}" for k in range(len(parts))]
     hub = InProcessHub(names)
     out = {"parties": {}}
@@ -25,11 +28,12 @@ def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | 
             for obs in (observers or {}).get(ch.party, []):
                 ch.observers.append(obs)
             ledger = Ledger(Path(ledger_dir) / f"{ch.party}.ledger.sqlite") if ledger_dir else None
-            party = FVTreeParty(ch, parts[k][0], parts[k][1], params, options, ledger=ledger)
+            party = FVTreeParty(ch, parts[k][0], parts[k][1], params, options, ledger=ledger,
+                                key=(keys or {}).get(ch.party))
             if tamper and ch.party in tamper:
                 tamper[ch.party](party)
             try:
-                model = party.fit()
+                model = party.fit((checkpoints or {}).get(ch.party), resume, (progress or {}).get(ch.party))
             finally:
                 if ledger is not None:
                     ledger.close()
