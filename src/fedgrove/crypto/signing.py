@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -22,22 +24,10 @@ class SigningKey:
 
     def save(self, path) -> None:
         """Write the private key (PKCS#8 PEM, unencrypted) to ``path``, readable by its owner only."""
-        import os
-        import tempfile
-        from pathlib import Path
+        from fedgrove.engine.model import atomic_write_bytes
 
-        path = Path(path)
-        pem = self._sk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption())
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(pem)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(path, self._sk.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                        serialization.NoEncryption()))
 
     @classmethod
     def load(cls, path) -> "SigningKey":
@@ -45,7 +35,7 @@ class SigningKey:
         from fedgrove.exceptions import DataError
 
         try:
-            key = serialization.load_pem_private_key(open(path, "rb").read(), password=None)
+            key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
         except FileNotFoundError:
             raise DataError(f"signing key file {str(path)!r} does not exist") from None
         except (OSError, ValueError, TypeError) as exc:
