@@ -179,8 +179,7 @@ def test_pv_tree_and_top_two_voting_run_and_learn():
 def test_cli_trains_with_dp_verifies_the_ledger_and_stops_rather_than_overspend(tmp_path, capsys):
     # the example config with differential privacy: training prints the accountant's total and writes a ledger
     # that `fedgrove ledger verify` accepts (exit 0) and rejects once edited (exit 8); a budget too small for the
-    # trees asked for stops training with exit 7
-    import json
+    # trees asked for stops training with exit 7; a finished run resumes to the same files, a new one cannot
     import re
     from pathlib import Path
 
@@ -208,6 +207,16 @@ def test_cli_trains_with_dp_verifies_the_ledger_and_stops_rather_than_overspend(
     assert main(["ledger", "verify", str(_tampered(ledger, tmp_path, "UPDATE records SET author = 'party9' "
                                                                     "WHERE seq = 9"))]) == 8
     assert main(["simulate", str(tmp_path / "fed.toml")]) == 2  # the ledger files exist: refused, not appended to
+    model = (tmp_path / "runs" / "simulated" / "party2.model.json").read_bytes()
+    assert main(["simulate", str(tmp_path / "fed.toml"), "--resume"]) == 0  # a finished run: nothing to grow
+    assert (tmp_path / "runs" / "simulated" / "party2.model.json").read_bytes() == model
+    assert main(["ledger", "verify", str(ledger)]) == 0
+    capsys.readouterr()
+    fresh = toml.replace("[params]", dp + "\n[params]").replace('dir = "runs/simulated"', 'dir = "runs/new"')
+    (tmp_path / "fresh.toml").write_text(fresh)
+    assert main(["simulate", str(tmp_path / "fresh.toml"), "--resume"]) == 2  # nothing to resume from
+    assert re.search(r"--resume: \S+party\d\.ledger\.sqlite from the interrupted run is missing",
+                     capsys.readouterr().err)
     over = dp.replace("trees_per_ensemble = 2\n", "trees_per_ensemble = 2\nn_ensembles = 1\n")
     (tmp_path / "over.toml").write_text(toml.replace("[params]", over + "\n[params]")
                                         .replace('dir = "runs/simulated"', 'dir = "runs/over"'))
