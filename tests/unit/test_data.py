@@ -131,6 +131,38 @@ def test_download_checks_the_checksum(file_server, tmp_path, monkeypatch):
     del content
 
 
+def test_cli_lists_and_downloads_named_datasets_with_a_checksum_check(file_server, tmp_path, monkeypatch, capsys):
+    # `fedgrove datasets download` against a local file server standing in for the official source (there is
+    # no network here); a missing file's error names the command
+    from fedgrove.cli.main import main
+
+    root, url = file_server
+    (root / "spambase.data").write_bytes(b"1,2,3\n")
+    monkeypatch.setitem(datasets._FILES, "spambase",
+                        [datasets.RemoteFile("spambase.data", None, hashlib.sha256(b"1,2,3\n").hexdigest())])
+    dest = tmp_path / "data"
+    monkeypatch.setenv("FEDGROVE_DATA_DIR", str(dest))
+    with pytest.raises(DataError, match="run `fedgrove datasets download spambase`"):
+        datasets.load_dataset("spambase")
+    assert main(["datasets", "download", "spambase", "--base-url", url]) == 0
+    assert (dest / "spambase" / "spambase.data").read_bytes() == b"1,2,3\n"
+    assert "downloaded" in capsys.readouterr().out
+    assert main(["datasets", "download", "spambase", "--base-url", url]) == 0
+    assert "already there" in capsys.readouterr().out
+    assert main(["datasets", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "spambase/spambase.data" in listed and "missing" in listed  # the other datasets are not there
+    (root / "spambase.data").write_bytes(b"1,2,4\n")  # the mirror serves another file: refused, nothing kept
+    (dest / "spambase" / "spambase.data").unlink()
+    assert main(["datasets", "download", "spambase", "--base-url", url]) == 3
+    assert "checksum mismatch" in capsys.readouterr().err
+    assert list((dest / "spambase").iterdir()) == []
+    assert main(["datasets", "download", "waveform"]) == 3  # no official direct download
+    assert "no direct download; get it from https://archive.ics.uci.edu" in capsys.readouterr().err
+    assert main(["datasets", "download", "mnist"]) == 3
+    assert "unknown dataset(s) 'mnist'" in capsys.readouterr().err
+
+
 def test_gzipped_local_files_are_found(tmp_path):
     d = tmp_path / "ionosphere"
     d.mkdir()

@@ -14,6 +14,7 @@ import sys
 import typer
 
 from fedgrove.cli import bag as bag_cmd
+from fedgrove.cli import datasets as datasets_cmd
 from fedgrove.cli import federation as federation_cmd
 from fedgrove.cli import info as info_cmd
 from fedgrove.cli import ledger as ledger_cmd
@@ -35,6 +36,7 @@ app.command()(federation_cmd.certs)
 app.command()(reproduce_cmd.reproduce)
 app.command()(bag_cmd.bag)
 app.add_typer(ledger_cmd.app, name="ledger")
+app.add_typer(datasets_cmd.app, name="datasets")
 
 
 @app.callback()

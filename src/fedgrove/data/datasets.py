@@ -103,7 +103,18 @@ def data_dir() -> Path:
     return Path.home() / ".cache" / "fedgrove" / "data"
 
 
-def _find(directory: Path, f: RemoteFile) -> Path | None:
+def dataset_remote_files(name: str) -> list[RemoteFile]:
+    if name not in _FILES:
+        raise DataError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+    return list(_FILES[name])
+
+
+def dataset_homepage(name: str) -> str:
+    return _HOMEPAGES[name]
+
+
+def find_file(directory: Path, f: RemoteFile) -> Path | None:
+    """The file as published, or gzipped, in ``directory``; None when neither is there."""
     for candidate in (directory / f.name, directory / (f.name + ".gz")):
         if candidate.exists():
             return candidate
@@ -156,18 +167,27 @@ def dataset_files(name: str, directory: Path | None = None, download: bool = Fal
     directory = Path(directory or data_dir()) / name
     paths = []
     for f in _FILES[name]:
-        path = _find(directory, f)
+        path = find_file(directory, f)
         if path is None:
             if download:
-                url = (base_url.rstrip("/") + "/" + f.name) if base_url else None
-                path = download_file(f, directory, url)
+                path = fetch_file(name, f, directory, base_url)
             else:
                 where = f.url or _HOMEPAGES[name]
                 raise DataError(f"dataset {name!r}: file {f.name!r} not found in {str(directory)!r}. Get it from "
-                                f"{where} (or run with download enabled), or point FEDGROVE_DATA_DIR at a "
-                                f"directory that has {name}/{f.name}[.gz]")
+                                f"{where} (or run `fedgrove datasets download {name}`), or point "
+                                f"FEDGROVE_DATA_DIR at a directory that has {name}/{f.name}[.gz]")
         paths.append(path)
     return paths
+
+
+def fetch_file(name: str, f: RemoteFile, directory: Path, base_url: str | None = None) -> Path:
+    """Download one file of dataset ``name`` from its official source (or ``base_url`` + its name)."""
+    if base_url:
+        return download_file(f, directory, base_url.rstrip("/") + "/" + f.name)
+    if f.url is None:
+        raise DataError(f"dataset {name!r}: {f.name} has no direct download; get it from {_HOMEPAGES[name]} and "
+                        f"put it in {str(directory)!r}")
+    return download_file(f, directory)
 
 
 def _libsvm(path: Path, n_features: int) -> Table:
