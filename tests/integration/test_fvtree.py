@@ -309,6 +309,14 @@ def test_resume_is_refused_where_it_cannot_reproduce_the_run(tmp_path):
         run_fvtree(changed, params, FVTreeOptions(), ledger_dir=tmp_path, keys=keys, checkpoints=stores(),
                    resume=True)
 
+    # a checkpoint lost while its ledger holds trees: nothing to resume from, and the ledger is not wiped
+    (tmp_path / "party2.checkpoint.json").rename(tmp_path / "party2.saved.json")
+    n_records = verify_ledger(tmp_path / "party2.ledger.sqlite").n_records
+    with pytest.raises(InvalidParameterError, match="party2: no checkpoint to resume from, but its ledger holds"):
+        run_fvtree(parts, params, FVTreeOptions(), ledger_dir=tmp_path, keys=keys, checkpoints=stores(),
+                   resume=True)
+    assert verify_ledger(tmp_path / "party2.ledger.sqlite").n_records == n_records
+    (tmp_path / "party2.saved.json").rename(tmp_path / "party2.checkpoint.json")
     # one party starts afresh, the others resume
     def afresh(party):
         fit = party.fit

@@ -99,6 +99,9 @@ class FVTreeOptions:
         return asdict(self)
 
 
+_SETUP_KINDS = ("ModelRequest", "Membership", "Binning", "PSDUpload")  # the records the setup writes
+
+
 @dataclass
 class _Peer:
     name: str
@@ -156,6 +159,7 @@ class FVTreeParty:
         self.rejected = 0
         self._replay, self._replay_pos = None, 0  # a resumed run's setup records, checked instead of appended
         self._history: dict = {}                  # checkpointed light state per number of rounds done
+        self._fp: str | None = None               # this party's fingerprint (data, settings, key)
 
     # -- signed records ----------------------------------------------------------------------
     def _sign(self, message) -> m.SignedRecord:
@@ -311,7 +315,7 @@ class FVTreeParty:
         start = self._agree_start(saved, resume)
         privacy = None
         if saved is not None:
-            privacy = self._roll_back(saved, start, model, raw, K)
+            privacy = self._roll_back(saved, start, model, raw)
         self._history = dict(saved["history"]) if saved is not None else {}
         self._save(checkpoint, start, model)
         tpe = getattr(self.privacy, "tpe", p.n_estimators)
@@ -360,7 +364,7 @@ class FVTreeParty:
     # -- checkpoints -------------------------------------------------------------------------------
     def _fingerprint(self) -> str:
         """This party's data, settings and signing key, as a checkpoint records them."""
-        if getattr(self, "_fp", None) is not None:
+        if self._fp is not None:
             return self._fp
         h = hashlib.sha256()
         for a in (self.X, np.asarray(self.y, dtype=np.float64)):
@@ -383,6 +387,11 @@ class FVTreeParty:
         state = checkpoint.load() if checkpoint is not None else None
         if state is None:  # stopped before its setup was checkpointed: nothing on its ledger is vouched for
             if self.ledger is not None:
+                trained = [r.seq for r in self.ledger.records() if r.kind not in _SETUP_KINDS]
+                if trained:
+                    raise InvalidParameterError(f"{self.ch.party}: no checkpoint to resume from, but its ledger "
+                                                f"holds training records (record {trained[0]} on): restore the "
+                                                f"checkpoint files, or start afresh in a new output directory")
                 self.ledger.truncate(0)
             return None
         if state.get("protocol") != "fvtree" or state.get("fingerprint") != self._fingerprint():
@@ -414,7 +423,7 @@ class FVTreeParty:
                                 f"holds {saved['trees_done']} and can step back one round (or to the start) only")
         return start
 
-    def _roll_back(self, saved, start: int, model: GBDTModel, raw: np.ndarray, K: int):
+    def _roll_back(self, saved, start: int, model: GBDTModel, raw: np.ndarray):
         """Model, training scores, ledger and contributions as after ``start`` rounds; returns the privacy
         state to restore."""
         from fedgrove.engine.model import model_from_dict
