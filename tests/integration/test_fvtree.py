@@ -3,6 +3,7 @@
 import json
 import shutil
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,7 +182,6 @@ def test_cli_trains_with_dp_verifies_the_ledger_and_stops_rather_than_overspend(
     # that `fedgrove ledger verify` accepts (exit 0) and rejects once edited (exit 8); a budget too small for the
     # trees asked for stops training with exit 7; a finished run resumes to the same files, a new one cannot
     import re
-    from pathlib import Path
 
     from sklearn.datasets import load_breast_cancer
 
@@ -325,3 +325,28 @@ def test_resume_is_refused_where_it_cannot_reproduce_the_run(tmp_path):
     with pytest.raises(ProtocolError, match="some parties resume and some start afresh"):
         run_fvtree(parts, params, FVTreeOptions(), keys=keys, checkpoints=stores(), resume=True,
                    tamper={"party1": afresh})
+
+
+def test_cli_warns_when_uploads_are_refused(tmp_path, capsys):
+    # the example with 64 bins a feature: about 100 rows a party leave most bins empty or single, every honest
+    # upload's overlap distance exceeds the threshold, every upload is refused and the trees cannot split; the
+    # run says so (once, not per party) instead of ending with a constant model silently
+    import re
+
+    from sklearn.datasets import load_breast_cancer
+
+    from fedgrove.cli.main import main
+
+    load_breast_cancer(as_frame=True).frame.to_csv(tmp_path / "cancer.csv", index=False)
+    assert main(["partition", str(tmp_path / "cancer.csv"), "-l", "target", "--scheme", "horizontal", "--mode",
+                 "unbalanced", "-p", "4", "--test-fraction", "0.2", "-o", str(tmp_path / "parts")]) == 0
+    toml = (Path(__file__).parents[2] / "examples" / "fvtree" / "federation.toml").read_text()
+    toml = re.sub(r"n_estimators = \d+", "n_estimators = 2", toml).replace("max_bins = 8", "max_bins = 64")
+    (tmp_path / "fed.toml").write_text(toml)
+    capsys.readouterr()
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("warning: histogram uploads refused") == 1
+    assert "party0 2 of 2, party1 2 of 2, party2 2 of 2, party3 2 of 2" in printed
+    stats = json.loads((tmp_path / "runs" / "simulated" / "party1.stats.json").read_text())
+    assert stats["refused_uploads"] == {f"party{k}": 2 for k in range(4)} and stats["uploads_per_party"] == 2

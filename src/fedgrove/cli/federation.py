@@ -84,6 +84,15 @@ def _report(results: dict, out_dir) -> None:
         t.add_row(name, s["role"], f"{s['seconds']:.1f}", f"{s['total_sent'] / 1e6:.2f}",
                   f"{s['total_received'] / 1e6:.2f}", str(s["messages_sent"]), str(s["rounds"]))
     out.print(t)
+    warned = set()
+    for s in results.values():  # FV-tree: every party saw the same endorsements; say it once
+        refused = {q: n for q, n in (s.get("refused_uploads") or {}).items() if n}
+        text = ", ".join(f"{q} {n} of {s['uploads_per_party']}" for q, n in refused.items())
+        if refused and text not in warned:
+            warned.add(text)
+            out.print(f"warning: histogram uploads refused by the parties' endorsements: {text} (overlap distance "
+                      f"above the threshold {s['threshold']:g}; honest parties with few instances per bin reach it "
+                      f"too: use fewer bins ([params] max_bins) or a higher [fvtree] threshold)", soft_wrap=True)
     for name, s in results.items():
         if s.get("privacy"):
             out.print(f"{name}: {s['privacy']}")

@@ -295,7 +295,9 @@ def _fvtree_party(ctx: RoleContext) -> dict:
         model.classes = list(range(model.n_classes))
     model.save(ctx.model_path)
     return {"trees": model.n_trees, "ledger": str(path), "ledger_records": ledger.count,
-            "contributions": model.metadata["contributions"], "privacy": model.metadata.get("privacy")}
+            "contributions": model.metadata["contributions"], "privacy": model.metadata.get("privacy"),
+            "refused_uploads": model.metadata["refused_uploads"],
+            "uploads_per_party": model.metadata["uploads_per_party"], "threshold": ctx.cfg.fvtree_options().threshold}
 
 
 @dataclass

@@ -156,7 +156,9 @@ class FVTreeParty:
         self.privacy = (DifferentialPrivacy(self.o.dp, params.n_estimators, params.max_depth, params.seed)
                         if self.o.dp is not None else NoPrivacy())
         self.contributions = np.zeros((len(self.parties), 2))  # per party: split Shapley, vote (sums)
-        self.rejected = 0
+        self.rejected = 0                                   # uploads refused (all parties')
+        self.refused = np.zeros(len(self.parties), dtype=np.int64)  # per party: its uploads refused
+        self.uploads = 0                                    # uploads per party so far (one per layer)
         self._replay, self._replay_pos = None, 0  # a resumed run's setup records, checked instead of appended
         self._history: dict = {}                  # checkpointed light state per number of rounds done
         self._fp: str | None = None               # this party's fingerprint (data, settings, key)
@@ -356,6 +358,8 @@ class FVTreeParty:
                                                "total": float(s + o.beta * v)}
                                            for q, (s, v) in zip(self.parties, self.contributions)}
         model.metadata["rejected_histograms"] = self.rejected
+        model.metadata["refused_uploads"] = {q: int(n) for q, n in zip(self.parties, self.refused)}
+        model.metadata["uploads_per_party"] = self.uploads
         if self.privacy.report():
             model.metadata["privacy"] = self.privacy.report()
         self.model = model
@@ -439,6 +443,8 @@ class FVTreeParty:
             self.ledger.truncate(at["ledger_count"], bytes.fromhex(at["ledger_head"]))
         self.contributions = np.array(at["contributions"], dtype=np.float64).reshape(len(self.parties), 2)
         self.rejected = int(at["rejected"])
+        self.refused = np.array(at["refused"], dtype=np.int64)
+        self.uploads = int(at["uploads"])
         return at["privacy"]
 
     def _save(self, checkpoint, trees_done: int, model: GBDTModel) -> None:
@@ -451,6 +457,7 @@ class FVTreeParty:
             "ledger_count": self.ledger.count if self.ledger is not None else 0,
             "ledger_head": self.ledger.head.hex() if self.ledger is not None else "",
             "contributions": self.contributions.ravel().tolist(), "rejected": self.rejected,
+            "refused": self.refused.tolist(), "uploads": self.uploads,
             "privacy": self.privacy.state()}
         # the setup's entry stays (a resumed run's setup must reproduce its records), with the last two rounds
         self._history = {k: v for k, v in self._history.items() if int(k) in (0, trees_done - 1, trees_done)}
@@ -561,6 +568,7 @@ class _FVFinder(SplitFinder):
                 p._append(q, got[q][0])
             # 3. endorsements
             accepted, refusals = self._endorse(layer, got, uploads, candidates, local)
+            p.uploads += 1
         # 4. the federation's histograms and split
         hist = np.zeros((n_nodes, int(self.offsets[-1]), 3))
         node_totals = np.zeros((n_nodes, 3))
@@ -644,6 +652,7 @@ class _FVFinder(SplitFinder):
                if not ok[i]]
         refusals = ["; ".join(bad)] * n_nodes
         p.rejected += int((~ok).sum())
+        p.refused += ~ok
         return accepted, refusals
 
     def _read_endorsements(self, endorser: str, msg: m.SignedRecords, got) -> dict:
