@@ -13,7 +13,8 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows (or are ``host_ids``, the IDs
     of the host's rows; with ``shared_only`` guests may hold IDs the host lacks: one host of several).  With
     ``X_test_host`` and ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the
-    test set."""
+    test set.  Returns the host's model, its training scores ``raw`` and test scores ``test_raw`` (arrays of
+    rows x outputs: one column for binary and regression), the guests' models and channel statistics."""
     names = [f"guest{k}" for k in range(len(guests))]
     hub = InProcessHub(["host"] + names)
     holder = {"fit_stats": {}}
