@@ -274,8 +274,8 @@ def _fvtree_party(ctx: RoleContext) -> dict:
     if ctx.resume:
         for f in (path, key_path):
             if not f.exists():
-                raise InvalidParameterError(f"--resume: {f} from the interrupted run is missing; the ledger and "
-                                            f"the signing key stay in the output directory until the run ends")
+                raise InvalidParameterError(f"--resume: {f} from the interrupted run is missing (a resumed party "
+                                            f"continues its ledger and signs with the same key)")
         key = SigningKey.load(key_path)
     else:
         if path.exists():
