@@ -172,10 +172,10 @@ def dataset_files(name: str, directory: Path | None = None, download: bool = Fal
             if download:
                 path = fetch_file(name, f, directory, base_url)
             else:
-                where = f.url or _HOMEPAGES[name]
-                raise DataError(f"dataset {name!r}: file {f.name!r} not found in {str(directory)!r}. Get it from "
-                                f"{where} (or run `fedgrove datasets download {name}`), or point "
-                                f"FEDGROVE_DATA_DIR at a directory that has {name}/{f.name}[.gz]")
+                get = (f"Get it from {f.url} (or run `fedgrove datasets download {name}`)" if f.url else
+                       f"Get it from {_HOMEPAGES[name]} (no direct download)")
+                raise DataError(f"dataset {name!r}: file {f.name!r} not found in {str(directory)!r}. {get}, or "
+                                f"point FEDGROVE_DATA_DIR at a directory that has {name}/{f.name}[.gz]")
         paths.append(path)
     return paths
 
