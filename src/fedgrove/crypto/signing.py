@@ -44,6 +44,16 @@ class SigningKey:
             raise DataError(f"{str(path)!r} holds a {type(key).__name__}, not an Ed25519 key")
         return cls(key)
 
+    def derive(self, purpose: bytes, length: int = 32) -> bytes:
+        """Secret bytes for ``purpose``, derived from the private key (HKDF-SHA256): only the key's holder can
+        compute them, and they are the same for as long as the key is (a resumed run draws the same noise)."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        raw = self._sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                     serialization.NoEncryption())
+        return HKDF(hashes.SHA256(), length, salt=b"fedgrove", info=b"fedgrove|" + purpose).derive(raw)
+
     def public_bytes(self) -> bytes:
         return self._sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 

@@ -41,6 +41,9 @@ from fedgrove.protocols.fvtree.simulate import run_fvtree
 from fedgrove.protocols.simfl.simulate import run_simfl
 
 DATASETS = ("a9a", "cod-rna")
+# research runs: PSD and DP noise from the experiment's seed (reproducible, and known to every party; a real
+# federation draws its noise from each party's secret, FVTreeOptions(noise="secret"))
+NOISE = "public"
 EXPERIMENTS = ("figure6", "figure7", "figure8", "figure9")
 
 
@@ -95,7 +98,8 @@ def figure6(X, y, Xt, yt, cfg: Config) -> dict:
     res["Standalone"] = [_curve(mdl, Xt, yt, cfg.n_trees, cfg.curve_every) for mdl in solo]
     for name, refit in (("FV-tree", True), ("PV-tree", False)):
         t0 = time.perf_counter()
-        out = run_fvtree([(X[r], y[r]) for r in parts], params, FVTreeOptions(refit=refit, threshold=cfg.threshold),
+        out = run_fvtree([(X[r], y[r]) for r in parts], params,
+                         FVTreeOptions(refit=refit, threshold=cfg.threshold, noise=NOISE),
                          timeout=3600)
         res[name] = _curve(out["model"], Xt, yt, cfg.n_trees, cfg.curve_every)
         res[f"{name}_seconds"] = time.perf_counter() - t0
@@ -109,7 +113,8 @@ def figure6(X, y, Xt, yt, cfg: Config) -> dict:
 
 def _sweep_point(X, y, Xt, yt, parts, cfg: Config) -> dict:
     params = cfg.params(cfg.sweep_trees)
-    out = run_fvtree([(X[r], y[r]) for r in parts], params, FVTreeOptions(threshold=cfg.threshold), timeout=3600)
+    out = run_fvtree([(X[r], y[r]) for r in parts], params, FVTreeOptions(threshold=cfg.threshold, noise=NOISE),
+                     timeout=3600)
     simfl = run_simfl([(X[r], y[r], r) for r in parts], params, timeout=3600)
     return {"FV-tree": _err(out["model"], Xt, yt), "SimFL": _err(simfl["model"], Xt, yt),
             "Standalone": _solo(X, y, Xt, yt, parts, params), "Centralized": _err(train_gbdt(params, X, y), Xt, yt),
@@ -125,7 +130,7 @@ def figure9(name: str, X, y, Xt, yt, cfg: Config) -> dict:
         for s in range(cfg.dp_seeds):
             params = GBDTParams(n_estimators=tpe * n_ens, max_depth=cfg.dp_depth, learning_rate=0.3,
                                 max_bins=cfg.max_bins, seed=cfg.seed + s)
-            opts = FVTreeOptions(use_psd=False, refit=False, verify=False,
+            opts = FVTreeOptions(use_psd=False, refit=False, verify=False, noise=NOISE,
                                  dp=DPOptions(epsilon=eps, trees_per_ensemble=tpe))
             out = run_fvtree([(X[r], y[r]) for r in parts], params, opts, timeout=3600)
             errs.append(_err(out["model"], Xt, yt))

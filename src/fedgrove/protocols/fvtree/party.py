@@ -69,6 +69,10 @@ class FVTreeOptions:
     beta : weight of the voting contribution in a party's total
     n_permutations : Shapley permutations above 12 parties
     dp : DPOptions, or None
+    noise : where the party's PSD noise and seeded DP noise come from: "secret" (default), a seed derived
+        from its own signing key, which no other party can compute (a resumed run draws the same noise);
+        "public": from the federation's seed and the party's index, so every party that knows the config
+        can recompute (and remove) every other party's noise: reproducible research runs only
     """
 
     n_candidates: int | None = 2
@@ -82,6 +86,7 @@ class FVTreeOptions:
     beta: float = 1.0
     n_permutations: int = 2000
     dp: DPOptions | None = None
+    noise: str = "secret"
 
     def __post_init__(self):
         if self.n_candidates is not None and not (isinstance(self.n_candidates, int) and self.n_candidates >= 1):
@@ -94,6 +99,8 @@ class FVTreeOptions:
             raise InvalidParameterError(f"threshold must be positive, got {self.threshold!r}")
         if isinstance(self.dp, dict):
             self.dp = DPOptions(**self.dp)
+        if self.noise not in ("secret", "public"):
+            raise InvalidParameterError(f"noise must be 'secret' or 'public', got {self.noise!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -153,7 +160,8 @@ class FVTreeParty:
         self.requester = self.parties[0]
         self.key = key or SigningKey()
         self.ledger = ledger
-        self.privacy = (DifferentialPrivacy(self.o.dp, params.n_estimators, params.max_depth, params.seed)
+        self.privacy = (DifferentialPrivacy(self.o.dp, params.n_estimators, params.max_depth,
+                                            self._noise_seed(b"dp", [params.seed, 41, self.index]))
                         if self.o.dp is not None else NoPrivacy())
         self.contributions = np.zeros((len(self.parties), 2))  # per party: split Shapley, vote (sums)
         self.rejected = 0                                   # uploads refused (all parties')
@@ -162,6 +170,13 @@ class FVTreeParty:
         self._replay, self._replay_pos = None, 0  # a resumed run's setup records, checked instead of appended
         self._history: dict = {}                  # checkpointed light state per number of rounds done
         self._fp: str | None = None               # this party's fingerprint (data, settings, key)
+
+    def _noise_seed(self, purpose: bytes, public: list) -> list:
+        """Seed of this party's noise for ``purpose``: secret (from its signing key) or, with
+        ``noise = "public"``, the given public seed."""
+        if self.o.noise == "public":
+            return public
+        return list(self.key.derive(b"fvtree-noise|" + purpose))
 
     # -- signed records ----------------------------------------------------------------------
     def _sign(self, message) -> m.SignedRecord:
@@ -273,8 +288,8 @@ class FVTreeParty:
     def _psd(self) -> None:
         o = self.o
         psd = PSD.build(self.X, self.y, self.lo, self.hi, o.psd_depth, o.psd_epsilon,
-                        np.random.default_rng([self.params.seed, 53]), np.random.default_rng([self.params.seed, 54,
-                                                                                              self.index]))
+                        np.random.default_rng([self.params.seed, 53]),  # the structure: the same for everyone
+                        np.random.default_rng(self._noise_seed(b"psd", [self.params.seed, 54, self.index])))
         got = self._all_gather("psd", self._sign(rec.PSDUpload(self.ch.party, psd.depth, psd.features, psd.cuts,
                                                                psd.counts)), rec.PSDUpload)
         for p in self.parties:

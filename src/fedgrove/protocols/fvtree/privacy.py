@@ -111,14 +111,14 @@ class NoPrivacy:
 
 
 class DifferentialPrivacy(NoPrivacy):
-    def __init__(self, options: DPOptions, n_trees: int, max_depth: int, seed: int):
+    def __init__(self, options: DPOptions, n_trees: int, max_depth: int, seed):
         self.o = options
         self.tpe = options.trees_per_ensemble or n_trees
         self.n_ensembles = options.n_ensembles or -(-n_trees // self.tpe)
         self.max_depth = max_depth
         self.accountant = PrivacyAccountant(options.epsilon)
         self.eps_depth = options.epsilon / self.n_ensembles / max_depth
-        self.rng = np.random.default_rng([seed, 41]) if options.seeded else None
+        self.rng = np.random.default_rng(seed) if options.seeded else None  # seed: an int or a list of ints
         self.g_star = float(options.g_clip)
 
     def rows_of_tree(self, t: int, n: int, rng_seed) -> np.ndarray:
