@@ -31,7 +31,8 @@
     [horizontal]                 # horizontal only: contributions = true (each client's split Shapley values;
                                  # clients then send their gradient sums at every split in the clear)
     [fvtree]                     # fvtree only: n_candidates (2; "all"), refit, use_psd, psd_depth, psd_epsilon,
-                                 # verify, threshold, endorse_fraction, beta, n_permutations
+                                 # verify, threshold, endorse_fraction, beta, n_permutations,
+                                 # noise = "secret" | "public" (PSD/DP noise seeds: own key | the config's seed)
     [fvtree.dp]                  # optional differential privacy: epsilon, trees_per_ensemble, n_ensembles,
                                  # g_clip, leaf_clip (1.0; "none" for no bound), seeded
     [[party]]
