@@ -160,9 +160,8 @@ _warned = False
 def _seeded_warning():
     global _warned
     if not _warned:
-        warnings.warn("seeded DP noise is for reproducible experiments only: it is not safe against "
-                      "floating-point attacks; omit the seed for OpenDP's exact sampler", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn("seeded DP noise (numpy) is not safe against floating-point attacks; OpenDP's exact "
+                      "samplers are ([fvtree.dp] seeded = false, or no rng)", RuntimeWarning, stacklevel=3)
         _warned = True
 
 
