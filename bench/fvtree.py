@@ -47,8 +47,8 @@ def _run(method: str, X, y, parts, params) -> tuple[float, float, int]:
 
     t0 = time.perf_counter()
     if method in ("FV-tree", "PV-tree"):
-        out = run_fvtree([(X[r], y[r]) for r in parts], params, FVTreeOptions(refit=method == "FV-tree"),
-                         timeout=3600)
+        out = run_fvtree([(X[r], y[r]) for r in parts], params,
+                         FVTreeOptions(refit=method == "FV-tree", noise="public"), timeout=3600)
     elif method == "Histogram aggregation":
         out = run_horizontal([(X[r], y[r]) for r in parts], params, timeout=3600)
     else:

@@ -69,7 +69,7 @@ def main():
     X, y, _, _ = exp.load(args.dataset, cfg)
     parts = exp.partition(y, args.parties, 0.8, cfg.seed)
     params = GBDTParams(n_estimators=args.trees, max_depth=6, learning_rate=0.1, max_bins=32)
-    run_fvtree([(X[r], y[r]) for r in parts], params, fv.FVTreeOptions(threshold=1e9), timeout=3600,
+    run_fvtree([(X[r], y[r]) for r in parts], params, fv.FVTreeOptions(threshold=1e9, noise="public"), timeout=3600,
                tamper={"party1": double})
     tree, depth, d, doubled = (np.array(c) for c in zip(*records))
     doubled = doubled.astype(bool)
