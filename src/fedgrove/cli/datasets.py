@@ -49,13 +49,13 @@ def download(names: List[str] = typer.Argument(..., help="Dataset names (see `fe
     if unknown:
         raise DataError(f"unknown dataset(s) {', '.join(map(repr, unknown))}; available: "
                         f"{', '.join(ds.available_datasets())}")
-    check_output_dir(root, "--dir")
     for name in names:
         for f in ds.dataset_remote_files(name):
             there = ds.find_file(root / name, f)
             if there is not None:
                 out.print(f"{name}: {there} is already there")
                 continue
+            check_output_dir(root, "--dir")  # only when something is to be written
             with console.status(f"downloading {name}/{f.name} ..."):
                 path = ds.fetch_file(name, f, root / name, base_url)
             out.print(f"{name}: downloaded {path} (sha256 checked)")
