@@ -169,3 +169,13 @@ def test_usage_errors_print_usage_and_exit_2_without_a_traceback(argv, message, 
     assert code == 2
     assert message in out + err and "Usage: fedgrove" in out + err
     assert "Traceback" not in out + err
+
+
+def test_info_on_a_ledger_file_points_to_the_ledger_commands(tmp_path, capsys):
+    from fedgrove.ledger.store import Ledger
+
+    led = Ledger(tmp_path / "party0.ledger.sqlite")
+    led.append("Note", "party0", b"x", bytes(64))
+    led.close()
+    assert main(["info", str(tmp_path / "party0.ledger.sqlite")]) == 3
+    assert "fedgrove ledger show" in capsys.readouterr().err

@@ -50,6 +50,11 @@ def info(
             t.add_row(f"param {k}", str(v))
         out.print(t)
         return
+    if p.is_file() and _head(p, 16) == b"SQLite format 3\x00":
+        from fedgrove.exceptions import DataError
+
+        raise DataError(f"{path} is an SQLite file, not a data file; an FV-tree ledger is shown by "
+                        f"`fedgrove ledger show {path}` and checked by `fedgrove ledger verify {path}`")
     table = load_input(path, label)
     t = RichTable(title=f"{path}: {table.n_samples} samples x {table.n_features} features", show_header=False)
     t.add_column("field")
@@ -61,6 +66,11 @@ def info(
         t.add_row(f"label {table.label_name}", shown + (" ..." if len(values) > 10 else ""))
     t.add_row("features", ", ".join(table.feature_names[:12]) + (" ..." if table.n_features > 12 else ""))
     out.print(t)
+
+
+def _head(p: Path, n: int) -> bytes:
+    with open(p, "rb") as fh:
+        return fh.read(n)
 
 
 def _looks_like_model(p: Path) -> bool:
