@@ -154,7 +154,7 @@ def test_horizontal_federation_runs_from_a_config(tmp_path):
     assert np.mean(models[0].predict(X) == y) > 0.9
 
 
-def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path):
+def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path, capsys):
     r = np.random.default_rng(2)
     X = r.normal(size=(900, 4))
     y = np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])
@@ -181,6 +181,10 @@ def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path):
         full = json.loads((tmp_path / "full" / f"{n}.model.json").read_text())
         res = json.loads((tmp_path / "res" / f"{n}.model.json").read_text())
         assert full["trees"] == res["trees"] and len(full["trees"]) == 18
+    (tmp_path / "fresh.toml").write_text(config(2, "fresh"))  # nothing to resume from: said, then trained
+    capsys.readouterr()
+    assert main(["simulate", str(tmp_path / "fresh.toml"), "--resume"]) == 0
+    assert "no checkpoint of agg, c0, c1, c2 in" in capsys.readouterr().err
 
 
 def _example(tmp_path, name: str, scheme: str, trees: int) -> Path:

@@ -26,6 +26,7 @@ def simulate(config: Path = typer.Argument(..., help="federation.toml: every par
     check_output_dir(cfg.output_dir, f"[output] dir of {config}")
     what = "predicting with" if predict else "simulating"
     console.print(f"{what} a {cfg.protocol} federation of {len(cfg.parties)} parties ...")
+    _note_missing_checkpoints(cfg, [p.name for p in cfg.parties], resume)
     with progress_bar("training", 1, enabled=not predict) as update:
         results = run(cfg, resume, update, predict_only=predict)
     _report(results, cfg.output_dir)
@@ -42,9 +43,20 @@ def party(config: Path = typer.Argument(..., help="party.toml: this party, its c
     _check_predict(cfg, predict, resume)
     check_output_dir(cfg.output_dir, f"[output] dir of {config}")
     console.print(f"{me.name} ({me.role}) listening on {me.listen}; peers: {', '.join(cfg.peers)}")
+    _note_missing_checkpoints(cfg, [me.name], resume)
     with progress_bar(f"{me.name} training", 1, enabled=not predict) as update:
         results = run_party(cfg, me, resume, update, predict_only=predict)
     _report({me.name: results}, cfg.output_dir)
+
+
+def _note_missing_checkpoints(cfg, names: list[str], resume: bool) -> None:
+    """With --resume, say which parties have nothing to resume from (they start at the first tree)."""
+    if not resume:
+        return
+    missing = [n for n in names if not (Path(cfg.output_dir) / f"{n}.checkpoint.json").exists()]
+    if missing:
+        console.print(f"note: no checkpoint of {', '.join(missing)} in {cfg.output_dir}: "
+                      f"{'it starts' if len(missing) == 1 else 'they start'} from the first tree")
 
 
 def _check_predict(cfg, predict: bool, resume: bool) -> None:
