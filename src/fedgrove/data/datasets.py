@@ -162,11 +162,10 @@ def download_file(f: RemoteFile, directory: Path, url: str | None = None) -> Pat
 def dataset_files(name: str, directory: Path | None = None, download: bool = False,
                   base_url: str | None = None) -> list[Path]:
     """Paths of the dataset's files, downloading missing ones when asked."""
-    if name not in _FILES:
-        raise DataError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+    files = dataset_remote_files(name)
     directory = Path(directory or data_dir()) / name
     paths = []
-    for f in _FILES[name]:
+    for f in files:
         path = find_file(directory, f)
         if path is None:
             if download:
