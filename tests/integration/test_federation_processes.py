@@ -93,19 +93,33 @@ def _start_resume(tmp_path, name):
                              "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_model(tmp_path):
-    import json
+def _kill_once_checkpointed(procs: dict, victim: str, ckpt: Path, trees: int = 3) -> None:
+    """SIGKILL ``victim`` mid-training: once its checkpoint holds ``trees`` trees, while it still runs."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= trees:
+            break
+        time.sleep(0.1)
+    assert procs[victim].poll() is None
+    procs[victim].send_signal(signal.SIGKILL)
 
+
+def _resume_all(tmp_path, names: list[str]) -> None:
+    """Restart every party with --resume (a longer timeout: the restarted processes may take more than 6 s to
+    start on a loaded machine with a cold numba cache; the timeout does not change the model); all succeed."""
+    for n in names:
+        cfg = tmp_path / f"{n}.toml"
+        cfg.write_text(cfg.read_text().replace("timeout = 6\n", "timeout = 60\n"))
+    procs = [_start_resume(tmp_path, n) for n in reversed(names)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(names), [o[1][-2000:] for o in outs]
+
+
+def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_model(tmp_path):
     names = _setup(tmp_path, trees=30, timeout=6, rows=3000)
     procs = {n: _start(tmp_path, n) for n in names}
     ckpt = tmp_path / "grpc" / "party1.checkpoint.json"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # kill once a few trees are checkpointed, mid-training
-        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= 3:
-            break
-        time.sleep(0.2)
-    assert procs["party1"].poll() is None
-    procs["party1"].send_signal(signal.SIGKILL)
+    _kill_once_checkpointed(procs, "party1", ckpt)  # mid-training
     t0 = time.monotonic()
     results = {n: procs[n].communicate(timeout=60) for n in ("party0", "party2")}
     elapsed = time.monotonic() - t0
@@ -116,14 +130,7 @@ def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_mode
     # restart everyone with --resume: the result equals an uninterrupted (simulated) run
     done_before = json.loads((tmp_path / "grpc" / "party0.checkpoint.json").read_text())["trees_done"]
     assert 0 < done_before < 30
-    # the restarted processes may take longer than 6 s to start on a loaded machine with a cold numba cache
-    # (a fresh clone); the timeout does not change the model
-    for n in names:
-        cfg = tmp_path / f"{n}.toml"
-        cfg.write_text(cfg.read_text().replace("timeout = 6\n", "timeout = 60\n"))
-    procs = [_start_resume(tmp_path, n) for n in reversed(names)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
+    _resume_all(tmp_path, names)
     from fedgrove.cli.main import main
 
     assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
@@ -341,13 +348,7 @@ def test_hybridtree_guest_killed_host_exits_and_resume_over_grpc_equals_the_simu
     names = _setup_hybrid(tmp_path, trees=25, timeout=6, rows=2400)
     procs = {n: _start(tmp_path, n) for n in names}
     ckpt = tmp_path / "grpc" / "guest1.checkpoint.json"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= 3:
-            break
-        time.sleep(0.2)
-    assert procs["guest1"].poll() is None
-    procs["guest1"].send_signal(signal.SIGKILL)
+    _kill_once_checkpointed(procs, "guest1", ckpt)  # mid-training
     t0 = time.monotonic()
     results = {n: procs[n].communicate(timeout=60) for n in ("host", "guest0", "guest2")}
     assert time.monotonic() - t0 < 6 * 3 + 10
@@ -472,25 +473,14 @@ def test_fvtree_party_killed_others_exit_and_resume_over_grpc_equals_the_simulat
         (tmp_path / f"{n}.toml").write_text(adapt((example / f"{n}.toml").read_text(), 6))
     procs = {n: _start(tmp_path, n) for n in names}
     ckpt = tmp_path / "runs" / "grpc" / "party1.checkpoint.json"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= 3:
-            break
-        time.sleep(0.1)
-    assert procs["party1"].poll() is None
-    procs["party1"].send_signal(signal.SIGKILL)
+    _kill_once_checkpointed(procs, "party1", ckpt)  # mid-training
     results = {n: procs[n].communicate(timeout=60) for n in ("party0", "party2", "party3")}
     for n, (_, err) in results.items():
         assert procs[n].returncode not in (0, None) and "party1" in err, err[-2000:]
         assert "Traceback" not in err
     done = json.loads(ckpt.read_text())["trees_done"]
     assert 0 < done < 40
-    for n in names:
-        cfg = tmp_path / f"{n}.toml"
-        cfg.write_text(cfg.read_text().replace("timeout = 6\n", "timeout = 60\n"))
-    procs = [_start_resume(tmp_path, n) for n in reversed(names)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, [o[1][-2000:] for o in outs]
+    _resume_all(tmp_path, names)
     assert main(["simulate", str(tmp_path / "federation.toml")]) == 0  # uninterrupted, in one process
     for n in names:
         sim, grpc_run = tmp_path / "runs" / "simulated" / n, tmp_path / "runs" / "grpc" / n

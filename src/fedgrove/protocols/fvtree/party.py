@@ -106,7 +106,8 @@ class FVTreeOptions:
         return asdict(self)
 
 
-_SETUP_KINDS = ("ModelRequest", "Membership", "Binning", "PSDUpload")  # the records the setup writes
+# the records the setup writes (a record's kind is its body's message type)
+_SETUP_KINDS = tuple(c.__name__ for c in (rec.ModelRequest, rec.Membership, rec.Binning, rec.PSDUpload))
 
 
 @dataclass
