@@ -63,6 +63,33 @@ def test_only_hashes_ids_aggregated_gradients_and_trees_cross_party_boundaries()
     assert all(mm.to_dict() == models[0].to_dict() for mm in models)  # every party ends with the same model
 
 
+def test_each_party_sends_the_gradients_of_the_model_so_far_aggregated_on_its_similar_instances():
+    # Algorithm 2 from the outside: for tree t, what a party sends its trainer is, per trainer instance, the sums
+    # of g and h (logistic loss) of its own instances similar to it, at the scores of the final model's first t
+    # trees on its rows; so a party's own routing of the others' trees and its aggregation are both checked
+    X, y, parts = _parts(n=1500, k=3)
+    sent = {f"party{k}": [] for k in range(3)}
+    out = run_simfl(parts, GBDTParams(n_estimators=7, max_depth=4, learning_rate=0.3),
+                    SimFLOptions(schedule="round-robin"),
+                    observers={n: [lambda d, peer, tag, msg, log=v: d == "send" and isinstance(
+                        msg, m.AggregatedGradients) and log.append((peer, msg))] for n, v in sent.items()})
+    model = out["model"]
+    checked = 0
+    for k, (Xk, yk, _) in enumerate(parts):
+        name = f"party{k}"
+        assert len(sent[name]) == 7 - len(range(k, 7, 3))  # one message per tree grown by another party
+        for trainer, msg in sent[name]:
+            p = 1 / (1 + np.exp(-model.predict_raw(Xk, n_rounds=msg.tree)))
+            similar = out["similarity"][name].similar[trainer]
+            ok = similar >= 0
+            n_trainer = len(parts[int(trainer[-1])][0])
+            np.testing.assert_allclose(msg.g[:, 0], np.bincount(similar[ok], (p - yk)[ok], n_trainer), atol=1e-12)
+            np.testing.assert_allclose(msg.h[:, 0], np.bincount(similar[ok], (p * (1 - p))[ok], n_trainer),
+                                       atol=1e-12)
+            checked += 1
+    assert checked == 14
+
+
 def test_simfl_beats_solo_and_tfl_on_unbalanced_a9a_parties(a9a):
     # the paper's unbalanced split (theta = 0.8) of an a9a subset: SimFL's test error is below each party's SOLO
     # and below TFL with the same tree schedule (blocks by data share)

@@ -165,3 +165,45 @@ def test_predict_kernels_match_reference(rng):
     c = pk.leaves_binned(Xb, bm.missing_codes)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, c)  # raw thresholds and bin thresholds route identically
+
+
+@pytest.mark.parametrize("distinct", [3, 300, 1_000_000])
+def test_ranked_routing_matches_raw_routing(rng, distinct):
+    # RankedRows (ranks of a table's distinct values, uint8/uint16/uint32 by how many) must send every row to the
+    # leaf that routing the raw values sends it to, NaN included, and its kernel must match its numpy reference
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.tree import PackedEnsemble, RankedRows, Tree
+
+    n = 80_000 if distinct > 70_000 else 4000  # 80,000 rows hold over 65,535 distinct values of 10^6
+    X = rng.integers(0, distinct, size=(n, 5)).astype(float) / 7.0
+    X[rng.random(X.shape) < 0.1] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + rng.normal(size=n) > np.nanmedian(X[:, 0])).astype(float)
+    model = train_gbdt(GBDTParams(n_estimators=3, max_depth=5, max_bins=63), X, y)
+    ranked = RankedRows(X)
+    assert ranked.ranks.dtype == {3: np.uint8, 300: np.uint16, 1_000_000: np.uint32}[distinct]
+    trees = list(model.trees)
+    # thresholds equal to a value, between values, beyond every value and infinite
+    t = trees[0]
+    nodes = t.nodes.copy()
+    internal = np.nonzero(nodes["feature"] >= 0)[0]
+    nodes["threshold"][internal[:4]] = [X[0, 0] if not np.isnan(X[0, 0]) else 1.0, -np.inf, np.inf, 1e9]
+    nodes["feature"][internal[:4]] = [0, 1, 2, 3]
+    trees.append(Tree(nodes, t.values))
+    for tree in trees:
+        expected = PackedEnsemble([tree]).leaves(X)[:, 0]
+        np.testing.assert_array_equal(ranked.leaves(tree), expected)
+        layout = ranked.layout(tree)
+        np.testing.assert_array_equal(predict.predict_leaves_ranked_reference(ranked.ranks, *layout), expected)
+        np.testing.assert_array_equal(predict.predict_leaves_ranked(ranked.ranks, *layout), expected)
+
+
+def test_ranked_routing_refuses_unknown_thresholds(rng):
+    from fedgrove.engine.tree import NODE_DTYPE, RankedRows, Tree
+    from fedgrove.exceptions import ModelFormatError
+
+    nodes = np.zeros(3, dtype=NODE_DTYPE)
+    nodes["feature"] = [0, -1, -1]
+    nodes["left"], nodes["right"] = [1, -1, -1], [2, -1, -1]
+    nodes["threshold"] = [np.nan, 0, 0]
+    with pytest.raises(ModelFormatError, match="thresholds belong to another party"):
+        RankedRows(rng.normal(size=(10, 2))).leaves(Tree(nodes, np.zeros((3, 1))))

@@ -33,7 +33,7 @@ from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
-from fedgrove.engine.tree import PackedEnsemble
+from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.protocols.simfl import messages as m
@@ -132,6 +132,7 @@ class SimFLParty:
             raise DataError(f"{channel.party}: instance IDs must be unique, one per row")
         self.cache = Path(cache) if cache else None
         self.similarity: Similarity | None = None
+        self._matched: dict = {}
         self.timings: dict = {}
 
     # -- setup and preprocessing ---------------------------------------------------------------
@@ -243,6 +244,7 @@ class SimFLParty:
     def _fit(self, checkpoint, resume, progress) -> GBDTModel:
         ch, p = self.ch, self.params
         sim = self.similarity or self.preprocess()
+        self._matched = {}
         objective = make_objective(p.objective, p.n_classes or 1)
         y = objective.check_labels(self.y)
         K = objective.n_outputs
@@ -262,7 +264,7 @@ class SimFLParty:
         bm = BinMapper(p.max_bins, seed=p.seed).fit(self.X)
         X_binned = bm.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
-        X_raw_columns = np.asfortranarray(self.X)  # routing others' trees reads one feature column at a time
+        ranked = RankedRows(self.X)  # routes the other parties' trees (raw thresholds) through this party's rows
         thresholds = [bm.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
@@ -274,13 +276,11 @@ class SimFLParty:
             g, h = objective.gradients(y, raw)
             with ch.scope(tree=t):
                 if trainer != ch.party:
-                    ch.send(trainer, m.GRADIENTS, self._aggregate(t, sim.similar[trainer],
-                                                                  sim.sizes[order[t]], g, h))
-                    trees = [m.tree_from_message(ch.recv(trainer, m.TREE, m.TreeMessage), self.X.shape[1])
-                             for _ in range(K)]
-                    leaves = PackedEnsemble(trees).leaves(X_raw_columns)
-                    for c, tree in enumerate(trees):
-                        raw[:, c] += tree.values[leaves[:, c], 0]
+                    ch.send(trainer, m.GRADIENTS, self._aggregate(t, trainer, g, h))
+                    trees = []
+                    for c in range(K):
+                        trees.append(m.tree_from_message(ch.recv(trainer, m.TREE, m.TreeMessage), self.X.shape[1]))
+                        raw[:, c] += trees[-1].values[ranked.leaves(trees[-1]), 0]
                 else:
                     gw, hw = self._weighted(t, g, h)
                     trees = []
@@ -333,12 +333,15 @@ class SimFLParty:
                                     f"{self.parties[0]} resumes at {start}; restart all parties from the same point")
         return start
 
-    def _aggregate(self, t: int, similar: np.ndarray, n_trainer: int, g, h) -> m.AggregatedGradients:
+    def _aggregate(self, t: int, trainer: str, g, h) -> m.AggregatedGradients:
         """Per instance of the trainer, the sums of this party's g and h over the instances similar to it."""
-        ok = similar >= 0
-        idx = similar[ok]
-        G = np.column_stack([np.bincount(idx, weights=g[ok, c], minlength=n_trainer) for c in range(g.shape[1])])
-        H = np.column_stack([np.bincount(idx, weights=h[ok, c], minlength=n_trainer) for c in range(h.shape[1])])
+        if trainer not in self._matched:  # this party's rows with a similar instance there, and its position
+            similar = self.similarity.similar[trainer]
+            rows = np.nonzero(similar >= 0)[0]
+            self._matched[trainer] = (rows, similar[rows], self.similarity.sizes[self.parties.index(trainer)])
+        rows, idx, n_trainer = self._matched[trainer]
+        G = np.column_stack([np.bincount(idx, weights=g[rows, c], minlength=n_trainer) for c in range(g.shape[1])])
+        H = np.column_stack([np.bincount(idx, weights=h[rows, c], minlength=n_trainer) for c in range(h.shape[1])])
         return m.AggregatedGradients(t, G, H)
 
     def _weighted(self, t: int, g, h):
