@@ -13,7 +13,7 @@ party, preprocessing excluded), its preprocessing seconds, bytes sent per
 party during preprocessing, and bytes per tree (all parties).  Writes
 bench/results/simfl.json.
 
-    python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1]
+    python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1 --out FILE]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=RESULTS, help=f"where to write the figures (default {RESULTS})")
     args = ap.parse_args()
 
     import numba
@@ -83,12 +84,12 @@ def main():
            "mean_nodes_per_tree": {"SOLO": float(np.mean([t.n_nodes for t in solo.trees])),
                                    "SimFL": float(np.mean([t.n_nodes for t in last["model"].trees]))},
            "target_ratio": 1.1, "runs": rows}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
     print(f"median: SimFL/SOLO training time {out['ratio_simfl_over_solo']:.2f}x (target <= 1.1); preprocessing "
           f"{med['prep']:.2f} s, {out['preprocessing_bytes_sent_per_party'] / 1e6:.2f} MB sent per party; "
           f"{out['bytes_per_tree'] / 1e6:.3f} MB per tree; nodes per tree SOLO "
-          f"{out['mean_nodes_per_tree']['SOLO']:.0f}, SimFL {out['mean_nodes_per_tree']['SimFL']:.0f}; wrote {RESULTS}")
+          f"{out['mean_nodes_per_tree']['SOLO']:.0f}, SimFL {out['mean_nodes_per_tree']['SimFL']:.0f}; wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -140,6 +140,16 @@ def test_tree_schedules_multiclass_and_regression():
     assert metrics.rmse(yr, out["model"].predict(X)) < 0.5
 
 
+def test_min_samples_leaf_counts_the_trainers_own_instances():
+    # the trainer's histograms carry per-bin counts when min_samples_leaf > 1 (they did not: leaves of 3 rows
+    # were grown with min_samples_leaf = 20); a leaf's count is the number of the trainer's own rows in it
+    _, _, parts = _parts(n=1200, k=2)
+    out = run_simfl(parts, GBDTParams(n_estimators=4, max_depth=6, min_samples_leaf=20))
+    for tree in out["model"].trees:
+        assert tree.nodes["count"][tree.is_leaf].min() >= 20
+        assert tree.nodes["count"][0] == len(parts[int(tree.nodes["owner"][0])][0])
+
+
 def test_bad_setups_are_refused_before_anything_is_sent():
     X, y, parts = _parts(n=300, k=2)
     with pytest.raises(InvalidParameterError, match="L < d"):

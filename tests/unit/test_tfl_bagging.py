@@ -17,11 +17,15 @@ def data():
     return X, y
 
 
-def test_one_party_holding_everything_is_the_engine(data):
+@pytest.mark.parametrize("min_samples_leaf", [1, 40])
+def test_one_party_holding_everything_is_the_engine(data, min_samples_leaf):
+    # min_samples_leaf > 1 needs per-bin counts in the histograms (TFL grew without them and ignored it)
     X, y = data
-    params = GBDTParams(n_estimators=6, max_depth=3)
+    params = GBDTParams(n_estimators=6, max_depth=5, min_samples_leaf=min_samples_leaf)
     tfl = train_tfl(X, y, [PartyView(np.arange(len(y)), np.arange(6))], params)
-    np.testing.assert_array_equal(tfl.predict_raw(X), train_gbdt(params, X, y).predict_raw(X))
+    engine = train_gbdt(params, X, y)
+    np.testing.assert_array_equal(tfl.predict_raw(X), engine.predict_raw(X))
+    assert min(t.nodes["count"][t.is_leaf].min() for t in tfl.trees) >= min_samples_leaf
 
 
 def test_each_tree_uses_only_its_partys_rows_and_columns(data):

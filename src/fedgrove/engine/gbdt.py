@@ -134,6 +134,31 @@ def check_xy(X, y, n_features: int | None = None):
     return X, y
 
 
+class LocalGrower:
+    """Grows boosting trees on one fixed table from the g and h it is given each time: bins fitted once (or
+    given), the engine's histogram splitter and grower, no subsampling.  Protocols whose parties grow whole trees
+    on their own rows from gradients the engine does not compute (SimFL's weighted ones, TFL's turns) use it;
+    ``bench/simfl.py`` regrows a run's trees with it to time them without messages."""
+
+    def __init__(self, X, params: GBDTParams, bin_mapper: BinMapper | None = None):
+        self.params = params
+        self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(X)
+        self.X_binned = self.bin_mapper.transform(X)
+        self.X_columns = np.asfortranarray(self.X_binned)
+        self.thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(self.X_binned.shape[1])]
+        self.scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
+
+    def grow(self, g: np.ndarray, h: np.ndarray):
+        """One tree (bin and raw thresholds) and the splitter that grew it, which knows each row's leaf."""
+        p, bm, scorer = self.params, self.bin_mapper, self.scorer
+        cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
+        finder = HistogramSplitFinder(self.X_binned, bm.feature_offsets, bm.missing_codes, self.thresholds,
+                                      np.column_stack(cols), scorer, X_columns=self.X_columns)
+        tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
+                          min_samples_split=2 * p.min_samples_leaf).grow()
+        return tree, finder
+
+
 def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapper: BinMapper | None = None,
                feature_names=None, progress: Callable[[int, int], None] | None = None) -> GBDTModel:
     """Train a GBDT model.

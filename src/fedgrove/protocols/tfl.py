@@ -17,13 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, check_xy
-from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
-from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
-from fedgrove.engine.tree import PackedEnsemble, Tree
+from fedgrove.engine.tree import RankedRows, Tree
 from fedgrove.exceptions import InvalidParameterError
 
 SCHEDULES = ("round_robin", "blocks")
@@ -67,31 +64,21 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     base = objective.init_score(y) if params.base_score == "auto" else np.full(K, float(params.base_score))
     raw = np.tile(base, (len(y), 1))
     model = GBDTModel(params.objective, objective.n_classes, base, params=params.to_dict())
-    scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
     prepared = []
     for v in views:
         rows, feats = np.asarray(v.rows, dtype=np.int64), np.asarray(v.features, dtype=np.int64)
         if len(rows) == 0 or len(feats) == 0:
             raise InvalidParameterError("every TFL party needs at least one row and one feature")
-        Xp = X[np.ix_(rows, feats)]
-        bm = BinMapper(params.max_bins, seed=params.seed).fit(Xp)
-        Xb = bm.transform(Xp)
-        prepared.append((rows, feats, bm, Xb, np.asfortranarray(Xb),
-                         [bm.bin_upper_bounds(f) for f in range(len(feats))]))
+        prepared.append((rows, feats, LocalGrower(X[np.ix_(rows, feats)], params)))
+    ranked = RankedRows(X)  # each party's tree is routed through every row of the joined table
     order = tree_schedule(params.n_estimators, [len(v.rows) for v in views], schedule)
     for party in order:
-        rows, feats, bm, Xb, Xcols, thresholds = prepared[party]
+        rows, feats, grower = prepared[party]
         g, h = objective.gradients(y[rows], raw[rows])
         for c in range(K):
-            stats = np.column_stack([g[:, c], h[:, c]])
-            finder = HistogramSplitFinder(Xb, bm.feature_offsets, bm.missing_codes, thresholds, stats, scorer,
-                                          X_columns=Xcols)
-            tree = TreeGrower(finder, params.max_depth, lambda s: params.learning_rate * scorer.leaf_value(s),
-                              min_samples_split=2 * params.min_samples_leaf).grow()
-            tree = _to_global_features(tree, feats, party)
+            tree = _to_global_features(grower.grow(g[:, c], h[:, c])[0], feats, party)
             model.add_tree(tree, c)
-            leaf = PackedEnsemble([tree]).leaves(X)[:, 0]
-            raw[:, c] += tree.values[leaf, 0]
+            raw[:, c] += tree.values[ranked.leaves(tree), 0]
     return model
 
 

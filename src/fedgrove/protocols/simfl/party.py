@@ -26,12 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
-from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, check_xy
-from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text
-from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
@@ -261,12 +258,8 @@ class SimFLParty:
             state = checkpoint.load()
             model = model_from_dict(state["model"], source=str(checkpoint.path))
             raw = CheckpointStore.scores(state, (len(y), K))
-        bm = BinMapper(p.max_bins, seed=p.seed).fit(self.X)
-        X_binned = bm.transform(self.X)
-        X_columns = np.asfortranarray(X_binned)
+        grower = LocalGrower(self.X, p)
         ranked = RankedRows(self.X)  # routes the other parties' trees (raw thresholds) through this party's rows
-        thresholds = [bm.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
-        scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
         before, t0 = ch.stats.as_dict(), time.perf_counter()
         self.tree_seconds = []
@@ -285,11 +278,7 @@ class SimFLParty:
                     gw, hw = self._weighted(t, g, h)
                     trees = []
                     for c in range(K):
-                        finder = HistogramSplitFinder(X_binned, bm.feature_offsets, bm.missing_codes, thresholds,
-                                                      np.column_stack([gw[:, c], hw[:, c]]), scorer,
-                                                      X_columns=X_columns)
-                        tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
-                                          min_samples_split=2 * p.min_samples_leaf).grow()
+                        tree, finder = grower.grow(gw[:, c], hw[:, c])
                         trees.append(m.shared_tree(tree, order[t]))
                         ch.broadcast(m.TREE, m.tree_message(t, c, trees[-1]), self.others)
                         # the trainer knows its own instances' leaves: no routing (the same leaves as by threshold)
