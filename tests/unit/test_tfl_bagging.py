@@ -43,6 +43,13 @@ def test_each_tree_uses_only_its_partys_rows_and_columns(data):
     assert not np.allclose(model.trees[1].values, solo.trees[0].values)
 
 
+def test_subsampling_is_refused_not_ignored(data):
+    X, y = data
+    for kw in ({"subsample": 0.5}, {"colsample_bytree": 0.5}):
+        with pytest.raises(InvalidParameterError, match="subsampling is not supported by TFL"):
+            train_tfl(X, y, [PartyView(np.arange(len(y)), np.arange(6))], GBDTParams(n_estimators=2, **kw))
+
+
 def test_tree_schedules():
     assert tree_schedule(5, [10, 10]) == [0, 1, 0, 1, 0]
     assert tree_schedule(10, [100, 300, 600], "blocks") == [0] + [1] * 3 + [2] * 6
