@@ -10,8 +10,13 @@ SimFL at most ~1.1x that),
 ALL-IN (the engine on the union), and SimFL as a real federation (one thread
 per party, messages through the codec): its training seconds (the slowest
 party, preprocessing excluded), its preprocessing seconds, bytes sent per
-party during preprocessing, and bytes per tree (all parties).  Writes
-bench/results/simfl.json.
+party during preprocessing, and bytes per tree (all parties).  Also the
+trees alone: SOLO's and SimFL's trees grown again, one after the other on
+one thread, from the gradients they were grown from (rebuilt from the model
+and the aggregated gradients each trainer received; each regrown tree is
+checked to be the run's): SimFL's training time if the other parties'
+routing, gradients and messages cost nothing.  Writes
+bench/results/simfl.json (or ``--out``).
 
     python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1 --out FILE]
 """
@@ -30,6 +35,48 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results" / "simfl.json"
 
 
+def replay(tree_list, party_rows, received, params, base):
+    """The gradients each tree was grown from, rebuilt from outside: a party's own (logistic loss) at the scores of
+    the model's earlier trees on its rows, plus the aggregated ones it received for that tree (SimFL; none for
+    SOLO).  Returns, per tree, (party, g, h)."""
+    from fedgrove.engine.losses import make_objective
+
+    objective = make_objective("binary", 1)
+    raw = {k: np.full(len(Xk), base) for k, (Xk, _) in party_rows.items()}
+    out = []
+    for t, tree in enumerate(tree_list):
+        k = max(int(tree.nodes["owner"][0]), 0)  # SOLO's trees have no owner: its one party
+        Xk, yk = party_rows[k]
+        g, h = (a[:, 0] for a in objective.gradients(yk, raw[k][:, None]))
+        for msg in received.get((k, t), []):
+            g, h = g + msg.g[:, 0], h + msg.h[:, 0]
+        out.append((k, g, h))
+        for j, (Xj, _) in party_rows.items():
+            raw[j] += tree.values[_leaves(tree, Xj), 0]
+    return out
+
+
+def _leaves(tree, X):
+    from fedgrove.engine.tree import PackedEnsemble
+
+    return PackedEnsemble([tree]).leaves(X)[:, 0]
+
+
+def grow_alone(tree_list, grown_from, growers) -> float:
+    """Seconds to grow the trees again from their gradients, one after the other on this thread, with no
+    messages; each regrown tree must be the one the run grew (same splits and values)."""
+    t0 = time.perf_counter()
+    again = [growers[k].grow(g, h)[0] for k, g, h in grown_from]
+    seconds = time.perf_counter() - t0
+    for t, (tree, new) in enumerate(zip(tree_list, again)):
+        inner = tree.nodes["feature"] >= 0
+        if not (np.array_equal(tree.nodes["feature"], new.nodes["feature"])
+                and np.array_equal(tree.nodes["threshold"][inner], new.nodes["threshold"][inner])
+                and np.array_equal(tree.values, new.values)):
+            raise SystemExit(f"tree {t} regrown from its gradients differs from the run's: the replay is wrong")
+    return seconds
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="a9a")
@@ -43,8 +90,9 @@ def main():
     import numba
 
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
-    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.gbdt import GBDTParams, LocalGrower, train_gbdt
     from fedgrove.experiments import simfl as exp
+    from fedgrove.protocols.simfl import messages as m
     from fedgrove.protocols.simfl.simulate import run_simfl
 
     cfg = exp.Config()
@@ -52,8 +100,10 @@ def main():
     parts = exp.partition(y, args.parties, None, cfg.seed)
     params = GBDTParams(n_estimators=args.trees, max_depth=8, learning_rate=0.1, n_threads=args.threads)
     train_gbdt(GBDTParams(n_estimators=2, max_depth=3), X[parts[0]], y[parts[0]])  # warm up the kernels
-    rows = {"SOLO": [], "ALL-IN": [], "SimFL": [], "prep": []}
+    rows = {"SOLO": [], "ALL-IN": [], "SimFL": [], "prep": [], "SOLO_trees_alone": [], "SimFL_trees_alone": []}
     last = None
+    names = [f"party{k}" for k in range(args.parties)]
+    growers = {k: LocalGrower(X[p], params) for k, p in enumerate(parts)}
     for r in range(args.repeats):
         t0 = time.perf_counter()
         solo = train_gbdt(params, X[parts[0]], y[parts[0]])
@@ -61,13 +111,28 @@ def main():
         t0 = time.perf_counter()
         train_gbdt(params, X, y)
         rows["ALL-IN"].append(time.perf_counter() - t0)
-        last = run_simfl([(X[p], y[p], p) for p in parts], params, timeout=3600)
+        received = {}  # (trainer, tree) -> the aggregated gradients it received
+
+        def keep(k):
+            return lambda d, peer, tag, msg: d == "recv" and isinstance(msg, m.AggregatedGradients) and \
+                received.setdefault((k, msg.tree), []).append(msg)
+        last = run_simfl([(X[p], y[p], p) for p in parts], params, timeout=3600,
+                         observers={n: [keep(k)] for k, n in enumerate(names)})
         tm = last["timings"]
         rows["SimFL"].append(max(t["train_seconds"] for t in tm.values()))
         rows["prep"].append(max(t["preprocess_seconds"] for t in tm.values()))
+        # the same trees grown again from their gradients, without messages: what training would cost if the
+        # other parties' routing, gradients and messages took no time
+        if r == 0:
+            party_rows = {k: (X[p], y[p]) for k, p in enumerate(parts)}
+            simfl_from = replay(last["model"].trees, party_rows, received, params, float(last["model"].base_score[0]))
+            solo_from = replay(solo.trees, {0: party_rows[0]}, {}, params, float(solo.base_score[0]))
+        rows["SOLO_trees_alone"].append(grow_alone(solo.trees, solo_from, growers))
+        rows["SimFL_trees_alone"].append(grow_alone(last["model"].trees, simfl_from, growers))
         print(f"run {r + 1}: SOLO {rows['SOLO'][-1]:.2f} s, ALL-IN {rows['ALL-IN'][-1]:.2f} s, SimFL training "
               f"{rows['SimFL'][-1]:.2f} s (x{rows['SimFL'][-1] / rows['SOLO'][-1]:.2f} SOLO), preprocessing "
-              f"{rows['prep'][-1]:.2f} s", flush=True)
+              f"{rows['prep'][-1]:.2f} s; trees alone: SOLO {rows['SOLO_trees_alone'][-1]:.2f} s, SimFL "
+              f"{rows['SimFL_trees_alone'][-1]:.2f} s", flush=True)
     med = {k: float(np.median(v)) for k, v in rows.items()}
     tm = last["timings"]
     out = {"dataset": args.dataset, "parties": args.parties, "partition": "balanced", "trees": args.trees,
@@ -77,6 +142,9 @@ def main():
            "median_seconds": {"SOLO_training": med["SOLO"], "ALL-IN_training": med["ALL-IN"],
                               "SimFL_training": med["SimFL"], "SimFL_preprocessing": med["prep"]},
            "ratio_simfl_over_solo": med["SimFL"] / med["SOLO"],
+           # growing the run's trees again from their gradients on one thread, no messages (SOLO's and SimFL's)
+           "median_seconds_trees_alone": {"SOLO": med["SOLO_trees_alone"], "SimFL": med["SimFL_trees_alone"]},
+           "ratio_simfl_over_solo_trees_alone": med["SimFL_trees_alone"] / med["SOLO_trees_alone"],
            "preprocessing_bytes_sent_per_party": float(np.mean([t["preprocess_bytes_sent"] for t in tm.values()])),
            "bytes_per_tree": float(sum(t["train_bytes_sent_per_tree"] for t in tm.values())),
            "test_error_simfl": float(exp._err(last["model"], Xt, yt)),
@@ -86,10 +154,12 @@ def main():
            "target_ratio": 1.1, "runs": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
-    print(f"median: SimFL/SOLO training time {out['ratio_simfl_over_solo']:.2f}x (target <= 1.1); preprocessing "
+    print(f"median: SimFL/SOLO training time {out['ratio_simfl_over_solo']:.2f}x (target <= 1.1); the trees alone "
+          f"{out['ratio_simfl_over_solo_trees_alone']:.2f}x; preprocessing "
           f"{med['prep']:.2f} s, {out['preprocessing_bytes_sent_per_party'] / 1e6:.2f} MB sent per party; "
           f"{out['bytes_per_tree'] / 1e6:.3f} MB per tree; nodes per tree SOLO "
-          f"{out['mean_nodes_per_tree']['SOLO']:.0f}, SimFL {out['mean_nodes_per_tree']['SimFL']:.0f}; wrote {args.out}")
+          f"{out['mean_nodes_per_tree']['SOLO']:.0f}, SimFL {out['mean_nodes_per_tree']['SimFL']:.0f}; "
+          f"wrote {args.out}")
 
 
 if __name__ == "__main__":

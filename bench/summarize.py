@@ -116,23 +116,33 @@ def forest_table() -> str:
 
 
 def simfl_table() -> str:
-    path = RESULTS / "simfl.json"
-    if not path.exists():
+    paths = [RESULTS / "simfl.json", RESULTS / "simfl_cod-rna.json"]
+    if not paths[0].exists():
         return "_bench/results/simfl.json not found: run `python3 bench/simfl.py`._"
-    r = json.loads(path.read_text())
-    s = r["median_seconds"]
-    return "\n".join([
-        f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} thread(s), "
-        f"{r['dataset']}, {r['parties']} parties ({r['partition']}), {r['trees']} trees of depth {r['depth']}, "
-        f"medians of {r['repeats']} runs.", "",
-        "| SOLO training s | ALL-IN training s | SimFL training s | SimFL / SOLO (target <= 1.1) "
-        "| preprocessing s | preprocessing MB sent per party | MB per tree | nodes per tree SOLO / SimFL |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {s['SOLO_training']:.2f} | {s['ALL-IN_training']:.2f} | {s['SimFL_training']:.2f} | "
-        f"{r['ratio_simfl_over_solo']:.2f} | {s['SimFL_preprocessing']:.2f} | "
-        f"{r['preprocessing_bytes_sent_per_party'] / 1e6:.2f} | {r['bytes_per_tree'] / 1e6:.3f} | "
-        + (f"{r['mean_nodes_per_tree']['SOLO']:.0f} / {r['mean_nodes_per_tree']['SimFL']:.0f} |"
-           if "mean_nodes_per_tree" in r else "- |")])
+    lines = []
+    for path in (p for p in paths if p.exists()):
+        r = json.loads(path.read_text())
+        s = r["median_seconds"]
+        alone = r.get("median_seconds_trees_alone")
+        runs = r["runs"]
+        each = "; ".join(f"{b / a:.2f}" for a, b in zip(runs["SOLO"], runs["SimFL"]))
+        lines += [
+            f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} "
+            f"thread(s), {r['dataset']}, {r['parties']} parties ({r['partition']}), {r['trees']} trees of depth "
+            f"{r['depth']}, medians of {r['repeats']} runs (`{path.relative_to(RESULTS.parent.parent)}`).", "",
+            "| SOLO training s | ALL-IN training s | SimFL training s | SimFL / SOLO (target <= 1.1; each run) "
+            "| trees alone: SOLO s, SimFL s, ratio | preprocessing s | preprocessing MB sent per party | MB per tree "
+            "| nodes per tree SOLO / SimFL |",
+            "|---|---|---|---|---|---|---|---|---|",
+            f"| {s['SOLO_training']:.2f} | {s['ALL-IN_training']:.2f} | {s['SimFL_training']:.2f} | "
+            f"{r['ratio_simfl_over_solo']:.2f} ({each}) | "
+            + (f"{alone['SOLO']:.2f}, {alone['SimFL']:.2f}, {r['ratio_simfl_over_solo_trees_alone']:.2f} | "
+               if alone else "- | ")
+            + f"{s['SimFL_preprocessing']:.2f} | "
+            f"{r['preprocessing_bytes_sent_per_party'] / 1e6:.2f} | {r['bytes_per_tree'] / 1e6:.3f} | "
+            + (f"{r['mean_nodes_per_tree']['SOLO']:.0f} / {r['mean_nodes_per_tree']['SimFL']:.0f} |"
+               if "mean_nodes_per_tree" in r else "- |"), ""]
+    return "\n".join(lines[:-1])
 
 
 def fvtree_table() -> str:
