@@ -22,6 +22,7 @@ from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.tree import RankedRows, Tree
 from fedgrove.exceptions import InvalidParameterError
+from fedgrove.protocols import refuse_unsupported
 
 SCHEDULES = ("round_robin", "blocks")
 
@@ -57,9 +58,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     X, y = check_xy(X, y)
     if not views:
         raise InvalidParameterError("TFL needs at least one party")
-    if params.subsample < 1 or params.colsample_bytree < 1:
-        raise InvalidParameterError(f"row/column subsampling is not supported by TFL (subsample="
-                                    f"{params.subsample}, colsample_bytree={params.colsample_bytree}; use 1)")
+    refuse_unsupported(params, "TFL")
     objective = make_objective(params.objective, params.n_classes or (int(y.max()) + 1
                                                                         if params.objective == "multiclass" else 1))
     y = objective.check_labels(y)

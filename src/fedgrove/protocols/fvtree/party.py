@@ -49,6 +49,7 @@ from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy, DPOptions, No
 from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.transport.codec import decode, encode
+from fedgrove.protocols import refuse_unsupported
 
 
 @dataclass
@@ -151,8 +152,7 @@ class FVTreeParty:
         self.ch, self.params = channel, params
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
-        if params.subsample < 1 or params.colsample_bytree < 1:
-            raise InvalidParameterError("row/column subsampling is not supported by FV-tree")
+        refuse_unsupported(params, "FV-tree")
         if params.objective == "multiclass" and (params.n_classes is None or self.o.dp is not None):
             raise InvalidParameterError("FV-tree multiclass needs params.n_classes and no DP")
         self.parties = sorted([channel.party] + list(channel.peers))

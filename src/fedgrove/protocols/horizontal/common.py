@@ -6,6 +6,7 @@ import numpy as np
 
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.exceptions import InvalidParameterError
+from fedgrove.protocols import refuse_unsupported
 
 
 def label_stats_length(params: GBDTParams) -> int:
@@ -39,5 +40,4 @@ def check_params(params: GBDTParams) -> None:
     if params.objective == "multiclass" and params.n_classes is None:
         raise InvalidParameterError("the horizontal protocol needs n_classes for multiclass (the aggregator "
                                     "never sees labels)")
-    if params.subsample < 1 or params.colsample_bytree < 1:
-        raise InvalidParameterError("row/column subsampling is not supported by the horizontal protocol yet")
+    refuse_unsupported(params, "the horizontal protocol")

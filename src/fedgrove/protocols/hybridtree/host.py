@@ -23,6 +23,7 @@ from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for
+from fedgrove.protocols import refuse_unsupported
 
 
 @dataclass
@@ -74,6 +75,7 @@ class HybridHost:
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
                                         "min_child_weight > 0")
+        refuse_unsupported(params, "HybridTree")
         if host_depth < 1 or guest_depth < 0:
             raise InvalidParameterError(f"host_depth must be >= 1 and guest_depth >= 0, got {host_depth}, "
                                         f"{guest_depth}")

@@ -18,6 +18,7 @@ from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
+from fedgrove.protocols import refuse_unsupported
 
 
 class _Remote:
@@ -233,8 +234,7 @@ class VerticalActive:
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
-        if params.subsample < 1 or params.colsample_bytree < 1:
-            raise InvalidParameterError("row/column subsampling is not supported by the vertical protocol yet")
+        refuse_unsupported(params, "the vertical protocol")
         if not he.has_secret:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
