@@ -79,8 +79,8 @@ def predict_leaves_reference(X, feature, threshold, missing_left, left, right, t
 @njit(cache=True, nogil=True)
 def rank_cuts(uniques, offsets, feature, threshold):
     """Per node, the rank of the last distinct value of its feature that is <= its threshold (-1: none), so that
-    ``x <= threshold`` exactly when ``rank(x) <= cut`` for every value the ranks were taken from.  Leaves get 0."""
-    out = np.zeros(feature.shape[0], dtype=np.int64)
+    ``x <= threshold`` exactly when ``rank(x) <= cut`` for every value the ranks were taken from.  Leaves get -1."""
+    out = np.full(feature.shape[0], -1, dtype=np.int64)
     for k in range(feature.shape[0]):
         f = feature[k]
         if f < 0:

@@ -203,6 +203,6 @@ class RankedRows:
         own = np.arange(len(n), dtype=np.int32)
         cut = rank_cuts(self.uniques, self.offsets, np.ascontiguousarray(n["feature"]),
                         np.ascontiguousarray(n["threshold"]))
-        return (np.where(leaf, 0, n["feature"]).astype(np.int32), np.where(leaf, -1, cut),
+        return (np.where(leaf, 0, n["feature"]).astype(np.int32), cut,
                 n["missing_left"].astype(np.bool_), np.where(leaf, own, n["left"]).astype(np.int32),
                 np.where(leaf, own, n["right"]).astype(np.int32), self.missing_rank)

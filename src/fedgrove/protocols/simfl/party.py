@@ -129,7 +129,6 @@ class SimFLParty:
             raise DataError(f"{channel.party}: instance IDs must be unique, one per row")
         self.cache = Path(cache) if cache else None
         self.similarity: Similarity | None = None
-        self._matched: dict = {}
         self.timings: dict = {}
 
     # -- setup and preprocessing ---------------------------------------------------------------
@@ -241,7 +240,11 @@ class SimFLParty:
     def _fit(self, checkpoint, resume, progress) -> GBDTModel:
         ch, p = self.ch, self.params
         sim = self.similarity or self.preprocess()
-        self._matched = {}
+        # per other party: this party's rows that have a similar instance there, and that instance's position
+        matched = {}
+        for q in self.others:
+            rows = np.nonzero(sim.similar[q] >= 0)[0]
+            matched[q] = (rows, sim.similar[q][rows], sim.sizes[self.parties.index(q)])
         objective = make_objective(p.objective, p.n_classes or 1)
         y = objective.check_labels(self.y)
         K = objective.n_outputs
@@ -269,7 +272,7 @@ class SimFLParty:
             g, h = objective.gradients(y, raw)
             with ch.scope(tree=t):
                 if trainer != ch.party:
-                    ch.send(trainer, m.GRADIENTS, self._aggregate(t, trainer, g, h))
+                    ch.send(trainer, m.GRADIENTS, self._aggregate(t, matched[trainer], g, h))
                     trees = []
                     for c in range(K):
                         trees.append(m.tree_from_message(ch.recv(trainer, m.TREE, m.TreeMessage), self.X.shape[1]))
@@ -322,13 +325,11 @@ class SimFLParty:
                                     f"{self.parties[0]} resumes at {start}; restart all parties from the same point")
         return start
 
-    def _aggregate(self, t: int, trainer: str, g, h) -> m.AggregatedGradients:
-        """Per instance of the trainer, the sums of this party's g and h over the instances similar to it."""
-        if trainer not in self._matched:  # this party's rows with a similar instance there, and its position
-            similar = self.similarity.similar[trainer]
-            rows = np.nonzero(similar >= 0)[0]
-            self._matched[trainer] = (rows, similar[rows], self.similarity.sizes[self.parties.index(trainer)])
-        rows, idx, n_trainer = self._matched[trainer]
+    @staticmethod
+    def _aggregate(t: int, matched: tuple, g, h) -> m.AggregatedGradients:
+        """Per instance of the trainer, the sums of this party's g and h over the instances similar to it
+        (``matched``: the rows with a similar instance there, its positions, the trainer's size)."""
+        rows, idx, n_trainer = matched
         G = np.column_stack([np.bincount(idx, weights=g[rows, c], minlength=n_trainer) for c in range(g.shape[1])])
         H = np.column_stack([np.bincount(idx, weights=h[rows, c], minlength=n_trainer) for c in range(h.shape[1])])
         return m.AggregatedGradients(t, G, H)
