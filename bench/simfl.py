@@ -15,7 +15,9 @@ trees alone: SOLO's and SimFL's trees grown again, one after the other on
 one thread, from the gradients they were grown from (rebuilt from the model
 and the aggregated gradients each trainer received; each regrown tree is
 checked to be the run's): SimFL's training time if the other parties'
-routing, gradients and messages cost nothing.  Writes
+routing, gradients and messages cost nothing; and the round trip a tree
+(from a trainer sending its tree to its having the next tree's aggregated
+gradients, median over consecutive trees of one trainer).  Writes
 bench/results/simfl.json (or ``--out``).
 
     python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1 --out FILE]
@@ -35,7 +37,7 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results" / "simfl.json"
 
 
-def replay(tree_list, party_rows, received, params, base):
+def replay(tree_list, party_rows, received, base):
     """The gradients each tree was grown from, rebuilt from outside: a party's own (logistic loss) at the scores of
     the model's earlier trees on its rows, plus the aggregated ones it received for that tree (SimFL; none for
     SOLO).  Returns, per tree, (party, g, h)."""
@@ -100,7 +102,8 @@ def main():
     parts = exp.partition(y, args.parties, None, cfg.seed)
     params = GBDTParams(n_estimators=args.trees, max_depth=8, learning_rate=0.1, n_threads=args.threads)
     train_gbdt(GBDTParams(n_estimators=2, max_depth=3), X[parts[0]], y[parts[0]])  # warm up the kernels
-    rows = {"SOLO": [], "ALL-IN": [], "SimFL": [], "prep": [], "SOLO_trees_alone": [], "SimFL_trees_alone": []}
+    rows = {"SOLO": [], "ALL-IN": [], "SimFL": [], "prep": [], "SOLO_trees_alone": [], "SimFL_trees_alone": [],
+            "round_trip_ms": []}
     last = None
     names = [f"party{k}" for k in range(args.parties)]
     growers = {k: LocalGrower(X[p], params) for k, p in enumerate(parts)}
@@ -112,27 +115,39 @@ def main():
         train_gbdt(params, X, y)
         rows["ALL-IN"].append(time.perf_counter() - t0)
         received = {}  # (trainer, tree) -> the aggregated gradients it received
+        clock = {}  # (party, "sent tree" | "got gradients", tree) -> time, on the trainer's own thread
 
         def keep(k):
-            return lambda d, peer, tag, msg: d == "recv" and isinstance(msg, m.AggregatedGradients) and \
-                received.setdefault((k, msg.tree), []).append(msg)
+            def observe(d, peer, tag, msg):
+                if d == "send" and isinstance(msg, m.TreeMessage):
+                    clock[(k, "sent tree", msg.tree)] = time.perf_counter()
+                if d == "recv" and isinstance(msg, m.AggregatedGradients):
+                    received.setdefault((k, msg.tree), []).append(msg)
+                    clock[(k, "got gradients", msg.tree)] = time.perf_counter()
+            return observe
         last = run_simfl([(X[p], y[p], p) for p in parts], params, timeout=3600,
                          observers={n: [keep(k)] for k, n in enumerate(names)})
         tm = last["timings"]
         rows["SimFL"].append(max(t["train_seconds"] for t in tm.values()))
         rows["prep"].append(max(t["preprocess_seconds"] for t in tm.values()))
+        # the round trip: from a trainer sending its tree to its having the next tree's aggregated gradients
+        # (the others route the tree, recompute and aggregate their gradients; messages both ways)
+        rows["round_trip_ms"].append(1e3 * float(np.median(
+            [clock[(k, "got gradients", t + 1)] - clock[(k, "sent tree", t)] for (k, what, t) in clock
+             if what == "sent tree" and (k, "got gradients", t + 1) in clock])))
         # the same trees grown again from their gradients, without messages: what training would cost if the
         # other parties' routing, gradients and messages took no time
         if r == 0:
             party_rows = {k: (X[p], y[p]) for k, p in enumerate(parts)}
-            simfl_from = replay(last["model"].trees, party_rows, received, params, float(last["model"].base_score[0]))
-            solo_from = replay(solo.trees, {0: party_rows[0]}, {}, params, float(solo.base_score[0]))
+            simfl_from = replay(last["model"].trees, party_rows, received, float(last["model"].base_score[0]))
+            solo_from = replay(solo.trees, {0: party_rows[0]}, {}, float(solo.base_score[0]))
         rows["SOLO_trees_alone"].append(grow_alone(solo.trees, solo_from, growers))
         rows["SimFL_trees_alone"].append(grow_alone(last["model"].trees, simfl_from, growers))
         print(f"run {r + 1}: SOLO {rows['SOLO'][-1]:.2f} s, ALL-IN {rows['ALL-IN'][-1]:.2f} s, SimFL training "
               f"{rows['SimFL'][-1]:.2f} s (x{rows['SimFL'][-1] / rows['SOLO'][-1]:.2f} SOLO), preprocessing "
               f"{rows['prep'][-1]:.2f} s; trees alone: SOLO {rows['SOLO_trees_alone'][-1]:.2f} s, SimFL "
-              f"{rows['SimFL_trees_alone'][-1]:.2f} s", flush=True)
+              f"{rows['SimFL_trees_alone'][-1]:.2f} s; round trip {rows['round_trip_ms'][-1]:.2f} ms a tree",
+              flush=True)
     med = {k: float(np.median(v)) for k, v in rows.items()}
     tm = last["timings"]
     out = {"dataset": args.dataset, "parties": args.parties, "partition": "balanced", "trees": args.trees,
@@ -145,6 +160,8 @@ def main():
            # growing the run's trees again from their gradients on one thread, no messages (SOLO's and SimFL's)
            "median_seconds_trees_alone": {"SOLO": med["SOLO_trees_alone"], "SimFL": med["SimFL_trees_alone"]},
            "ratio_simfl_over_solo_trees_alone": med["SimFL_trees_alone"] / med["SOLO_trees_alone"],
+           # median over a run's consecutive trees by one trainer, then over the runs
+           "round_trip_ms_per_tree": med["round_trip_ms"],
            "preprocessing_bytes_sent_per_party": float(np.mean([t["preprocess_bytes_sent"] for t in tm.values()])),
            "bytes_per_tree": float(sum(t["train_bytes_sent_per_tree"] for t in tm.values())),
            "test_error_simfl": float(exp._err(last["model"], Xt, yt)),

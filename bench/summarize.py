@@ -131,13 +131,14 @@ def simfl_table() -> str:
             f"thread(s), {r['dataset']}, {r['parties']} parties ({r['partition']}), {r['trees']} trees of depth "
             f"{r['depth']}, medians of {r['repeats']} runs (`{path.relative_to(RESULTS.parent.parent)}`).", "",
             "| SOLO training s | ALL-IN training s | SimFL training s | SimFL / SOLO (target <= 1.1; each run) "
-            "| trees alone: SOLO s, SimFL s, ratio | preprocessing s | preprocessing MB sent per party | MB per tree "
-            "| nodes per tree SOLO / SimFL |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| trees alone: SOLO s, SimFL s, ratio | round trip ms a tree | preprocessing s "
+            "| preprocessing MB sent per party | MB per tree | nodes per tree SOLO / SimFL |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             f"| {s['SOLO_training']:.2f} | {s['ALL-IN_training']:.2f} | {s['SimFL_training']:.2f} | "
             f"{r['ratio_simfl_over_solo']:.2f} ({each}) | "
             + (f"{alone['SOLO']:.2f}, {alone['SimFL']:.2f}, {r['ratio_simfl_over_solo_trees_alone']:.2f} | "
                if alone else "- | ")
+            + (f"{r['round_trip_ms_per_tree']:.2f} | " if "round_trip_ms_per_tree" in r else "- | ")
             + f"{s['SimFL_preprocessing']:.2f} | "
             f"{r['preprocessing_bytes_sent_per_party'] / 1e6:.2f} | {r['bytes_per_tree'] / 1e6:.3f} | "
             + (f"{r['mean_nodes_per_tree']['SOLO']:.0f} / {r['mean_nodes_per_tree']['SimFL']:.0f} |"
