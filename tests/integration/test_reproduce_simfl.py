@@ -17,7 +17,30 @@ def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
     assert len(res["figure4"]["4"]["SOLO"]) == 4
     cost = res["table4"]
     assert cost["parties"] == 4 and cost["SimFL_s"] > 0 and cost["prep_MB_per_party"] > 0 and cost["MB_per_tree"] > 0
+    # Table 2 again with ThunderGBM's defaults: squared error on the 0/1 labels, errors judged at 0.5
+    tg = res["table2_tgbm"]
+    assert set(tg) == {"1.0", "0.9"}
+    for r in tg.values():
+        assert len(r["SimFL_runs"]) == 2 and len(r["SOLO"]) == 2 and 0 < r["ALL-IN"] < 50 and 0 < r["TFL"] < 50
+    assert tg["1.0"]["ALL-IN"] != t2["ALL-IN"]
     report = (out / "report.md").read_text()
-    for title in ("Table 2", "Table 3", "Figure 2", "Figure 3", "Figure 4", "Table 4", "Quick run", "17.0 (16.7-17.2)"):
+    for title in ("Table 2", "Table 3", "Figure 2", "Figure 3", "Figure 4", "Table 4", "Quick run", "17.0 (16.7-17.2)",
+                  "Table 2 with ThunderGBM's defaults", "Learning rate 0.9:"):
         assert title in report
     assert (out / "a9a-figure3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_test_error_of_a_regression_on_01_labels_cuts_at_one_half():
+    import numpy as np
+
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.experiments.simfl import _err
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 0] > 0.3).astype(float)  # 38% ones: a cut at 0 would call nearly everything 1
+    reg = train_gbdt(GBDTParams(objective="regression", n_estimators=20, max_depth=3, learning_rate=0.5), X, y)
+    pred = (reg.predict(X) > 0.5).astype(float)
+    assert _err(reg, X, y) == 100.0 * np.mean(pred != y) < 5.0
+    clf = train_gbdt(GBDTParams(n_estimators=20, max_depth=3, learning_rate=0.5), X, y)
+    assert _err(clf, X, y) == 100.0 * np.mean((clf.predict_raw(X).reshape(-1) > 0) != y)
