@@ -145,3 +145,24 @@ def test_full_size_a9a_metric_within_0002_of_lightgbm(a9a):
                             min_data_in_leaf=1, min_sum_hessian_in_leaf=1e-3, verbose=-1, num_threads=2),
                        lgb.Dataset(X, y), 100)
     assert abs(metrics.auc(yt, ours.predict_proba(Xt)) - metrics.auc(yt, theirs.predict(Xt))) < 0.002
+
+
+def test_gamma_is_compared_with_half_the_gain_that_lightgbm_uses():
+    # one feature, two values; with base score 0 the squared-error gradients are -y and the hessians 1:
+    # the root split's gain is 1/2 [n^2/(n+1) + n^2/(n+1)] = 100/11 = 9.09 for n = 10 (LightGBM's: 18.18)
+    X = np.repeat([0.0, 1.0], 10).reshape(-1, 1)
+    y = np.repeat([-1.0, 1.0], 10)
+
+    def n_nodes(gamma):
+        p = GBDTParams(objective="regression", n_estimators=1, learning_rate=1.0, max_depth=1, reg_lambda=1.0,
+                       gamma=gamma, min_child_weight=0.0, base_score=0.0)
+        return train_gbdt(p, X, y).trees[0].n_nodes
+
+    def lgb_leaves(min_gain):
+        m = lgb.LGBMRegressor(n_estimators=1, learning_rate=1.0, max_depth=1, num_leaves=2, reg_lambda=1.0,
+                              min_split_gain=min_gain, min_child_samples=1, min_child_weight=0.0,
+                              boost_from_average=False, verbose=-1).fit(X, y)
+        return m.booster_.dump_model()["tree_info"][0]["num_leaves"]
+
+    assert (n_nodes(9.0), n_nodes(9.2)) == (3, 1)
+    assert (lgb_leaves(18.0), lgb_leaves(18.4)) == (2, 1)

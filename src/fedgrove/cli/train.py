@@ -28,7 +28,8 @@ def train(
     max_depth: Optional[int] = typer.Option(None, help="Maximum depth (default 6 for gbdt, unlimited for forest)"),
     learning_rate: float = typer.Option(0.1, help="Shrinkage (gbdt)"),
     reg_lambda: float = typer.Option(1.0, "--lambda", help="L2 regularisation of leaf values (gbdt)"),
-    gamma: float = typer.Option(0.0, help="Minimum gain to split (gbdt)"),
+    gamma: float = typer.Option(0.0, help="Minimum gain to split (gbdt); the gain has the papers' 1/2, so "
+                                          "XGBoost's gamma g is g/2 here"),
     min_samples_leaf: int = typer.Option(1, help="Minimum samples per leaf"),
     max_bins: int = typer.Option(255, help="Bins per feature for non-missing values (2..255)"),
     subsample: float = typer.Option(1.0, help="Row subsampling per tree (gbdt)"),

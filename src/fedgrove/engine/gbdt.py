@@ -30,7 +30,14 @@ from fedgrove.metrics import get_metric
 
 @dataclass
 class GBDTParams:
-    """Hyper-parameters of gradient boosting (names follow XGBoost/LightGBM)."""
+    """Hyper-parameters of gradient boosting (names follow XGBoost/LightGBM).
+
+    ``gamma`` is the least gain a split must have, the gain being
+    ``1/2 [G_L^2/(H_L+lambda) + G_R^2/(H_R+lambda) - G^2/(H+lambda)]`` as in
+    the papers; XGBoost's and LightGBM's gains lack the 1/2, so their
+    ``gamma`` / ``min_gain_to_split`` of g is fedgrove's g/2.  A split below
+    it is not made (XGBoost prunes the grown tree instead).
+    """
 
     objective: str = "binary"
     n_estimators: int = 100
