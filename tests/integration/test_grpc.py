@@ -98,3 +98,20 @@ def test_tampered_and_truncated_payloads_are_rejected_naming_peer_and_stage(pair
                 b.recv("alice", "ping", Ping)
         a._send_bytes("bob", "tree=2/ping", good)                          # the receiver is still fine
         np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(4.0))
+
+
+def test_a_broadcast_reaches_the_live_peers_and_names_the_one_that_is_down(tmp_path):
+    create_federation_certs(tmp_path, ["alice", "bob", "carol"])
+    pa, pb, pc = _port(), _port(), _port()  # nobody serves on carol's port
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}", "carol": f"127.0.0.1:{pc}"},
+                    _tls(tmp_path, "alice"), timeout=5, connect_timeout=1)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}", "carol": f"127.0.0.1:{pc}"},
+                    _tls(tmp_path, "bob"), timeout=5)
+    try:
+        with pytest.raises(PeerTimeoutError, match="could not deliver to carol at ping"):
+            a.broadcast("ping", Ping(np.arange(3.0)))
+        np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(3.0))
+        assert "carol" not in a.stats.bytes_sent
+    finally:
+        a.close()
+        b.close()

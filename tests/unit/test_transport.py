@@ -23,6 +23,12 @@ def _probe():
     return Probe(np.arange(6.0).reshape(2, 3), np.array([5, 7]), b"\x00\x01", [b"ab", b"", b"c"], 3, "x", [1, 2])
 
 
+def _with_header(data: bytes, header: bytes) -> bytes:
+    """``data`` with its JSON header replaced (and the header length fixed)."""
+    old = int.from_bytes(data[4:8], "big")
+    return data[:4] + len(header).to_bytes(4, "big") + header + data[8 + old:]
+
+
 def test_round_trip():
     m = decode(encode(_probe()), Probe)
     np.testing.assert_array_equal(m.values, np.arange(6.0).reshape(2, 3))
@@ -30,7 +36,8 @@ def test_round_trip():
     assert (m.count, m.name, m.flags) == (3, "x", [1, 2])
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip-header", "wrong-type", "oversize", "trailing", "shape"])
+@pytest.mark.parametrize("damage", ["truncate", "flip-header", "wrong-type", "oversize", "trailing", "shape",
+                                    "shape-overflow", "bool-size"])
 def test_tampered_or_truncated_messages_are_rejected(damage):
     data = encode(_probe())
     if damage == "truncate":
@@ -43,6 +50,11 @@ def test_tampered_or_truncated_messages_are_rejected(damage):
         data = data + b"\x00"
     elif damage == "shape":
         data = data.replace(b'"shape":[2,3]', b'"shape":[3,3]')
+    elif damage == "shape-overflow":  # 30 x (the inverse of 5 modulo 2**63) elements: 6 in 64-bit arithmetic
+        data = _with_header(data, data[8:8 + int.from_bytes(data[4:8], "big")].replace(
+            b'"shape":[2,3]', b'"shape":[30,%d]' % pow(5, -1, 2**63)))
+    elif damage == "bool-size":
+        data = data.replace(b'"count":{"v":3}', b'"count":{"v":true}')
     with pytest.raises(ProtocolError, match="malformed message \\(from peer\\)"):
         decode(data, Probe, max_bytes=100 if damage == "oversize" else 1 << 20, context="from peer")
 

@@ -78,17 +78,24 @@ class Channel(ABC):
 
     # -- messaging ---------------------------------------------------------------------
     def send(self, peer: str, tag: str, message: Message) -> None:
-        self._check_peer(peer)
+        self._send_encoded([peer], tag, message)
+
+    def _send_encoded(self, peers: list[str], tag: str, message: Message) -> None:
+        """Encode ``message`` once and deliver the same bytes to each of ``peers``."""
+        for p in peers:
+            self._check_peer(p)
         full = self._tag(tag)
         data = encode(message)
         if len(data) > self.max_bytes:
-            raise ProtocolError(f"refusing to send {len(data)} bytes to {peer} at {full}: over the "
+            raise ProtocolError(f"refusing to send {len(data)} bytes to {', '.join(peers)} at {full}: over the "
                                 f"{self.max_bytes}-byte message limit")
-        for obs in self.observers:
-            obs("send", peer, full, message)
-        self._send_bytes(peer, full, data)
-        self.stats.bytes_sent[peer] = self.stats.bytes_sent.get(peer, 0) + len(data)
-        self.stats.messages_sent += 1
+        for peer in peers:
+            for obs in self.observers:
+                obs("send", peer, full, message)
+        self._send_bytes_to(peers, full, data)
+        for peer in peers:
+            self.stats.bytes_sent[peer] = self.stats.bytes_sent.get(peer, 0) + len(data)
+            self.stats.messages_sent += 1
 
     def recv(self, peer: str, tag: str, expect: type | None = None) -> Message:
         self._check_peer(peer)
@@ -106,8 +113,8 @@ class Channel(ABC):
         return msg
 
     def broadcast(self, tag: str, message: Message, peers: list[str] | None = None) -> None:
-        for p in peers if peers is not None else self.peers:
-            self.send(p, tag, message)
+        """Send the same message to each of ``peers`` (default: all), encoded once."""
+        self._send_encoded(list(peers if peers is not None else self.peers), tag, message)
 
     def gather(self, tag: str, expect: type | None = None, peers: list[str] | None = None) -> dict[str, Message]:
         return {p: self.recv(p, tag, expect) for p in (peers if peers is not None else self.peers)}
@@ -124,6 +131,11 @@ class Channel(ABC):
 
     @abstractmethod
     def _send_bytes(self, peer: str, tag: str, data: bytes) -> None: ...
+
+    def _send_bytes_to(self, peers: list[str], tag: str, data: bytes) -> None:
+        """Deliver the same bytes to several peers (one after the other unless a backend does better)."""
+        for peer in peers:
+            self._send_bytes(peer, tag, data)
 
     @abstractmethod
     def _recv_bytes(self, peer: str, tag: str, timeout: float) -> bytes: ...

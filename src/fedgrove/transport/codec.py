@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import struct
 import typing
 from dataclasses import dataclass, field
@@ -32,6 +33,16 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MAX_HEADER = 1 << 20
 _REGISTRY: dict[str, type] = {}
 _ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1"}
+_DTYPES = {s: np.dtype(s) for s in _ALLOWED_DTYPES}
+_BUFFER_KINDS = ("nd", "bytes")
+# JSON gives exactly int, float, bool, str, list, dict or None; bool is not an int here
+_SCALAR_OK = {
+    "int": lambda x: type(x) is int,
+    "float": lambda x: type(x) in (int, float),
+    "bool": lambda x: type(x) is bool,
+    "str": lambda x: type(x) is str,
+}
+_LIST_ELEMENTS = {"int": int, "str": str}
 
 
 @dataclass
@@ -68,6 +79,9 @@ def _schema(cls) -> dict[str, tuple]:
     for f in dataclasses.fields(cls):
         t = hints[f.name]
         if "dtype" in f.metadata:
+            if f.metadata["dtype"] not in _ALLOWED_DTYPES:
+                raise TypeError(f"{cls.__name__}.{f.name}: dtype {f.metadata['dtype']} is not one the codec "
+                                f"carries ({sorted(_ALLOWED_DTYPES)})")
             spec[f.name] = ("nd", f.metadata["dtype"], f.metadata["ndim"])
         elif t in (int, float, bool, str, bytes):
             spec[f.name] = (t.__name__,)
@@ -143,33 +157,31 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
         raise bad(f"{cls.__name__} fields {sorted(fields)} do not match the schema {sorted(schema)}")
     values = {}
     expected_off = 0
+    size = len(payload)
     for name, spec in schema.items():
         d = fields[name]
         if not isinstance(d, dict):
             raise bad(f"field {name} descriptor is not an object")
         kind = spec[0]
-        if kind in ("nd", "bytes") or (kind == "list" and spec[1] == "bytes"):
+        if kind in _BUFFER_KINDS or (kind == "list" and spec[1] == "bytes"):
             off, ln = d.get("off"), d.get("len")
-            if not (isinstance(off, int) and isinstance(ln, int)) or off != expected_off or ln < 0 \
-                    or off + ln > len(payload):
+            if type(off) is not int or type(ln) is not int or off != expected_off or ln < 0 or off + ln > size:
                 raise bad(f"field {name} buffer out of range")
             raw = payload[off:off + ln]
             expected_off = off + ln
             if kind == "nd":
-                shape = d.get("shape")
-                if not (isinstance(shape, list) and len(shape) == spec[2]
-                        and all(isinstance(s, int) and s >= 0 for s in shape)):
+                shape, dtype = d.get("shape"), _DTYPES[spec[1]]
+                if not (type(shape) is list and len(shape) == spec[2]
+                        and all(type(s) is int and s >= 0 for s in shape)):
                     raise bad(f"field {name} must be a {spec[2]}-d array")
-                dtype = np.dtype(spec[1])
-                if dtype.str not in _ALLOWED_DTYPES or int(np.prod(shape)) * dtype.itemsize != ln:
+                if math.prod(shape) * dtype.itemsize != ln:
                     raise bad(f"field {name} length does not match its shape")
                 values[name] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
             elif kind == "bytes":
                 values[name] = bytes(raw)
             else:
                 lens = d.get("lens")
-                if not (isinstance(lens, list) and all(isinstance(x, int) and x >= 0 for x in lens)
-                        and sum(lens) == ln):
+                if not (type(lens) is list and all(type(x) is int and x >= 0 for x in lens) and sum(lens) == ln):
                     raise bad(f"field {name} part lengths do not add up")
                 parts, pos = [], 0
                 for x in lens:
@@ -178,17 +190,11 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
                 values[name] = parts
         else:
             v = d.get("v")
-            ok = {
-                "int": lambda x: isinstance(x, int) and not isinstance(x, bool),
-                "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
-                "bool": lambda x: isinstance(x, bool),
-                "str": lambda x: isinstance(x, str),
-            }
             if kind == "list":
-                elem = {"int": int, "str": str}[spec[1]]
-                if not (isinstance(v, list) and all(isinstance(x, elem) and not isinstance(x, bool) for x in v)):
+                elem = _LIST_ELEMENTS[spec[1]]
+                if not (type(v) is list and all(type(x) is elem for x in v)):
                     raise bad(f"field {name} must be a list of {spec[1]}")
-            elif not ok[kind](v):
+            elif not _SCALAR_OK[kind](v):
                 raise bad(f"field {name} must be {kind}")
             values[name] = float(v) if kind == "float" else v
     if expected_off != len(payload):

@@ -111,20 +111,37 @@ class GrpcChannel(Channel):
 
     # -- client side ---------------------------------------------------------------------
     def _send_bytes(self, peer, tag, data):
-        env = Envelope(sender=self.party, receiver=peer, tag=tag, payload=data)
-        limit = self.connect_timeout if peer in self._reached else max(self.connect_timeout, self.startup_timeout)
-        try:
-            ack = self._stubs[peer](env, timeout=limit, wait_for_ready=True)
-        except grpc.RpcError as exc:
-            code = exc.code()
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within "
-                                       f"{limit:g} s; {peer} is down or unreachable") from None
-            raise ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} "
-                                f"{exc.details()}") from None
-        if ack.error:
-            raise ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: {ack.error}")
-        self._reached.add(peer)
+        self._send_bytes_to([peer], tag, data)
+
+    def _send_bytes_to(self, peers, tag, data):
+        """All peers' calls are in flight at once: a broadcast waits for the slowest peer, not for the sum."""
+        calls = []
+        for peer in peers:
+            env = Envelope(sender=self.party, receiver=peer, tag=tag, payload=data)
+            limit = self.connect_timeout if peer in self._reached else \
+                max(self.connect_timeout, self.startup_timeout)
+            calls.append((peer, limit, self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)))
+        failure = None
+        for peer, limit, call in calls:  # wait for every call, then report the first failure
+            try:
+                ack = call.result()
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    err = PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within "
+                                           f"{limit:g} s; {peer} is down or unreachable")
+                else:
+                    err = ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} "
+                                        f"{exc.details()}")
+                failure = failure or err
+                continue
+            if ack.error:
+                failure = failure or ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: "
+                                                   f"{ack.error}")
+                continue
+            self._reached.add(peer)
+        if failure is not None:
+            raise failure
 
     def _recv_bytes(self, peer, tag, timeout):
         try:
