@@ -197,6 +197,6 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
             elif not _SCALAR_OK[kind](v):
                 raise bad(f"field {name} must be {kind}")
             values[name] = float(v) if kind == "float" else v
-    if expected_off != len(payload):
+    if expected_off != size:
         raise bad("trailing bytes after the last field")
     return cls(**values)
