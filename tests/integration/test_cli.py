@@ -54,6 +54,16 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
     assert code == 0 and "hybrid partition" in out
 
 
+def test_a_data_file_without_a_known_extension_needs_format(csv, tmp_path, capsys):
+    odd = tmp_path / "train.export"
+    odd.write_bytes(csv.read_bytes())
+    code, _, err = run(["info", odd, "-l", "label"], capsys)
+    assert code == 3 and "cannot tell the format of" in err and "--format" in err
+    code, out, err = run(["info", odd, "-l", "label", "--format", "csv"], capsys)
+    assert code == 0, err
+    assert "400 samples x 4 features" in out
+
+
 def _bad_inputs(tmp_path, csv):
     df = pd.read_csv(csv)
     text = df.astype(object)

@@ -51,3 +51,38 @@ def test_he_table_is_checked(tmp_path):
         _load(tmp_path, "[he]\nrows_per_ciphertext = 0")
     with pytest.raises(InvalidParameterError, match=r"\[he\]: unknown keys \['keybits'\]"):
         _load(tmp_path, "[he]\nkeybits = 3072")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[he]\nscheme = "rsa"', r"\[he\] scheme must be one of ou, paillier, got 'rsa'"),
+    ("[he]\nkey_bits = 1024", r"\[he\] key_bits must be one of 2048, 3072, got 1024"),
+    ("[he]\nkey_bits = true", r"\[he\] key_bits must be one of 2048, 3072, got True"),
+    ('[he]\nbackend = "gpu"', r"\[he\] backend must be 'heu', 'phe' or 'plain'"),
+    ("[hybridtree]\nhost_depth = 0", r"\[hybridtree\] host_depth must be an integer >= 1, got 0"),
+    ("[hybridtree]\nguest_depth = -1", r"\[hybridtree\] guest_depth must be an integer >= 0, got -1"),
+    ("[hybridtree]\nguest_depth = true", r"\[hybridtree\] guest_depth must be an integer >= 0, got True"),
+    ("[params]\nmax_dept = 3", r"\[params\]: unknown key \['max_dept'\]; expected some of objective, "
+                               r"n_estimators, learning_rate, max_depth,"),
+    ("[params]\nlearning_rate = \"fast\"", r"\[params\] learning_rate must be a number, got 'fast'"),
+])
+def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
+    # before any key is generated or data read: the error names the table, the key and what it takes
+    with pytest.raises(InvalidParameterError, match=message):
+        _load(tmp_path, extra)
+
+
+def test_option_tables_of_peer_protocols_name_unknown_keys(tmp_path):
+    text = BASE.format(extra="").replace('"vertical"', '"fvtree"').replace('"active"', '"party"') \
+        .replace('"passive"', '"party"')
+    path = tmp_path / "federation.toml"
+    path.write_text(text + "[fvtree]\nn_candidate = 3\n")
+    with pytest.raises(InvalidParameterError, match=r"\[fvtree\]: unknown key \['n_candidate'\]; expected some of "
+                                                    r"n_candidates"):
+        load_federation(path)
+    path.write_text(text + "[fvtree.dp]\nepsilon = 1.0\nclip = 2\n")
+    with pytest.raises(InvalidParameterError, match=r"\[fvtree.dp\]: unknown key \['clip'\]; expected some of "
+                                                    r"epsilon"):
+        load_federation(path)
+    path.write_text(text + "[fvtree]\ndp = 3\n")
+    with pytest.raises(InvalidParameterError, match=r"\[fvtree\] dp must be a table \(\[fvtree.dp\]\), got 3"):
+        load_federation(path)

@@ -21,6 +21,8 @@ def bag(
                                         "the bagged predictions against"),
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column of --truth (default: last "
                                         "column)"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm for --truth (default: "
+                                      "from extension)"),
 ):
     """Bag the predictions of several hosts' HybridTree federations (each host trained with its guests and
     predicted the same test instances): majority or soft vote, or the mean for regression."""
@@ -43,7 +45,7 @@ def bag(
             raise DataError(f"{path}: not a readable CSV file ({exc})") from None
     df = bag_prediction_files(frames, vote)
     if truth is not None:
-        _score(df, load_input(truth, label, split="test"), truth)
+        _score(df, load_input(truth, label, fmt, split="test"), truth)
     if output is None:
         out.print(df.to_csv(index=False), end="")
     else:

@@ -16,6 +16,8 @@ from fedgrove.cli.common import load_input, out
 def info(
     path: str = typer.Argument(..., help="Model file, data file, partition directory or dataset:NAME"),
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column of a data file"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm for a data file (default: "
+                                      "from extension)"),
 ):
     """Show what a model, data file or partition holds."""
     import fedgrove
@@ -55,7 +57,7 @@ def info(
 
         raise DataError(f"{path} is an SQLite file, not a data file; an FV-tree ledger is shown by "
                         f"`fedgrove ledger show {path}` and checked by `fedgrove ledger verify {path}`")
-    table = load_input(path, label)
+    table = load_input(path, label, fmt)
     t = RichTable(title=f"{path}: {table.n_samples} samples x {table.n_features} features", show_header=False)
     t.add_column("field")
     t.add_column("value")

@@ -58,7 +58,9 @@ def detect_format(path: str | os.PathLike) -> str:
     ext = Path(name).suffix
     if ext in _EXTENSIONS:
         return _EXTENSIONS[ext]
-    raise DataError(f"cannot tell the format of {str(path)!r} from its extension; pass format= one of {FORMATS}")
+    raise DataError(f"cannot tell the format of {str(path)!r} from its extension (known: "
+                    f"{', '.join(sorted(_EXTENSIONS))}, optionally .gz); give it as one of {', '.join(FORMATS)} "
+                    f"(--format on the command line, format= in Python)")
 
 
 def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,

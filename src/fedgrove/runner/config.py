@@ -52,10 +52,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedgrove.crypto.he import KEY_BITS, SCHEMES
 from fedgrove.crypto.packing import MAX_ROWS
 from fedgrove.exceptions import InvalidParameterError
 
@@ -111,15 +113,14 @@ class FederationConfig:
         o = dict(self.fvtree)
         if o.get("n_candidates") == "all":
             o["n_candidates"] = None
-        try:
-            if "dp" in o:
-                dp = dict(o["dp"])
-                if dp.get("leaf_clip") == "none":
-                    dp["leaf_clip"] = None
-                o["dp"] = DPOptions(**dp)
-            return FVTreeOptions(**o)
-        except TypeError as exc:
-            raise InvalidParameterError(f"[fvtree]: {exc}") from None
+        if "dp" in o:
+            if not isinstance(o["dp"], dict):
+                raise InvalidParameterError(f"[fvtree] dp must be a table ([fvtree.dp]), got {o['dp']!r}")
+            dp = dict(o["dp"])
+            if dp.get("leaf_clip") == "none":
+                dp["leaf_clip"] = None
+            o["dp"] = _build(DPOptions, dp, "[fvtree.dp]")
+        return _build(FVTreeOptions, o, "[fvtree]")
 
     def simfl_options(self):
         from fedgrove.protocols.simfl.lsh import LSHParams
@@ -127,26 +128,36 @@ class FederationConfig:
 
         o = dict(self.simfl)
         schedule = o.pop("schedule", "blocks")
-        try:
-            return SimFLOptions(LSHParams(**{**o, "seed": self.seed}), schedule)
-        except TypeError as exc:
-            raise InvalidParameterError(f"[simfl]: {exc}") from None
+        return SimFLOptions(_build(LSHParams, {**o, "seed": self.seed}, "[simfl]"), schedule)
 
     def make_params(self):
         """The protocol's parameter object from ``[params]``."""
         if self.protocol == "federated-forest":
             from fedgrove.engine.forest import ForestParams
 
-            return ForestParams(**self.params)
+            return _build(ForestParams, self.params, "[params]")
         from fedgrove.engine.gbdt import GBDTParams
 
-        return GBDTParams(**self.params)
+        return _build(GBDTParams, self.params, "[params]")
 
     def party(self, name: str) -> PartySpec:
         for p in self.parties:
             if p.name == name:
                 return p
         raise InvalidParameterError(f"no party named {name!r} in {self.source}")
+
+
+def _build(cls, values: dict, table: str):
+    """``cls(**values)``, with an unknown key named together with the keys ``table`` takes."""
+    known = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise InvalidParameterError(f"{table}: unknown key{'s' if len(unknown) > 1 else ''} {unknown}; expected "
+                                    f"some of {', '.join(known)}")
+    try:
+        return cls(**values)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"{table} {exc}") from None
 
 
 def _read(path) -> tuple[dict, Path]:
@@ -194,6 +205,14 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if unknown:
         raise InvalidParameterError(f"[he]: unknown keys {sorted(unknown)}; expected scheme, key_bits, backend, "
                                     f"rows_per_ciphertext")
+    if he["scheme"] not in SCHEMES:
+        raise InvalidParameterError(f"[he] scheme must be one of {', '.join(SCHEMES)}, got {he['scheme']!r}")
+    if isinstance(he["key_bits"], bool) or he["key_bits"] not in KEY_BITS:
+        raise InvalidParameterError(f"[he] key_bits must be one of {', '.join(map(str, KEY_BITS))}, got "
+                                    f"{he['key_bits']!r}")
+    if he["backend"] not in (None, "heu", "phe", "plain"):
+        raise InvalidParameterError(f"[he] backend must be 'heu', 'phe' or 'plain' (no encryption: benchmarks "
+                                    f"only), got {he['backend']!r}")
     k = he.get("rows_per_ciphertext")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_ROWS):
         raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to {MAX_ROWS}, got {k!r}")
@@ -209,10 +228,9 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"[hybridtree] shared_only must be true or false, got {hybrid['shared_only']!r}")
     if hybrid["mode"] not in ("hessian", "count"):
         raise InvalidParameterError(f"[hybridtree] mode must be 'hessian' or 'count', got {hybrid['mode']!r}")
-    for key in ("host_depth", "guest_depth"):
-        if not isinstance(hybrid[key], int) or hybrid[key] < (1 if key == "host_depth" else 0):
-            raise InvalidParameterError(f"[hybridtree] {key} must be a non-negative integer (host_depth >= 1), "
-                                        f"got {hybrid[key]!r}")
+    for key, least in (("host_depth", 1), ("guest_depth", 0)):
+        if isinstance(hybrid[key], bool) or not isinstance(hybrid[key], int) or hybrid[key] < least:
+            raise InvalidParameterError(f"[hybridtree] {key} must be an integer >= {least}, got {hybrid[key]!r}")
     forest = {"label_mode": "encrypted", "prediction": "one-round", **d.get("forest", {})}
     unknown = set(forest) - {"label_mode", "prediction"}
     if unknown:
@@ -238,10 +256,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                            startup_timeout=float(startup))
     if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
         raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
-    try:
-        cfg.make_params()
-    except TypeError as exc:
-        raise InvalidParameterError(f"[params]: {exc}") from None
+    cfg.make_params()
     if protocol == "simfl":
         cfg.simfl_options()
     if protocol == "fvtree":
