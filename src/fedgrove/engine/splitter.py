@@ -23,6 +23,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
 from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather_rows, subtract_histograms,
                                        sum_rows)
 from fedgrove.engine.partition import partition_nodes
+from fedgrove.engine.sparse import sparse_codes_for
 from fedgrove.engine.split import CRITERIA, find_splits_cart, find_splits_gbdt
 
 
@@ -147,6 +148,8 @@ class HistogramSplitFinder(SplitFinder):
         self.count_from_segments = isinstance(scorer, GBDTScorer) and stats.shape[1] == 2
         self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
         self.segments: dict[int, tuple[int, int, int]] = {0: (0, len(root), 0)}  # node -> (start, end, buffer)
+        # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
+        self._sparse = sparse_codes_for(X_binned, self.feature_offsets)
         self._hist = None          # histograms of the current layer
         self._hist_row: dict[int, int] = {}
         self._pending: list[tuple[int, int, int]] | None = None  # (parent, left, right)
@@ -222,9 +225,19 @@ class HistogramSplitFinder(SplitFinder):
             starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
             ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
             rows = np.array([r for _, r in group], dtype=np.int64)
-            build_histograms(self.X_binned, self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets,
-                             features, hist, rows, numba.get_num_threads())
+            self._build(buf, starts, ends, features, hist, rows)
         return hist
+
+    def _build(self, buf, starts, ends, features, out, out_rows) -> None:
+        """Histograms of the nodes ``starts/ends`` of buffer ``buf`` into ``out[out_rows]``, sparse or dense."""
+        if self._sparse is not None:
+            used = np.zeros(self.n_features, dtype=np.bool_)
+            used[features] = True
+            self._sparse.build(self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets, used, out,
+                               out_rows)
+        else:
+            build_histograms(self.X_binned, self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets,
+                             features, out, out_rows, numba.get_num_threads())
 
     def record_children(self, node_ids, child_ids, mids) -> None:
         """Register children segments after a partition done outside :meth:`apply_splits`."""
@@ -254,8 +267,7 @@ class HistogramSplitFinder(SplitFinder):
             starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
             ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
             out_rows = np.array([r for _, r in group], dtype=np.int64)
-            build_histograms(self.X_binned, self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets,
-                             features, hist, out_rows, numba.get_num_threads())
+            self._build(buf, starts, ends, features, hist, out_rows)
         if parent_rows:
             subtract_histograms(self._hist, np.asarray(parent_rows, dtype=np.int64), hist,
                                 np.asarray(small_rows, dtype=np.int64), np.asarray(large_rows, dtype=np.int64))

@@ -1,0 +1,116 @@
+"""Histograms from the non-default codes of sparse tables: against the dense kernel, and in the engine."""
+
+import gc
+
+import numpy as np
+import pytest
+
+from fedgrove.engine import histogram, sparse
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+
+
+def _sparse_data(rng, n=4000, d=12):
+    # one-hot-like columns (mostly 0), a column mostly missing, one dense numeric column
+    X = (rng.random((n, d)) < 0.08).astype(float)
+    X[:, 4] *= rng.integers(1, 6, n)             # several non-default values
+    X[rng.random(n) < 0.9, 7] = np.nan           # the most frequent code is the missing one
+    X[:, 10] = rng.normal(size=n)                # dense: every code but one is listed
+    bm = BinMapper(max_bins=31).fit(X)
+    return bm, bm.transform(X)
+
+
+def _segments(rng, n, k):
+    idx = rng.permutation(n).astype(np.int64)
+    bounds = np.sort(rng.choice(np.arange(1, n), k - 1, replace=False))
+    starts = np.concatenate([[0], bounds]).astype(np.int64)
+    ends = np.concatenate([bounds, [n]]).astype(np.int64)
+    for s, e in zip(starts, ends):
+        idx[s:e] = np.sort(idx[s:e])
+    return idx, starts, ends
+
+
+@pytest.mark.parametrize("n_stats", [2, 3, 4])
+@pytest.mark.parametrize("subset", [False, True])
+def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
+    bm, Xb = _sparse_data(rng)
+    offsets = np.asarray(bm.feature_offsets, dtype=np.int32)
+    d = Xb.shape[1]
+    idx, starts, ends = _segments(rng, len(Xb), 6)
+    stats = rng.normal(size=(len(Xb), n_stats))
+    feats = np.array([0, 4, 7, 10, 11], dtype=np.int64) if subset else np.arange(d, dtype=np.int64)
+    used = np.zeros(d, dtype=np.bool_)
+    used[feats] = True
+    rows = np.array([5, 0, 2, 1, 3, 4], dtype=np.int64)
+    dense = np.full((6, offsets[-1], n_stats), 7.0)
+    histogram.build_histograms(Xb, idx, starts, ends, stats, offsets, feats, dense, rows, 1)
+    default = sparse._default_codes(Xb, offsets.astype(np.int64))[0]
+    defaults = offsets[:-1] + default
+    for n_blocks in (1, 3):
+        codes = sparse.SparseCodes(Xb, offsets, default, n_blocks)
+        got = np.full_like(dense, 7.0)
+        codes.build(idx, starts, ends, stats, offsets, used, got, rows)
+        for f in range(d):
+            bins = np.arange(offsets[f], offsets[f + 1])
+            if not used[f]:
+                assert (got[:, bins] == 7.0).all()  # an unused feature's bins are left alone
+                continue
+            rest = bins[bins != defaults[f]]
+            # the listed bins are summed in the dense kernel's order: bit for bit
+            np.testing.assert_array_equal(got[:, rest], dense[:, rest])
+            np.testing.assert_allclose(got[:, defaults[f]], dense[:, defaults[f]], rtol=1e-12, atol=1e-10)
+        if n_blocks == 1:
+            one_block = got
+        else:
+            np.testing.assert_array_equal(got, one_block)  # the same sums whatever the number of threads
+
+
+def test_a_default_bin_no_row_of_the_node_has_stays_exactly_zero(rng):
+    Xb = np.zeros((100, 2), dtype=np.uint8)
+    Xb[:30, 0] = 1           # feature 0: default 0; rows 0-29 have code 1
+    Xb[::5, 1] = 1
+    offsets = np.array([0, 2, 4], dtype=np.int32)
+    codes = sparse.SparseCodes(Xb, offsets, np.array([0, 0]), 1)
+    idx = np.arange(100, dtype=np.int64)
+    stats = rng.normal(size=(100, 2)) * 1e3
+    out = np.full((2, 4, 2), 7.0)
+    # node 0: rows 0-29, all with feature 0's non-default code; node 1: the rest
+    codes.build(idx, np.array([0, 30]), np.array([30, 100]), stats, offsets, np.ones(2, dtype=np.bool_), out,
+                np.array([0, 1]))
+    assert (out[0, 0] == 0.0).all()
+    np.testing.assert_allclose(out[1, 0], stats[30:].sum(axis=0))
+    assert (out[1, 1] == 0.0).all()
+
+
+def test_only_sparse_enough_tables_get_the_sparse_kernel(rng):
+    bm, Xb = _sparse_data(rng)
+    codes = sparse.sparse_codes_for(Xb, bm.feature_offsets)
+    assert codes is not None and codes.density < sparse.DENSITY_LIMIT
+    assert sparse.sparse_codes_for(Xb, bm.feature_offsets) is codes            # remembered
+    dense_bm = BinMapper(max_bins=31).fit(rng.normal(size=(500, 4)))
+    dense = dense_bm.transform(rng.normal(size=(500, 4)))
+    assert sparse.sparse_codes_for(dense, dense_bm.feature_offsets) is None
+    key = id(Xb)
+    del Xb, codes
+    gc.collect()
+    assert key not in sparse._CACHE                                          # forgotten with the array
+
+
+@pytest.mark.parametrize("objective", ["binary", "multiclass", "regression"])
+def test_the_engine_grows_the_same_trees_either_way(rng, objective, monkeypatch):
+    n = 3000
+    X = (rng.random((n, 30)) < 0.1).astype(float)
+    X[:, 0] = rng.normal(size=n)
+    score = X[:, 0] + X[:, 1:6].sum(axis=1) - X[:, 6:9].sum(axis=1)
+    y = {"binary": (score > 0.5).astype(float), "regression": score + rng.normal(size=n) * 0.1,
+         "multiclass": np.digitize(score, [0.0, 1.0]).astype(float)}[objective]
+    params = GBDTParams(objective, n_estimators=10, max_depth=5, colsample_bytree=0.8, n_threads=1)
+    quick = train_gbdt(params, X, y)
+    bm = BinMapper(params.max_bins).fit(X)
+    assert sparse.sparse_codes_for(bm.transform(X), bm.feature_offsets) is not None  # the sparse kernel is used
+    monkeypatch.setattr(sparse, "DENSITY_LIMIT", -1.0)   # every table dense
+    slow = train_gbdt(params, X, y)
+    for a, b in zip(quick.trees, slow.trees):
+        np.testing.assert_array_equal(a.nodes["feature"], b.nodes["feature"])
+        np.testing.assert_array_equal(a.nodes["bin"], b.nodes["bin"])
+        np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-9)
