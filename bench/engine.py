@@ -117,13 +117,15 @@ def warm_cache_check():
     """Run a tiny fit twice in fresh processes; the second must hit the numba cache everywhere."""
     code = (
         "import json, numpy as np\n"
-        "from fedgrove.engine import histogram, split, partition, predict, binning, losses\n"
+        "from fedgrove.engine import histogram, split, partition, predict, binning, losses, sparse\n"
         "from fedgrove.engine.gbdt import GBDTParams, train_gbdt\n"
         "rng = np.random.default_rng(0); X = rng.normal(size=(500, 4)); y = (X[:, 0] > 0).astype(float)\n"
         "m = train_gbdt(GBDTParams(n_estimators=2, max_depth=3), X, y); m.predict_proba(X)\n"
+        "train_gbdt(GBDTParams(n_estimators=2, max_depth=3), (rng.random((500, 20)) < 0.1).astype(float), y)\n"
         "kernels = [histogram.build_histograms, histogram.subtract_histograms, histogram.sum_rows,\n"
         "           histogram.gather_rows, histogram.add_to_segments, losses._logistic_gradients,\n"
-        "           split.find_splits_gbdt, partition.partition_nodes, predict.predict_leaves, binning._map_to_bins]\n"
+        "           split.gbdt_pair_splits, split.reduce_pairs, partition.partition_nodes, predict.predict_leaves,\n"
+        "           binning._map_to_bins, sparse._default_codes, sparse._layout, sparse.build_histograms_sparse]\n"
         "print(json.dumps({k.__name__: [sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]\n"
         "                  for k in kernels}))\n"
     )
