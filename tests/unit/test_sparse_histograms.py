@@ -44,10 +44,11 @@ def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
     rows = np.array([5, 0, 2, 1, 3, 4], dtype=np.int64)
     dense = np.full((6, offsets[-1], n_stats), 7.0)
     histogram.build_histograms(Xb, idx, starts, ends, stats, offsets, feats, dense, rows, 1)
-    default = sparse._default_codes(Xb, offsets.astype(np.int64))[0]
+    default, listed = sparse._default_codes(Xb, offsets.astype(np.int64))
+    assert listed.sum() == (Xb != default).sum()
     defaults = offsets[:-1] + default
     for n_blocks in (1, 3):
-        codes = sparse.SparseCodes(Xb, offsets, default, n_blocks)
+        codes = sparse.SparseCodes(Xb, offsets, default, listed, n_blocks)
         got = np.full_like(dense, 7.0)
         codes.build(idx, starts, ends, stats, offsets, used, got, rows)
         for f in range(d):
@@ -70,7 +71,7 @@ def test_a_default_bin_no_row_of_the_node_has_stays_exactly_zero(rng):
     Xb[:30, 0] = 1           # feature 0: default 0; rows 0-29 have code 1
     Xb[::5, 1] = 1
     offsets = np.array([0, 2, 4], dtype=np.int32)
-    codes = sparse.SparseCodes(Xb, offsets, np.array([0, 0]), 1)
+    codes = sparse.SparseCodes(Xb, offsets, np.array([0, 0]), np.array([30, 20]), 1)
     idx = np.arange(100, dtype=np.int64)
     stats = rng.normal(size=(100, 2)) * 1e3
     out = np.full((2, 4, 2), 7.0)
@@ -86,6 +87,8 @@ def test_only_sparse_enough_tables_get_the_sparse_kernel(rng):
     bm, Xb = _sparse_data(rng)
     codes = sparse.sparse_codes_for(Xb, bm.feature_offsets)
     assert codes is not None and codes.density < sparse.DENSITY_LIMIT
+    # listing every entry of a row must cost less than reading the codes of the features in use
+    assert codes.worth_it(Xb.shape[1]) and not codes.worth_it(1)
     assert sparse.sparse_codes_for(Xb, bm.feature_offsets) is codes            # remembered
     dense_bm = BinMapper(max_bins=31).fit(rng.normal(size=(500, 4)))
     dense = dense_bm.transform(rng.normal(size=(500, 4)))
@@ -114,3 +117,15 @@ def test_the_engine_grows_the_same_trees_either_way(rng, objective, monkeypatch)
         np.testing.assert_array_equal(a.nodes["feature"], b.nodes["feature"])
         np.testing.assert_array_equal(a.nodes["bin"], b.nodes["bin"])
         np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-9)
+
+
+def test_votes_break_near_ties_as_the_split_search_does():
+    # two mirrored one-hot columns have the same gain up to the order their sums were taken in
+    from fedgrove.engine.split import TIE_TOL, best_index
+    from fedgrove.protocols.fvtree.privacy import NoPrivacy
+
+    g = 12.345678
+    assert best_index([g, g * (1 + 1e-12), 3.0]) == 0          # argmax would say 1
+    assert best_index([3.0, g, g * (1 + 10 * TIE_TOL)]) == 2    # a real difference still wins
+    assert best_index([-np.inf, -np.inf]) == -1
+    assert NoPrivacy().vote(np.array([g, g * (1 + 1e-12)]), 0, 2) == 0

@@ -30,22 +30,22 @@ DENSITY_LIMIT = 0.25
 
 @njit(cache=True, nogil=True)
 def _default_codes(X_binned, feature_offsets):
-    """Per feature, its most frequent code (ties: the lowest), and how many codes differ from it."""
+    """Per feature, its most frequent code (ties: the lowest) and how many codes differ from it."""
     n, d = X_binned.shape
     counts = np.zeros((d, 256), dtype=np.int64)
     for r in range(n):
         for f in range(d):
             counts[f, X_binned[r, f]] += 1
     default = np.empty(d, dtype=np.int64)
-    nnz = 0
+    listed = np.empty(d, dtype=np.int64)
     for f in range(d):
         best = 0
         for c in range(1, feature_offsets[f + 1] - feature_offsets[f]):
             if counts[f, c] > counts[f, best]:
                 best = c
         default[f] = best
-        nnz += n - counts[f, best]
-    return default, nnz
+        listed[f] = n - counts[f, best]
+    return default, listed
 
 
 @njit(cache=True, nogil=True)
@@ -77,13 +77,13 @@ def _layout(X_binned, feature_offsets, default, block_lo, block_hi):
 class SparseCodes:
     """The non-default codes of a binned table, in ``n_blocks`` blocks of features (one thread each)."""
 
-    def __init__(self, X_binned: np.ndarray, feature_offsets: np.ndarray, default: np.ndarray, n_blocks: int):
+    def __init__(self, X_binned: np.ndarray, feature_offsets: np.ndarray, default: np.ndarray,
+                 listed: np.ndarray, n_blocks: int):
         offsets = np.ascontiguousarray(feature_offsets, dtype=np.int64)
         n, d = X_binned.shape
         self.default_flat = offsets[:-1] + default
         # blocks of about equal numbers of entries
-        per_feature = (X_binned != default[None, :].astype(X_binned.dtype)).sum(axis=0)
-        cum = np.concatenate([[0], np.cumsum(per_feature)])
+        cum = np.concatenate([[0], np.cumsum(listed)])
         n_blocks = max(1, min(d, n_blocks))
         cuts = np.searchsorted(cum, np.linspace(0, cum[-1], n_blocks + 1)[1:-1], side="left")
         bounds = np.unique(np.concatenate([[0], np.clip(cuts, 1, max(d - 1, 1)), [d]]))
@@ -91,6 +91,11 @@ class SparseCodes:
         self.block_hi = bounds[1:].astype(np.int64)
         self.indptr, self.entries = _layout(X_binned, offsets, default, self.block_lo, self.block_hi)
         self.density = len(self.entries) / max(1, n * d)
+        self.entries_per_row = len(self.entries) / max(1, n)
+
+    def worth_it(self, n_used: int) -> bool:
+        """Whether listing every row's entries costs less than reading ``n_used`` codes per row."""
+        return self.entries_per_row <= DENSITY_LIMIT * n_used
 
     def build(self, sample_indices, starts, ends, ordered_stats, feature_offsets, used, out, out_rows) -> None:
         build_histograms_sparse(self.indptr, self.entries, self.default_flat, self.block_lo, self.block_hi,
@@ -112,15 +117,15 @@ def sparse_codes_for(X_binned: np.ndarray, feature_offsets, n_blocks: int | None
     entry = _CACHE.get(id(X_binned))
     if entry is None:
         offsets = np.ascontiguousarray(feature_offsets, dtype=np.int64)
-        default, nnz = _default_codes(X_binned, offsets)
-        entry = {"default": default if nnz <= DENSITY_LIMIT * n * d else None}
+        default, listed = _default_codes(X_binned, offsets)
+        entry = {"default": default if listed.sum() <= DENSITY_LIMIT * n * d else None, "listed": listed}
         _CACHE[id(X_binned)] = entry
         weakref.finalize(X_binned, _CACHE.pop, id(X_binned), None)
     if entry["default"] is None:
         return None
     n_blocks = max(1, min(d, n_blocks or numba.get_num_threads()))
     if n_blocks not in entry:
-        entry[n_blocks] = SparseCodes(X_binned, feature_offsets, entry["default"], n_blocks)
+        entry[n_blocks] = SparseCodes(X_binned, feature_offsets, entry["default"], entry["listed"], n_blocks)
     return entry[n_blocks]
 
 

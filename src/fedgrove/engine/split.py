@@ -38,6 +38,17 @@ def _better(gain, best):
     return gain > best + TIE_TOL * max(TIE_FLOOR, abs(best))
 
 
+def best_index(gains) -> int:
+    """Index of the best of ``gains`` under the split search's tie rule (scanning in order, a gain replaces
+    the best only when it exceeds it by more than the tolerance, so near-equal gains go to the lowest
+    index whatever order their sums were taken in); -1 when every gain is -inf."""
+    best, at = -np.inf, -1
+    for i, g in enumerate(np.asarray(gains, dtype=np.float64).tolist()):
+        if _better.py_func(g, best):
+            best, at = g, i
+    return at
+
+
 @njit(cache=True, inline="always")
 def _gbdt_score(g, h, reg_lambda):
     return g * g / (h + reg_lambda)

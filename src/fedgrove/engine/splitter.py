@@ -121,11 +121,15 @@ class HistogramSplitFinder(SplitFinder):
         of larger children come from subtraction, so every node must have the
         histograms of every feature any of its descendants may use: a per-node
         draw restricts only the split search, a per-tree subset can go here.
+    sparse : build the histograms of a sparse table from its non-default codes
+        (:mod:`fedgrove.engine.sparse`; the table's layout is computed once
+        and remembered while the array lives, so pass False for a table used
+        for one tree only).
     """
 
     def __init__(self, X_binned, feature_offsets, missing_codes, thresholds, stats, scorer,
                  root_samples=None, allowed: AllowedFn | None = None, owner: int = -1, features=None,
-                 X_columns=None):
+                 X_columns=None, sparse: bool = True):
         self.X_binned = X_binned
         self.X_columns = X_binned if X_columns is None else X_columns
         self.feature_offsets = np.asarray(feature_offsets, dtype=np.int32)
@@ -149,7 +153,7 @@ class HistogramSplitFinder(SplitFinder):
         self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
         self.segments: dict[int, tuple[int, int, int]] = {0: (0, len(root), 0)}  # node -> (start, end, buffer)
         # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
-        self._sparse = sparse_codes_for(X_binned, self.feature_offsets)
+        self._sparse = sparse_codes_for(X_binned, self.feature_offsets) if sparse else None
         self._hist = None          # histograms of the current layer
         self._hist_row: dict[int, int] = {}
         self._pending: list[tuple[int, int, int]] | None = None  # (parent, left, right)
@@ -230,7 +234,7 @@ class HistogramSplitFinder(SplitFinder):
 
     def _build(self, buf, starts, ends, features, out, out_rows) -> None:
         """Histograms of the nodes ``starts/ends`` of buffer ``buf`` into ``out[out_rows]``, sparse or dense."""
-        if self._sparse is not None:
+        if self._sparse is not None and self._sparse.worth_it(len(features)):
             used = np.zeros(self.n_features, dtype=np.bool_)
             used[features] = True
             self._sparse.build(self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets, used, out,

@@ -249,7 +249,7 @@ class _TreeState:
         bm = client.bin_mapper
         thresholds = [bm.bin_upper_bounds(f) for f in range(n_features)]
         self.local = HistogramSplitFinder(X_in, bm.feature_offsets, bm.missing_codes, thresholds, stats, self.cart,
-                                          features=self.features)
+                                          features=self.features, sparse=False)  # X_in: this tree's rows only
         self.X_in = X_in
         self.plan = None
         if client.scorer:

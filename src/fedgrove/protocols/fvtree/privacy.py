@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedgrove.crypto.dp import PrivacyAccountant, exponential, laplace
+from fedgrove.engine.split import best_index
 from fedgrove.exceptions import InvalidParameterError
 
 
@@ -86,8 +87,8 @@ class NoPrivacy:
         return value
 
     def vote(self, gains: np.ndarray, depth: int, n_candidates: int) -> int:
-        """The best feature (ties: the lowest); -1 when no feature can split."""
-        return int(np.argmax(gains)) if np.any(gains > -np.inf) else -1
+        """The best feature (ties, within the split search's tolerance: the lowest); -1 when none can split."""
+        return best_index(gains)
 
     def histogram(self, rows: np.ndarray, depth: int, n_candidates: int, n_chosen: int) -> np.ndarray:
         return rows
