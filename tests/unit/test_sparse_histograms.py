@@ -44,6 +44,8 @@ def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
     rows = np.array([5, 0, 2, 1, 3, 4], dtype=np.int64)
     dense = np.full((6, offsets[-1], n_stats), 7.0)
     histogram.build_histograms(Xb, idx, starts, ends, stats, offsets, feats, dense, rows, 1)
+    reference = np.full_like(dense, 7.0)
+    histogram.build_histograms_reference(Xb, idx, starts, ends, stats, offsets, feats, reference, rows)
     default, listed = sparse._default_codes(Xb, offsets.astype(np.int64))
     assert listed.sum() == (Xb != default).sum()
     defaults = offsets[:-1] + default
@@ -60,6 +62,7 @@ def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
             # the listed bins are summed in the dense kernel's order: bit for bit
             np.testing.assert_array_equal(got[:, rest], dense[:, rest])
             np.testing.assert_allclose(got[:, defaults[f]], dense[:, defaults[f]], rtol=1e-12, atol=1e-10)
+        np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-10)  # and the numpy reference
         if n_blocks == 1:
             one_block = got
         else:
