@@ -86,3 +86,16 @@ def test_option_tables_of_peer_protocols_name_unknown_keys(tmp_path):
     path.write_text(text + "[fvtree]\ndp = 3\n")
     with pytest.raises(InvalidParameterError, match=r"\[fvtree\] dp must be a table \(\[fvtree.dp\]\), got 3"):
         load_federation(path)
+
+
+def test_simfl_table_errors_name_the_table(tmp_path):
+    text = BASE.format(extra="").replace('"vertical"', '"simfl"').replace('"active"', '"party"') \
+        .replace('"passive"', '"party"')
+    path = tmp_path / "federation.toml"
+    path.write_text(text + '[simfl]\nschedule = "rr"\n')
+    with pytest.raises(InvalidParameterError, match=r"^\[simfl\] schedule must be one of blocks, round-robin, "
+                                                    r"got 'rr'$"):
+        load_federation(path)
+    path.write_text(text + "[simfl]\nr = -1\n")
+    with pytest.raises(InvalidParameterError, match=r"^\[simfl\] LSH window r must be a positive number"):
+        load_federation(path)

@@ -128,7 +128,11 @@ class FederationConfig:
 
         o = dict(self.simfl)
         schedule = o.pop("schedule", "blocks")
-        return SimFLOptions(_build(LSHParams, {**o, "seed": self.seed}, "[simfl]"), schedule)
+        lsh = _build(LSHParams, {**o, "seed": self.seed}, "[simfl]")
+        try:
+            return SimFLOptions(lsh, schedule)
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(f"[simfl] {exc}") from None
 
     def make_params(self):
         """The protocol's parameter object from ``[params]``."""

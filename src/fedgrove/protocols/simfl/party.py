@@ -49,7 +49,7 @@ class SimFLOptions:
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
-            raise InvalidParameterError(f"SimFL schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+            raise InvalidParameterError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
 
 
 @dataclass
