@@ -99,3 +99,20 @@ def test_simfl_table_errors_name_the_table(tmp_path):
     path.write_text(text + "[simfl]\nr = -1\n")
     with pytest.raises(InvalidParameterError, match=r"^\[simfl\] LSH window r must be a positive number"):
         load_federation(path)
+
+
+@pytest.mark.parametrize("table, message", [
+    ('[fvtree]\nbeta = "x"', r"^\[fvtree\] beta must be a number, got 'x'$"),          # was a ValueError
+    ("[fvtree]\nthreshold = [1]", r"^\[fvtree\] threshold must be a number, got \[1\]$"),  # was a TypeError
+    ('[fvtree]\nverify = "yes"', r"^\[fvtree\] verify must be true or false, got 'yes'$"),
+    ("[fvtree]\npsd_depth = 0", r"^\[fvtree\] psd_depth must be >= 1, got 0$"),
+    ("[fvtree.dp]\nepsilon = 2.0\nseeded = 1", r"^\[fvtree.dp\] seeded must be true or false, got 1$"),
+    ("[fvtree.dp]\nepsilon = 2.0\ntrees_per_ensemble = 0", r"^\[fvtree.dp\] trees_per_ensemble must be >= 1"),
+])
+def test_fvtree_values_are_checked_when_the_file_is_read(tmp_path, table, message):
+    text = BASE.format(extra="").replace('"vertical"', '"fvtree"').replace('"active"', '"party"') \
+        .replace('"passive"', '"party"')
+    path = tmp_path / "federation.toml"
+    path.write_text(text + table + "\n")
+    with pytest.raises(InvalidParameterError, match=message):
+        load_federation(path)

@@ -41,6 +41,15 @@ class OneOf:
             raise InvalidParameterError(f"{name} must be one of {list(self.options)}, got {value!r}")
 
 
+@dataclass(frozen=True)
+class Flag:
+    """Accepts True or False only (not 0, 1 or a string)."""
+
+    def check(self, name, value):
+        if not isinstance(value, bool):
+            raise InvalidParameterError(f"{name} must be true or false, got {value!r}")
+
+
 def validate(params, constraints: dict) -> None:
     """Check every field of the dataclass ``params`` that has a constraint."""
     for f in fields(params):

@@ -37,6 +37,7 @@ from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.params import Flag, Interval, validate
 from fedgrove.engine.split import gbdt_pair_splits
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import PackedEnsemble
@@ -89,17 +90,27 @@ class FVTreeOptions:
     dp: DPOptions | None = None
     noise: str = "secret"
 
+    CONSTRAINTS = {
+        "n_candidates": Interval(int, 1, allow_none=True),
+        "refit": Flag(),
+        "use_psd": Flag(),
+        "psd_depth": Interval(int, 1),
+        "psd_epsilon": Interval(float, 0, low_open=True, allow_none=True),
+        "verify": Flag(),
+        "threshold": Interval(float, 0, low_open=True),
+        "endorse_fraction": Interval(float, 0, 1, low_open=True),
+        "beta": Interval(float, 0),
+        "n_permutations": Interval(int, 1),
+    }
+
     def __post_init__(self):
-        if self.n_candidates is not None and not (isinstance(self.n_candidates, int) and self.n_candidates >= 1):
-            raise InvalidParameterError(f"n_candidates must be a positive integer or None, got {self.n_candidates!r}")
+        validate(self, self.CONSTRAINTS)
         if (self.refit or self.verify) and not self.use_psd:
             raise InvalidParameterError("refit and verification need the PSD (use_psd = true)")
-        if not 0 < self.endorse_fraction <= 1:
-            raise InvalidParameterError(f"endorse_fraction must be in (0, 1], got {self.endorse_fraction!r}")
-        if not self.threshold > 0:
-            raise InvalidParameterError(f"threshold must be positive, got {self.threshold!r}")
         if isinstance(self.dp, dict):
             self.dp = DPOptions(**self.dp)
+        if self.dp is not None and not isinstance(self.dp, DPOptions):
+            raise InvalidParameterError(f"dp must be DPOptions or None, got {self.dp!r}")
         if self.noise not in ("secret", "public"):
             raise InvalidParameterError(f"noise must be 'secret' or 'public', got {self.noise!r}")
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedgrove.crypto.dp import PrivacyAccountant, exponential, laplace
+from fedgrove.engine.params import Flag, Interval, validate
 from fedgrove.engine.split import best_index
 from fedgrove.exceptions import InvalidParameterError
 
@@ -48,12 +49,14 @@ class DPOptions:
     #                                         safe); False: OpenDP's exact samplers
 
     def __post_init__(self):
-        if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0 and math.isfinite(self.epsilon)):
+        if not (isinstance(self.epsilon, (int, float)) and not isinstance(self.epsilon, bool) and self.epsilon > 0
+                and math.isfinite(self.epsilon)):
             raise InvalidParameterError(f"dp epsilon must be a positive number, got {self.epsilon!r}")
-        if not self.g_clip > 0:
-            raise InvalidParameterError(f"dp g_clip must be positive, got {self.g_clip!r}")
-        if self.leaf_clip is not None and not self.leaf_clip > 0:
-            raise InvalidParameterError(f"dp leaf_clip must be positive (or omitted), got {self.leaf_clip!r}")
+        validate(self, {"trees_per_ensemble": Interval(int, 1, allow_none=True),
+                        "n_ensembles": Interval(int, 1, allow_none=True),
+                        "g_clip": Interval(float, 0, low_open=True),
+                        "leaf_clip": Interval(float, 0, low_open=True, allow_none=True),
+                        "seeded": Flag()})
 
 
 class NoPrivacy:
