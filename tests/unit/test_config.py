@@ -38,6 +38,9 @@ def test_timeouts_default_and_read(tmp_path):
     ("startup_timeout = \"long\"", "federation.startup_timeout must be a positive number"),
     ("timeout = -1", "federation.timeout must be a positive number of seconds, got -1"),
     ("timout = 5", r"\[federation\]: unknown keys \['timout'\]"),
+    ("timeout = true", "federation.timeout must be a positive number of seconds, got True"),
+    ('seed = "a"', "federation.seed must be a non-negative integer, got 'a'"),   # was a ValueError
+    ("seed = -1", "federation.seed must be a non-negative integer, got -1"),
 ])
 def test_bad_federation_keys_are_named(tmp_path, extra, message):
     with pytest.raises(InvalidParameterError, match=message):
@@ -95,6 +98,9 @@ def test_simfl_table_errors_name_the_table(tmp_path):
     path.write_text(text + '[simfl]\nschedule = "rr"\n')
     with pytest.raises(InvalidParameterError, match=r"^\[simfl\] schedule must be one of blocks, round-robin, "
                                                     r"got 'rr'$"):
+        load_federation(path)
+    path.write_text(text + '[simfl]\nforce = "yes"\n')
+    with pytest.raises(InvalidParameterError, match=r"^\[simfl\] force must be true or false, got 'yes'$"):
         load_federation(path)
     path.write_text(text + "[simfl]\nr = -1\n")
     with pytest.raises(InvalidParameterError, match=r"^\[simfl\] LSH window r must be a positive number"):

@@ -197,8 +197,11 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     for p in parties:
         if p.role not in ROLES[protocol]:
             raise InvalidParameterError(f"party {p.name}: role must be one of {ROLES[protocol]}, got {p.role!r}")
+    seed = fed.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidParameterError(f"federation.seed must be a non-negative integer, got {seed!r}")
     timeout = fed.get("timeout", 60)
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise InvalidParameterError(f"federation.timeout must be a positive number of seconds, got {timeout!r}")
     startup = fed.get("startup_timeout", 300)
     if isinstance(startup, bool) or not isinstance(startup, (int, float)) or startup <= 0:

@@ -42,12 +42,15 @@ class LSHParams:
         if self.distribution not in DISTRIBUTIONS:
             raise InvalidParameterError(f"LSH distribution must be one of {DISTRIBUTIONS}, got "
                                         f"{self.distribution!r}")
-        if not (isinstance(self.r, (int, float)) and self.r > 0):
+        if isinstance(self.r, bool) or not (isinstance(self.r, (int, float)) and self.r > 0):
             raise InvalidParameterError(f"LSH window r must be a positive number, got {self.r!r}")
-        if not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65536):
+        if isinstance(self.n_bins, bool) or not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65536):
             raise InvalidParameterError(f"n_bins must be an integer in [2, 65536], got {self.n_bins!r}")
-        if self.n_hashes is not None and not (isinstance(self.n_hashes, int) and self.n_hashes >= 1):
+        if self.n_hashes is not None and not (isinstance(self.n_hashes, int) and not isinstance(self.n_hashes, bool)
+                                               and self.n_hashes >= 1):
             raise InvalidParameterError(f"n_hashes must be a positive integer, got {self.n_hashes!r}")
+        if not isinstance(self.force, bool):
+            raise InvalidParameterError(f"force must be true or false, got {self.force!r}")
 
     def resolve(self, n_features: int) -> int:
         """The number of hash functions for ``n_features`` features, checked against the privacy condition."""
