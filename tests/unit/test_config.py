@@ -41,6 +41,8 @@ def test_timeouts_default_and_read(tmp_path):
     ("timeout = true", "federation.timeout must be a positive number of seconds, got True"),
     ('seed = "a"', "federation.seed must be a non-negative integer, got 'a'"),   # was a ValueError
     ("seed = -1", "federation.seed must be a non-negative integer, got -1"),
+    ("[output]\ndir = 3", r"\[output\] dir must be a directory name, got 3"),        # was a TypeError
+    ('[output]\ndirectory = "runs"', r"\[output\]: unknown keys \['directory'\]; expected dir"),
 ])
 def test_bad_federation_keys_are_named(tmp_path, extra, message):
     with pytest.raises(InvalidParameterError, match=message):
@@ -121,4 +123,11 @@ def test_fvtree_values_are_checked_when_the_file_is_read(tmp_path, table, messag
     path = tmp_path / "federation.toml"
     path.write_text(text + table + "\n")
     with pytest.raises(InvalidParameterError, match=message):
+        load_federation(path)
+
+
+def test_party_paths_must_be_strings(tmp_path):
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra="").replace('data = "b.csv"', "data = 7"))
+    with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: data must be a string, got 7"):
         load_federation(path)

@@ -180,6 +180,9 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
             raise InvalidParameterError(f"{where}: missing {key!r}")
     if "data" not in d and d["role"] not in NO_DATA:
         raise InvalidParameterError(f"{where}: missing 'data'")
+    for key in ("name", "role", "data", "test", "certs", "listen"):
+        if key in d and not isinstance(d[key], str):
+            raise InvalidParameterError(f"{where}: {key} must be a string, got {d[key]!r}")
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
                      d.get("listen"), base / certs if certs else None, base / test if test else None)
@@ -225,7 +228,12 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to {MAX_ROWS}, got {k!r}")
     params = dict(d.get("params", {}))
     params.setdefault("seed", fed.get("seed", 0))
-    out = d.get("output", {}).get("dir", "fedgrove-run")
+    output = d.get("output", {})
+    if set(output) - {"dir"}:
+        raise InvalidParameterError(f"[output]: unknown keys {sorted(set(output) - {'dir'})}; expected dir")
+    out = output.get("dir", "fedgrove-run")
+    if not isinstance(out, str) or not out:
+        raise InvalidParameterError(f"[output] dir must be a directory name, got {out!r}")
     hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", "shared_only": False, **d.get("hybridtree", {})}
     unknown = set(hybrid) - {"host_depth", "guest_depth", "mode", "shared_only"}
     if unknown:
