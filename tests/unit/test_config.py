@@ -20,6 +20,12 @@ data = "b.csv"
 """
 
 
+def _peer_config(protocol):
+    """BASE for a protocol whose parties are peers (role "party")."""
+    return BASE.format(extra="").replace('"vertical"', f'"{protocol}"').replace('"active"', '"party"') \
+        .replace('"passive"', '"party"')
+
+
 def _load(tmp_path, extra):
     path = tmp_path / "federation.toml"
     path.write_text(BASE.format(extra=extra))
@@ -77,8 +83,7 @@ def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
 
 
 def test_option_tables_of_peer_protocols_name_unknown_keys(tmp_path):
-    text = BASE.format(extra="").replace('"vertical"', '"fvtree"').replace('"active"', '"party"') \
-        .replace('"passive"', '"party"')
+    text = _peer_config("fvtree")
     path = tmp_path / "federation.toml"
     path.write_text(text + "[fvtree]\nn_candidate = 3\n")
     with pytest.raises(InvalidParameterError, match=r"\[fvtree\]: unknown key \['n_candidate'\]; expected some of "
@@ -94,8 +99,7 @@ def test_option_tables_of_peer_protocols_name_unknown_keys(tmp_path):
 
 
 def test_simfl_table_errors_name_the_table(tmp_path):
-    text = BASE.format(extra="").replace('"vertical"', '"simfl"').replace('"active"', '"party"') \
-        .replace('"passive"', '"party"')
+    text = _peer_config("simfl")
     path = tmp_path / "federation.toml"
     path.write_text(text + '[simfl]\nschedule = "rr"\n')
     with pytest.raises(InvalidParameterError, match=r"^\[simfl\] schedule must be one of blocks, round-robin, "
@@ -118,8 +122,7 @@ def test_simfl_table_errors_name_the_table(tmp_path):
     ("[fvtree.dp]\nepsilon = 2.0\ntrees_per_ensemble = 0", r"^\[fvtree.dp\] trees_per_ensemble must be >= 1"),
 ])
 def test_fvtree_values_are_checked_when_the_file_is_read(tmp_path, table, message):
-    text = BASE.format(extra="").replace('"vertical"', '"fvtree"').replace('"active"', '"party"') \
-        .replace('"passive"', '"party"')
+    text = _peer_config("fvtree")
     path = tmp_path / "federation.toml"
     path.write_text(text + table + "\n")
     with pytest.raises(InvalidParameterError, match=message):

@@ -8,6 +8,7 @@ import pytest
 from fedgrove.engine import histogram, sparse
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from tests.unit.test_kernels import _segments
 
 
 def _sparse_data(rng, n=4000, d=12):
@@ -18,16 +19,6 @@ def _sparse_data(rng, n=4000, d=12):
     X[:, 10] = rng.normal(size=n)                # dense: every code but one is listed
     bm = BinMapper(max_bins=31).fit(X)
     return bm, bm.transform(X)
-
-
-def _segments(rng, n, k):
-    idx = rng.permutation(n).astype(np.int64)
-    bounds = np.sort(rng.choice(np.arange(1, n), k - 1, replace=False))
-    starts = np.concatenate([[0], bounds]).astype(np.int64)
-    ends = np.concatenate([bounds, [n]]).astype(np.int64)
-    for s, e in zip(starts, ends):
-        idx[s:e] = np.sort(idx[s:e])
-    return idx, starts, ends
 
 
 @pytest.mark.parametrize("n_stats", [2, 3, 4])

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine.params import Flag
 from fedgrove.exceptions import InvalidParameterError
 
 DISTRIBUTIONS = ("cauchy", "gaussian")
@@ -49,8 +50,7 @@ class LSHParams:
         if self.n_hashes is not None and not (isinstance(self.n_hashes, int) and not isinstance(self.n_hashes, bool)
                                                and self.n_hashes >= 1):
             raise InvalidParameterError(f"n_hashes must be a positive integer, got {self.n_hashes!r}")
-        if not isinstance(self.force, bool):
-            raise InvalidParameterError(f"force must be true or false, got {self.force!r}")
+        Flag().check("force", self.force)
 
     def resolve(self, n_features: int) -> int:
         """The number of hash functions for ``n_features`` features, checked against the privacy condition."""
