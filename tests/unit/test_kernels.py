@@ -207,3 +207,30 @@ def test_ranked_routing_refuses_unknown_thresholds(rng):
     nodes["threshold"] = [np.nan, 0, 0]
     with pytest.raises(ModelFormatError, match="thresholds belong to another party"):
         RankedRows(rng.normal(size=(10, 2))).leaves(Tree(nodes, np.zeros((3, 1))))
+
+
+@pytest.mark.parametrize("n, k", [(1, 2), (700, 3), (1537, 23)])
+def test_class_major_softmax_gradients_equal_row_major(rng, n, k):
+    """The engine's class-major multiclass gradients are the row-major kernel's, bit for bit (the protocols use
+    the row-major one and must grow the engine's trees), whatever the rows' count against the block size."""
+    from fedgrove.engine.losses import make_objective
+
+    raw = rng.normal(scale=3.0, size=(n, k))
+    y = rng.integers(0, k, n).astype(np.float64)
+    obj = make_objective("multiclass", k)
+    g, h = obj.gradients(y, raw)
+    gc, hc = obj.gradients_by_class(y, np.ascontiguousarray(raw.T))
+    assert gc.shape == hc.shape == (k, n)
+    assert np.array_equal(gc, g.T) and np.array_equal(hc, h.T)
+
+
+@pytest.mark.parametrize("objective", ["binary", "regression"])
+def test_single_output_gradients_by_class_are_the_transposed_gradients(rng, objective):
+    from fedgrove.engine.losses import make_objective
+
+    raw = rng.normal(size=(50, 1))
+    y = (rng.random(50) < 0.5).astype(np.float64)
+    obj = make_objective(objective)
+    g, h = obj.gradients(y, raw)
+    gc, hc = obj.gradients_by_class(y, raw.T.copy())
+    assert np.array_equal(gc, g.T) and np.array_equal(hc, h.T)

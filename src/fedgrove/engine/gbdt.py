@@ -197,7 +197,10 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     K = objective.n_outputs
     base = (objective.init_score(y) if params.base_score == "auto"
             else np.full(K, float(params.base_score)))
-    raw = np.tile(base, (n, 1))
+    # scores class-major (one contiguous row per class), seen as (n, K) through ``raw``: a class's gradients
+    # and its leaf-value updates then touch contiguous memory (with K columns row-major they are strided)
+    raw_by_class = np.tile(base[:, None], (1, n))
+    raw = raw_by_class.T
     model = GBDTModel(objective=params.objective, n_classes=objective.n_classes, base_score=base,
                       bin_mapper=bin_mapper, params=params.to_dict(), feature_names=feature_names)
     scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
@@ -221,7 +224,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     stats = np.ones((n, 3 if scorer.hist_needs_count else 2))
     t0 = time.perf_counter()
     for it in range(params.n_estimators):
-        g, h = objective.gradients(y, raw)
+        g, h = objective.gradients_by_class(y, raw_by_class)
         rows = None
         if params.subsample < 1.0:
             rows = np.sort(rng.choice(n, max(1, int(round(params.subsample * n))), replace=False))
@@ -233,8 +236,8 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             mask[features] = True
             allowed = (lambda m: (lambda layer: np.broadcast_to(m, (len(layer), len(m)))))(mask)
         for c in range(K):
-            stats[:, 0] = g[:, c]
-            stats[:, 1] = h[:, c]
+            stats[:, 0] = g[c]
+            stats[:, 1] = h[c]
             finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
                                           root_samples=rows, allowed=allowed, features=features,
                                           X_columns=X_columns)

@@ -55,6 +55,36 @@ def _softmax_gradients(y, raw, factor):
     return g, h
 
 
+@njit(parallel=True, cache=True, nogil=True)
+def _softmax_gradients_by_class(y, raw_by_class, factor):
+    """``_softmax_gradients`` on class-major scores ``(k, n)``, returning class-major ``(k, n)`` arrays with the
+    same values bit for bit (each row's max and sum are taken over the classes in the same order).  Rows are
+    taken in blocks so every pass reads and writes contiguous memory."""
+    k, n = raw_by_class.shape
+    g = np.empty((k, n))
+    h = np.empty((k, n))
+    block = 512
+    for b in prange((n + block - 1) // block):
+        lo = b * block
+        hi = min(n, lo + block)
+        m = raw_by_class[0, lo:hi].copy()
+        total = np.zeros(hi - lo)
+        for c in range(1, k):
+            for i in range(lo, hi):
+                m[i - lo] = max(m[i - lo], raw_by_class[c, i])
+        for c in range(k):
+            for i in range(lo, hi):
+                e = math.exp(raw_by_class[c, i] - m[i - lo])
+                g[c, i] = e
+                total[i - lo] += e
+        for c in range(k):
+            for i in range(lo, hi):
+                p = g[c, i] / total[i - lo]
+                g[c, i] = p - (1.0 if int(y[i]) == c else 0.0)
+                h[c, i] = factor * p * (1.0 - p)
+    return g, h
+
+
 class Objective:
     name: str
     default_metric: str
@@ -77,6 +107,12 @@ class Objective:
 
     def gradients(self, y: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def gradients_by_class(self, y: np.ndarray, raw_by_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``gradients`` for class-major scores ``(n_outputs, n)``, as class-major ``(n_outputs, n)`` arrays (the
+        same values): the engine keeps multiclass scores this way so each class's column is contiguous."""
+        g, h = self.gradients(y, np.asarray(raw_by_class).T)
+        return g.T, h.T
 
     def transform(self, raw: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -149,6 +185,10 @@ class Softmax(Objective):
     def gradients(self, y, raw):
         # hessian K/(K-1) p(1-p): Friedman's diagonal bound, as LightGBM uses
         return _softmax_gradients(y, np.ascontiguousarray(raw), self.n_classes / (self.n_classes - 1.0))
+
+    def gradients_by_class(self, y, raw_by_class):
+        return _softmax_gradients_by_class(y, np.ascontiguousarray(raw_by_class),
+                                           self.n_classes / (self.n_classes - 1.0))
 
     def transform(self, raw):
         return softmax(raw, axis=1)
