@@ -23,9 +23,15 @@ def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
     for r in tg.values():
         assert len(r["SimFL_runs"]) == 2 and len(r["SOLO"]) == 2 and 0 < r["ALL-IN"] < 50 and 0 < r["TFL"] < 50
     assert tg["1.0"]["ALL-IN"] != t2["ALL-IN"]
+    # ... and for other draws of the data: seed 0 is table2_tgbm itself, seed 1 another split and partition
+    by_seed = res["table2_tgbm_seeds"]
+    assert set(by_seed) == {"0", "1"} and set(by_seed["1"]) == {"1.0", "0.9"}
+    assert by_seed["0"] == tg
+    assert by_seed["1"]["0.9"]["ALL-IN"] != tg["0.9"]["ALL-IN"]
     report = (out / "report.md").read_text()
     for title in ("Table 2", "Table 3", "Figure 2", "Figure 3", "Figure 4", "Table 4", "Quick run", "17.0 (16.7-17.2)",
-                  "Table 2 with ThunderGBM's defaults", "Learning rate 0.9:"):
+                  "Table 2 with ThunderGBM's defaults", "Learning rate 0.9:",
+                  "other draws of the data", "SimFL's gap to ALL-IN over the seeds"):
         assert title in report
     assert (out / "a9a-figure3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
