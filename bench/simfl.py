@@ -20,7 +20,7 @@ routing, gradients and messages cost nothing; and the round trip a tree
 gradients, median over consecutive trees of one trainer).  Writes
 bench/results/simfl.json (or ``--out``).
 
-    python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1 --out FILE]
+    python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1 --settings default --out FILE]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +38,19 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results" / "simfl.json"
 
 
-def replay(tree_list, party_rows, received, base):
-    """The gradients each tree was grown from, rebuilt from outside: a party's own (logistic loss) at the scores of
+def replay(tree_list, party_rows, received, base, objective_name="binary"):
+    """The gradients each tree was grown from, rebuilt from outside: a party's own (the run's loss) at the scores of
     the model's earlier trees on its rows, plus the aggregated ones it received for that tree (SimFL; none for
     SOLO).  Returns, per tree, (party, g, h)."""
     from fedgrove.engine.losses import make_objective
 
-    objective = make_objective("binary", 1)
+    objective = make_objective(objective_name, 1)
     raw = {k: np.full(len(Xk), base) for k, (Xk, _) in party_rows.items()}
     out = []
     for t, tree in enumerate(tree_list):
-        k = max(int(tree.nodes["owner"][0]), 0)  # SOLO's trees have no owner: its one party
+        # the trainer: the party that received the others' gradients for this tree (a root left unsplit has no
+        # owner); SOLO's trees: its one party
+        k = next((j for j in party_rows if (j, t) in received), max(int(tree.nodes["owner"][0]), 0))
         Xk, yk = party_rows[k]
         g, h = (a[:, 0] for a in objective.gradients(yk, raw[k][:, None]))
         for msg in received.get((k, t), []):
@@ -86,6 +89,10 @@ def main():
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--settings", choices=["default", "tgbm"], default="default",
+                    help="default: logistic loss, learning rate 0.1; tgbm: the paper's engine settings as "
+                         "`fedgrove reproduce simfl` infers them (ThunderGBM's squared error, gamma 1 on its scale, "
+                         "learning rate 0.9)")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"where to write the figures (default {RESULTS})")
     args = ap.parse_args()
 
@@ -101,6 +108,8 @@ def main():
     X, y, Xt, yt = exp.load(args.dataset, cfg)
     parts = exp.partition(y, args.parties, None, cfg.seed)
     params = GBDTParams(n_estimators=args.trees, max_depth=8, learning_rate=0.1, n_threads=args.threads)
+    if args.settings == "tgbm":
+        params = replace(params, objective="regression", gamma=exp.TGBM_GAMMA, learning_rate=0.9)
     train_gbdt(GBDTParams(n_estimators=2, max_depth=3), X[parts[0]], y[parts[0]])  # warm up the kernels
     rows = {"SOLO": [], "ALL-IN": [], "SimFL": [], "prep": [], "SOLO_trees_alone": [], "SimFL_trees_alone": [],
             "round_trip_ms": []}
@@ -139,8 +148,9 @@ def main():
         # other parties' routing, gradients and messages took no time
         if r == 0:
             party_rows = {k: (X[p], y[p]) for k, p in enumerate(parts)}
-            simfl_from = replay(last["model"].trees, party_rows, received, float(last["model"].base_score[0]))
-            solo_from = replay(solo.trees, {0: party_rows[0]}, {}, float(solo.base_score[0]))
+            simfl_from = replay(last["model"].trees, party_rows, received, float(last["model"].base_score[0]),
+                                params.objective)
+            solo_from = replay(solo.trees, {0: party_rows[0]}, {}, float(solo.base_score[0]), params.objective)
         rows["SOLO_trees_alone"].append(grow_alone(solo.trees, solo_from, growers))
         rows["SimFL_trees_alone"].append(grow_alone(last["model"].trees, simfl_from, growers))
         print(f"run {r + 1}: SOLO {rows['SOLO'][-1]:.2f} s, ALL-IN {rows['ALL-IN'][-1]:.2f} s, SimFL training "
@@ -151,7 +161,8 @@ def main():
     med = {k: float(np.median(v)) for k, v in rows.items()}
     tm = last["timings"]
     out = {"dataset": args.dataset, "parties": args.parties, "partition": "balanced", "trees": args.trees,
-           "depth": 8, "threads": args.threads, "repeats": args.repeats,
+           "depth": 8, "threads": args.threads, "repeats": args.repeats, "settings": args.settings,
+           "objective": params.objective, "learning_rate": params.learning_rate, "gamma": params.gamma,
            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "median_seconds": {"SOLO_training": med["SOLO"], "ALL-IN_training": med["ALL-IN"],

@@ -116,7 +116,7 @@ def forest_table() -> str:
 
 
 def simfl_table() -> str:
-    paths = [RESULTS / "simfl.json", RESULTS / "simfl_cod-rna.json"]
+    paths = [RESULTS / "simfl.json", RESULTS / "simfl_cod-rna.json", RESULTS / "simfl_tgbm.json"]
     if not paths[0].exists():
         return "_bench/results/simfl.json not found: run `python3 bench/simfl.py`._"
     lines = []
@@ -129,7 +129,10 @@ def simfl_table() -> str:
         lines += [
             f"Measured {r['date']} on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} "
             f"thread(s), {r['dataset']}, {r['parties']} parties ({r['partition']}), {r['trees']} trees of depth "
-            f"{r['depth']}, medians of {r['repeats']} runs (`{path.relative_to(RESULTS.parent.parent)}`).", "",
+            f"{r['depth']}"
+            + (f", the paper's engine settings as inferred (squared error, gamma {r['gamma']}, learning rate "
+               f"{r['learning_rate']})" if r.get("settings") == "tgbm" else "")
+            + f", medians of {r['repeats']} runs (`{path.relative_to(RESULTS.parent.parent)}`).", "",
             "| SOLO training s | ALL-IN training s | SimFL training s | SimFL / SOLO (target <= 1.1; each run) "
             "| trees alone: SOLO s, SimFL s, ratio | round trip ms a tree | preprocessing s "
             "| preprocessing MB sent per party | MB per tree | nodes per tree SOLO / SimFL |",
