@@ -114,6 +114,34 @@ def test_training_raw_scores_equal_prediction():
     np.testing.assert_allclose(m.raw_from_leaves(leaves), m.predict_raw(X))
 
 
+@pytest.mark.parametrize("objective, n_classes", [("binary", None), ("multiclass", 4), ("regression", None)])
+def test_raw_from_leaves_adds_tree_by_tree(objective, n_classes):
+    # the kernel adds each tree's leaf value in tree order, as adding one tree at a time does: bit for bit
+    X, y = make_classification(1500, missing=0.05)
+    if objective == "multiclass":
+        y = (np.abs(np.nan_to_num(X[:, 0]) * 3).astype(int) % 4).astype(float)
+    m = train_gbdt(GBDTParams(objective, n_classes=n_classes, n_estimators=6, max_depth=3), X, y)
+    leaves = PackedEnsemble(m.trees).leaves(X)
+    for n_rounds in (None, 2):
+        n_trees = len(m.trees) if n_rounds is None else n_rounds * m.n_outputs
+        want = np.tile(m.base_score, (len(X), 1))
+        for t in range(n_trees):
+            want[:, m.tree_class[t]] += m.trees[t].values[leaves[:, t], 0]
+        got = m.raw_from_leaves(leaves, n_rounds)
+        assert np.array_equal(got.reshape(len(X), -1), want)
+
+
+def test_raw_from_leaves_refuses_a_leaf_outside_its_tree():
+    X, y = make_classification(300)
+    m = train_gbdt(GBDTParams(n_estimators=3, max_depth=2), X, y)
+    leaves = PackedEnsemble(m.trees).leaves(X)
+    leaves[17, 1] = m.trees[1].n_nodes
+    with pytest.raises(ValueError, match=f"leaf {m.trees[1].n_nodes} of sample 17 is outside tree 1"):
+        m.raw_from_leaves(leaves)
+    with pytest.raises(ValueError, match="one column per tree"):
+        m.raw_from_leaves(leaves[:, :2])
+
+
 def test_bad_parameters_name_the_value():
     from fedgrove.exceptions import InvalidParameterError
 

@@ -23,6 +23,7 @@ import numpy as np
 from fedgrove._version import __version__
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.losses import make_objective
+from fedgrove.engine.predict import sum_leaf_values
 from fedgrove.engine.tree import PackedEnsemble, Tree
 from fedgrove.exceptions import ModelFormatError, NotFittedError
 
@@ -204,10 +205,25 @@ class GBDTModel(TreeEnsembleModel):
         return self.raw_from_leaves(leaves, n_rounds)
 
     def raw_from_leaves(self, leaves: np.ndarray, n_rounds: int | None = None) -> np.ndarray:
+        """Raw margins from each sample's leaf in each tree (``leaves``: ``(n_samples, n_trees)``)."""
         n_trees = len(self.trees) if n_rounds is None else min(len(self.trees), n_rounds * self.n_outputs)
-        raw = np.tile(self.base_score, (leaves.shape[0], 1))
-        for t in range(n_trees):
-            raw[:, self.tree_class[t]] += self.trees[t].values[leaves[:, t], 0]
+        leaves = np.asarray(leaves)
+        if leaves.ndim != 2 or leaves.shape[1] < n_trees:
+            raise ValueError(f"leaves must have one column per tree ({n_trees}), got shape {leaves.shape}")
+        base = np.asarray(self.base_score, dtype=np.float64).reshape(-1)
+        if n_trees == 0:
+            raw = np.tile(base, (leaves.shape[0], 1))
+        else:
+            packed = self._pack()
+            if packed.gbdt_values is None:  # each tree's values (one output) end to end, as its nodes are
+                packed.gbdt_values = np.concatenate([t.values[:, 0] for t in packed.trees]).astype(np.float64)
+            raw, bad = sum_leaf_values(np.ascontiguousarray(leaves, dtype=np.int32), packed.gbdt_values,
+                                       packed.tree_offsets, np.asarray(self.tree_class, dtype=np.int64), base,
+                                       n_trees)
+            if bad >= 0:
+                t = next(t for t in range(n_trees) if not 0 <= leaves[bad, t] < self.trees[t].n_nodes)
+                raise ValueError(f"leaf {int(leaves[bad, t])} of sample {bad} is outside tree {t}, which has "
+                                 f"{self.trees[t].n_nodes} nodes")
         return raw[:, 0] if self.n_outputs == 1 else raw
 
     def predict_proba(self, X, n_rounds: int | None = None) -> np.ndarray:

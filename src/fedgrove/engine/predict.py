@@ -56,6 +56,33 @@ def predict_leaves_binned(X_binned, feature, bins, missing_left, left, right, mi
     return out
 
 
+@njit(parallel=True, cache=True, nogil=True)
+def sum_leaf_values(leaves, values, value_offsets, tree_class, base, n_trees):
+    """Raw scores ``(n, K)``: ``base`` plus, for each tree ``t < n_trees`` in order, its leaf's value
+    ``values[value_offsets[t] + leaves[i, t]]`` added to column ``tree_class[t]`` (the additions of a tree at a
+    time, in the same order, row by row).  Returns (raw, first bad row or -1): a leaf index outside its tree
+    marks the row bad and adds nothing."""
+    n = leaves.shape[0]
+    k = base.shape[0]
+    raw = np.empty((n, k))
+    bad = np.zeros(n, dtype=np.bool_)
+    for i in prange(n):
+        for c in range(k):
+            raw[i, c] = base[c]
+        for t in range(n_trees):
+            leaf = leaves[i, t]
+            if leaf < 0 or leaf >= value_offsets[t + 1] - value_offsets[t]:
+                bad[i] = True
+                continue
+            raw[i, tree_class[t]] += values[value_offsets[t] + leaf]
+    first_bad = -1
+    for i in range(n):
+        if bad[i]:
+            first_bad = i
+            break
+    return raw, first_bad
+
+
 def predict_leaves_reference(X, feature, threshold, missing_left, left, right, tree_offsets):
     n_trees = len(tree_offsets) - 1
     out = np.empty((X.shape[0], n_trees), dtype=np.int32)

@@ -137,6 +137,7 @@ class PackedEnsemble:
         self.missing_left = np.ascontiguousarray(nodes["missing_left"]).astype(np.bool_)
         self.left = np.ascontiguousarray(nodes["left"])
         self.right = np.ascontiguousarray(nodes["right"])
+        self.gbdt_values: np.ndarray | None = None  # filled by GBDTModel: the trees' values end to end
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """Leaf index (local to each tree) per sample and tree, from raw features."""
