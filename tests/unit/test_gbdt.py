@@ -115,7 +115,7 @@ def test_training_raw_scores_equal_prediction():
 
 
 @pytest.mark.parametrize("objective, n_classes", [("binary", None), ("multiclass", 4), ("regression", None)])
-def test_raw_from_leaves_adds_tree_by_tree(objective, n_classes):
+def test_raw_scores_add_tree_by_tree(objective, n_classes):
     # the kernel adds each tree's leaf value in tree order, as adding one tree at a time does: bit for bit
     X, y = make_classification(1500, missing=0.05)
     if objective == "multiclass":
@@ -129,6 +129,8 @@ def test_raw_from_leaves_adds_tree_by_tree(objective, n_classes):
             want[:, m.tree_class[t]] += m.trees[t].values[leaves[:, t], 0]
         got = m.raw_from_leaves(leaves, n_rounds)
         assert np.array_equal(got.reshape(len(X), -1), want)
+        # predicting routes and adds in one pass, without the leaf matrix: the same scores
+        assert np.array_equal(m.predict_raw(X, n_rounds).reshape(len(X), -1), want)
 
 
 def test_raw_from_leaves_refuses_a_leaf_outside_its_tree():

@@ -57,6 +57,33 @@ def predict_leaves_binned(X_binned, feature, bins, missing_left, left, right, mi
 
 
 @njit(parallel=True, cache=True, nogil=True)
+def predict_raw_sum(X, feature, threshold, missing_left, left, right, tree_offsets, values, tree_class, base,
+                    n_trees):
+    """``predict_leaves`` and ``sum_leaf_values`` in one pass, without the ``(n, n_trees)`` leaf matrix: each
+    row is routed through the first ``n_trees`` trees in order and each leaf's value (``values``, the trees'
+    values end to end like their nodes) added to column ``tree_class[t]`` of the row's raw score."""
+    n_samples = X.shape[0]
+    k = base.shape[0]
+    raw = np.empty((n_samples, k))
+    for i in prange(n_samples):
+        for c in range(k):
+            raw[i, c] = base[c]
+        for t in range(n_trees):
+            b0 = tree_offsets[t]
+            node = 0
+            while feature[b0 + node] >= 0:
+                j = b0 + node
+                x = X[i, feature[j]]
+                if np.isnan(x):
+                    go_left = missing_left[j]
+                else:
+                    go_left = x <= threshold[j]
+                node = left[j] if go_left else right[j]
+            raw[i, tree_class[t]] += values[b0 + node]
+    return raw
+
+
+@njit(parallel=True, cache=True, nogil=True)
 def sum_leaf_values(leaves, values, value_offsets, tree_class, base, n_trees):
     """Raw scores ``(n, K)``: ``base`` plus, for each tree ``t < n_trees`` in order, its leaf's value
     ``values[value_offsets[t] + leaves[i, t]]`` added to column ``tree_class[t]`` (the additions of a tree at a

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedgrove.engine.predict import predict_leaves, predict_leaves_binned, predict_leaves_ranked, rank_cuts
+from fedgrove.engine.predict import (predict_leaves, predict_leaves_binned, predict_leaves_ranked, predict_raw_sum,
+                                     rank_cuts)
 from fedgrove.exceptions import ModelFormatError
 
 NODE_DTYPE = np.dtype([
@@ -143,13 +144,25 @@ class PackedEnsemble:
         """Leaf index (local to each tree) per sample and tree, from raw features."""
         if not self.trees:
             return np.zeros((X.shape[0], 0), dtype=np.int32)
+        X = self._routable(X)
+        return predict_leaves(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
+                              self.tree_offsets)
+
+    def raw_sum(self, X: np.ndarray, values: np.ndarray, tree_class, base, n_trees: int) -> np.ndarray:
+        """``base`` plus the first ``n_trees`` trees' leaf values (``values``: one per node, end to end like the
+        nodes), each added to column ``tree_class[t]``: a GBDT's raw scores without the leaf matrix."""
+        X = self._routable(X)
+        return predict_raw_sum(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
+                               self.tree_offsets, values, np.asarray(tree_class, dtype=np.int64),
+                               np.asarray(base, dtype=np.float64), int(n_trees))
+
+    def _routable(self, X) -> np.ndarray:
         if np.isnan(self.threshold[self.feature >= 0]).any():
             raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
                                    "predict through the federation instead")
         if not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.f_contiguous):
             X = np.ascontiguousarray(X, dtype=np.float64)  # row-major, or column-major as given (faster for one tree)
-        return predict_leaves(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
-                              self.tree_offsets)
+        return X
 
     def leaves_binned(self, X_binned: np.ndarray, missing_codes: np.ndarray) -> np.ndarray:
         if not self.trees:
