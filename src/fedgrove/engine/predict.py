@@ -13,6 +13,21 @@ import numpy as np
 from numba import njit, prange
 
 
+@njit(cache=True, inline="always")
+def _leaf(X, i, base, feature, threshold, missing_left, left, right):
+    """Row ``i``'s leaf (local index) in the tree whose nodes start at ``base``."""
+    node = 0
+    while feature[base + node] >= 0:
+        k = base + node
+        x = X[i, feature[k]]
+        if np.isnan(x):
+            go_left = missing_left[k]
+        else:
+            go_left = x <= threshold[k]
+        node = left[k] if go_left else right[k]
+    return node
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def predict_leaves(X, feature, threshold, missing_left, left, right, tree_offsets):
     n_samples = X.shape[0]
@@ -20,17 +35,7 @@ def predict_leaves(X, feature, threshold, missing_left, left, right, tree_offset
     out = np.empty((n_samples, n_trees), dtype=np.int32)
     for i in prange(n_samples):
         for t in range(n_trees):
-            base = tree_offsets[t]
-            node = 0
-            while feature[base + node] >= 0:
-                k = base + node
-                x = X[i, feature[k]]
-                if np.isnan(x):
-                    go_left = missing_left[k]
-                else:
-                    go_left = x <= threshold[k]
-                node = left[k] if go_left else right[k]
-            out[i, t] = node
+            out[i, t] = _leaf(X, i, tree_offsets[t], feature, threshold, missing_left, left, right)
     return out
 
 
@@ -70,16 +75,7 @@ def predict_raw_sum(X, feature, threshold, missing_left, left, right, tree_offse
             raw[i, c] = base[c]
         for t in range(n_trees):
             b0 = tree_offsets[t]
-            node = 0
-            while feature[b0 + node] >= 0:
-                j = b0 + node
-                x = X[i, feature[j]]
-                if np.isnan(x):
-                    go_left = missing_left[j]
-                else:
-                    go_left = x <= threshold[j]
-                node = left[j] if go_left else right[j]
-            raw[i, tree_class[t]] += values[b0 + node]
+            raw[i, tree_class[t]] += values[b0 + _leaf(X, i, b0, feature, threshold, missing_left, left, right)]
     return raw
 
 
