@@ -17,21 +17,24 @@ def engine_table() -> str:
     lines = [
         f"Measured on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), "
         f"{s['threads']} threads, OMP_WAIT_POLICY {s.get('omp_wait_policy', 'unset')}; "
-        f"fit time is the median of the repeats shown.",
+        f"fit time is the median of the repeats shown; since 2026-11-23 20:29 each process first runs a tiny fit "
+        f"(its seconds in the warm-up column; rows without one were timed cold, one-off costs included).",
         "",
         "| dataset | measured | repeats | metric | fedgrove | LightGBM | XGBoost | fit s fedgrove | fit s LightGBM "
         "| fit s XGBoost "
-        "| fit ratio fedgrove/LightGBM | predict s fedgrove / LightGBM | peak RSS MB fedgrove / LightGBM |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| fit ratio fedgrove/LightGBM | predict s fedgrove / LightGBM | peak RSS MB fedgrove / LightGBM "
+        "| warm-up s fedgrove / LightGBM |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["datasets"].items():
         f, lg, xg = e["fedgrove"], e["lightgbm"], e.get("xgboost")
+        warm = f"{f['warmup_s']:.2f} / {lg['warmup_s']:.2f}" if "warmup_s" in f else "- (cold)"
         lines.append(
             f"| {name} | {e.get('date', r['date'])} | {e.get('repeats', '?')} | {f['metric']} | {f['value']:.4f} | "
             f"{lg['value']:.4f} | "
             f"{xg['value']:.4f} | {f['fit_s']:.2f} | {lg['fit_s']:.2f} | {xg['fit_s']:.2f} | "
             f"{e['ratio_fedgrove_over_lightgbm']['fit']:.2f} | {f['predict_s']:.3f} / {lg['predict_s']:.3f} | "
-            f"{f['peak_rss_mb']:.0f} / {lg['peak_rss_mb']:.0f} |")
+            f"{f['peak_rss_mb']:.0f} / {lg['peak_rss_mb']:.0f} | {warm} |")
     nc = r.get("numba_cache")
     if nc:
         lines += ["", f"Second process start: recompiled kernels: {nc['second_start_recompiled'] or 'none'} "
