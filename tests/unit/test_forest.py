@@ -73,3 +73,25 @@ def test_regression_statistics_sum_exactly_in_any_order():
         b += row
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(stats[:, 1], w * y, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_forest_prediction_is_the_mean_of_the_trees_leaf_values(task):
+    # one kernel pass gives, bit for bit, what adding the trees' leaf value rows in order and dividing does
+    # (Federated Forest's prediction from routed leaves uses the latter and must equal the engine's)
+    r = np.random.default_rng(3)
+    X = r.normal(size=(800, 5))
+    X[r.random(X.shape) < 0.05] = np.nan
+    y = (np.nan_to_num(X[:, 0]) > 0).astype(float) + (task == "regression") * r.normal(size=800)
+    m = train_forest(ForestParams(task=task, n_estimators=7, max_depth=6, seed=1), X, y)
+    leaves = m._pack().leaves(X)
+    want = np.zeros((len(X), m.trees[0].values.shape[1]))
+    for t, tree in enumerate(m.trees):
+        want += tree.values[leaves[:, t]]
+    want /= len(m.trees)
+    assert np.array_equal(m._mean_values(leaves), want)
+    if task == "classification":
+        assert np.array_equal(m.predict_proba(X), want)
+        assert np.array_equal(m.predict(X), np.argmax(want, axis=1))
+    else:
+        assert np.array_equal(m.predict(X), want[:, 0])

@@ -297,10 +297,10 @@ class ForestModel(TreeEnsembleModel):
     def predict_proba(self, X) -> np.ndarray:
         if self.task != "classification":
             raise NotFittedError("predict_proba is only defined for classification forests")
-        return self._mean_values(self._pack().leaves(self._check_X(X)))
+        return self._pack().mean_values(self._check_X(X))
 
     def predict(self, X) -> np.ndarray:
-        out = self._mean_values(self._pack().leaves(self._check_X(X)))
+        out = self._pack().mean_values(self._check_X(X))
         return np.argmax(out, axis=1) if self.task == "classification" else out[:, 0]
 
     def decide(self, out):

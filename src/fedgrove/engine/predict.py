@@ -80,6 +80,25 @@ def predict_raw_sum(X, feature, threshold, missing_left, left, right, tree_offse
 
 
 @njit(parallel=True, cache=True, nogil=True)
+def predict_mean_values(X, feature, threshold, missing_left, left, right, tree_offsets, values):
+    """A forest's prediction in one pass: each row's leaf value rows (``values``: ``(nodes, C)``, the trees'
+    end to end like their nodes) summed over the trees in order from zero, then divided by the tree count."""
+    n_samples = X.shape[0]
+    n_trees = tree_offsets.shape[0] - 1
+    n_out = values.shape[1]
+    out = np.zeros((n_samples, n_out))
+    for i in prange(n_samples):
+        for t in range(n_trees):
+            b0 = tree_offsets[t]
+            node = b0 + _leaf(X, i, b0, feature, threshold, missing_left, left, right)
+            for c in range(n_out):
+                out[i, c] += values[node, c]
+        for c in range(n_out):
+            out[i, c] /= n_trees
+    return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
 def sum_leaf_values(leaves, values, value_offsets, tree_class, base, n_trees):
     """Raw scores ``(n, K)``: ``base`` plus, for each tree ``t < n_trees`` in order, its leaf's value
     ``values[value_offsets[t] + leaves[i, t]]`` added to column ``tree_class[t]`` (the additions of a tree at a

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedgrove.engine.predict import (predict_leaves, predict_leaves_binned, predict_leaves_ranked, predict_raw_sum,
-                                     rank_cuts)
+from fedgrove.engine.predict import (predict_leaves, predict_leaves_binned, predict_leaves_ranked, predict_mean_values,
+                                     predict_raw_sum, rank_cuts)
 from fedgrove.exceptions import ModelFormatError
 
 NODE_DTYPE = np.dtype([
@@ -139,6 +139,7 @@ class PackedEnsemble:
         self.left = np.ascontiguousarray(nodes["left"])
         self.right = np.ascontiguousarray(nodes["right"])
         self.gbdt_values: np.ndarray | None = None  # filled by GBDTModel: the trees' values end to end
+        self.forest_values: np.ndarray | None = None  # every column of the trees' values, end to end
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """Leaf index (local to each tree) per sample and tree, from raw features."""
@@ -155,6 +156,14 @@ class PackedEnsemble:
         return predict_raw_sum(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
                                self.tree_offsets, values, np.asarray(tree_class, dtype=np.int64),
                                np.asarray(base, dtype=np.float64), int(n_trees))
+
+    def mean_values(self, X: np.ndarray) -> np.ndarray:
+        """The mean over the trees of each row's leaf value row (a forest's prediction), in one pass."""
+        if self.forest_values is None:
+            self.forest_values = np.ascontiguousarray(np.concatenate([t.values for t in self.trees]),
+                                                      dtype=np.float64)
+        return predict_mean_values(self._routable(X), self.feature, self.threshold, self.missing_left, self.left,
+                                   self.right, self.tree_offsets, self.forest_values)
 
     def _routable(self, X) -> np.ndarray:
         if np.isnan(self.threshold[self.feature >= 0]).any():
