@@ -82,49 +82,28 @@ def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
         _load(tmp_path, extra)
 
 
-def test_option_tables_of_peer_protocols_name_unknown_keys(tmp_path):
-    text = _peer_config("fvtree")
-    path = tmp_path / "federation.toml"
-    path.write_text(text + "[fvtree]\nn_candidate = 3\n")
-    with pytest.raises(InvalidParameterError, match=r"\[fvtree\]: unknown key \['n_candidate'\]; expected some of "
-                                                    r"n_candidates"):
-        load_federation(path)
-    path.write_text(text + "[fvtree.dp]\nepsilon = 1.0\nclip = 2\n")
-    with pytest.raises(InvalidParameterError, match=r"\[fvtree.dp\]: unknown key \['clip'\]; expected some of "
-                                                    r"epsilon"):
-        load_federation(path)
-    path.write_text(text + "[fvtree]\ndp = 3\n")
-    with pytest.raises(InvalidParameterError, match=r"\[fvtree\] dp must be a table \(\[fvtree.dp\]\), got 3"):
-        load_federation(path)
-
-
-def test_simfl_table_errors_name_the_table(tmp_path):
-    text = _peer_config("simfl")
-    path = tmp_path / "federation.toml"
-    path.write_text(text + '[simfl]\nschedule = "rr"\n')
-    with pytest.raises(InvalidParameterError, match=r"^\[simfl\] schedule must be one of blocks, round-robin, "
-                                                    r"got 'rr'$"):
-        load_federation(path)
-    path.write_text(text + '[simfl]\nforce = "yes"\n')
-    with pytest.raises(InvalidParameterError, match=r"^\[simfl\] force must be true or false, got 'yes'$"):
-        load_federation(path)
-    path.write_text(text + "[simfl]\nr = -1\n")
-    with pytest.raises(InvalidParameterError, match=r"^\[simfl\] LSH window r must be a positive number"):
-        load_federation(path)
-
-
-@pytest.mark.parametrize("table, message", [
-    ('[fvtree]\nbeta = "x"', r"^\[fvtree\] beta must be a number, got 'x'$"),          # was a ValueError
-    ("[fvtree]\nthreshold = [1]", r"^\[fvtree\] threshold must be a number, got \[1\]$"),  # was a TypeError
-    ('[fvtree]\nverify = "yes"', r"^\[fvtree\] verify must be true or false, got 'yes'$"),
-    ("[fvtree]\npsd_depth = 0", r"^\[fvtree\] psd_depth must be >= 1, got 0$"),
-    ("[fvtree.dp]\nepsilon = 2.0\nseeded = 1", r"^\[fvtree.dp\] seeded must be true or false, got 1$"),
-    ("[fvtree.dp]\nepsilon = 2.0\ntrees_per_ensemble = 0", r"^\[fvtree.dp\] trees_per_ensemble must be >= 1"),
+@pytest.mark.parametrize("protocol, table, message", [
+    # unknown keys are named with the keys the table takes
+    ("fvtree", "[fvtree]\nn_candidate = 3",
+     r"\[fvtree\]: unknown key \['n_candidate'\]; expected some of n_candidates"),
+    ("fvtree", "[fvtree.dp]\nepsilon = 1.0\nclip = 2",
+     r"\[fvtree.dp\]: unknown key \['clip'\]; expected some of epsilon"),
+    ("fvtree", "[fvtree]\ndp = 3", r"\[fvtree\] dp must be a table \(\[fvtree.dp\]\), got 3"),
+    # values are checked, the error naming the table
+    ("fvtree", '[fvtree]\nbeta = "x"', r"^\[fvtree\] beta must be a number, got 'x'$"),          # was a ValueError
+    ("fvtree", "[fvtree]\nthreshold = [1]", r"^\[fvtree\] threshold must be a number, got \[1\]$"),  # was a TypeError
+    ("fvtree", '[fvtree]\nverify = "yes"', r"^\[fvtree\] verify must be true or false, got 'yes'$"),
+    ("fvtree", "[fvtree]\npsd_depth = 0", r"^\[fvtree\] psd_depth must be >= 1, got 0$"),
+    ("fvtree", "[fvtree.dp]\nepsilon = 2.0\nseeded = 1", r"^\[fvtree.dp\] seeded must be true or false, got 1$"),
+    ("fvtree", "[fvtree.dp]\nepsilon = 2.0\ntrees_per_ensemble = 0",
+     r"^\[fvtree.dp\] trees_per_ensemble must be >= 1"),
+    ("simfl", '[simfl]\nschedule = "rr"', r"^\[simfl\] schedule must be one of blocks, round-robin, got 'rr'$"),
+    ("simfl", '[simfl]\nforce = "yes"', r"^\[simfl\] force must be true or false, got 'yes'$"),
+    ("simfl", "[simfl]\nr = -1", r"^\[simfl\] LSH window r must be a positive number"),
 ])
-def test_fvtree_values_are_checked_when_the_file_is_read(tmp_path, table, message):
-    text = _peer_config("fvtree")
+def test_peer_protocol_tables_are_checked_when_the_file_is_read(tmp_path, protocol, table, message):
     path = tmp_path / "federation.toml"
-    path.write_text(text + table + "\n")
+    path.write_text(_peer_config(protocol) + table + "\n")
     with pytest.raises(InvalidParameterError, match=message):
         load_federation(path)
 

@@ -164,6 +164,14 @@ def _build(cls, values: dict, table: str):
         raise InvalidParameterError(f"{table} {exc}") from None
 
 
+def _seconds(fed: dict, key: str, default: float):
+    """``federation.<key>``: a positive number of seconds (not true or false)."""
+    value = fed.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidParameterError(f"federation.{key} must be a positive number of seconds, got {value!r}")
+    return value
+
+
 def _read(path) -> tuple[dict, Path]:
     path = Path(path)
     if not path.exists():
@@ -203,13 +211,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     seed = fed.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidParameterError(f"federation.seed must be a non-negative integer, got {seed!r}")
-    timeout = fed.get("timeout", 60)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise InvalidParameterError(f"federation.timeout must be a positive number of seconds, got {timeout!r}")
-    startup = fed.get("startup_timeout", 300)
-    if isinstance(startup, bool) or not isinstance(startup, (int, float)) or startup <= 0:
-        raise InvalidParameterError(f"federation.startup_timeout must be a positive number of seconds, got "
-                                    f"{startup!r}")
+    timeout, startup = _seconds(fed, "timeout", 60), _seconds(fed, "startup_timeout", 300)
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
     unknown = set(he) - {"scheme", "key_bits", "backend", "rows_per_ciphertext"}
     if unknown:
@@ -227,7 +229,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_ROWS):
         raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to {MAX_ROWS}, got {k!r}")
     params = dict(d.get("params", {}))
-    params.setdefault("seed", fed.get("seed", 0))
+    params.setdefault("seed", seed)
     output = d.get("output", {})
     if set(output) - {"dir"}:
         raise InvalidParameterError(f"[output]: unknown keys {sorted(set(output) - {'dir'})}; expected dir")
@@ -264,7 +266,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if unknown:
         raise InvalidParameterError(f"[simfl]: unknown keys {sorted(unknown)}; expected n_hashes, r, distribution, "
                                     f"n_bins, force, schedule")
-    cfg = FederationConfig(protocol, int(fed.get("seed", 0)), float(timeout), he, params, parties, base / out,
+    cfg = FederationConfig(protocol, seed, float(timeout), he, params, parties, base / out,
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
