@@ -201,24 +201,18 @@ class GBDTModel(TreeEnsembleModel):
     def predict_raw(self, X, n_rounds: int | None = None) -> np.ndarray:
         """Raw margins, shape ``(n_samples,)`` or ``(n_samples, n_classes)`` for multiclass."""
         X = self._check_X(X)
-        n_trees = len(self.trees) if n_rounds is None else min(len(self.trees), n_rounds * self.n_outputs)
-        packed = self._pack()
-        raw = packed.raw_sum(X, self._values_end_to_end(packed), self.tree_class, self._base(), n_trees)
+        raw = self._pack().raw_sum(X, self.tree_class, self._base(), self._n_trees(n_rounds))
         return raw[:, 0] if self.n_outputs == 1 else raw
 
     def _base(self) -> np.ndarray:
         return np.asarray(self.base_score, dtype=np.float64).reshape(-1)
 
-    @staticmethod
-    def _values_end_to_end(packed: PackedEnsemble) -> np.ndarray:
-        """The trees' values (one output each) end to end, as their nodes are in ``packed``; kept with it."""
-        if packed.gbdt_values is None:
-            packed.gbdt_values = np.concatenate([t.values[:, 0] for t in packed.trees]).astype(np.float64)
-        return packed.gbdt_values
+    def _n_trees(self, n_rounds: int | None) -> int:
+        return len(self.trees) if n_rounds is None else min(len(self.trees), n_rounds * self.n_outputs)
 
     def raw_from_leaves(self, leaves: np.ndarray, n_rounds: int | None = None) -> np.ndarray:
         """Raw margins from each sample's leaf in each tree (``leaves``: ``(n_samples, n_trees)``)."""
-        n_trees = len(self.trees) if n_rounds is None else min(len(self.trees), n_rounds * self.n_outputs)
+        n_trees = self._n_trees(n_rounds)
         leaves = np.asarray(leaves)
         if leaves.ndim != 2 or leaves.shape[1] < n_trees:
             raise ValueError(f"leaves must have one column per tree ({n_trees}), got shape {leaves.shape}")
@@ -227,7 +221,7 @@ class GBDTModel(TreeEnsembleModel):
             raw = np.tile(base, (leaves.shape[0], 1))
         else:
             packed = self._pack()
-            raw, bad = sum_leaf_values(np.ascontiguousarray(leaves, dtype=np.int32), self._values_end_to_end(packed),
+            raw, bad = sum_leaf_values(np.ascontiguousarray(leaves, dtype=np.int32), packed.node_values()[:, 0],
                                        packed.tree_offsets, np.asarray(self.tree_class, dtype=np.int64), base,
                                        n_trees)
             if bad >= 0:

@@ -226,14 +226,15 @@ class HistogramSplitFinder(SplitFinder):
         features = self.features if features is None else np.ascontiguousarray(features, dtype=np.int64)
         hist = np.zeros((len(node_ids), int(self.feature_offsets[-1]), self._stats[0].shape[1]))
         for buf, group in self._by_buffer([int(i) for i in node_ids], range(len(node_ids))):
-            starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
-            ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
-            rows = np.array([r for _, r in group], dtype=np.int64)
-            self._build(buf, starts, ends, features, hist, rows)
+            self._build(buf, group, features, hist)
         return hist
 
-    def _build(self, buf, starts, ends, features, out, out_rows) -> None:
-        """Histograms of the nodes ``starts/ends`` of buffer ``buf`` into ``out[out_rows]``, sparse or dense."""
+    def _build(self, buf, group, features, out) -> None:
+        """Histograms of the ``(node, row)`` pairs of ``group`` (nodes in buffer ``buf``) into ``out[row]``, from
+        the sparse codes or the dense table."""
+        starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
+        ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
+        out_rows = np.array([r for _, r in group], dtype=np.int64)
         if self._sparse is not None and self._sparse.worth_it(len(features)):
             used = np.zeros(self.n_features, dtype=np.bool_)
             used[features] = True
@@ -268,10 +269,7 @@ class HistogramSplitFinder(SplitFinder):
         build, parent_nodes, small_rows, large_rows = self.plan_layer(layer, self._hist is not None)
         parent_rows = [self._hist_row[p] for p in parent_nodes]
         for buf, group in self._by_buffer([int(layer.node_ids[r]) for r in build], build):
-            starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
-            ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
-            out_rows = np.array([r for _, r in group], dtype=np.int64)
-            self._build(buf, starts, ends, features, hist, out_rows)
+            self._build(buf, group, features, hist)
         if parent_rows:
             subtract_histograms(self._hist, np.asarray(parent_rows, dtype=np.int64), hist,
                                 np.asarray(small_rows, dtype=np.int64), np.asarray(large_rows, dtype=np.int64))

@@ -138,8 +138,7 @@ class PackedEnsemble:
         self.missing_left = np.ascontiguousarray(nodes["missing_left"]).astype(np.bool_)
         self.left = np.ascontiguousarray(nodes["left"])
         self.right = np.ascontiguousarray(nodes["right"])
-        self.gbdt_values: np.ndarray | None = None  # filled by GBDTModel: the trees' values end to end
-        self.forest_values: np.ndarray | None = None  # every column of the trees' values, end to end
+        self._node_values: np.ndarray | None = None  # the trees' values end to end, made when first needed
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """Leaf index (local to each tree) per sample and tree, from raw features."""
@@ -149,21 +148,25 @@ class PackedEnsemble:
         return predict_leaves(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
                               self.tree_offsets)
 
-    def raw_sum(self, X: np.ndarray, values: np.ndarray, tree_class, base, n_trees: int) -> np.ndarray:
-        """``base`` plus the first ``n_trees`` trees' leaf values (``values``: one per node, end to end like the
-        nodes), each added to column ``tree_class[t]``: a GBDT's raw scores without the leaf matrix."""
+    def raw_sum(self, X: np.ndarray, tree_class, base, n_trees: int) -> np.ndarray:
+        """``base`` plus the first ``n_trees`` trees' leaf values (their first output), each added to column
+        ``tree_class[t]``: a GBDT's raw scores without the leaf matrix."""
         X = self._routable(X)
         return predict_raw_sum(X, self.feature, self.threshold, self.missing_left, self.left, self.right,
-                               self.tree_offsets, values, np.asarray(tree_class, dtype=np.int64),
+                               self.tree_offsets, self.node_values()[:, 0], np.asarray(tree_class, dtype=np.int64),
                                np.asarray(base, dtype=np.float64), int(n_trees))
+
+    def node_values(self) -> np.ndarray:
+        """The trees' value rows end to end, ``(total nodes, outputs)``, in the order of the node arrays."""
+        if self._node_values is None:
+            self._node_values = np.ascontiguousarray(np.concatenate([t.values for t in self.trees]),
+                                                     dtype=np.float64)
+        return self._node_values
 
     def mean_values(self, X: np.ndarray) -> np.ndarray:
         """The mean over the trees of each row's leaf value row (a forest's prediction), in one pass."""
-        if self.forest_values is None:
-            self.forest_values = np.ascontiguousarray(np.concatenate([t.values for t in self.trees]),
-                                                      dtype=np.float64)
         return predict_mean_values(self._routable(X), self.feature, self.threshold, self.missing_left, self.left,
-                                   self.right, self.tree_offsets, self.forest_values)
+                                   self.right, self.tree_offsets, self.node_values())
 
     def _routable(self, X) -> np.ndarray:
         if np.isnan(self.threshold[self.feature >= 0]).any():
