@@ -54,6 +54,50 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
     assert code == 0 and "hybrid partition" in out
 
 
+def test_predict_matches_columns_by_name_and_scores_the_models_label(csv, tmp_path, capsys):
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-m", model, "-l", "label", "-n", "10", "-q"], capsys)[0] == 0
+    expected = tmp_path / "p.csv"
+    code, _, err = run(["predict", model, csv, "-l", "label", "-o", expected, "--proba"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(csv)
+    shuffled = tmp_path / "shuffled.csv"  # other column order, the label elsewhere, a column the model never saw
+    df.assign(note=7)[["note", "d", "label", "b", "a", "c"]].to_csv(shuffled, index=False)
+    got = tmp_path / "q.csv"
+    code, _, err = run(["predict", model, shuffled, "-o", got, "--proba"], capsys)  # no --label: the model's
+    assert code == 0, err
+    assert "accuracy" in err and "left out: note" in err
+    assert pd.read_csv(got).equals(pd.read_csv(expected))
+    df.drop(columns=["c"]).to_csv(shuffled, index=False)
+    code, _, err = run(["predict", model, shuffled], capsys)
+    assert code == 3 and "1 of the model's 4 features are not columns of" in err and "'c'" in err
+    valid = tmp_path / "valid.csv"  # the validation file of early stopping is matched by name too
+    df[["label", "d", "c", "b", "a"]].to_csv(valid, index=False)
+    code, _, err = run(["train", csv, "-m", tmp_path / "v.json", "-l", "label", "-n", "10", "-q", "--valid", valid,
+                        "--early-stopping", "3"], capsys)
+    assert code == 0, err
+    code, _, err = run(["train", csv, "-m", tmp_path / "v2.json", "-l", "label", "-n", "10", "-q", "--valid", csv,
+                        "--early-stopping", "3"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "v.json").read_text() == (tmp_path / "v2.json").read_text()
+
+
+def test_predict_reads_a_libsvm_file_that_never_mentions_the_last_feature(tmp_path, capsys):
+    from sklearn.datasets import dump_svmlight_file
+
+    r = np.random.default_rng(1)
+    X = r.normal(size=(200, 3))
+    y = (X[:, 0] > 0).astype(int)
+    dump_svmlight_file(X, y, str(tmp_path / "train.svm"))
+    X[:, 2] = 0  # LIBSVM leaves zeros out: this file's rows end at feature 2
+    dump_svmlight_file(X, y, str(tmp_path / "test.svm"))
+    model = tmp_path / "m.json"
+    assert run(["train", tmp_path / "train.svm", "-m", model, "-n", "5", "-q"], capsys)[0] == 0
+    code, out, err = run(["predict", model, tmp_path / "test.svm"], capsys)
+    assert code == 0, err
+    assert "accuracy" in err and len(out.split()) == 201
+
+
 def test_a_data_file_without_a_known_extension_needs_format(csv, tmp_path, capsys):
     odd = tmp_path / "train.export"
     odd.write_bytes(csv.read_bytes())

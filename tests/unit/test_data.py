@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fedgrove.data import datasets
-from fedgrove.data.io import load_table, write_table
+from fedgrove.data.io import column_order, feature_columns, load_table, write_table
 from fedgrove.exceptions import DataError
 
 
@@ -40,6 +40,33 @@ def test_parquet_and_libsvm(frame, tmp_path):
     s = load_table(tmp_path / "t.libsvm", n_features=4)
     np.testing.assert_array_equal(s.X, [[0.5, 0, 2, 0], [0, 1, 0, 0]])
     assert s.y.tolist() == [1, 0]
+
+
+def test_column_order_matches_a_models_features_by_name():
+    assert column_order(["c", "a", "b", "x"], ["a", "b", "c"]).tolist() == [1, 2, 0]  # x: not the model's
+    assert column_order(["a", "b"], None) is None  # no names to match: by position
+    assert column_order(["f0", "f1"], ["a", "b"]) is None  # none of them there (a model from a headerless file)
+    with pytest.raises(DataError, match=r"2 of the model's 3 features are not columns of 't.csv': 'b', 'c'"):
+        column_order(["a", "x"], ["a", "b", "c"], "'t.csv'")
+
+
+def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp_path):
+    p = tmp_path / "t.csv"
+    frame[["b", "y", "a"]].assign(z=1.0).to_csv(p, index=False)
+    t = load_table(p, label="y")
+    X, left_out = t.features_as(["a", "b"])
+    np.testing.assert_array_equal(X, frame[["a", "b"]].to_numpy())
+    assert left_out == ["z"]
+    assert feature_columns(p, "y") == ["b", "a", "z"]
+    q = tmp_path / "noheader.csv"
+    frame.to_csv(q, index=False, header=False)
+    headerless = load_table(q, label=2)
+    assert not headerless.named and feature_columns(q) is None
+    X, left_out = headerless.features_as(["b", "a"])  # a file without names is read by position
+    assert X is headerless.X and left_out == []
+    frame.to_parquet(tmp_path / "t.parquet")
+    assert feature_columns(tmp_path / "t.parquet", "y") == ["a", "b"]
+    assert feature_columns(tmp_path / "t.parquet") == ["a", "b", "y"]
 
 
 def test_write_table_round_trip(frame, tmp_path):

@@ -107,3 +107,26 @@ def test_checkpoint_text_equals_json_dumps_and_tree_dicts_follow_their_arrays(mo
 
     for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert json.dumps(twin.to_dict()) == json.dumps(model.to_dict())
+
+
+def test_a_dataframe_is_matched_to_the_features_by_name():
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+
+    X, y = make_classification(300, 4, seed=3)
+    df = pd.DataFrame(X, columns=["w", "x", "y", "z"])
+    valid = df[["z", "y", "x", "w"]]  # the evaluation set, matched by name too
+    scores = {"frame": [], "array": []}
+    params = GBDTParams(objective="binary", n_estimators=10, max_depth=3)
+    gbdt = train_gbdt(params, df, y, eval_set=(valid, y),
+                      callbacks=[lambda env: scores["frame"].append(env.eval_result)])
+    forest = train_forest(ForestParams(n_estimators=5, max_depth=3), df, y)
+    for m in (gbdt, forest):
+        assert m.feature_names == ["w", "x", "y", "z"]
+        expected = m.predict_proba(X)
+        np.testing.assert_array_equal(m.predict_proba(df[["z", "x", "w", "y"]].assign(extra=1.0)), expected)
+        with pytest.raises(DataError, match="'y'"):
+            m.predict(df[["z", "x", "w"]])
+    train_gbdt(params, X, y, eval_set=(X, y), callbacks=[lambda env: scores["array"].append(env.eval_result)])
+    assert len(scores["frame"]) == 10 and scores["frame"] == scores["array"]

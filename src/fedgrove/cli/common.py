@@ -21,8 +21,9 @@ out = Console(highlight=False, markup=False)
 DATASET_PREFIX = "dataset:"
 
 
-def load_input(source: str, label, fmt: str | None = None, split: str = "train") -> Table:
-    """A data file, or ``dataset:NAME`` for a named dataset (``dataset:NAME:test`` for its test part)."""
+def load_input(source: str, label, fmt: str | None = None, split: str = "train", **options) -> Table:
+    """A data file, or ``dataset:NAME`` for a named dataset (``dataset:NAME:test`` for its test part);
+    ``options`` go to :func:`~fedgrove.data.io.load_table` (files only)."""
     if source.startswith(DATASET_PREFIX):
         spec = source[len(DATASET_PREFIX):]
         name, _, part = spec.partition(":")
@@ -34,7 +35,17 @@ def load_input(source: str, label, fmt: str | None = None, split: str = "train")
         if table is None:
             raise DataError(f"dataset {name!r} has no separate test part")
         return table
-    return load_table(Path(source), label=label, format=fmt)
+    return load_table(Path(source), label=label, format=fmt, **options)
+
+
+def model_features(table: Table, names, source: str) -> np.ndarray:
+    """The table's features in a model's order (matched by name when the file has a header), with a note on
+    stderr naming the columns the model does not use."""
+    X, left_out = table.features_as(names, repr(source))
+    if left_out:
+        shown = ", ".join(left_out[:10]) + (" ..." if len(left_out) > 10 else "")
+        console.print(f"note: columns the model does not use, left out: {shown}", soft_wrap=True)
+    return X
 
 
 def check_output_file(path: Path | None, option: str) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from fedgrove.cli.common import check_output_file, console, load_input, out
+from fedgrove.cli.common import check_output_file, console, load_input, model_features, out
 
 
 def predict(
@@ -17,7 +17,8 @@ def predict(
     data: str = typer.Argument(..., help="Data: CSV/Parquet/LIBSVM file, or dataset:NAME[:test]"),
     output: Optional[Path] = typer.Option(None, "--out", "-o", help="Write predictions to this CSV file "
                                           "(default: print them)"),
-    label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column to drop and score against"),
+    label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column to drop and score against "
+                                        "(default: the model's label column, when the data has it)"),
     proba: bool = typer.Option(False, help="Output class probabilities instead of classes"),
     leaf: bool = typer.Option(False, help="Output the leaf index of every tree"),
     fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm"),
@@ -28,25 +29,28 @@ def predict(
 
     check_output_file(output, "--out")
     m = load_model(model)
-    table = load_input(data, label, fmt, split="test")
+    own_label = m.metadata.get("label") if label is None else None
+    table = load_input(data, label if own_label is None else own_label, fmt, split="test",
+                       label_required=own_label is None, n_features=m.n_features)
+    X = model_features(table, m.feature_names, data)
     classification = m.classes is not None
     if leaf:
-        leaves = m.predict_leaf(table.X)
+        leaves = m.predict_leaf(X)
         df = pd.DataFrame(leaves, columns=[f"tree{t}" for t in range(leaves.shape[1])])
     elif proba:
         if not classification:
             from fedgrove.exceptions import DataError
 
             raise DataError("--proba needs a classification model")
-        p = m.predict_proba(table.X)
+        p = m.predict_proba(X)
         df = pd.DataFrame(p, columns=[f"p_{c}" for c in m.classes])
     else:
-        pred = m.predict(table.X)
+        pred = m.predict(X)
         df = pd.DataFrame({"prediction": np.asarray(m.classes, dtype=object)[pred] if classification else pred})
     if table.ids is not None:
         df.insert(0, "_id", table.ids)
     if table.y is not None:
-        _report(m, table, metrics)
+        _report(m, X, table.y, metrics)
     if output is None:
         out.print(df.to_csv(index=False), end="")
     else:
@@ -56,21 +60,21 @@ def predict(
         console.print(f"wrote {len(df)} predictions to {output}")
 
 
-def _report(m, table, metrics):
+def _report(m, X, y_true, metrics):
     from fedgrove.exceptions import DataError
 
     if m.classes is not None:
         lookup = {c: i for i, c in enumerate(m.classes)}
         try:
-            y = np.array([lookup[v.item() if hasattr(v, "item") else v] for v in table.y])
+            y = np.array([lookup[v.item() if hasattr(v, "item") else v] for v in y_true])
         except KeyError as exc:
             raise DataError(f"label {exc.args[0]!r} was not seen in training") from None
-        p = m.predict_proba(table.X)
+        p = m.predict_proba(X)
         acc = metrics.accuracy(y, p.argmax(axis=1))
         line = f"accuracy {acc:.4f}"
         if p.shape[1] == 2:
             line += f"  auc {metrics.auc(y, p):.4f}  auprc {metrics.auprc(y, p):.4f}"
         line += f"  logloss {metrics.log_loss(y, p):.4f}"
     else:
-        line = f"rmse {metrics.rmse(table.y.astype(float), m.predict(table.X)):.6g}"
+        line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X)):.6g}"
     console.print(line)

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from fedgrove.cli.common import check_output_file, console, encode_labels, infer_objective, load_input, progress_bar
+from fedgrove.cli.common import (check_output_file, console, encode_labels, infer_objective, load_input,
+                                 model_features, progress_bar)
 from fedgrove.exceptions import DataError
 
 
@@ -63,11 +64,12 @@ def train(
                             n_threads=threads, n_classes=len(classes) if objective == "multiclass" else None)
         eval_set = None
         if valid is not None:
-            vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test")
+            vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test",
+                            n_features=table.n_features)
             if vt.y is None:
                 raise DataError("the validation data has no label column")
             vy = _encode_like(vt.y, classes, objective)
-            eval_set = (vt.X, vy)
+            eval_set = (model_features(vt, table.feature_names, valid), vy)
         elif early_stopping:
             raise DataError("--early-stopping needs --valid")
         with progress_bar("boosting", n_estimators, not quiet) as update:

@@ -34,6 +34,7 @@ class Table:
     label_name: str | None = None
     ids: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    named: bool = True  # feature names come from the file (False: headerless CSV or LIBSVM, names made up)
 
     @property
     def n_samples(self) -> int:
@@ -48,7 +49,38 @@ class Table:
         feats = np.arange(self.n_features) if features is None else np.asarray(features)
         return Table(self.X[rows][:, feats], self.y[rows] if (with_label and self.y is not None) else None,
                      [self.feature_names[j] for j in feats], self.label_name if with_label else None,
-                     None if self.ids is None else self.ids[rows])
+                     None if self.ids is None else self.ids[rows], named=self.named)
+
+    def features_as(self, names, source: str = "the data") -> tuple[np.ndarray, list[str]]:
+        """The feature matrix with its columns in the order of ``names`` (a model's features), and the
+        columns left out.  See :func:`column_order`."""
+        order = column_order(self.feature_names, names, source) if self.named else None
+        if order is None:
+            return self.X, []
+        left_out = sorted(set(self.feature_names) - set(names), key=self.feature_names.index)
+        return self.X[:, order], left_out
+
+
+def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
+    """Positions in ``columns`` of the features ``names`` a model was trained on, matched by name, so that a
+    file whose columns are in another order, or that has columns the model does not use, is read right.
+
+    ``None`` means "by position": no names to match, or none of them among the columns (a model trained on
+    a file without a header).  Raises :class:`DataError` when only some of the names are there.
+    """
+    if names is None:
+        return None
+    columns, names = [str(c) for c in columns], [str(n) for n in names]
+    index = {c: j for j, c in enumerate(columns)}
+    missing = [n for n in names if n not in index]
+    if len(missing) == len(names):
+        return None
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise DataError(f"{len(missing)} of the model's {len(names)} features are not columns of {source}: {shown}")
+    if len(set(names)) != len(names):
+        return None  # a model with repeated names can only be applied by position
+    return np.array([index[n] for n in names], dtype=np.int64)
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -117,7 +149,30 @@ def _first_line(path: Path) -> str:
     raise DataError(f"data file {str(path)!r} is empty")
 
 
-def _read_csv(path: Path, header: bool | None) -> pd.DataFrame:
+def feature_columns(path, label=None, format: str | None = None) -> list[str] | None:
+    """The feature names of a data file, read from its header alone (no data rows are parsed): every column
+    but the instance IDs and ``label``; ``None`` for a file without names (LIBSVM, CSV without a header)."""
+    path = Path(path)
+    fmt = format or detect_format(path)
+    if fmt == "libsvm" or not path.is_file() or path.stat().st_size == 0:
+        return None
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            columns = [str(c) for c in pq.read_schema(path).names if c != "__index_level_0__"]
+        except Exception as exc:  # pyarrow raises many types for corrupt files
+            raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
+    else:
+        df = _read_csv(path, None, nrows=1)
+        if df.attrs.get("named", True) is False:
+            return None
+        columns = [str(c) for c in df.columns]
+    label = _resolve_label(columns, label, str(path)) if label is not None and label in columns else None
+    return [c for c in columns if c not in (ID_COLUMN, label)]
+
+
+def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.DataFrame:
     line = _first_line(path)
     sep = max([",", "\t", ";", "|"], key=line.count)
     if line.count(sep) == 0:
@@ -128,13 +183,14 @@ def _read_csv(path: Path, header: bool | None) -> pd.DataFrame:
             numeric = pd.to_numeric(first.iloc[0], errors="coerce").notna() | first.iloc[0].isna()
             header = not bool(numeric.all())
         df = pd.read_csv(path, header=0 if header else None, sep=sep, skipinitialspace=True,
-                         na_values=["?", "NA", "NaN", "nan", ""])
+                         na_values=["?", "NA", "NaN", "nan", ""], nrows=nrows)
     except pd.errors.EmptyDataError:
         raise DataError(f"data file {str(path)!r} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"cannot parse {str(path)!r} as CSV: {exc}") from None
     if not header:
         df.columns = [f"f{j}" for j in range(df.shape[1])]
+        df.attrs["named"] = False
     if df.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
     return df
@@ -185,7 +241,7 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
     if np.isinf(X).any():
         j = int(np.nonzero(np.isinf(X).any(axis=0))[0][0])
         raise DataError(f"column {df.columns[j]!r} of {source!r} has an infinite value")
-    return Table(X, y, list(df.columns), label_name, id_values)
+    return Table(X, y, list(df.columns), label_name, id_values, named=bool(df.attrs.get("named", True)))
 
 
 def _load_libsvm(path: Path, n_features: int | None) -> Table:
@@ -198,7 +254,7 @@ def _load_libsvm(path: Path, n_features: int | None) -> Table:
     if X.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
     X = X.toarray()
-    return Table(X, np.asarray(y, dtype=np.float64), [f"f{j + 1}" for j in range(X.shape[1])], "label")
+    return Table(X, np.asarray(y, dtype=np.float64), [f"f{j + 1}" for j in range(X.shape[1])], "label", named=False)
 
 
 def write_table(table: Table, path, format: str | None = None) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import check_xy
 from fedgrove.engine.grower import TreeGrower
-from fedgrove.engine.model import ForestModel
+from fedgrove.engine.model import ForestModel, names_of
 from fedgrove.engine.params import Interval, OneOf, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
@@ -164,7 +164,9 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
 
 def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None, feature_names=None,
                  progress: Callable[[int, int], None] | None = None) -> ForestModel:
-    """Train a random forest; labels 0..K-1 for classification."""
+    """Train a random forest; labels 0..K-1 for classification (``feature_names``: as for
+    :func:`~fedgrove.engine.gbdt.train_gbdt`)."""
+    feature_names = names_of(X, feature_names)
     X, y = check_xy(X, y)
     n, n_features = X.shape
     n_classes = 1

@@ -18,7 +18,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.model import GBDTModel, by_names, names_of
 from fedgrove.engine.params import Interval, OneOf, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
@@ -177,8 +177,13 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     y : array (n_samples,)   0/1 for binary, 0..K-1 for multiclass
     eval_set : (X_val, y_val) or None   used for early stopping / eval_metric
     bin_mapper : a fitted BinMapper to use (e.g. common cut points of a federation)
+    feature_names : the features' names (default: a DataFrame's columns); a DataFrame given later to the
+        model (or in ``eval_set``) has its columns matched to them by name
     progress : called with (iteration, n_estimators) after each round
     """
+    feature_names = names_of(X, feature_names)
+    if eval_set is not None and feature_names is not None:
+        eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
     X, y = check_xy(X, y)
     n_classes = params.n_classes
     if params.objective == "multiclass" and n_classes is None:

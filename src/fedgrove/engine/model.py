@@ -51,6 +51,27 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+
+def names_of(X, names=None) -> list[str] | None:
+    """The features' names: ``names`` when given, else a DataFrame's columns, else ``None``."""
+    if names is not None:
+        return [str(n) for n in names]
+    if hasattr(X, "columns") and hasattr(X, "iloc"):
+        return [str(c) for c in X.columns]
+    return None
+
+
+def by_names(X, names, source: str):
+    """A DataFrame's columns put in the order of the features ``names`` (matched by name; columns the model
+    does not use are left out; see :func:`fedgrove.data.io.column_order`); anything else as it is."""
+    if names is not None and hasattr(X, "columns") and hasattr(X, "iloc"):
+        from fedgrove.data.io import column_order
+
+        order = column_order(X.columns, names, source)
+        if order is not None:
+            return X.iloc[:, order]
+    return X
+
 class TreeEnsembleModel:
     """Common part of boosted and forest models: trees, packing, persistence."""
 
@@ -79,6 +100,7 @@ class TreeEnsembleModel:
     def _check_X(self, X) -> np.ndarray:
         if hasattr(X, "toarray"):
             X = X.toarray()
+        X = by_names(X, self.feature_names, "the DataFrame")
         X = np.asarray(X, dtype=np.float64)
         n_features = self.n_features
         if X.ndim != 2 or (n_features is not None and X.shape[1] != n_features):

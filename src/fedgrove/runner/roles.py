@@ -19,9 +19,10 @@ import numpy as np
 # concurrent first imports of one package's modules can deadlock
 from fedgrove import metrics
 from fedgrove.crypto.he import keygen
-from fedgrove.data.io import load_table
+from fedgrove.data.io import feature_columns, load_table
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError
+from fedgrove.log import logger
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
 from fedgrove.protocols.fvtree.party import FVTreeParty
@@ -66,6 +67,14 @@ class RoleContext:
         # a test file may lack the label column: it is then only predicted, not scored
         label = self.spec.label if (with_label or test) else None
         table = load_table(path, label=label, label_required=not test)
+        if test and self.spec.data is not None:  # the test file's columns matched by name to the training file's
+            names = feature_columns(self.spec.data, self.spec.label)
+            X, left_out = table.features_as(names, repr(str(path)))
+            if names is not None and X is not table.X:
+                table.X, table.feature_names = X, list(names)
+                if left_out:
+                    logger.info("party %s: columns of %s not in its training data, left out: %s", self.spec.name,
+                                path, ", ".join(left_out[:10]))
         if with_label and not test and table.y is None:
             raise DataError(f"party {self.spec.name}: {path} has no label column; set label = ... in its config")
         if table.ids is not None:  # align by instance ID: every party sorts its rows the same way
