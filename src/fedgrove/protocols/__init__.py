@@ -4,7 +4,30 @@ Protocols import the engine, the Channel API and crypto, never a concrete
 transport, so the same role code runs in-process and over gRPC.
 """
 
-from fedgrove.exceptions import InvalidParameterError
+import hashlib
+
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
+
+
+def features_digest(names) -> bytes:
+    """A hash of a party's feature names in their order (empty when its data has no names), so that parties
+    meant to hold the same features can check that they do, in the same order, without sending the names."""
+    if names is None:
+        return b""
+    return hashlib.sha256("\x1f".join(str(n) for n in names).encode()).digest()
+
+
+def check_same_features(digests: dict) -> None:
+    """Refuse parties whose feature names differ, in names or in order (parties without names pass): their
+    columns would be mixed up feature by feature without any other sign."""
+    groups: dict[bytes, list[str]] = {}
+    for party, digest in digests.items():
+        if digest:
+            groups.setdefault(bytes(digest), []).append(party)
+    if len(groups) > 1:
+        shown = " | ".join(", ".join(sorted(g)) for g in sorted(groups.values()))
+        raise ProtocolError(f"the parties' feature columns differ in names or order (parties that agree: {shown}); "
+                            f"every party must hold the same features in the same column order")
 
 
 def refuse_unsupported(params, protocol: str) -> None:

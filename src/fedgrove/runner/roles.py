@@ -100,6 +100,11 @@ class RoleContext:
             raise ModelFormatError(f"{self.model_path} is not valid JSON: {exc}") from None
 
 
+def names(table) -> list[str] | None:
+    """The table's feature names when its file has them (horizontal parties check that theirs agree)."""
+    return list(table.feature_names) if table.named else None
+
+
 # ------------------------------------------------------------------------------ vertical
 def _vertical_active(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
@@ -156,7 +161,8 @@ def _horizontal_client(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params,
-                             ctx.cfg.horizontal["contributions"]).fit(ctx.checkpoint, ctx.resume)
+                             ctx.cfg.horizontal["contributions"], names(table)).fit(ctx.checkpoint, ctx.resume)
+    model.feature_names = names(table)
     return _save_horizontal(ctx, model, params)
 
 
@@ -254,8 +260,9 @@ def _simfl_party(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     party = SimFLParty(ctx.channel, table.X, table.y, params, ctx.cfg.simfl_options(), ids=table.ids,
-                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz")
+                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz", feature_names=names(table))
     model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
+    model.feature_names = names(table)
     model.metadata["party"] = ctx.spec.name
     if params.objective != "regression":
         model.classes = list(range(model.n_classes))
@@ -295,8 +302,9 @@ def _fvtree_party(ctx: RoleContext) -> dict:
     ledger = Ledger(path)
     try:
         party = FVTreeParty(ctx.channel, table.X, table.y, params, ctx.cfg.fvtree_options(), ledger=ledger,
-                            key=key)
+                            key=key, feature_names=names(table))
         model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
+        model.feature_names = names(table)
     finally:
         ledger.close()
     model.metadata["party"] = ctx.spec.name

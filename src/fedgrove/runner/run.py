@@ -66,5 +66,9 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
                           startup_timeout=cfg.startup_timeout)
     try:
         return run_role(cfg, spec, channel, resume=resume, progress=progress, predict_only=predict_only)
+    except BaseException as exc:
+        if channel.failure is None:  # the peers stop waiting and say why (not when it was a peer's failure)
+            channel.notify_failure(exc)
+        raise
     finally:
         channel.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from fedgrove.log import logger
 from fedgrove.transport.channel import Channel
 
 _METHOD = "/fedgrove.Federation/Exchange"
+FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol tag starts with "!")
 
 
 def _build_types():
@@ -72,6 +74,7 @@ class GrpcChannel(Channel):
         self._reached: set[str] = set()  # peers that took a message: before that, the startup timeout applies
         self._boxes: dict[tuple[str, str], queue.Queue] = {}
         self._lock = threading.Lock()
+        self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
         limit = self.max_bytes + 4096
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
@@ -106,6 +109,11 @@ class GrpcChannel(Channel):
             logger.warning("%s: refused an envelope claiming sender %r from certificate %r", self.party,
                            env.sender, caller)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "sender does not match the client certificate")
+        if env.tag == FAILURE_TAG:
+            with self._lock:
+                if self.failure is None:
+                    self.failure = f"party {env.sender} failed: {bytes(env.payload)[:1000].decode(errors='replace')}"
+            return Ack(error="")
         self._box(env.sender, env.tag).put(bytes(env.payload))
         return Ack(error="")
 
@@ -144,11 +152,34 @@ class GrpcChannel(Channel):
             raise failure
 
     def _recv_bytes(self, peer, tag, timeout):
-        try:
-            return self._box(peer, tag).get(timeout=timeout)
-        except queue.Empty:
-            raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
-                                   f"{peer} stalled or died") from None
+        box = self._box(peer, tag)
+        deadline = time.monotonic() + timeout
+        while True:  # in slices, to stop at once when a peer reports a failure
+            try:
+                return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if self.failure is not None:
+                    raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {self.failure}") \
+                        from None
+                if time.monotonic() >= deadline:
+                    raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
+                                           f"{peer} stalled or died") from None
+
+    def notify_failure(self, exc: BaseException, timeout: float = 2.0) -> None:
+        """Tell every peer, best effort, that this party has failed and why (a peer that is down is skipped)."""
+        text = (str(exc) or type(exc).__name__).encode()[:1000]
+        calls = []
+        for peer in self.peers:
+            env = Envelope(sender=self.party, receiver=peer, tag=FAILURE_TAG, payload=text)
+            try:
+                calls.append(self._stubs[peer].future(env, timeout=timeout))
+            except Exception:  # noqa: BLE001 - best effort: the peers time out as before
+                continue
+        for call in calls:
+            try:
+                call.result()
+            except grpc.RpcError:
+                pass
 
     def close(self, grace: float = 1.0) -> None:
         for ch in self._channels:

@@ -32,6 +32,7 @@ class Hello(Message):
     key: bytes = b""
     lo: np.ndarray = array_field("<f8", 1)   # per feature, then the label
     hi: np.ndarray = array_field("<f8", 1)
+    features_digest: bytes = b""  # a hash of the feature names in order (empty: no names)
 
 
 @register

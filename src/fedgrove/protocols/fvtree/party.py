@@ -50,7 +50,7 @@ from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy, DPOptions, No
 from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.transport.codec import decode, encode
-from fedgrove.protocols import refuse_unsupported
+from fedgrove.protocols import check_same_features, features_digest, refuse_unsupported
 
 
 @dataclass
@@ -159,8 +159,9 @@ class FVTreeParty:
     """
 
     def __init__(self, channel, X, y, params: GBDTParams, options: FVTreeOptions | None = None, ledger=None,
-                 key: SigningKey | None = None):
+                 key: SigningKey | None = None, feature_names=None):
         self.ch, self.params = channel, params
+        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
         refuse_unsupported(params, "FV-tree")
@@ -228,11 +229,13 @@ class FVTreeParty:
         n, d = self.X.shape
         lo = np.append(_nanmin(self.X), np.min(self.y))
         hi = np.append(_nanmax(self.X), np.max(self.y))
-        ch.broadcast("hello", m.Hello(n, d, self.key.public_bytes(), lo, hi), self.others)
-        hello = {ch.party: m.Hello(n, d, self.key.public_bytes(), lo, hi), **ch.gather("hello", m.Hello, self.others)}
+        mine = m.Hello(n, d, self.key.public_bytes(), lo, hi, features_digest(self.feature_names))
+        ch.broadcast("hello", mine, self.others)
+        hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
         if {h.n_features for h in hello.values()} != {d}:
             raise ProtocolError(f"the parties hold different numbers of features: "
                                 f"{ {p: h.n_features for p, h in hello.items()} }")
+        check_same_features({p: h.features_digest for p, h in hello.items()})
         self.peers = {p: _Peer(p, h.key, h.n_samples) for p, h in hello.items()}
         self.n_total = sum(h.n_samples for h in hello.values())
         self.lo = _nanmin(np.vstack([h.lo for h in hello.values()]))

@@ -39,6 +39,7 @@ class Sketches(Message):
     values: np.ndarray = array_field("<f8", 1)
     weights: np.ndarray = array_field("<f8", 1)
     lengths: np.ndarray = array_field("<i8", 1)
+    features_digest: bytes = b""  # a hash of the feature names in order (empty: no names)
 
 
 @register

@@ -30,6 +30,7 @@ class Hello(Message):
     n_samples: int = 0
     n_features: int = 0
     ids_digest: bytes = b""
+    features_digest: bytes = b""  # a hash of the feature names in order (empty: no names)
 
 
 @register

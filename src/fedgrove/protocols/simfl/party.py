@@ -37,7 +37,7 @@ from fedgrove.protocols.simfl import messages as m
 from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
 from fedgrove.protocols.tfl import tree_schedule
 from fedgrove.protocols.vertical.messages import Start, ids_digest
-from fedgrove.protocols import refuse_unsupported
+from fedgrove.protocols import check_same_features, features_digest, refuse_unsupported
 
 SCHEDULES = {"blocks": "blocks", "round-robin": "round_robin"}
 
@@ -111,8 +111,9 @@ class SimFLParty:
     """
 
     def __init__(self, channel, X, y, params: GBDTParams, options: SimFLOptions | None = None, ids=None,
-                 cache=None):
+                 cache=None, feature_names=None):
         self.ch, self.params = channel, params
+        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
         self.options = options or SimFLOptions()
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
@@ -134,12 +135,13 @@ class SimFLParty:
     # -- setup and preprocessing ---------------------------------------------------------------
     def _hello(self) -> str:
         ch = self.ch
-        mine = m.Hello(len(self.X), self.X.shape[1], ids_digest(self.ids))
+        mine = m.Hello(len(self.X), self.X.shape[1], ids_digest(self.ids), features_digest(self.feature_names))
         ch.broadcast("hello", mine, self.others)
         hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
         if {h.n_features for h in hello.values()} != {self.X.shape[1]}:
             raise ProtocolError(f"the parties hold different numbers of features: "
                                 f"{ {p: h.n_features for p, h in hello.items()} }")
+        check_same_features({p: h.features_digest for p, h in hello.items()})
         self.sizes = [hello[p].n_samples for p in self.parties]
         fed = {"lsh": self.options.lsh.to_dict(),
                "parties": [[p, hello[p].n_samples, hello[p].n_features, hello[p].ids_digest.hex()]
