@@ -98,6 +98,39 @@ def test_predict_reads_a_libsvm_file_that_never_mentions_the_last_feature(tmp_pa
     assert "accuracy" in err and len(out.split()) == 201
 
 
+def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path, capsys):
+    import json
+
+    r = np.random.default_rng(2)
+    colour = r.choice(["red", "green", "blue"], 300)
+    x = r.normal(size=300)
+    df = pd.DataFrame({"colour": colour, "x": x, "label": np.where((colour == "red") ^ (x > 1), "a", "b")})
+    df.to_csv(tmp_path / "train.csv", index=False)
+    model = tmp_path / "m.json"
+    code, _, err = run(["train", tmp_path / "train.csv", "-m", model, "-l", "label", "-n", "20", "-q"], capsys)
+    assert code == 3 and "--categorical" in err
+    code, _, err = run(["train", tmp_path / "train.csv", "-m", model, "-l", "label", "-n", "20", "-q",
+                        "--categorical", "auto"], capsys)
+    assert code == 0, err
+    assert "colour (3)" in err
+    assert json.loads(model.read_text())["metadata"]["categories"] == {"colour": ["blue", "green", "red"]}
+    test = df.iloc[:50].copy()
+    test.loc[test.index[:4], "colour"] = "violet"  # unseen in training: missing
+    test[["x", "label", "colour"]].to_csv(tmp_path / "test.csv", index=False)
+    code, out, err = run(["predict", model, tmp_path / "test.csv"], capsys)
+    assert code == 0, err
+    assert "taken as missing: colour (4 rows)" in err and "accuracy" in err
+    got = pd.read_csv(__import__("io").StringIO(out))["prediction"]
+    assert (got[4:] == test["label"].iloc[4:].to_numpy()).all()  # red/not-red learnt from the codes
+    code, _, err = run(["partition", tmp_path / "train.csv", "-o", tmp_path / "parts", "--scheme", "horizontal",
+                        "-p", "2", "-l", "label", "--categorical", "colour"], capsys)
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
+    assert manifest["categories"] == {"colour": ["blue", "green", "red"]}
+    party = pd.read_csv(tmp_path / "parts" / "party0.csv")
+    assert set(party["colour"]) == {0, 1, 2}
+
+
 def test_a_data_file_without_a_known_extension_needs_format(csv, tmp_path, capsys):
     odd = tmp_path / "train.export"
     odd.write_bytes(csv.read_bytes())

@@ -69,6 +69,29 @@ def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp
     assert feature_columns(tmp_path / "t.parquet") == ["a", "b", "y"]
 
 
+def test_text_columns_become_categories_when_asked(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("colour,zip,x,y\nred,1010,0.5,1\nblue,2020,,0\n,1010,1.5,1\ngreen,3030,2.5,0\n")
+    with pytest.raises(DataError, match=r"column 'colour' .* non-numeric value 'red' .*--categorical"):
+        load_table(p, label="y")
+    t = load_table(p, label="y", categorical="auto")  # only text columns
+    assert t.categories == {"colour": ["blue", "green", "red"]}
+    np.testing.assert_array_equal(t.X[:, 0], [2, 0, np.nan, 1])
+    np.testing.assert_array_equal(t.X[:, 1], [1010, 2020, 1010, 3030])
+    named = load_table(p, label="y", categorical=["colour", "zip"])  # numbers as categories too
+    assert named.categories["zip"] == ["1010", "2020", "3030"] and named.X[:, 1].tolist() == [0, 1, 0, 2]
+    # a model's categories: the same codes; a value they do not hold is missing, and counted
+    q = tmp_path / "test.csv"
+    q.write_text("y,x,zip,colour\n1,0.1,2020.0,green\n0,0.2,4040,purple\n")
+    u = load_table(q, label="y", categorical=named.categories)
+    np.testing.assert_array_equal(u.X[:, [1, 2]], [[1, 1], [np.nan, np.nan]])
+    assert u.unseen == {"zip": 1, "colour": 1}
+    with pytest.raises(DataError, match="categorical column.*'size' not found"):
+        load_table(p, label="y", categorical=["size"])
+    with pytest.raises(DataError, match="trained without it as a category"):
+        load_table(p, label="y", categorical={"zip": ["1010"]})
+
+
 def test_write_table_round_trip(frame, tmp_path):
     t = load_table(_csv(frame, tmp_path), label="y")
     t.ids = np.array([10, 11, 12, 13])

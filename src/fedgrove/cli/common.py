@@ -38,6 +38,32 @@ def load_input(source: str, label, fmt: str | None = None, split: str = "train",
     return load_table(Path(source), label=label, format=fmt, **options)
 
 
+CATEGORICAL_HELP = ("Encode text columns as categories: 'auto' (every column with a value that is not a "
+                    "number) or comma-separated column names; the codes are kept in the model")
+
+
+def categorical_option(value: str | None):
+    """``--categorical``: None, "auto" or a list of column names."""
+    if value is None or value.strip() == "auto":
+        return None if value is None else "auto"
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise InvalidParameterError(f"--categorical must be 'auto' or comma-separated column names, got {value!r}")
+    return names
+
+
+def report_categories(table: Table, encoded: bool = True) -> None:
+    """Notes on stderr: the columns encoded as categories (``encoded``), and values a model's categories do
+    not hold."""
+    if table.categories and encoded:
+        shown = ", ".join(f"{c} ({len(v)})" for c, v in list(table.categories.items())[:10])
+        console.print(f"encoded as categories (number of categories): {shown}"
+                      + (" ..." if len(table.categories) > 10 else ""), soft_wrap=True)
+    if table.unseen:
+        shown = ", ".join(f"{c} ({n} rows)" for c, n in table.unseen.items())
+        console.print(f"note: values not seen in training, taken as missing: {shown}", soft_wrap=True)
+
+
 def model_features(table: Table, names, source: str) -> np.ndarray:
     """The table's features in a model's order (matched by name when the file has a header), with a note on
     stderr naming the columns the model does not use."""

@@ -18,6 +18,8 @@ def info(
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column of a data file"),
     fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm for a data file (default: "
                                       "from extension)"),
+    categorical: Optional[str] = typer.Option(None, help="Text columns of a data file as categories: 'auto' or "
+                                              "comma-separated column names"),
 ):
     """Show what a model, data file or partition holds."""
     import fedgrove
@@ -57,7 +59,9 @@ def info(
 
         raise DataError(f"{path} is an SQLite file, not a data file; an FV-tree ledger is shown by "
                         f"`fedgrove ledger show {path}` and checked by `fedgrove ledger verify {path}`")
-    table = load_input(path, label, fmt)
+    from fedgrove.cli.common import categorical_option
+
+    table = load_input(path, label, fmt, categorical=categorical_option(categorical))
     t = RichTable(title=f"{path}: {table.n_samples} samples x {table.n_features} features", show_header=False)
     t.add_column("field")
     t.add_column("value")
@@ -67,6 +71,8 @@ def info(
         shown = ", ".join(f"{v}: {c}" for v, c in list(zip(values, counts))[:10])
         t.add_row(f"label {table.label_name}", shown + (" ..." if len(values) > 10 else ""))
     t.add_row("features", ", ".join(table.feature_names[:12]) + (" ..." if table.n_features > 12 else ""))
+    for col, cats in list(table.categories.items())[:12]:
+        t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
 
 

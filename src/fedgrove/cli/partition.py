@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from fedgrove.cli.common import check_output_dir, console, load_input
+from fedgrove.cli.common import CATEGORICAL_HELP, categorical_option, check_output_dir, console, load_input, \
+    report_categories
 
 
 class Scheme(str, Enum):
@@ -35,6 +36,8 @@ def partition(
                                         "test set, written per party as <party>-test files (0: none)"),
     seed: int = typer.Option(0, help="Random seed"),
     fmt: Optional[str] = typer.Option(None, "--format", help="Input format: csv, parquet or libsvm"),
+    categorical: Optional[str] = typer.Option(None, help=CATEGORICAL_HELP.replace(
+        "kept in the model", "written to the party files, the categories to manifest.json")),
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
     from fedgrove.data.partition import (hold_out, horizontal_partition, hybrid_partition, vertical_partition,
@@ -42,9 +45,10 @@ def partition(
     from fedgrove.exceptions import DataError
 
     check_output_dir(out_dir, "--out")
-    table = load_input(data, label if label is not None else -1, fmt)
+    table = load_input(data, label if label is not None else -1, fmt, categorical=categorical_option(categorical))
     if table.y is None:
         raise DataError("the data has no label column; pass --label")
+    report_categories(table)
     test = None
     if test_fraction:
         table, test = hold_out(table, test_fraction, seed)

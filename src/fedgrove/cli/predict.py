@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from fedgrove.cli.common import check_output_file, console, load_input, model_features, out
+from fedgrove.cli.common import check_output_file, console, load_input, model_features, out, report_categories
 
 
 def predict(
@@ -31,7 +31,9 @@ def predict(
     m = load_model(model)
     own_label = m.metadata.get("label") if label is None else None
     table = load_input(data, label if own_label is None else own_label, fmt, split="test",
-                       label_required=own_label is None, n_features=m.n_features)
+                       label_required=own_label is None, n_features=m.n_features,
+                       categorical=m.metadata.get("categories") or None)
+    report_categories(table, encoded=False)
     X = model_features(table, m.feature_names, data)
     classification = m.classes is not None
     if leaf:

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from fedgrove.cli.common import (check_output_file, console, encode_labels, infer_objective, load_input,
-                                 model_features, progress_bar)
+from fedgrove.cli.common import (CATEGORICAL_HELP, categorical_option, check_output_file, console, encode_labels,
+                                 infer_objective, load_input, model_features, progress_bar, report_categories)
 from fedgrove.exceptions import DataError
 
 
@@ -42,6 +42,7 @@ def train(
     seed: int = typer.Option(0, help="Random seed"),
     threads: Optional[int] = typer.Option(None, help="Threads (default: all cores)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm (default: from extension)"),
+    categorical: Optional[str] = typer.Option(None, help=CATEGORICAL_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ):
     """Train a model on a data file and save it as JSON."""
@@ -49,9 +50,10 @@ def train(
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 
     check_output_file(model, "--model")
-    table = load_input(data, label if label is not None else -1, fmt)
+    table = load_input(data, label if label is not None else -1, fmt, categorical=categorical_option(categorical))
     if table.y is None:
         raise DataError("the training data has no label column; pass --label")
+    report_categories(table)
     if objective == "auto":
         objective = infer_objective(table.y) if algorithm == Algorithm.gbdt else (
             "regression" if infer_objective(table.y) == "regression" else "multiclass")
@@ -65,7 +67,7 @@ def train(
         eval_set = None
         if valid is not None:
             vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test",
-                            n_features=table.n_features)
+                            n_features=table.n_features, categorical=table.categories or None)
             if vt.y is None:
                 raise DataError("the validation data has no label column")
             vy = _encode_like(vt.y, classes, objective)
@@ -85,6 +87,8 @@ def train(
             fitted = train_forest(params, table.X, y, feature_names=table.feature_names, progress=update)
     fitted.classes = classes
     fitted.metadata["label"] = table.label_name
+    if table.categories:
+        fitted.metadata["categories"] = table.categories
     fitted.save(model)
     console.print(f"trained {algorithm.value} ({objective}) on {table.n_samples} samples x {table.n_features} "
                   f"features: {fitted.n_trees} trees -> {model}")

@@ -35,6 +35,8 @@ class Table:
     ids: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     named: bool = True  # feature names come from the file (False: headerless CSV or LIBSVM, names made up)
+    categories: dict = field(default_factory=dict)  # {column: its categories}: the column holds their codes
+    unseen: dict = field(default_factory=dict)  # {column: values not among given categories (now missing)}
 
     @property
     def n_samples(self) -> int:
@@ -96,7 +98,8 @@ def detect_format(path: str | os.PathLike) -> str:
 
 
 def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,
-               n_features: int | None = None, ids: bool = True, label_required: bool = True) -> Table:
+               n_features: int | None = None, ids: bool = True, label_required: bool = True,
+               categorical=None) -> Table:
     """Load a table.
 
     Parameters
@@ -110,6 +113,12 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
     ids : use a column named ``_id`` as instance IDs when present.
     label_required : when false, a label *name* the file does not have means "no label" (test files that
         may or may not carry the label), instead of an error.
+    categorical : how text columns become features (CSV/Parquet): ``None`` refuses them (naming the first
+        value); ``"auto"`` encodes every column with a value that is not a number; a list of names encodes
+        those columns (numbers in them taken as labels, e.g. postcodes); a dict ``{column: categories}``
+        (a model's ``metadata["categories"]``) encodes with those, and a value not among them becomes
+        missing (counted in ``Table.unseen``).  A category's code is its position among the column's
+        distinct values sorted as text (``Table.categories``); missing values stay missing.
     """
     path = Path(path)
     if not path.exists():
@@ -132,7 +141,7 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
         df = _read_csv(path, header)
     if not label_required and isinstance(label, str) and label not in [str(c) for c in df.columns]:
         label = None
-    return table_from_frame(df, label, source=str(path), ids=ids)
+    return table_from_frame(df, label, source=str(path), ids=ids, categorical=categorical)
 
 
 def _first_line(path: Path) -> str:
@@ -212,7 +221,8 @@ def _resolve_label(columns: list[str], label, source: str) -> str | None:
     raise DataError(f"label column index {label} is out of range for {source!r}, which has {len(columns)} columns")
 
 
-def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: bool = True) -> Table:
+def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: bool = True,
+                     categorical=None) -> Table:
     df = df.copy()
     df.columns = [str(c) for c in df.columns]
     label_name = _resolve_label(list(df.columns), label, source)
@@ -228,20 +238,70 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
         if pd.isna(y).any():
             bad = int(np.nonzero(pd.isna(y))[0][0])
             raise DataError(f"label column {label_name!r} of {source!r} has a missing value (data row {bad + 1})")
+    given = _categorical_spec(categorical, list(df.columns), source)
     X = np.empty(df.shape, dtype=np.float64)
+    categories, unseen = {}, {}
     for j, col in enumerate(df.columns):
         values = df[col]
+        if col in given:
+            X[:, j], categories[col], n_unseen = _encode(values, given[col])
+            if n_unseen:
+                unseen[col] = n_unseen
+            continue
         numeric = pd.to_numeric(values, errors="coerce")
         bad = numeric.isna() & values.notna()
+        if bad.any() and categorical == "auto":
+            X[:, j], categories[col], _ = _encode(values, None)
+            continue
         if bad.any():
             row = int(np.nonzero(bad.to_numpy())[0][0])
+            hint = (" (this model was trained without it as a category)" if isinstance(categorical, dict) else
+                    "; or encode text columns as categories: --categorical on the command line, "
+                    "categorical='auto' in Python")
             raise DataError(f"column {col!r} of {source!r} has a non-numeric value {values.iloc[row]!r} "
-                            f"(data row {row + 1}); features must be numbers (empty or '?' for missing)")
+                            f"(data row {row + 1}); features must be numbers (empty or '?' for missing){hint}")
         X[:, j] = numeric.to_numpy(dtype=np.float64)
     if np.isinf(X).any():
         j = int(np.nonzero(np.isinf(X).any(axis=0))[0][0])
         raise DataError(f"column {df.columns[j]!r} of {source!r} has an infinite value")
-    return Table(X, y, list(df.columns), label_name, id_values, named=bool(df.attrs.get("named", True)))
+    return Table(X, y, list(df.columns), label_name, id_values, named=bool(df.attrs.get("named", True)),
+                 categories=categories, unseen=unseen)
+
+
+def _categorical_spec(categorical, columns: list[str], source: str) -> dict:
+    """{column: its given categories, or None to find them} of the columns to encode by name."""
+    if categorical is None or categorical == "auto":
+        return {}
+    if isinstance(categorical, str):
+        raise DataError(f"categorical must be None, 'auto', a list of column names or a dict of categories, "
+                        f"got {categorical!r}")
+    spec = dict(categorical) if isinstance(categorical, dict) else {str(c): None for c in categorical}
+    if isinstance(categorical, dict):  # a model's categories: columns it does not see are matched by name later
+        return {str(c): [str(v) for v in cats] for c, cats in spec.items() if str(c) in columns}
+    missing = [c for c in spec if c not in columns]
+    if missing:
+        raise DataError(f"categorical column(s) {', '.join(map(repr, missing))} not found in {source!r}")
+    return spec
+
+
+def _encode(values: pd.Series, categories):
+    """Codes of a column's values (as text) among ``categories`` (default: its distinct values, sorted)."""
+    present = values.notna().to_numpy()
+    text = values[present].map(_as_text)
+    if categories is None:
+        categories = sorted(set(text))
+    index = {c: k for k, c in enumerate(categories)}
+    codes = np.full(len(values), np.nan)
+    found = text.map(index)
+    codes[np.nonzero(present)[0]] = found.to_numpy(dtype=np.float64)
+    return codes, list(categories), int(found.isna().sum())
+
+
+def _as_text(v) -> str:
+    """A category as text: 7 and 7.0 (an integer column read as float) are the same category."""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
 
 
 def _load_libsvm(path: Path, n_features: int | None) -> Table:

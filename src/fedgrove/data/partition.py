@@ -190,6 +190,8 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
                         "features": [table.feature_names[j] for j in feats], "has_label": bool(s.has_label)})
     manifest = {"scheme": partition.scheme, "params": partition.params, "n_samples": table.n_samples,
                 "feature_names": table.feature_names, "label": table.label_name or "label", "parties": entries}
+    if table.categories:  # the party files hold these columns' codes: a category's code is its position here
+        manifest["categories"] = table.categories
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
     written.append(out_dir / MANIFEST)
     return written
