@@ -92,6 +92,28 @@ def test_text_columns_become_categories_when_asked(tmp_path):
         load_table(p, label="y", categorical={"zip": ["1010"]})
 
 
+@pytest.mark.parametrize("text, header", [
+    ("1,2,3\n4,5,6\n", False),
+    ("a,b,c\n1,2,3\n4,5,6\n", True),
+    ("39,State-gov,77516,<=50K\n50,Self-emp,83311,<=50K\n38,Private,215646,>50K\n", False),  # adult.data
+    ("age,workclass,fnlwgt,income\n39,State-gov,77516,<=50K\n50,Self-emp,83311,<=50K\n", True),
+    ("red,big\nblue,small\nred,small\n", False),
+    ("colour,size\nred,big\nblue,small\n", True),
+])
+def test_a_header_row_is_told_from_a_record_of_text(tmp_path, text, header):
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    t = load_table(p, label=-1, categorical="auto")
+    assert t.named == header and t.n_samples == text.count("\n") - header
+
+
+def test_feature_columns_leave_out_the_label_given_by_name_or_index(frame, tmp_path):
+    p = tmp_path / "t.csv"
+    frame.to_csv(p, index=False)
+    assert feature_columns(p, "y") == feature_columns(p, "-1") == feature_columns(p, 2) == ["a", "b"]
+    assert feature_columns(p, "absent") == ["a", "b", "y"]
+
+
 def test_write_table_round_trip(frame, tmp_path):
     t = load_table(_csv(frame, tmp_path), label="y")
     t.ids = np.array([10, 11, 12, 13])

@@ -177,7 +177,10 @@ def feature_columns(path, label=None, format: str | None = None) -> list[str] | 
         if df.attrs.get("named", True) is False:
             return None
         columns = [str(c) for c in df.columns]
-    label = _resolve_label(columns, label, str(path)) if label is not None and label in columns else None
+    try:  # a name, or an index as in a party config ("-1")
+        label = _resolve_label(columns, label, str(path))
+    except DataError:
+        label = None
     return [c for c in columns if c not in (ID_COLUMN, label)]
 
 
@@ -188,9 +191,8 @@ def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.D
         sep = r"\s+" if len(line.split()) > 1 else ","
     try:
         if header is None:
-            first = pd.read_csv(path, header=None, nrows=1, sep=sep, skipinitialspace=True)
-            numeric = pd.to_numeric(first.iloc[0], errors="coerce").notna() | first.iloc[0].isna()
-            header = not bool(numeric.all())
+            header = _has_header(pd.read_csv(path, header=None, nrows=50, sep=sep, skipinitialspace=True,
+                                             na_values=["?", "NA", "NaN", "nan", ""]))
         df = pd.read_csv(path, header=0 if header else None, sep=sep, skipinitialspace=True,
                          na_values=["?", "NA", "NaN", "nan", ""], nrows=nrows)
     except pd.errors.EmptyDataError:
@@ -203,6 +205,32 @@ def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.D
     if df.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
     return df
+
+
+def _has_header(head: pd.DataFrame) -> bool:
+    """Whether the first of these rows (read without a header) names the columns.  Not when it is all
+    numbers; yes when it has text in a column whose other values are all numbers.  Text only in columns of
+    text (a headerless file of categories, such as UCI's adult.data) is a record, unless the file has no
+    numbers at all, the first row is all text and none of its values comes again below it."""
+    first = head.iloc[0]
+    text_first = (pd.to_numeric(first, errors="coerce").isna() & first.notna()).to_numpy()
+    if not text_first.any():
+        return False
+    body = head.iloc[1:]
+    if body.empty:
+        return True
+    numeric_body = np.array([bool(pd.to_numeric(body[c].dropna(), errors="coerce").notna().all())
+                             and body[c].notna().any() for c in body.columns])
+    if (text_first & numeric_body).any():
+        return True
+    return bool(text_first[first.notna().to_numpy()].all()) and not numeric_body.any() and \
+        _all_distinct_from_body(first, body)
+
+
+def _all_distinct_from_body(first: pd.Series, body: pd.DataFrame) -> bool:
+    """A first row of text that repeats no value of its column below it reads as names, not as a record."""
+    return all(first.iloc[j] not in set(body.iloc[:, j].dropna().astype(str)) for j in range(len(first))
+               if pd.notna(first.iloc[j]))
 
 
 def _resolve_label(columns: list[str], label, source: str) -> str | None:
