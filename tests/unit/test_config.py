@@ -113,3 +113,14 @@ def test_party_paths_must_be_strings(tmp_path):
     path.write_text(BASE.format(extra="").replace('data = "b.csv"', "data = 7"))
     with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: data must be a string, got 7"):
         load_federation(path)
+
+
+def test_a_misspelt_party_key_is_refused_by_name(tmp_path):
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra="") + 'tset = "b-test.csv"\n')  # was ignored: no prediction, no word
+    with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: unknown key \['tset'\]; expected some of "
+                                                    r"name, role, data, label, test, certs, listen"):
+        load_federation(path)
+    path.write_text(BASE.format(extra="").replace('label = "y"', 'label = "y"\ntest = "a-test.csv"')
+                    + 'test = "b-test.csv"\n')
+    assert load_federation(path).parties[1].test == tmp_path / "b-test.csv"

@@ -182,7 +182,14 @@ def _read(path) -> tuple[dict, Path]:
         raise InvalidParameterError(f"{str(path)!r} is not valid TOML: {exc}") from None
 
 
+PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen")
+
+
 def _party(d: dict, base: Path, where: str) -> PartySpec:
+    unknown = sorted(set(d) - set(PARTY_KEYS))
+    if unknown:  # a misspelt key (tset = ...) would otherwise be ignored without a word
+        raise InvalidParameterError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {unknown}; expected "
+                                    f"some of {', '.join(PARTY_KEYS)}")
     for key in ("name", "role"):
         if key not in d:
             raise InvalidParameterError(f"{where}: missing {key!r}")
