@@ -64,3 +64,66 @@ def test_over_grpc_the_parties_waiting_on_the_refusing_one_stop_at_once_with_its
     for n in ("c0", "c1"):
         assert f"{n}: stopped waiting for agg at cuts: party agg failed: the parties' feature columns" in errs[n]
         assert "Traceback" not in errs[n]
+
+
+def _categorical_federation(tmp_path, protocol, colours, categorical, out):
+    """Two parties (a vertical active and passive, or two horizontal peers) with a text column ``colour``
+    (party k's rows draw it from ``colours[k]``) and a test file each."""
+    r = np.random.default_rng(5)
+    n = 200
+    rows = []
+    for k in range(2):
+        colour = r.choice(colours[k], n)
+        x = r.normal(size=n)
+        rows.append(pd.DataFrame({"_id": np.arange(n) + (0 if protocol == "vertical" else k * n), "x": x,
+                                  "colour": colour, "label": ((colour == "red") ^ (x > 1)).astype(int)}))
+    if protocol == "vertical":  # same instances: party 0 holds x and the labels, party 1 the colour
+        files = {0: rows[0][["_id", "x", "label"]], 1: rows[0][["_id", "colour"]]}
+    else:
+        files = {0: rows[0], 1: rows[1]}
+    for k, df in files.items():
+        df.iloc[:150].to_csv(tmp_path / f"p{k}.csv", index=False)
+        test = df.iloc[150:].copy()
+        if "colour" in test:
+            test.loc[test.index[:3], "colour"] = "violet"  # not seen in training: missing
+        test.to_csv(tmp_path / f"p{k}-test.csv", index=False)
+    roles = ("active", "passive") if protocol == "vertical" else ("party", "party")
+    parties = "".join(f'[[party]]\nname = "p{k}"\nrole = "{roles[k]}"\ndata = "p{k}.csv"\ntest = "p{k}-test.csv"\n'
+                      + ('label = "label"\n' if "label" in files[k] else "")
+                      + (f"categorical = {categorical}\n" if categorical and "colour" in files[k] else "")
+                      for k in range(2))
+    cfg = tmp_path / f"{out}.toml"
+    cfg.write_text(f'[federation]\nprotocol = "{protocol}"\n[he]\nscheme = "ou"\n[params]\nn_estimators = 5\n'
+                   f'max_depth = 3\nmax_bins = 8\n{parties}[output]\ndir = "{out}"\n')
+    return cfg
+
+
+@pytest.mark.parametrize("protocol", ["vertical", "simfl"])
+def test_a_federation_encodes_text_columns_as_the_configs_say_and_predicts_with_the_same_codes(tmp_path, capsys,
+                                                                                            protocol):
+    import json
+
+    colours = [["red", "green", "blue"]] * 2
+    assert main(["simulate", str(_categorical_federation(tmp_path, protocol, colours, None, "plain"))]) != 0
+    assert "non-numeric value" in capsys.readouterr().err
+    assert main(["simulate", str(_categorical_federation(tmp_path, protocol, colours, '"auto"', "auto"))]) == 0
+    capsys.readouterr()
+    holder = "p1" if protocol == "vertical" else "p0"
+    assert json.loads((tmp_path / "auto" / f"{holder}.categories.json").read_text()) == {
+        "colour": ["blue", "green", "red"]}
+    stats = json.loads((tmp_path / "auto" / "p0.stats.json").read_text())
+    assert stats["test_accuracy"] > 0.8  # red or not, learnt from the codes (the majority class: about 0.6)
+    (tmp_path / "auto" / "p0.predictions.csv").rename(tmp_path / "first.csv")
+    assert main(["simulate", str(tmp_path / "auto.toml"), "--predict"]) == 0  # from the files, same codes
+    assert (tmp_path / "auto" / "p0.predictions.csv").read_bytes() == (tmp_path / "first.csv").read_bytes()
+    if protocol == "simfl":  # a whole-model party's model predicts a file by itself
+        code = main(["predict", str(tmp_path / "auto" / "p0.model.json"), str(tmp_path / "p0-test.csv")])
+        assert code == 0 and "taken as missing: colour (3 rows)" in capsys.readouterr().err
+
+
+def test_horizontal_parties_with_other_categories_are_refused_unless_the_config_lists_them(tmp_path, capsys):
+    colours = [["red", "green", "blue"], ["red", "blue"]]  # p1 has no green: its codes would mean other colours
+    assert main(["simulate", str(_categorical_federation(tmp_path, "simfl", colours, '"auto"', "auto"))]) != 0
+    assert "or in a categorical column's categories (parties that agree: p0 | p1)" in capsys.readouterr().err
+    listed = '{colour = ["blue", "green", "red"]}'
+    assert main(["simulate", str(_categorical_federation(tmp_path, "simfl", colours, listed, "listed"))]) == 0

@@ -10,8 +10,9 @@ from fedgrove.exceptions import InvalidParameterError, ProtocolError
 
 
 def features_digest(names) -> bytes:
-    """A hash of a party's feature names in their order (empty when its data has no names), so that parties
-    meant to hold the same features can check that they do, in the same order, without sending the names."""
+    """A hash of a party's feature names in their order (and of its categorical columns' categories: see
+    :func:`fedgrove.runner.roles.schema`; empty when its data has no names), so that parties meant to hold
+    the same features can check that they do, in the same order, without sending the names."""
     if names is None:
         return b""
     return hashlib.sha256("\x1f".join(str(n) for n in names).encode()).digest()
@@ -26,8 +27,10 @@ def check_same_features(digests: dict) -> None:
             groups.setdefault(bytes(digest), []).append(party)
     if len(groups) > 1:
         shown = " | ".join(", ".join(sorted(g)) for g in sorted(groups.values()))
-        raise ProtocolError(f"the parties' feature columns differ in names or order (parties that agree: {shown}); "
-                            f"every party must hold the same features in the same column order")
+        raise ProtocolError(f"the parties' feature columns differ in names or order, or in a categorical column's "
+                            f"categories (parties that agree: {shown}); every party must hold the same features in "
+                            f"the same column order, and the same categories (list them in the party's config: "
+                            f"categorical = {{column = [...]}})")
 
 
 def refuse_unsupported(params, protocol: str) -> None:

@@ -79,6 +79,7 @@ class PartySpec:
     listen: str | None = None
     certs: Path | None = None
     test: Path | None = None
+    categorical: object = None  # None, "auto", [column, ...] or {column: [category, ...]}: see load_table
 
 
 @dataclass
@@ -182,7 +183,7 @@ def _read(path) -> tuple[dict, Path]:
         raise InvalidParameterError(f"{str(path)!r} is not valid TOML: {exc}") from None
 
 
-PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen")
+PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical")
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
@@ -200,7 +201,21 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
             raise InvalidParameterError(f"{where}: {key} must be a string, got {d[key]!r}")
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
-                     d.get("listen"), base / certs if certs else None, base / test if test else None)
+                     d.get("listen"), base / certs if certs else None, base / test if test else None,
+                     _categorical(d.get("categorical"), where))
+
+
+def _categorical(value, where: str):
+    """A party's ``categorical``: "auto", a list of column names, or a table {column = [categories]}."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    if isinstance(value, dict) and value and all(
+            isinstance(c, list) and c and all(isinstance(v, (str, int)) for v in c) for c in value.values()):
+        return {str(k): [str(v) for v in c] for k, c in value.items()}
+    raise InvalidParameterError(f"{where}: categorical must be \"auto\", a list of column names or a table "
+                                f"{{column = [categories]}}, got {value!r}")
 
 
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:

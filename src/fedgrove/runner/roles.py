@@ -66,7 +66,12 @@ class RoleContext:
             raise DataError(f"party {self.spec.name}: no test data configured (test = ...)")
         # a test file may lack the label column: it is then only predicted, not scored
         label = self.spec.label if (with_label or test) else None
-        table = load_table(path, label=label, label_required=not test)
+        table = load_table(path, label=label, label_required=not test, categorical=self._categories(test))
+        if table.categories and not test:  # kept for prediction, which must encode with the same categories
+            atomic_write_text(self.categories_path, json.dumps(table.categories))
+        if table.unseen:
+            logger.info("party %s: values of %s not seen in training, taken as missing: %s", self.spec.name, path,
+                        table.unseen)
         if test and self.spec.data is not None:  # the test file's columns matched by name to the training file's
             names = feature_columns(self.spec.data, self.spec.label)
             X, left_out = table.features_as(names, repr(str(path)))
@@ -83,6 +88,24 @@ class RoleContext:
             if table.y is not None:
                 table.y = table.y[order]
         return table
+
+    @property
+    def categories_path(self) -> Path:
+        return self.out_dir / f"{self.spec.name}.categories.json"
+
+    def _categories(self, test: bool):
+        """What load_table takes as ``categorical``: the config's for training data; for test data the
+        categories training found (a table in the config is used as it is)."""
+        spec = self.spec.categorical
+        if not test or spec is None or isinstance(spec, dict):
+            return spec
+        if not self.categories_path.exists():
+            raise ModelFormatError(f"party {self.spec.name}: no {self.categories_path} with the categories found "
+                                   f"in training; train first")
+        try:
+            return json.loads(self.categories_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelFormatError(f"{self.categories_path} is not valid JSON: {exc}") from None
 
     def key_pair(self):
         he = self.cfg.he
@@ -101,8 +124,23 @@ class RoleContext:
 
 
 def names(table) -> list[str] | None:
-    """The table's feature names when its file has them (horizontal parties check that theirs agree)."""
+    """The table's feature names when its file has them."""
     return list(table.feature_names) if table.named else None
+
+
+def keep_names(model, table) -> None:
+    """A whole-model party's model keeps its feature names and categories, for ``fedgrove predict``."""
+    model.feature_names = names(table)
+    if table.categories:
+        model.metadata["categories"] = table.categories
+
+
+def schema(table) -> list[str] | None:
+    """What horizontal parties check to be the same everywhere: the feature names in order, then each
+    categorical column with its categories (their codes must mean the same everywhere)."""
+    if not table.named:
+        return None
+    return list(table.feature_names) + [f"{c}\x1e" + "\x1f".join(v) for c, v in sorted(table.categories.items())]
 
 
 # ------------------------------------------------------------------------------ vertical
@@ -161,8 +199,8 @@ def _horizontal_client(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params,
-                             ctx.cfg.horizontal["contributions"], names(table)).fit(ctx.checkpoint, ctx.resume)
-    model.feature_names = names(table)
+                             ctx.cfg.horizontal["contributions"], schema(table)).fit(ctx.checkpoint, ctx.resume)
+    keep_names(model, table)
     return _save_horizontal(ctx, model, params)
 
 
@@ -260,9 +298,9 @@ def _simfl_party(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     party = SimFLParty(ctx.channel, table.X, table.y, params, ctx.cfg.simfl_options(), ids=table.ids,
-                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz", feature_names=names(table))
+                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz", schema=schema(table))
     model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
-    model.feature_names = names(table)
+    keep_names(model, table)
     model.metadata["party"] = ctx.spec.name
     if params.objective != "regression":
         model.classes = list(range(model.n_classes))
@@ -302,9 +340,9 @@ def _fvtree_party(ctx: RoleContext) -> dict:
     ledger = Ledger(path)
     try:
         party = FVTreeParty(ctx.channel, table.X, table.y, params, ctx.cfg.fvtree_options(), ledger=ledger,
-                            key=key, feature_names=names(table))
+                            key=key, schema=schema(table))
         model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
-        model.feature_names = names(table)
+        keep_names(model, table)
     finally:
         ledger.close()
     model.metadata["party"] = ctx.spec.name

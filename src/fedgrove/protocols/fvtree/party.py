@@ -159,9 +159,9 @@ class FVTreeParty:
     """
 
     def __init__(self, channel, X, y, params: GBDTParams, options: FVTreeOptions | None = None, ledger=None,
-                 key: SigningKey | None = None, feature_names=None):
+                 key: SigningKey | None = None, schema=None):
         self.ch, self.params = channel, params
-        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+        self.schema = None if schema is None else [str(n) for n in schema]  # checked equal across parties
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
         refuse_unsupported(params, "FV-tree")
@@ -229,7 +229,7 @@ class FVTreeParty:
         n, d = self.X.shape
         lo = np.append(_nanmin(self.X), np.min(self.y))
         hi = np.append(_nanmax(self.X), np.max(self.y))
-        mine = m.Hello(n, d, self.key.public_bytes(), lo, hi, features_digest(self.feature_names))
+        mine = m.Hello(n, d, self.key.public_bytes(), lo, hi, features_digest(self.schema))
         ch.broadcast("hello", mine, self.others)
         hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
         if {h.n_features for h in hello.values()} != {d}:

@@ -19,9 +19,9 @@ from fedgrove.protocols.horizontal.common import check_params, label_stats
 
 class HorizontalClient:
     def __init__(self, channel, X, y, aggregator: str, params: GBDTParams, contributions: bool = False,
-                 feature_names=None):
+                 schema=None):
         check_params(params)
-        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+        self.schema = None if schema is None else [str(n) for n in schema]  # checked equal across parties
         self.ch, self.agg, self.params = channel, aggregator, params
         self.contributions = contributions  # send per-split sums after each tree (see SplitSums)
         self.X, self.y = check_xy(X, y)
@@ -48,7 +48,7 @@ class HorizontalClient:
         ch.send(self.agg, "sketch", m.Sketches(np.concatenate([s.values for s in sketches]),
                                                np.concatenate([s.weights for s in sketches]),
                                                np.array([len(s.values) for s in sketches], dtype=np.int64),
-                                               features_digest(self.feature_names)))
+                                               features_digest(self.schema)))
         cuts = ch.recv(self.agg, "cuts", m.CutPoints)
         if len(cuts.lengths) != self.X.shape[1] or int(cuts.lengths.sum()) != len(cuts.cuts):
             raise ProtocolError(f"{ch.party}: cut points do not match the {self.X.shape[1]} features")

@@ -111,9 +111,9 @@ class SimFLParty:
     """
 
     def __init__(self, channel, X, y, params: GBDTParams, options: SimFLOptions | None = None, ids=None,
-                 cache=None, feature_names=None):
+                 cache=None, schema=None):
         self.ch, self.params = channel, params
-        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+        self.schema = None if schema is None else [str(n) for n in schema]  # checked equal across parties
         self.options = options or SimFLOptions()
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
@@ -135,7 +135,7 @@ class SimFLParty:
     # -- setup and preprocessing ---------------------------------------------------------------
     def _hello(self) -> str:
         ch = self.ch
-        mine = m.Hello(len(self.X), self.X.shape[1], ids_digest(self.ids), features_digest(self.feature_names))
+        mine = m.Hello(len(self.X), self.X.shape[1], ids_digest(self.ids), features_digest(self.schema))
         ch.broadcast("hello", mine, self.others)
         hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
         if {h.n_features for h in hello.values()} != {self.X.shape[1]}:
