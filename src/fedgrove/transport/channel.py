@@ -12,11 +12,12 @@ kept for bytes, messages, rounds and time.
 from __future__ import annotations
 
 import contextlib
+import queue
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from fedgrove.exceptions import ProtocolError
+from fedgrove.exceptions import PeerTimeoutError, ProtocolError
 from fedgrove.transport.codec import DEFAULT_MAX_BYTES, Message, decode, encode
 
 
@@ -139,6 +140,25 @@ class Channel(ABC):
 
     @abstractmethod
     def _recv_bytes(self, peer: str, tag: str, timeout: float) -> bytes: ...
+
+    def _failure(self) -> str | None:
+        """Why the federation is stopping (another party failed), or None."""
+        return None
+
+    def _wait(self, box, peer: str, tag: str, timeout: float) -> bytes:
+        """The next item of ``box`` (a queue of ``peer``'s messages at ``tag``), waited for in slices so that a
+        failure elsewhere in the federation stops the wait at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                failure = self._failure()
+                if failure is not None:
+                    raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {failure}") from None
+                if time.monotonic() >= deadline:
+                    raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
+                                           f"{peer} stalled or died") from None
 
     def close(self) -> None:  # noqa: B027 - optional hook: only the gRPC backend has resources
         """Release resources (the gRPC backend stops its server)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from concurrent import futures
 from pathlib import Path
 
@@ -152,18 +151,10 @@ class GrpcChannel(Channel):
             raise failure
 
     def _recv_bytes(self, peer, tag, timeout):
-        box = self._box(peer, tag)
-        deadline = time.monotonic() + timeout
-        while True:  # in slices, to stop at once when a peer reports a failure
-            try:
-                return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                if self.failure is not None:
-                    raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {self.failure}") \
-                        from None
-                if time.monotonic() >= deadline:
-                    raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
-                                           f"{peer} stalled or died") from None
+        return self._wait(self._box(peer, tag), peer, tag, timeout)
+
+    def _failure(self):
+        return self.failure
 
     def notify_failure(self, exc: BaseException, timeout: float = 2.0) -> None:
         """Tell every peer, best effort, that this party has failed and why (a peer that is down is skipped)."""

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 
-from fedgrove.exceptions import PeerTimeoutError, ProtocolError
 from fedgrove.transport.channel import Channel
 
 
@@ -44,18 +42,10 @@ class InProcessChannel(Channel):
         self.hub.box(self.party, peer, tag).put(data)
 
     def _recv_bytes(self, peer, tag, timeout):
-        box = self.hub.box(peer, self.party, tag)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                if self.hub.failure is not None:
-                    raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: "
-                                        f"{self.hub.failure}") from None
-                if time.monotonic() >= deadline:
-                    raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
-                                           f"{peer} stalled or died") from None
+        return self._wait(self.hub.box(peer, self.party, tag), peer, tag, timeout)
+
+    def _failure(self):
+        return self.hub.failure
 
 
 def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0) -> tuple[dict, dict]:
