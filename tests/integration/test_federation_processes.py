@@ -211,7 +211,7 @@ def _example(tmp_path, name: str, scheme: str, trees: int) -> Path:
     return tmp_path / "federation.toml"
 
 
-def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path):
+def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys):
     # the example config trains, predicts its test files, and --predict redoes the prediction from the model
     # files alone with the same result
     from fedgrove.cli.main import main
@@ -234,6 +234,14 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path):
         df[list(df.columns[::-1])].to_csv(test_file, index=False)
     assert main(["simulate", str(cfg), "--predict"]) == 0
     assert (out / "host.predictions.csv").read_bytes() == first
+    # a party's model file is described by info, and fedgrove predict says how such a model predicts
+    capsys.readouterr()
+    for name, shown in (("guest0", "guest0"), ("host", "HybridTree host")):
+        assert main(["info", str(out / f"{name}.model.json")]) == 0
+        text = capsys.readouterr().out
+        assert "a party's part of a federated model" in text and shown in text
+        assert main(["predict", str(out / f"{name}.model.json"), str(tmp_path / "parts" / "host-test.csv")]) == 4
+        assert "predicts through its federation" in capsys.readouterr().err
 
 
 

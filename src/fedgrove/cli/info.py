@@ -37,6 +37,14 @@ def info(
                       "yes" if party["has_label"] else "")
         out.print(t)
         return
+    if p.is_file() and _looks_like_model(p) and (part := _federated_part(p)) is not None:
+        t = RichTable(title=str(p), show_header=False)
+        t.add_column("field")
+        t.add_column("value")
+        for k, v in [("model", "a party's part of a federated model (predicts through the federation)"), *part]:
+            t.add_row(k, v)
+        out.print(t)
+        return
     if p.is_file() and _looks_like_model(p):
         m = load_model(p)
         depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
@@ -74,6 +82,27 @@ def info(
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
+
+
+def _federated_part(p: Path):
+    """Rows describing a party's model file of a federated protocol (its own splits, or a HybridTree host's
+    trees), or None for anything else."""
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(d, dict):
+        return None
+    if "party" in d and isinstance(d.get("splits"), list):
+        trees = {s[0] for s in d["splits"] if isinstance(s, list) and s}
+        cuts = d.get("bin_mapper", {}).get("cuts", [])
+        return [("party", str(d["party"])), ("splits it owns", str(len(d["splits"]))),
+                ("trees with its splits", str(len(trees))), ("its features", str(len(cuts)))]
+    if d.get("format") == "fedgrove-hybridtree-host":
+        guests = sorted({g for values in d.get("guest_values", []) if isinstance(values, dict) for g in values})
+        return [("role", "HybridTree host"), ("objective", str(d.get("objective"))),
+                ("trees", str(len(d.get("host_trees", [])))), ("guests with leaves", ", ".join(guests) or "none")]
+    return None
 
 
 def _head(p: Path, n: int) -> bytes:

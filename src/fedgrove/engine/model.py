@@ -24,7 +24,7 @@ from fedgrove._version import __version__
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.predict import sum_leaf_values
-from fedgrove.engine.tree import PackedEnsemble, Tree
+from fedgrove.engine.tree import FEDERATED_PREDICTION, PackedEnsemble, Tree
 from fedgrove.exceptions import ModelFormatError, NotFittedError
 
 FORMAT = "fedgrove-model"
@@ -156,6 +156,11 @@ class TreeEnsembleModel:
 
 
 def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
+    if isinstance(d, dict) and d.get("format") != FORMAT and ("party" in d and "splits" in d
+                                                               or str(d.get("format", "")).startswith("fedgrove-")):
+        what = f"party {d['party']}'s part" if "party" in d else f"a {d['format']} file, a party's part"
+        raise ModelFormatError(f"{source!r} is {what} of a federated model, which predicts through its "
+                               f"federation ({FEDERATED_PREDICTION})")
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise ModelFormatError(f"{source!r} is not a fedgrove model file (no \"format\": \"{FORMAT}\" field)")
     if d.get("version") != FORMAT_VERSION:

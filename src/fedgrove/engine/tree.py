@@ -35,6 +35,9 @@ NODE_DTYPE = np.dtype([
     ("owner", np.int32),         # party holding the split, -1 if centralised
 ])
 LEAF = -1
+# how a model whose trees hold other parties' splits is applied
+FEDERATED_PREDICTION = ("list each party's test file (test = ...) in the federation's configs and run `fedgrove "
+                        "simulate CONFIG --predict` or `fedgrove party CONFIG --predict`")
 
 
 @dataclass
@@ -171,7 +174,7 @@ class PackedEnsemble:
     def _routable(self, X) -> np.ndarray:
         if np.isnan(self.threshold[self.feature >= 0]).any():
             raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
-                                   "predict through the federation instead")
+                                   f"predict through the federation instead ({FEDERATED_PREDICTION})")
         if not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.f_contiguous):
             X = np.ascontiguousarray(X, dtype=np.float64)  # row-major, or column-major as given (faster for one tree)
         return X
@@ -215,7 +218,7 @@ class RankedRows:
         internal = n["feature"] >= 0
         if np.isnan(n["threshold"][internal]).any():
             raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
-                                   "predict through the federation instead")
+                                   f"predict through the federation instead ({FEDERATED_PREDICTION})")
         if internal.any() and n["feature"][internal].max() >= self.ranks.shape[1]:
             raise ModelFormatError(f"tree splits on feature {int(n['feature'].max())} of a table with "
                                    f"{self.ranks.shape[1]} features")
