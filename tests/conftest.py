@@ -25,6 +25,11 @@ def a9a():
 
 
 @pytest.fixture(scope="session")
+def cod_rna():
+    return _dataset_or_skip("cod-rna")
+
+
+@pytest.fixture(scope="session")
 def spambase():
     return _dataset_or_skip("spambase")
 

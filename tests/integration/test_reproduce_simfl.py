@@ -50,3 +50,43 @@ def test_test_error_of_a_regression_on_01_labels_cuts_at_one_half():
     assert _err(reg, X, y) == 100.0 * np.mean(pred != y) < 5.0
     clf = train_gbdt(GBDTParams(n_estimators=20, max_depth=3, learning_rate=0.5), X, y)
     assert _err(clf, X, y) == 100.0 * np.mean((clf.predict_raw(X).reshape(-1) > 0) != y)
+
+
+def test_results_already_in_the_folder_are_kept_unless_merged_into_or_overwritten(cod_rna, tmp_path, capsys):
+    out = tmp_path / "res"
+    quick = ["reproduce", "simfl", "--quick", "--datasets", "cod-rna", "--out", str(out), "--no-progress"]
+    assert main(quick + ["--experiments", "table2"]) == 0
+    first = json.loads((out / "results.json").read_text())
+    capsys.readouterr()
+    # a second run into the same folder would have replaced them: refused before any work, saying what is there
+    assert main(quick + ["--experiments", "table3"]) == 2
+    err = capsys.readouterr().err
+    assert "holds the results of an earlier run" in err and "cod-rna: table2" in err and "--merge" in err
+    assert json.loads((out / "results.json").read_text()) == first
+    assert main(quick + ["--experiments", "table3", "--merge", "--seed", "1"]) == 2  # other settings: refused
+    assert "seed: 0 there, 1 here" in capsys.readouterr().err
+    assert main(quick + ["--experiments", "table3", "--merge"]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["datasets"]["cod-rna"]["table2"] == first["datasets"]["cod-rna"]["table2"]
+    assert "table3" in merged["datasets"]["cod-rna"] and set(merged["datasets"]["cod-rna"]["seconds"]) == {
+        "table2", "table3"}
+    assert "table3 on cod-rna" in merged["machine"]["note"]
+    report = (out / "report.md").read_text()
+    assert "Table 2" in report and "Table 3" in report
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the merge's own folder is gone
+    assert main(quick + ["--experiments", "table3", "--overwrite"]) == 0
+    assert "table2" not in json.loads((out / "results.json").read_text())["datasets"]["cod-rna"]
+
+
+def test_a_folder_with_results_is_refused_before_any_data_is_read(tmp_path, capsys):
+    out = tmp_path / "res"
+    out.mkdir()
+    earlier = {"config": {"quick": False}, "machine": {"date": "2026-01-02 03:04:05"},
+               "datasets": {"a9a": {"n_train": 1, "table2": {}, "seconds": {"table2": 1.0}}}}
+    (out / "results.json").write_text(json.dumps(earlier))
+    code = main(["reproduce", "simfl", "--quick", "--out", str(out), "--no-progress"])
+    assert code == 2
+    assert "(2026-01-02 03:04:05; a9a: table2)" in capsys.readouterr().err
+    assert main(["reproduce", "simfl", "--quick", "--out", str(out), "--merge", "--no-progress"]) == 2
+    assert "quick: False there, True here" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text()) == earlier

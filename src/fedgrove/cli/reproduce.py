@@ -37,6 +37,9 @@ def reproduce(
                                                  "federated-forest plain means the paper's shared labels)"),
     seed: int = typer.Option(0, "--seed", help="Seed of the data split and of every randomised step"),
     no_progress: bool = typer.Option(False, "--no-progress", help="Do not draw a progress bar"),
+    merge: bool = typer.Option(False, "--merge", help="Add this run's experiments to the results already in the "
+                               "folder (same settings), replacing only those, and rewrite the report from all"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the results already in the folder"),
 ):
     """Rerun a paper's experiments; writes report.md, results.json and PNG plots."""
     if paper not in PAPERS:
@@ -50,9 +53,95 @@ def reproduce(
     ex = _split(experiments, exp.EXPERIMENTS, "--experiments")
     out = out or Path("results") / paper
     check_output_dir(out, "--out")
-    with progress_bar(f"reproduce {paper}", len(ds) * len(ex) + 1, not no_progress) as update:
-        def step(done, total, what):
-            update(done, total)
-            console.print(f"[dim]{escape(what)}[/dim]", markup=True)
-        exp.reproduce(out, datasets=ds, experiments=ex, quick=quick, progress=step, he=he, seed=seed)
-    console.print(f"report written to {out / 'report.md'}")
+    if merge and overwrite:
+        raise InvalidParameterError("--merge and --overwrite exclude each other")
+    earlier = _earlier_results(out)
+    if earlier is not None and not (merge or overwrite):
+        raise InvalidParameterError(
+            f"{out} holds the results of an earlier run ({_describe(earlier)}), which this run would replace: "
+            f"give another --out, add this run's experiments to them with --merge, or replace them with "
+            f"--overwrite")
+    if earlier is None:
+        merge = False
+    if merge:  # the settings the command line gives, checked before any work (all of them after the run)
+        cfg = earlier.get("config", {})
+        for key, value in (("quick", quick), ("seed", seed)):
+            if key in cfg and cfg[key] != value:
+                raise InvalidParameterError(f"--merge needs the earlier run's settings, and these differ ({key}: "
+                                            f"{cfg[key]!r} there, {value!r} here); give another --out or use "
+                                            f"--overwrite")
+    run_dir = out
+    if merge:
+        import tempfile
+
+        run_dir = Path(tempfile.mkdtemp(prefix=".reproduce-", dir=out))
+    try:
+        with progress_bar(f"reproduce {paper}", len(ds) * len(ex) + 1, not no_progress) as update:
+            def step(done, total, what):
+                update(done, total)
+                console.print(f"[dim]{escape(what)}[/dim]", markup=True)
+            results = exp.reproduce(run_dir, datasets=ds, experiments=ex, quick=quick, progress=step, he=he,
+                                    seed=seed)
+        if merge:
+            merged = merge_results(earlier, results, f"{', '.join(ex)} on {', '.join(ds)}")
+            from fedgrove.experiments.report import write_json
+
+            write_json(out / "results.json", merged)
+            exp.write_report(merged, out)
+    finally:
+        if merge:
+            import shutil
+
+            shutil.rmtree(run_dir, ignore_errors=True)
+    console.print(f"report written to {out / 'report.md'}" + (" (merged with the earlier results)" if merge else ""))
+
+
+def _earlier_results(out: Path) -> dict | None:
+    path = out / "results.json"
+    if not path.exists():
+        return None
+    import json
+
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidParameterError(f"{path} exists but cannot be read ({exc}); move it away or use --overwrite") \
+            from None
+    return d if isinstance(d, dict) else {}
+
+
+def _describe(results: dict) -> str:
+    quick = " (--quick)" if results.get("config", {}).get("quick") else ""
+    date = results.get("machine", {}).get("date", "undated")
+    parts = [f"{name}: {', '.join(k for k in r if k not in ('n_train', 'n_test', 'n_features', 'seconds'))}"
+             for name, r in results.get("datasets", {}).items() if isinstance(r, dict)]
+    return f"{date}{quick}; " + ("; ".join(parts) or "no datasets")
+
+
+def merge_results(earlier: dict, new: dict, what: str) -> dict:
+    """``earlier`` with the datasets' entries ``new`` computed put in (per dataset: each result key replaced,
+    step seconds added); refused when the two runs' settings differ.  The machine note records the merge."""
+    import json
+
+    def plain(d):
+        return json.loads(json.dumps(d, default=str))
+
+    old_cfg, new_cfg = plain(earlier.get("config", {})), plain(new.get("config", {}))
+    differ = sorted(k for k in set(old_cfg) | set(new_cfg) if old_cfg.get(k) != new_cfg.get(k))
+    if differ:
+        shown = "; ".join(f"{k}: {old_cfg.get(k)!r} there, {new_cfg.get(k)!r} here" for k in differ[:5])
+        raise InvalidParameterError(f"--merge needs the earlier run's settings, and these differ ({shown}); give "
+                                    f"another --out or use --overwrite")
+    merged = plain(earlier)
+    for name, r in plain(new).get("datasets", {}).items():
+        target = merged.setdefault("datasets", {}).setdefault(name, {})
+        for key, value in r.items():
+            if key == "seconds" and isinstance(target.get("seconds"), dict):
+                target["seconds"].update(value)
+            else:
+                target[key] = value
+    machine = merged.setdefault("machine", {})
+    note = f"{what}: {new.get('machine', {}).get('date', 'undated')} (merged with --merge)"
+    machine["note"] = f"{machine['note']}; {note}" if machine.get("note") else \
+        f"{machine.get('date', 'undated')}: the rest; {note}"
+    return merged
