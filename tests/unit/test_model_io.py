@@ -130,3 +130,21 @@ def test_a_dataframe_is_matched_to_the_features_by_name():
             m.predict(df[["z", "x", "w"]])
     train_gbdt(params, X, y, eval_set=(X, y), callbacks=[lambda env: scores["array"].append(env.eval_result)])
     assert len(scores["frame"]) == 10 and scores["frame"] == scores["array"]
+
+
+def test_values_that_are_not_numbers_are_named():
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+
+    X, y = make_classification(100, 3, seed=4)
+    X = X[:, :2]
+    params = GBDTParams(objective="binary", n_estimators=2, max_depth=2)
+    with pytest.raises(DataError, match=r"y holds 'no', not a number \(0/1 for binary.*numpy.unique"):
+        train_gbdt(params, X, np.where(y > 0, "yes", "no"))  # was a ValueError from numpy
+    frame = pd.DataFrame({"a": X[:, 0], "b": np.where(X[:, 1] > 0, "up", "down")})
+    with pytest.raises(DataError, match=r"X column 'b' holds '(up|down)', not a number .*categorical='auto'"):
+        train_forest(ForestParams(n_estimators=2), frame, y)
+    model = train_gbdt(params, X, y)
+    with pytest.raises(DataError, match=r"X holds 'x', not a number"):
+        model.predict([[0.1, "x"]])

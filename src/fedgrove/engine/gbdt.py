@@ -18,7 +18,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel, by_names, names_of
+from fedgrove.engine.model import GBDTModel, as_numbers, by_names, names_of
 from fedgrove.engine.params import Interval, OneOf, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
@@ -125,7 +125,8 @@ def check_xy(X, y, n_features: int | None = None):
     """Validate arrays at the public boundary."""
     if hasattr(X, "toarray"):
         X = X.toarray()
-    X = np.asarray(X, dtype=np.float64)
+    X = as_numbers(X, "X", "NaN for missing values; text columns need encoding first, e.g. "
+                 "fedgrove.data.io.table_from_frame(df, categorical='auto')")
     if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
         raise DataError(f"X must be a non-empty 2-D array, got shape {X.shape}")
     if np.isinf(X).any():
@@ -133,7 +134,8 @@ def check_xy(X, y, n_features: int | None = None):
     if n_features is not None and X.shape[1] != n_features:
         raise DataError(f"X has {X.shape[1]} features, expected {n_features}")
     if y is not None:
-        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        y = as_numbers(y, "y", "0/1 for binary, 0..K-1 for multiclass; class names need encoding first, e.g. "
+                     "numpy.unique(y, return_inverse=True)").reshape(-1)
         if y.shape[0] != X.shape[0]:
             raise DataError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
         if not np.all(np.isfinite(y)):

@@ -25,7 +25,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.predict import sum_leaf_values
 from fedgrove.engine.tree import FEDERATED_PREDICTION, PackedEnsemble, Tree
-from fedgrove.exceptions import ModelFormatError, NotFittedError
+from fedgrove.exceptions import DataError, ModelFormatError, NotFittedError
 
 FORMAT = "fedgrove-model"
 FORMAT_VERSION = 1
@@ -50,6 +50,33 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.unlink(tmp)
         raise
 
+
+
+def as_numbers(a, name: str, expected: str) -> np.ndarray:
+    """``a`` as float64, or a DataError naming the first value that is not a number (and, for a DataFrame, its
+    column)."""
+    try:
+        return np.asarray(a, dtype=np.float64)
+    except (ValueError, TypeError):
+        pass
+    if hasattr(a, "columns"):
+        for col in a.columns:
+            try:
+                np.asarray(a[col], dtype=np.float64)
+            except (ValueError, TypeError):
+                bad = next(v for v in a[col] if not _is_number(v))
+                raise DataError(f"{name} column {col!r} holds {bad!r}, not a number ({expected})") from None
+    flat = np.asarray(a, dtype=object).ravel()
+    bad = next((v for v in flat if not _is_number(v)), None)
+    raise DataError(f"{name} holds {bad!r}, not a number ({expected})") from None
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+        return True
+    except (ValueError, TypeError):
+        return False
 
 
 def names_of(X, names=None) -> list[str] | None:
@@ -101,11 +128,11 @@ class TreeEnsembleModel:
         if hasattr(X, "toarray"):
             X = X.toarray()
         X = by_names(X, self.feature_names, "the DataFrame")
-        X = np.asarray(X, dtype=np.float64)
+        X = as_numbers(X, "X", "NaN for missing values" + (
+            "; this model's text columns are encoded by fedgrove.data.io.load_table(path, "
+            "categorical=model.metadata['categories'])" if self.metadata.get("categories") else ""))
         n_features = self.n_features
         if X.ndim != 2 or (n_features is not None and X.shape[1] != n_features):
-            from fedgrove.exceptions import DataError
-
             raise DataError(f"X must have shape (n_samples, {n_features}), got {X.shape}")
         return X
 
