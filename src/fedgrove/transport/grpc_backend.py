@@ -45,6 +45,18 @@ def _build_types():
 Envelope, Ack = _build_types()
 
 
+class _Done:
+    """A call already answered, with the interface of a pending one."""
+
+    def __init__(self, ack=None, error=None):
+        self.ack, self.error = ack, error
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.ack
+
+
 class TLSFiles:
     """Paths of the CA certificate and this party's certificate and key."""
 
@@ -125,9 +137,12 @@ class GrpcChannel(Channel):
         calls = []
         for peer in peers:
             env = Envelope(sender=self.party, receiver=peer, tag=tag, payload=data)
-            limit = self.connect_timeout if peer in self._reached else \
-                max(self.connect_timeout, self.startup_timeout)
-            calls.append((peer, limit, self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)))
+            if peer in self._reached:
+                limit = self.connect_timeout
+                calls.append((peer, limit, self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)))
+            else:
+                limit = max(self.connect_timeout, self.startup_timeout)
+                calls.append((peer, limit, self._first_call(peer, env, limit)))
         failure = None
         for peer, limit, call in calls:  # wait for every call, then report the first failure
             try:
@@ -149,6 +164,23 @@ class GrpcChannel(Channel):
             self._reached.add(peer)
         if failure is not None:
             raise failure
+
+    def _first_call(self, peer, env, limit):
+        """A first message to ``peer``: tried at once, so that a TLS handshake that fails (certificates of
+        another federation) is reported at once; while ``peer`` is not up yet, a call that waits for it."""
+        try:
+            return _Done(self._stubs[peer](env, timeout=limit, wait_for_ready=False))
+        except grpc.RpcError as exc:
+            details = exc.details() or ""
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and "handshake" in details.lower():
+                reason = details.split("last error: ", 1)[-1]
+                raise ProtocolError(f"{self.party}: the TLS handshake with {peer} failed ({reason}); "
+                                    f"both parties' certificates must come from the same federation CA "
+                                    f"(`fedgrove certs`), with that CA's ca.pem in each party's certs folder") \
+                    from None
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                return self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)
+            return _Done(error=exc)
 
     def _recv_bytes(self, peer, tag, timeout):
         return self._wait(self._box(peer, tag), peer, tag, timeout)
