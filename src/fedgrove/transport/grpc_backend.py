@@ -11,12 +11,16 @@ in ``federation.proto`` (no generated code).
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from concurrent import futures
 from pathlib import Path
 
-import grpc
+# gRPC's core logs every failed TLS handshake and reconnection attempt at INFO on stderr; fedgrove reports the
+# failures itself (a GRPC_VERBOSITY set by the user wins)
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+import grpc  # noqa: E402
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from fedgrove.exceptions import PeerTimeoutError, ProtocolError
