@@ -129,6 +129,8 @@ def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path
     assert manifest["categories"] == {"colour": ["blue", "green", "red"]}
     party = pd.read_csv(tmp_path / "parts" / "party0.csv")
     assert set(party["colour"]) == {0, 1, 2}
+    code, out, _ = run(["info", tmp_path / "parts"], capsys)
+    assert code == 0 and "categories of colour (codes 0..2): blue, green, red" in out
 
 
 def test_a_data_file_without_a_known_extension_needs_format(csv, tmp_path, capsys):

@@ -36,6 +36,9 @@ def info(
             t.add_row(party["name"], party["role"], str(party["n_samples"]), str(len(party["features"])),
                       "yes" if party["has_label"] else "")
         out.print(t)
+        for col, cats in (m.get("categories") or {}).items():  # the party files hold these columns' codes
+            out.print(f"categories of {col} (codes 0..{len(cats) - 1}): " + ", ".join(map(str, cats[:12]))
+                      + (" ..." if len(cats) > 12 else ""))
         return
     if p.is_file() and _looks_like_model(p) and (part := _federated_part(p)) is not None:
         t = RichTable(title=str(p), show_header=False)
