@@ -20,3 +20,26 @@ def test_readme_python_example_runs(k, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     for name, accuracy in re.findall(r"^(HybridTree|SimFL|FV-tree) (0\.\d+)", printed, re.M):
         assert float(accuracy) > 0.85, (name, accuracy)  # a misread score (a broadcast) would be near 0.6
+
+
+@pytest.mark.slow
+def test_readme_quick_start_commands_run_as_printed(tmp_path):
+    # the Quick start's shell commands, in order, in a copy of the examples (about a minute and a half); the
+    # gRPC lines start real processes on the example configs' ports
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    quick = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = "\n".join(re.findall(r"```bash\n(.*?)```", quick, re.S))
+    assert "fedgrove train" in commands and "fedgrove simulate" in commands and "fedgrove party" in commands
+    shutil.copytree(README.parent / "examples", tmp_path / "examples",
+                    ignore=shutil.ignore_patterns("parts", "certs", "runs"))
+    bin_dir = Path(sys.executable).parent  # the fedgrove console script of this environment
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-e", "-c", commands + "\nwait\n"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "predictions.csv").exists()
+    assert (tmp_path / "examples" / "vertical" / "runs" / "grpc" / "party0.model.json").exists()
