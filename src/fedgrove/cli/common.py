@@ -44,8 +44,10 @@ CATEGORICAL_HELP = ("Encode text columns as categories: 'auto' (every column wit
 
 def categorical_option(value: str | None):
     """``--categorical``: None, "auto" or a list of column names."""
-    if value is None or value.strip() == "auto":
-        return None if value is None else "auto"
+    if value is None:
+        return None
+    if value.strip() == "auto":
+        return "auto"
     names = [v.strip() for v in value.split(",") if v.strip()]
     if not names:
         raise InvalidParameterError(f"--categorical must be 'auto' or comma-separated column names, got {value!r}")

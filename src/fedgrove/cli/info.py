@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table as RichTable
 
-from fedgrove.cli.common import load_input, out
+from fedgrove.cli.common import categorical_option, load_input, out
 
 
 def info(
@@ -70,8 +70,6 @@ def info(
 
         raise DataError(f"{path} is an SQLite file, not a data file; an FV-tree ledger is shown by "
                         f"`fedgrove ledger show {path}` and checked by `fedgrove ledger verify {path}`")
-    from fedgrove.cli.common import categorical_option
-
     table = load_input(path, label, fmt, categorical=categorical_option(categorical))
     t = RichTable(title=f"{path}: {table.n_samples} samples x {table.n_features} features", show_header=False)
     t.add_column("field")

@@ -61,38 +61,29 @@ def reproduce(
             f"{out} holds the results of an earlier run ({_describe(earlier)}), which this run would replace: "
             f"give another --out, add this run's experiments to them with --merge, or replace them with "
             f"--overwrite")
-    if earlier is None:
-        merge = False
+    merge = merge and earlier is not None
     if merge:  # the settings the command line gives, checked before any work (all of them after the run)
-        cfg = earlier.get("config", {})
-        for key, value in (("quick", quick), ("seed", seed)):
-            if key in cfg and cfg[key] != value:
-                raise InvalidParameterError(f"--merge needs the earlier run's settings, and these differ ({key}: "
-                                            f"{cfg[key]!r} there, {value!r} here); give another --out or use "
-                                            f"--overwrite")
-    run_dir = out
-    if merge:
-        import tempfile
+        _check_same_settings(earlier.get("config", {}), {"quick": quick, "seed": seed})
 
-        run_dir = Path(tempfile.mkdtemp(prefix=".reproduce-", dir=out))
-    try:
+    def run(run_dir: Path) -> dict:
         with progress_bar(f"reproduce {paper}", len(ds) * len(ex) + 1, not no_progress) as update:
             def step(done, total, what):
                 update(done, total)
                 console.print(f"[dim]{escape(what)}[/dim]", markup=True)
-            results = exp.reproduce(run_dir, datasets=ds, experiments=ex, quick=quick, progress=step, he=he,
-                                    seed=seed)
-        if merge:
-            merged = merge_results(earlier, results, f"{', '.join(ex)} on {', '.join(ds)}")
-            from fedgrove.experiments.report import write_json
+            return exp.reproduce(run_dir, datasets=ds, experiments=ex, quick=quick, progress=step, he=he, seed=seed)
 
-            write_json(out / "results.json", merged)
-            exp.write_report(merged, out)
-    finally:
-        if merge:
-            import shutil
+    if merge:  # run beside the earlier results, then put this run's experiments into them
+        import tempfile
 
-            shutil.rmtree(run_dir, ignore_errors=True)
+        from fedgrove.experiments.report import write_json
+
+        with tempfile.TemporaryDirectory(prefix=".reproduce-", dir=out) as tmp:
+            results = run(Path(tmp))
+        merged = merge_results(earlier, results, f"{', '.join(ex)} on {', '.join(ds)}")
+        write_json(out / "results.json", merged)
+        exp.write_report(merged, out)
+    else:
+        run(out)
     console.print(f"report written to {out / 'report.md'}" + (" (merged with the earlier results)" if merge else ""))
 
 
@@ -118,6 +109,17 @@ def _describe(results: dict) -> str:
     return f"{date}{quick}; " + ("; ".join(parts) or "no datasets")
 
 
+def _check_same_settings(earlier: dict, now: dict, every: bool = False) -> None:
+    """Refuse a merge whose settings ``now`` differ from the earlier run's (only those ``now`` names and the
+    earlier config has, unless ``every``)."""
+    keys = set(earlier) | set(now) if every else set(now) & set(earlier)
+    differ = sorted(k for k in keys if earlier.get(k) != now.get(k))
+    if differ:
+        shown = "; ".join(f"{k}: {earlier.get(k)!r} there, {now.get(k)!r} here" for k in differ[:5])
+        raise InvalidParameterError(f"--merge needs the earlier run's settings, and these differ ({shown}); give "
+                                    f"another --out or use --overwrite")
+
+
 def merge_results(earlier: dict, new: dict, what: str) -> dict:
     """``earlier`` with the datasets' entries ``new`` computed put in (per dataset: each result key replaced,
     step seconds added); refused when the two runs' settings differ.  The machine note records the merge."""
@@ -126,12 +128,7 @@ def merge_results(earlier: dict, new: dict, what: str) -> dict:
     def plain(d):
         return json.loads(json.dumps(d, default=str))
 
-    old_cfg, new_cfg = plain(earlier.get("config", {})), plain(new.get("config", {}))
-    differ = sorted(k for k in set(old_cfg) | set(new_cfg) if old_cfg.get(k) != new_cfg.get(k))
-    if differ:
-        shown = "; ".join(f"{k}: {old_cfg.get(k)!r} there, {new_cfg.get(k)!r} here" for k in differ[:5])
-        raise InvalidParameterError(f"--merge needs the earlier run's settings, and these differ ({shown}); give "
-                                    f"another --out or use --overwrite")
+    _check_same_settings(plain(earlier.get("config", {})), plain(new.get("config", {})), every=True)
     merged = plain(earlier)
     for name, r in plain(new).get("datasets", {}).items():
         target = merged.setdefault("datasets", {}).setdefault(name, {})

@@ -51,6 +51,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def _is_frame(X) -> bool:
+    return hasattr(X, "columns") and hasattr(X, "iloc")
+
 
 def as_numbers(a, name: str, expected: str) -> np.ndarray:
     """``a`` as float64, or a DataError naming the first value that is not a number (and, for a DataFrame, its
@@ -59,7 +62,7 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
         return np.asarray(a, dtype=np.float64)
     except (ValueError, TypeError):
         pass
-    if hasattr(a, "columns"):
+    if _is_frame(a):
         for col in a.columns:
             try:
                 np.asarray(a[col], dtype=np.float64)
@@ -83,7 +86,7 @@ def names_of(X, names=None) -> list[str] | None:
     """The features' names: ``names`` when given, else a DataFrame's columns, else ``None``."""
     if names is not None:
         return [str(n) for n in names]
-    if hasattr(X, "columns") and hasattr(X, "iloc"):
+    if _is_frame(X):
         return [str(c) for c in X.columns]
     return None
 
@@ -91,13 +94,14 @@ def names_of(X, names=None) -> list[str] | None:
 def by_names(X, names, source: str):
     """A DataFrame's columns put in the order of the features ``names`` (matched by name; columns the model
     does not use are left out; see :func:`fedgrove.data.io.column_order`); anything else as it is."""
-    if names is not None and hasattr(X, "columns") and hasattr(X, "iloc"):
+    if names is not None and _is_frame(X):
         from fedgrove.data.io import column_order
 
         order = column_order(X.columns, names, source)
         if order is not None:
             return X.iloc[:, order]
     return X
+
 
 class TreeEnsembleModel:
     """Common part of boosted and forest models: trees, packing, persistence."""
