@@ -93,3 +93,45 @@ def test_pure_nodes_are_leaves_without_a_search():
     finally:
         HistogramSplitFinder.find_splits = original
     assert searched == [1] and tree.n_leaves == 2
+
+
+def test_flat_thresholds_match_the_per_feature_lists_and_refuse_a_bin_out_of_range():
+    X, _ = make_classification(500, missing=0.05)
+    bm = BinMapper(max_bins=16).fit(X)
+    table = bm.thresholds()
+    rng = np.random.default_rng(0)
+    features = rng.integers(0, X.shape[1], 200)
+    bins = np.array([rng.integers(0, len(bm.bin_upper_bounds(f))) for f in features])
+    expected = [bm.bin_upper_bounds(f)[b] for f, b in zip(features, bins)]
+    np.testing.assert_array_equal(table.lookup(features, bins), expected)
+    assert [list(t) for t in table] == [list(bm.bin_upper_bounds(f)) for f in range(X.shape[1])]
+    last = len(bm.bin_upper_bounds(3))
+    with pytest.raises(IndexError, match=f"bin {last} out of range for feature 3"):
+        table.lookup([3], [last])
+
+
+def test_a_tree_is_the_same_from_threshold_lists_or_the_flat_table():
+    X, y = make_classification(2000, missing=0.05)
+    scorer = GBDTScorer(min_samples_leaf=5)
+    from_lists = TreeGrower(_finder(X, y), 6, scorer.leaf_value).grow()
+    finder = _finder(X, y)
+    finder.thresholds = BinMapper().fit(X).thresholds()
+    from_table = TreeGrower(finder, 6, scorer.leaf_value).grow()
+    assert (from_lists.nodes["feature"] >= 0).sum() > 10
+    assert from_lists.nodes.tobytes() == from_table.nodes.tobytes()  # leaves' thresholds are NaN
+    np.testing.assert_array_equal(from_lists.values, from_table.values)
+
+
+def test_node_segments_answer_membership_and_lookup_for_grown_nodes_only():
+    X, y = make_classification(2000)
+    scorer = GBDTScorer(min_samples_leaf=5)
+    finder = _finder(X, y)
+    tree = TreeGrower(finder, 3, scorer.leaf_value).grow()
+    for node in range(tree.n_nodes):
+        assert node in finder.segments
+        start, end, _ = finder.segments[node]
+        assert end - start == tree.nodes["count"][node] == len(finder.node_samples(node))
+    for missing in (tree.n_nodes, 10 ** 6, -1):
+        assert missing not in finder.segments
+        with pytest.raises(KeyError):
+            finder.segments[missing]

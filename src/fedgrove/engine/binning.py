@@ -183,6 +183,10 @@ class BinMapper:
     def threshold(self, feature_idx: int, bin_idx: int) -> float:
         return float(self.bin_upper_bounds(feature_idx)[bin_idx])
 
+    def thresholds(self) -> "Thresholds":
+        """Every feature's :meth:`bin_upper_bounds`, for the split finders (made once per training)."""
+        return Thresholds([self.bin_upper_bounds(f) for f in range(self.n_features)])
+
     # -- transform ----------------------------------------------------------------
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Bin ``X``; returns a row-major uint8 array (one sample's codes contiguous)."""
@@ -211,6 +215,28 @@ class BinMapper:
             from fedgrove.exceptions import NotFittedError
 
             raise NotFittedError("BinMapper is not fitted; call fit() or fit_sketches() first")
+
+
+class Thresholds(list):
+    """Per-feature raw thresholds (a list: ``t[f][b]`` is the threshold of "bin <= b" of feature f) with a flat
+    copy, so that a layer's split thresholds are one vectorised lookup."""
+
+    def __init__(self, per_feature):
+        super().__init__(np.asarray(t, dtype=np.float64) for t in per_feature)
+        self.size = np.array([len(t) for t in self], dtype=np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.size)[:-1]]).astype(np.int64)
+        self.flat = np.concatenate(list(self)) if len(self) else np.zeros(0)
+
+    def lookup(self, features, bins) -> np.ndarray:
+        """``t[f][b]`` for each pair; IndexError for a bin the feature does not have."""
+        features = np.asarray(features, dtype=np.int64)
+        bins = np.asarray(bins, dtype=np.int64)
+        bad = np.nonzero((bins < 0) | (bins >= self.size[features]))[0]
+        if len(bad):
+            k = int(bad[0])
+            raise IndexError(f"bin {bins[k]} out of range for feature {features[k]} "
+                             f"({self.size[features[k]]} thresholds)")
+        return self.flat[self.start[features] + bins]
 
 
 @njit(parallel=True, cache=True, nogil=True)

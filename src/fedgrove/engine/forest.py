@@ -177,7 +177,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     if bin_mapper is None:
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
     X_binned = bin_mapper.transform(X)
-    thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(n_features)]
+    thresholds = bin_mapper.thresholds()
     X_columns = np.asfortranarray(X_binned)
     model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)
     with thread_limit(params.n_threads):

@@ -154,7 +154,7 @@ class LocalGrower:
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(X)
         self.X_binned = self.bin_mapper.transform(X)
         self.X_columns = np.asfortranarray(self.X_binned)
-        self.thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(self.X_binned.shape[1])]
+        self.thresholds = self.bin_mapper.thresholds()
         self.scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
 
     def grow(self, g: np.ndarray, h: np.ndarray):
@@ -212,7 +212,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
                       bin_mapper=bin_mapper, params=params.to_dict(), feature_names=feature_names)
     scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
     rng = np.random.default_rng(params.seed)
-    thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(n_features)]
+    thresholds = bin_mapper.thresholds()
     offsets, missing_codes = bin_mapper.feature_offsets, bin_mapper.missing_codes
 
     callbacks = list(callbacks or [])

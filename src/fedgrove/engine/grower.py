@@ -113,27 +113,57 @@ class TreeGrower:
         self.min_samples_split = min_samples_split
         self.min_split_gain = min_split_gain
         self.gain_inclusive = gain_inclusive
-        self._records: list[np.ndarray] = []
-        self._stats: list[np.ndarray] = []
+        # node records, one plain array per field (grown by doubling); the tree's structured array is made once,
+        # by finish: per-layer writes to plain arrays cost less than to a structured array's fields
+        self._n = 0
+        self._fields: dict[str, np.ndarray] = {}
+        self._node_stats = np.empty((0, 0))
         self.frontier: Layer | None = None
 
     # -- node bookkeeping ------------------------------------------------------------
+    def _reserve(self, n_more: int, n_stats: int) -> None:
+        need = self._n + n_more
+        cap = len(self._node_stats)
+        if need <= cap:
+            return
+        cap = max(need, 2 * cap, 64)
+        if self.max_depth is not None and self.max_depth < 30:  # a depth-limited tree has at most 2^(d+1) - 1
+            cap = max(need, min(cap, 2 ** (self.max_depth + 1) - 1))
+        grown = {}
+        for name in NODE_DTYPE.names:
+            a = np.empty(cap, dtype=NODE_DTYPE[name])
+            if name in self._fields:
+                a[:self._n] = self._fields[name][:self._n]
+            grown[name] = a
+        self._fields = grown
+        stats = np.empty((cap, n_stats))
+        if self._n:
+            stats[:self._n] = self._node_stats[:self._n]
+        self._node_stats = stats
+
     def _new_nodes(self, stats: np.ndarray, depth: int) -> np.ndarray:
-        first = sum(len(r) for r in self._records)
-        rec = np.zeros(len(stats), dtype=NODE_DTYPE)
-        rec["feature"] = LEAF
-        rec["left"] = LEAF
-        rec["right"] = LEAF
-        rec["threshold"] = np.nan
-        rec["owner"] = -1
-        rec["depth"] = depth
-        rec["count"] = self.finder.sample_weight(stats)
-        self._records.append(rec)
-        self._stats.append(np.asarray(stats, dtype=np.float64))
-        return np.arange(first, first + len(stats), dtype=np.int64)
+        k = len(stats)
+        self._reserve(k, stats.shape[1])
+        first, end = self._n, self._n + k
+        f = self._fields
+        for name in ("feature", "left", "right"):
+            f[name][first:end] = LEAF
+        f["bin"][first:end] = 0
+        f["threshold"][first:end] = np.nan
+        f["missing_left"][first:end] = 0
+        f["gain"][first:end] = 0.0
+        f["owner"][first:end] = -1
+        f["depth"][first:end] = depth
+        f["count"][first:end] = self.finder.sample_weight(stats)
+        self._node_stats[first:end] = stats
+        self._n = end
+        return np.arange(first, end, dtype=np.int64)
 
     def _all_nodes(self) -> np.ndarray:
-        return np.concatenate(self._records)
+        nodes = np.empty(self._n, dtype=NODE_DTYPE)
+        for name in NODE_DTYPE.names:
+            nodes[name] = self._fields[name][:self._n]
+        return nodes
 
     # -- growth ---------------------------------------------------------------------
     def start(self) -> Layer:
@@ -157,12 +187,15 @@ class TreeGrower:
         open_rows = np.nonzero(can_split)[0]
         if not len(open_rows):
             return self._close(layer)
-        searched = layer if len(open_rows) == len(layer) else \
-            Layer(layer.node_ids[open_rows], layer.stats[open_rows], layer.depth)
-        found = self.finder.find_splits(searched)
-        splits = LayerSplits.empty(len(layer), layer.stats.shape[1])
-        for name in ("gain", "feature", "bin", "missing_left", "left_stats", "threshold", "owner"):
-            getattr(splits, name)[open_rows] = getattr(found, name)
+        if len(open_rows) == len(layer):
+            searched = layer
+            splits = found = self.finder.find_splits(searched)
+        else:
+            searched = Layer(layer.node_ids[open_rows], layer.stats[open_rows], layer.depth)
+            found = self.finder.find_splits(searched)
+            splits = LayerSplits.empty(len(layer), layer.stats.shape[1])
+            for name in ("gain", "feature", "bin", "missing_left", "left_stats", "threshold", "owner"):
+                getattr(splits, name)[open_rows] = getattr(found, name)
         if self.gain_inclusive:
             good = splits.gain >= self.min_split_gain
         else:
@@ -171,27 +204,29 @@ class TreeGrower:
         child_stats = np.empty((2 * len(rows), layer.stats.shape[1]))
         child_stats[0::2] = splits.left_stats[rows]
         child_stats[1::2] = layer.stats[rows] - splits.left_stats[rows]
-        first = sum(len(r) for r in self._records)
+        first = self._n
         child_ids = np.arange(first, first + 2 * len(rows), dtype=np.int64).reshape(-1, 2)
         if len(rows):
             # the finder sees the searched layer: translate rows into it
-            pos = np.full(len(layer), -1, dtype=np.int64)
-            pos[open_rows] = np.arange(len(open_rows))
-            exact = self.finder.apply_splits(searched, pos[rows], found, child_ids)
+            if searched is layer:
+                exact = self.finder.apply_splits(searched, rows, found, child_ids)
+            else:
+                pos = np.full(len(layer), -1, dtype=np.int64)
+                pos[open_rows] = np.arange(len(open_rows))
+                exact = self.finder.apply_splits(searched, pos[rows], found, child_ids)
             if exact is not None:
                 child_stats = np.asarray(exact, dtype=np.float64)
         self._new_nodes(child_stats, layer.depth + 1)
-        nodes = self._all_nodes()
+        f = self._fields
         ids = layer.node_ids[rows]
-        nodes["feature"][ids] = splits.feature[rows]
-        nodes["bin"][ids] = splits.bin[rows]
-        nodes["threshold"][ids] = splits.threshold[rows]
-        nodes["missing_left"][ids] = splits.missing_left[rows]
-        nodes["gain"][ids] = splits.gain[rows]
-        nodes["owner"][ids] = splits.owner[rows]
-        nodes["left"][ids] = child_ids[:, 0]
-        nodes["right"][ids] = child_ids[:, 1]
-        self._records = [nodes]
+        f["feature"][ids] = splits.feature[rows]
+        f["bin"][ids] = splits.bin[rows]
+        f["threshold"][ids] = splits.threshold[rows]
+        f["missing_left"][ids] = splits.missing_left[rows]
+        f["gain"][ids] = splits.gain[rows]
+        f["owner"][ids] = splits.owner[rows]
+        f["left"][ids] = child_ids[:, 0]
+        f["right"][ids] = child_ids[:, 1]
         self.frontier = Layer(child_ids.reshape(-1), child_stats, layer.depth + 1)
         return self.frontier
 
@@ -209,10 +244,10 @@ class TreeGrower:
         return self.finish()
 
     def node_stats(self) -> np.ndarray:
-        return np.concatenate(self._stats)
+        return self._node_stats[:self._n].copy()
 
     def finish(self) -> Tree:
         nodes = self._all_nodes()
-        stats = self.node_stats()
+        stats = self._node_stats[:self._n]
         values = np.asarray(self.leaf_value(stats), dtype=np.float64).reshape(len(nodes), -1)
         return Tree(nodes, values)

@@ -19,6 +19,7 @@ from typing import Callable
 import numba
 import numpy as np
 
+from fedgrove.engine.binning import Thresholds
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
 from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather_rows, subtract_histograms,
                                        sum_rows)
@@ -151,12 +152,15 @@ class HistogramSplitFinder(SplitFinder):
         self._stats = [gather_rows(stats, root), np.empty((len(root), stats.shape[1]))]
         self.count_from_segments = isinstance(scorer, GBDTScorer) and stats.shape[1] == 2
         self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
-        self.segments: dict[int, tuple[int, int, int]] = {0: (0, len(root), 0)}  # node -> (start, end, buffer)
+        # node -> (start, end, buffer) of its samples: rows of ``_seg`` by node id (-1: no such node)
+        self._seg = np.full((64, 3), -1, dtype=np.int64)
+        self._seg[0] = (0, len(root), 0)
+        self.segments = _Segments(self)
         # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
         self._sparse = sparse_codes_for(X_binned, self.feature_offsets) if sparse else None
         self._hist = None          # histograms of the current layer
-        self._hist_row: dict[int, int] = {}
-        self._pending: list[tuple[int, int, int]] | None = None  # (parent, left, right)
+        self._hist_row = np.zeros(0, dtype=np.int64)  # by node id: its row in ``_hist``
+        self._pending: np.ndarray | None = None  # rows (parent, left, right) of the last partition
 
     # -- SplitFinder -------------------------------------------------------------------
     def root_stats(self):
@@ -186,7 +190,8 @@ class HistogramSplitFinder(SplitFinder):
         splits = LayerSplits(gain, feature, bins, missing_left, left, np.full(len(layer), np.nan),
                              np.full(len(layer), self.owner, dtype=np.int32))
         ok = feature >= 0
-        splits.threshold[ok] = [self.thresholds[f][b] for f, b in zip(feature[ok], bins[ok])]
+        if ok.any():
+            splits.threshold[ok] = raw_thresholds(self.thresholds, feature[ok], bins[ok])
         self._resolve_missing_direction(splits, layer)
         return splits
 
@@ -197,23 +202,38 @@ class HistogramSplitFinder(SplitFinder):
             mids = self._split_positions(ids, splits, split_rows)
         else:
             mids = self.partition_by_masks(ids, masks)
-        pending = []
-        counts = np.empty(2 * len(ids))
-        for k, nid in enumerate(ids):
-            s, e, buf = self.segments[int(nid)]
-            left, right = int(child_ids[k, 0]), int(child_ids[k, 1])
-            self.segments[left] = (s, int(mids[k]), 1 - buf)
-            self.segments[right] = (int(mids[k]), e, 1 - buf)
-            counts[2 * k], counts[2 * k + 1] = mids[k] - s, e - mids[k]
-            pending.append((int(nid), left, right))
-        self._pending = pending
+        seg = self._record(ids, child_ids, mids)
+        self._pending = np.column_stack([ids, np.asarray(child_ids, dtype=np.int64).reshape(-1, 2)])
         if self.count_from_segments:
             child = np.empty((2 * len(ids), 3))
             child[0::2] = splits.left_stats[split_rows]
             child[1::2] = layer.stats[split_rows] - splits.left_stats[split_rows]
-            child[:, 2] = counts
+            child[0::2, 2] = mids - seg[:, 0]
+            child[1::2, 2] = seg[:, 1] - mids
             return child
         return None
+
+    def _record(self, ids, child_ids, mids) -> np.ndarray:
+        """Register the children's segments of split nodes ``ids``; returns the parents' segments."""
+        ids = np.asarray(ids, dtype=np.int64)
+        child_ids = np.asarray(child_ids, dtype=np.int64).reshape(-1, 2)
+        mids = np.asarray(mids, dtype=np.int64)
+        if len(child_ids):
+            self._reserve(int(child_ids.max()) + 1)
+        seg = self._seg[ids]
+        self._seg[child_ids[:, 0]] = np.column_stack([seg[:, 0], mids, 1 - seg[:, 2]])
+        self._seg[child_ids[:, 1]] = np.column_stack([mids, seg[:, 1], 1 - seg[:, 2]])
+        return seg
+
+    def _reserve(self, n_nodes: int) -> None:
+        if n_nodes > len(self._seg):
+            grown = np.full((max(n_nodes, 2 * len(self._seg)), 3), -1, dtype=np.int64)
+            grown[:len(self._seg)] = self._seg
+            self._seg = grown
+
+    def has_node(self, node_id: int) -> bool:
+        """Whether the node exists (has a segment of samples)."""
+        return 0 <= node_id < len(self._seg) and self._seg[node_id, 0] >= 0
 
     # -- pieces protocols reuse -----------------------------------------------------------
     def node_samples(self, node_id: int) -> np.ndarray:
@@ -225,16 +245,17 @@ class HistogramSplitFinder(SplitFinder):
         """Histograms of the given nodes (rows in the given order), built from their samples."""
         features = self.features if features is None else np.ascontiguousarray(features, dtype=np.int64)
         hist = np.zeros((len(node_ids), int(self.feature_offsets[-1]), self._stats[0].shape[1]))
-        for buf, group in self._by_buffer([int(i) for i in node_ids], range(len(node_ids))):
-            self._build(buf, group, features, hist)
+        node_ids = np.asarray(node_ids, dtype=np.int64)
+        for buf, k in self._by_buffer(node_ids):
+            self._build(buf, node_ids[k], k, features, hist)
         return hist
 
-    def _build(self, buf, group, features, out) -> None:
-        """Histograms of the ``(node, row)`` pairs of ``group`` (nodes in buffer ``buf``) into ``out[row]``, from
-        the sparse codes or the dense table."""
-        starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
-        ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
-        out_rows = np.array([r for _, r in group], dtype=np.int64)
+    def _build(self, buf, node_ids, out_rows, features, out) -> None:
+        """Histograms of nodes ``node_ids`` (all in buffer ``buf``) into ``out[out_rows]``, from the sparse codes
+        or the dense table."""
+        seg = self._seg[node_ids]
+        starts, ends = np.ascontiguousarray(seg[:, 0]), np.ascontiguousarray(seg[:, 1])
+        out_rows = np.ascontiguousarray(out_rows, dtype=np.int64)
         if self._sparse is not None and self._sparse.worth_it(len(features)):
             used = np.zeros(self.n_features, dtype=np.bool_)
             used[features] = True
@@ -246,17 +267,15 @@ class HistogramSplitFinder(SplitFinder):
 
     def record_children(self, node_ids, child_ids, mids) -> None:
         """Register children segments after a partition done outside :meth:`apply_splits`."""
-        for k, nid in enumerate(node_ids):
-            s, e, buf = self.segments[int(nid)]
-            self.segments[int(child_ids[k][0])] = (s, int(mids[k]), 1 - buf)
-            self.segments[int(child_ids[k][1])] = (int(mids[k]), e, 1 - buf)
+        if len(node_ids):
+            self._record(node_ids, child_ids, mids)
 
     def add_node_values(self, target: np.ndarray, column: int, node_ids, values) -> None:
         """``target[samples of node k, column] += values[k]`` (e.g. leaf values into raw scores)."""
-        segs = [self.segments[int(i)] for i in node_ids]
-        add_to_segments(target, column, self._indices[0], self._indices[1],
-                        np.array([s[0] for s in segs], dtype=np.int64), np.array([s[1] for s in segs], dtype=np.int64),
-                        np.array([s[2] for s in segs], dtype=np.int64), np.asarray(values, dtype=np.float64))
+        seg = self._seg[np.asarray(node_ids, dtype=np.int64)]
+        add_to_segments(target, column, self._indices[0], self._indices[1], np.ascontiguousarray(seg[:, 0]),
+                        np.ascontiguousarray(seg[:, 1]), np.ascontiguousarray(seg[:, 2]),
+                        np.asarray(values, dtype=np.float64))
 
     def layer_histograms(self, layer: Layer, features: np.ndarray) -> np.ndarray:
         """Histograms of the layer's nodes, rows in layer order; smaller siblings built, larger subtracted."""
@@ -265,21 +284,26 @@ class HistogramSplitFinder(SplitFinder):
         total_bins = int(self.feature_offsets[-1])
         # every row is filled below (built, or subtracted from a filled parent) for the features in use
         hist = np.empty((n, total_bins, self._stats[0].shape[1]))
-        row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
-        build, parent_nodes, small_rows, large_rows = self.plan_layer(layer, self._hist is not None)
-        parent_rows = [self._hist_row[p] for p in parent_nodes]
-        for buf, group in self._by_buffer([int(layer.node_ids[r]) for r in build], build):
-            self._build(buf, group, features, hist)
-        if parent_rows:
-            subtract_histograms(self._hist, np.asarray(parent_rows, dtype=np.int64), hist,
-                                np.asarray(small_rows, dtype=np.int64), np.asarray(large_rows, dtype=np.int64))
+        build, parent_nodes, small_rows, large_rows = self._plan(layer, self._hist is not None)
+        node_ids = np.asarray(layer.node_ids, dtype=np.int64)
+        for buf, k in self._by_buffer(node_ids[build]):
+            self._build(buf, node_ids[build[k]], build[k], features, hist)
+        parent_rows = self._hist_row[parent_nodes]
+        if len(parent_rows):
+            subtract_histograms(self._hist, parent_rows, hist, small_rows, large_rows)
         self._hist = hist
-        self._hist_row = row_of
+        self._hist_row = self._row_of(node_ids)
         self._pending = None
         # what was built and what subtracted, for protocols that mirror it on remote features
-        self.last_build_rows = sorted(int(r) for r in build) if len(build) else []
-        self.last_pairs = list(zip(parent_rows, small_rows, large_rows))
+        self.last_build_rows = sorted(build.tolist())
+        self.last_pairs = list(zip(parent_rows.tolist(), small_rows.tolist(), large_rows.tolist()))
         return hist
+
+    def _row_of(self, node_ids: np.ndarray) -> np.ndarray:
+        """Position of each node in ``node_ids``, indexed by node id (-1: not there)."""
+        row_of = np.full(len(self._seg), -1, dtype=np.int64)
+        row_of[node_ids] = np.arange(len(node_ids), dtype=np.int64)
+        return row_of
 
     def plan_layer(self, layer: Layer, have_parents: bool) -> tuple[list, list, list, list]:
         """Which rows of ``layer`` are built from samples and which are subtracted from their parent.
@@ -289,22 +313,33 @@ class HistogramSplitFinder(SplitFinder):
         histogram minus it; every other node is built.  A party that builds histograms of the same nodes
         for another party to subtract (encrypted ones) calls this to build exactly what that party expects.
         """
-        row_of = {int(nid): r for r, nid in enumerate(layer.node_ids)}
+        return tuple(a.tolist() for a in self._plan(layer, have_parents))
+
+    def _plan(self, layer: Layer, have_parents: bool):
+        """:meth:`plan_layer` as int64 arrays."""
+        node_ids = np.asarray(layer.node_ids, dtype=np.int64)
+        none = np.zeros(0, dtype=np.int64)
         if self._pending is None or not have_parents:
-            return list(range(len(layer))), [], [], []
-        build, parents, small_rows, large_rows = [], [], [], []
-        for parent, left, right in self._pending:
-            if left not in row_of or right not in row_of:
-                build += [row_of[c] for c in (left, right) if c in row_of]
-                continue
-            ls, le, _ = self.segments[left]
-            rs, re, _ = self.segments[right]
-            small, large = (left, right) if (le - ls) <= (re - rs) else (right, left)
-            build.append(row_of[small])
-            parents.append(parent)
-            small_rows.append(row_of[small])
-            large_rows.append(row_of[large])
-        return build, parents, small_rows, large_rows
+            return np.arange(len(layer), dtype=np.int64), none, none, none
+        row_of = self._row_of(node_ids)
+        parent, left, right = self._pending[:, 0], self._pending[:, 1], self._pending[:, 2]
+        left_row, right_row = row_of[left], row_of[right]
+        both = (left_row >= 0) & (right_row >= 0)
+        seg = self._seg
+        left_smaller = (seg[left, 1] - seg[left, 0]) <= (seg[right, 1] - seg[right, 0])
+        small = np.where(left_smaller, left_row, right_row)
+        large = np.where(left_smaller, right_row, left_row)
+        # per split parent, in order: the smaller child when both are in the layer, else those that are
+        build = np.where(both[:, None], np.column_stack([small, np.full(len(small), -1)]),
+                         np.column_stack([left_row, right_row])).reshape(-1)
+        build = build[build >= 0]
+        # a node of the layer that is no split parent's child has no parent histogram: built too
+        orphan = np.ones(len(node_ids), dtype=bool)
+        orphan[left_row[left_row >= 0]] = False
+        orphan[right_row[right_row >= 0]] = False
+        if orphan.any():
+            build = np.concatenate([build, np.nonzero(orphan)[0]])
+        return build, parent[both], small[both], large[both]
 
     def _split_positions(self, node_ids, splits, split_rows) -> np.ndarray:
         """Partition the split nodes; a protocol's finder overrides this when other parties own splits."""
@@ -337,22 +372,25 @@ class HistogramSplitFinder(SplitFinder):
         features = np.asarray(features, dtype=np.int64)
         bins = np.asarray(bins, dtype=np.int64)
         missing_left = np.asarray(missing_left, dtype=np.bool_)
+        node_ids = np.asarray(node_ids, dtype=np.int64)
         mids = np.empty(len(node_ids), dtype=np.int64)
-        for buf, group in self._by_buffer([int(i) for i in node_ids], range(len(node_ids))):
-            k = np.array([r for _, r in group], dtype=np.int64)
-            starts = np.array([self.segments[i][0] for i, _ in group], dtype=np.int64)
-            ends = np.array([self.segments[i][1] for i, _ in group], dtype=np.int64)
+        for buf, k in self._by_buffer(node_ids):
+            seg = self._seg[node_ids[k]]
+            starts, ends = np.ascontiguousarray(seg[:, 0]), np.ascontiguousarray(seg[:, 1])
             mids[k] = partition_nodes(self.X_columns, self._indices[buf], self._stats[buf], self._indices[1 - buf],
                                       self._stats[1 - buf], starts, ends, features[k], bins[k], missing_left[k],
                                       self.missing_codes)
         return mids
 
-    def _by_buffer(self, node_ids, tags):
-        """Group (node, tag) pairs by the buffer holding the node (a layer normally uses one)."""
-        groups: dict[int, list] = {}
-        for nid, tag in zip(node_ids, tags):
-            groups.setdefault(self.segments[nid][2], []).append((nid, tag))
-        return sorted(groups.items())
+    def _by_buffer(self, node_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Positions in ``node_ids`` grouped by the buffer holding the node, buffers ascending (a layer
+        normally uses one)."""
+        if not len(node_ids):
+            return []
+        bufs = self._seg[node_ids, 2]
+        if (bufs == bufs[0]).all():
+            return [(int(bufs[0]), np.arange(len(node_ids), dtype=np.int64))]
+        return [(b, np.nonzero(bufs == b)[0]) for b in (0, 1) if (bufs == b).any()]
 
     def _resolve_missing_direction(self, splits: LayerSplits, layer: Layer) -> None:
         resolve_missing_direction(splits, layer, self._hist, self.feature_offsets, self.scorer,
@@ -387,3 +425,28 @@ def absent_missing_left(miss, left_stats, node_stats, scorer, count_from_segment
         lw = scorer.sample_weight(left_stats)
         tw = scorer.sample_weight(node_stats)
     return no_missing, lw >= (tw - lw) - 1e-9 * np.abs(tw)
+
+
+class _Segments:
+    """Read-only view of a finder's node segments: ``node_id in segments``, ``segments[node_id]`` ->
+    (start, end, buffer)."""
+
+    def __init__(self, finder: HistogramSplitFinder):
+        self._finder = finder
+
+    def __contains__(self, node_id) -> bool:
+        return self._finder.has_node(int(node_id))
+
+    def __getitem__(self, node_id) -> tuple[int, int, int]:
+        if node_id not in self:
+            raise KeyError(node_id)
+        s, e, buf = self._finder._seg[int(node_id)].tolist()
+        return s, e, buf
+
+
+def raw_thresholds(thresholds, features, bins) -> np.ndarray:
+    """``thresholds[f][b]`` for each (feature, bin) pair; ``thresholds``: per-feature arrays, or
+    :class:`~fedgrove.engine.binning.Thresholds` (one vectorised lookup)."""
+    if isinstance(thresholds, Thresholds):
+        return thresholds.lookup(features, bins)
+    return np.array([thresholds[f][b] for f, b in zip(features.tolist(), bins.tolist())], dtype=np.float64)

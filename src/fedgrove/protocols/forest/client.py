@@ -247,7 +247,7 @@ class _TreeState:
         stats = (forest_stats(setup.task, client.y[self.inbag], self.weights, setup.n_classes, client.grid)
                  if client.y is not None else np.zeros((len(self.inbag), 1)))
         bm = client.bin_mapper
-        thresholds = [bm.bin_upper_bounds(f) for f in range(n_features)]
+        thresholds = bm.thresholds()
         self.local = HistogramSplitFinder(X_in, bm.feature_offsets, bm.missing_codes, thresholds, stats, self.cart,
                                           features=self.features, sparse=False)  # X_in: this tree's rows only
         self.X_in = X_in

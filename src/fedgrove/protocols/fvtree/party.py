@@ -343,7 +343,7 @@ class FVTreeParty:
         model.metadata.update({"protocol": "fvtree", "parties": self.parties, "options": o.to_dict()})
         raw = np.tile(self.base, (len(y), 1))
         self.scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
-        self.thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(self.X.shape[1])]
+        self.thresholds = self.bin_mapper.thresholds()
         start = self._agree_start(saved, resume)
         privacy = None
         if saved is not None:

@@ -51,7 +51,7 @@ class AggregatedSplitFinder(SplitFinder):
         self.max_depth = max_depth
         self.layer_no = 0
         self.hist: dict[int, np.ndarray] = {}   # node -> histogram (bins, k)
-        self.thresholds = [bin_mapper.bin_upper_bounds(f) for f in range(bin_mapper.n_features)]
+        self.thresholds = bin_mapper.thresholds()
 
     def _plan(self, **kw):
         plan = m.LayerPlan(tree=self.tree, layer=self.layer_no, **kw)

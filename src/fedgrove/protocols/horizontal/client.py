@@ -61,7 +61,7 @@ class HorizontalClient:
         model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict())
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         raw = np.tile(base, (len(y), 1))
-        thresholds = [bm.bin_upper_bounds(f) for f in range(bm.n_features)]
+        thresholds = bm.thresholds()
         K = objective.n_outputs
         tree_id = ch.recv(self.agg, "start", m.Start).tree
         if tree_id > 0:

@@ -118,7 +118,7 @@ class HybridHost:
         self._send_setup(layouts)
         X_binned = self.bin_mapper.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
-        thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(X_binned.shape[1])]
+        thresholds = self.bin_mapper.thresholds()
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))

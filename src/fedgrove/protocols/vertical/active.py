@@ -298,7 +298,7 @@ class VerticalActive:
 
             raw = CheckpointStore.scores(state, (n, K))
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
-        thresholds = [self.bin_mapper.bin_upper_bounds(f) for f in range(n_local)]
+        thresholds = self.bin_mapper.thresholds()
         tree_id = start
         self.tree_seconds = []  # wall time of each tree, the passive parties' work included
         for round_ in range(p.n_estimators):
