@@ -234,3 +234,36 @@ def test_single_output_gradients_by_class_are_the_transposed_gradients(rng, obje
     g, h = obj.gradients(y, raw)
     gc, hc = obj.gradients_by_class(y, raw.T.copy())
     assert np.array_equal(gc, g.T) and np.array_equal(hc, h.T)
+
+
+def test_plan_siblings_builds_the_smaller_child_of_each_pair_and_every_unpaired_node():
+    from fedgrove.engine.partition import plan_siblings
+
+    seg = np.full((12, 3), -1, dtype=np.int64)
+    # node: (start, end, buffer); parents 0, 1, 2 split into (3, 4), (5, 6), (7, 8)
+    for node, (s, e) in {3: (0, 10), 4: (10, 14), 5: (14, 20), 6: (20, 26), 7: (26, 30), 8: (30, 40),
+                         9: (40, 50)}.items():
+        seg[node] = (s, e, 1)
+    pending = np.array([[0, 3, 4], [1, 5, 6], [2, 7, 8]], dtype=np.int64)
+    # the layer lacks node 7 (its parent's other child, 8, is alone) and holds node 9, nobody's child
+    layer = np.array([3, 4, 5, 6, 8, 9], dtype=np.int64)
+    row_of, build, parents, small, large = plan_siblings(pending, seg, layer)
+    assert row_of.tolist()[:10] == [-1, -1, -1, 0, 1, 2, 3, -1, 4, 5]
+    # pair (3, 4): 4 is smaller; pair (5, 6): a tie goes to the left child, 5
+    assert build.tolist() == [1, 2, 4, 5]
+    assert parents.tolist() == [0, 1] and small.tolist() == [1, 2] and large.tolist() == [0, 3]
+    # with no partition to follow, every node is built
+    _, build, parents, _, _ = plan_siblings(np.zeros((0, 3), dtype=np.int64), seg, layer)
+    assert build.tolist() == list(range(len(layer))) and len(parents) == 0
+
+
+def test_record_segments_gives_children_their_parts_in_the_other_buffer():
+    from fedgrove.engine.partition import record_segments
+
+    seg = np.full((8, 3), -1, dtype=np.int64)
+    seg[1] = (0, 10, 0)
+    seg[2] = (10, 25, 0)
+    counts = np.empty(4)
+    record_segments(seg, np.array([1, 2]), np.array([[3, 4], [5, 6]]), np.array([4, 10]), counts)
+    assert seg[3:7].tolist() == [[0, 4, 1], [4, 10, 1], [10, 10, 1], [10, 25, 1]]
+    assert counts.tolist() == [4, 6, 0, 15]

@@ -110,3 +110,71 @@ def partition_nodes_reference(X_binned, sample_indices, ordered_stats, out_indic
         out_stats[starts[j]:ends[j]] = np.concatenate([block[go_left], block[~go_left]])
         mids[j] = starts[j] + go_left.sum()
     return mids
+
+
+@njit(cache=True, nogil=True)
+def record_segments(seg, node_ids, child_ids, mids, counts):
+    """Children's segments of split nodes: ``seg`` rows (start, end, buffer) by node id; node ``node_ids[k]``'s
+    left child ``child_ids[k, 0]`` gets ``[start, mids[k])`` and its right child ``[mids[k], end)``, both in the
+    other buffer.  ``counts[2k]``, ``counts[2k + 1]``: the children's sizes."""
+    for k in range(node_ids.shape[0]):
+        p = node_ids[k]
+        s, e, other = seg[p, 0], seg[p, 1], 1 - seg[p, 2]
+        left, right = child_ids[k, 0], child_ids[k, 1]
+        seg[left, 0], seg[left, 1], seg[left, 2] = s, mids[k], other
+        seg[right, 0], seg[right, 1], seg[right, 2] = mids[k], e, other
+        counts[2 * k] = mids[k] - s
+        counts[2 * k + 1] = e - mids[k]
+
+
+@njit(cache=True, nogil=True)
+def plan_siblings(pending, seg, node_ids):
+    """Which nodes of a layer get histograms built and which by subtraction from their parent.
+
+    ``pending``: rows (parent, left, right) of the last partition; ``seg``: segments by node id; ``node_ids``:
+    the layer.  Returns (row of each node id in the layer, -1 if absent; rows to build; parent ids, smaller and
+    larger child rows of the subtracted pairs).  Per pending parent, in order: the smaller child (ties: left)
+    when both children are in the layer, else those that are; then any node of the layer that is no pending
+    node's child."""
+    n = node_ids.shape[0]
+    row_of = np.full(seg.shape[0], -1, dtype=np.int64)
+    for r in range(n):
+        row_of[node_ids[r]] = r
+    m = pending.shape[0]
+    build = np.empty(n, dtype=np.int64)
+    parents = np.empty(m, dtype=np.int64)
+    small = np.empty(m, dtype=np.int64)
+    large = np.empty(m, dtype=np.int64)
+    is_child = np.zeros(n, dtype=np.bool_)
+    nb = 0
+    npairs = 0
+    for k in range(m):
+        left, right = pending[k, 1], pending[k, 2]
+        lr, rr = row_of[left], row_of[right]
+        if lr >= 0:
+            is_child[lr] = True
+        if rr >= 0:
+            is_child[rr] = True
+        if lr >= 0 and rr >= 0:
+            if seg[left, 1] - seg[left, 0] <= seg[right, 1] - seg[right, 0]:
+                s, g = lr, rr
+            else:
+                s, g = rr, lr
+            build[nb] = s
+            nb += 1
+            parents[npairs] = pending[k, 0]
+            small[npairs] = s
+            large[npairs] = g
+            npairs += 1
+        else:
+            if lr >= 0:
+                build[nb] = lr
+                nb += 1
+            if rr >= 0:
+                build[nb] = rr
+                nb += 1
+    for r in range(n):
+        if not is_child[r]:
+            build[nb] = r
+            nb += 1
+    return row_of, build[:nb], parents[:npairs], small[:npairs], large[:npairs]

@@ -23,7 +23,7 @@ from fedgrove.engine.binning import Thresholds
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
 from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather_rows, subtract_histograms,
                                        sum_rows)
-from fedgrove.engine.partition import partition_nodes
+from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments
 from fedgrove.engine.sparse import sparse_codes_for
 from fedgrove.engine.split import CRITERIA, find_splits_cart, find_splits_gbdt
 
@@ -202,28 +202,26 @@ class HistogramSplitFinder(SplitFinder):
             mids = self._split_positions(ids, splits, split_rows)
         else:
             mids = self.partition_by_masks(ids, masks)
-        seg = self._record(ids, child_ids, mids)
+        counts = self._record(ids, child_ids, mids)
         self._pending = np.column_stack([ids, np.asarray(child_ids, dtype=np.int64).reshape(-1, 2)])
         if self.count_from_segments:
             child = np.empty((2 * len(ids), 3))
             child[0::2] = splits.left_stats[split_rows]
             child[1::2] = layer.stats[split_rows] - splits.left_stats[split_rows]
-            child[0::2, 2] = mids - seg[:, 0]
-            child[1::2, 2] = seg[:, 1] - mids
+            child[:, 2] = counts
             return child
         return None
 
     def _record(self, ids, child_ids, mids) -> np.ndarray:
-        """Register the children's segments of split nodes ``ids``; returns the parents' segments."""
-        ids = np.asarray(ids, dtype=np.int64)
-        child_ids = np.asarray(child_ids, dtype=np.int64).reshape(-1, 2)
-        mids = np.asarray(mids, dtype=np.int64)
+        """Register the children's segments of split nodes ``ids``; returns the children's sizes (left, right of
+        the first node, then of the second, ...)."""
+        child_ids = np.ascontiguousarray(child_ids, dtype=np.int64).reshape(-1, 2)
         if len(child_ids):
             self._reserve(int(child_ids.max()) + 1)
-        seg = self._seg[ids]
-        self._seg[child_ids[:, 0]] = np.column_stack([seg[:, 0], mids, 1 - seg[:, 2]])
-        self._seg[child_ids[:, 1]] = np.column_stack([mids, seg[:, 1], 1 - seg[:, 2]])
-        return seg
+        counts = np.empty(2 * len(child_ids))
+        record_segments(self._seg, np.ascontiguousarray(ids, dtype=np.int64), child_ids,
+                        np.ascontiguousarray(mids, dtype=np.int64), counts)
+        return counts
 
     def _reserve(self, n_nodes: int) -> None:
         if n_nodes > len(self._seg):
@@ -284,7 +282,7 @@ class HistogramSplitFinder(SplitFinder):
         total_bins = int(self.feature_offsets[-1])
         # every row is filled below (built, or subtracted from a filled parent) for the features in use
         hist = np.empty((n, total_bins, self._stats[0].shape[1]))
-        build, parent_nodes, small_rows, large_rows = self._plan(layer, self._hist is not None)
+        row_of, build, parent_nodes, small_rows, large_rows = self._plan(layer, self._hist is not None)
         node_ids = np.asarray(layer.node_ids, dtype=np.int64)
         for buf, k in self._by_buffer(node_ids[build]):
             self._build(buf, node_ids[build[k]], build[k], features, hist)
@@ -292,18 +290,12 @@ class HistogramSplitFinder(SplitFinder):
         if len(parent_rows):
             subtract_histograms(self._hist, parent_rows, hist, small_rows, large_rows)
         self._hist = hist
-        self._hist_row = self._row_of(node_ids)
+        self._hist_row = row_of
         self._pending = None
         # what was built and what subtracted, for protocols that mirror it on remote features
         self.last_build_rows = sorted(build.tolist())
         self.last_pairs = list(zip(parent_rows.tolist(), small_rows.tolist(), large_rows.tolist()))
         return hist
-
-    def _row_of(self, node_ids: np.ndarray) -> np.ndarray:
-        """Position of each node in ``node_ids``, indexed by node id (-1: not there)."""
-        row_of = np.full(len(self._seg), -1, dtype=np.int64)
-        row_of[node_ids] = np.arange(len(node_ids), dtype=np.int64)
-        return row_of
 
     def plan_layer(self, layer: Layer, have_parents: bool) -> tuple[list, list, list, list]:
         """Which rows of ``layer`` are built from samples and which are subtracted from their parent.
@@ -313,33 +305,12 @@ class HistogramSplitFinder(SplitFinder):
         histogram minus it; every other node is built.  A party that builds histograms of the same nodes
         for another party to subtract (encrypted ones) calls this to build exactly what that party expects.
         """
-        return tuple(a.tolist() for a in self._plan(layer, have_parents))
+        return tuple(a.tolist() for a in self._plan(layer, have_parents)[1:])
 
     def _plan(self, layer: Layer, have_parents: bool):
-        """:meth:`plan_layer` as int64 arrays."""
-        node_ids = np.asarray(layer.node_ids, dtype=np.int64)
-        none = np.zeros(0, dtype=np.int64)
-        if self._pending is None or not have_parents:
-            return np.arange(len(layer), dtype=np.int64), none, none, none
-        row_of = self._row_of(node_ids)
-        parent, left, right = self._pending[:, 0], self._pending[:, 1], self._pending[:, 2]
-        left_row, right_row = row_of[left], row_of[right]
-        both = (left_row >= 0) & (right_row >= 0)
-        seg = self._seg
-        left_smaller = (seg[left, 1] - seg[left, 0]) <= (seg[right, 1] - seg[right, 0])
-        small = np.where(left_smaller, left_row, right_row)
-        large = np.where(left_smaller, right_row, left_row)
-        # per split parent, in order: the smaller child when both are in the layer, else those that are
-        build = np.where(both[:, None], np.column_stack([small, np.full(len(small), -1)]),
-                         np.column_stack([left_row, right_row])).reshape(-1)
-        build = build[build >= 0]
-        # a node of the layer that is no split parent's child has no parent histogram: built too
-        orphan = np.ones(len(node_ids), dtype=bool)
-        orphan[left_row[left_row >= 0]] = False
-        orphan[right_row[right_row >= 0]] = False
-        if orphan.any():
-            build = np.concatenate([build, np.nonzero(orphan)[0]])
-        return build, parent[both], small[both], large[both]
+        """:meth:`plan_layer` as int64 arrays, after the layer's row of each node id (-1: not in it)."""
+        pending = self._pending if self._pending is not None and have_parents else np.zeros((0, 3), dtype=np.int64)
+        return plan_siblings(pending, self._seg, np.ascontiguousarray(layer.node_ids, dtype=np.int64))
 
     def _split_positions(self, node_ids, splits, split_rows) -> np.ndarray:
         """Partition the split nodes; a protocol's finder overrides this when other parties own splits."""
