@@ -155,7 +155,6 @@ class HistogramSplitFinder(SplitFinder):
         # node -> (start, end, buffer) of its samples: rows of ``_seg`` by node id (-1: no such node)
         self._seg = np.full((64, 3), -1, dtype=np.int64)
         self._seg[0] = (0, len(root), 0)
-        self.segments = _Segments(self)
         # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
         self._sparse = sparse_codes_for(X_binned, self.feature_offsets) if sparse else None
         self._hist = None          # histograms of the current layer
@@ -228,6 +227,13 @@ class HistogramSplitFinder(SplitFinder):
             grown = np.full((max(n_nodes, 2 * len(self._seg)), 3), -1, dtype=np.int64)
             grown[:len(self._seg)] = self._seg
             self._seg = grown
+
+    @property
+    def segments(self) -> "_Segments":
+        """The nodes' segments: ``node in segments``, ``segments[node]`` -> (start, end, buffer).  A fresh view
+        each time (a view kept on the finder would make a reference cycle and keep every finder's buffers alive
+        until the garbage collector runs)."""
+        return _Segments(self)
 
     def has_node(self, node_id: int) -> bool:
         """Whether the node exists (has a segment of samples)."""
