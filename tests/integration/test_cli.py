@@ -54,6 +54,33 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
     assert code == 0 and "hybrid partition" in out
 
 
+@pytest.mark.parametrize("algorithm", ["gbdt", "forest"])
+def test_three_text_classes_train_a_multiclass_model_that_predicts_the_names(tmp_path, capsys, algorithm):
+    r = np.random.default_rng(1)
+    X = r.normal(size=(300, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["grade"] = np.select([X[:, 0] < -0.5, X[:, 0] < 0.5], ["low", "mid"], "high")
+    data = tmp_path / "grades.csv"
+    df.to_csv(data, index=False)
+    model = tmp_path / "m.json"
+    code, _, err = run(["train", data, "-m", model, "-l", "grade", "-n", "10", "--algorithm", algorithm, "-q"],
+                       capsys)
+    assert code == 0, err
+    assert "Traceback" not in err
+    if algorithm == "gbdt":
+        assert "trained gbdt (multiclass)" in err
+    preds = tmp_path / "p.csv"
+    code, _, err = run(["predict", model, data, "-o", preds], capsys)
+    assert code == 0, err
+    got = pd.read_csv(preds)["prediction"]
+    assert set(got) == {"low", "mid", "high"}
+    assert (got == df["grade"]).mean() > 0.9
+    # one text class is not a classification problem: said in one line
+    df.assign(grade="low").to_csv(data, index=False)
+    code, _, err = run(["train", data, "-m", tmp_path / "one.json", "-l", "grade", "-q"], capsys)
+    assert code != 0 and "needs at least 2 label values, got 1" in err and "Traceback" not in err
+
+
 def test_predict_matches_columns_by_name_and_scores_the_models_label(csv, tmp_path, capsys):
     model = tmp_path / "m.json"
     assert run(["train", csv, "-m", model, "-l", "label", "-n", "10", "-q"], capsys)[0] == 0

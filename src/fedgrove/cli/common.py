@@ -117,12 +117,20 @@ def progress_bar(description: str, total: int, enabled: bool = True):
 
 
 def infer_objective(y: np.ndarray) -> str:
-    values = np.unique(y)
-    if len(values) == 2:
-        return "binary"
-    if len(values) <= 100 and np.all(values == np.round(values)):
-        return "multiclass"
-    return "regression"
+    """binary for two label values, multiclass for text labels or at most 100 integers, else regression."""
+    y = np.asarray(y)
+    if y.dtype.kind in "fiub":
+        values = np.unique(y)
+        if len(values) == 2:
+            return "binary"
+        if len(values) <= 100 and np.all(values == np.round(values)):
+            return "multiclass"
+        return "regression"
+    try:  # class names (text, or text mixed with numbers): classification
+        values = np.unique(y)
+    except TypeError:
+        raise DataError("labels mix types and cannot be ordered") from None
+    return "binary" if len(values) == 2 else "multiclass"
 
 
 def encode_labels(y: np.ndarray, objective: str):
