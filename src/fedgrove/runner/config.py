@@ -11,6 +11,8 @@
                                  # parties start at different times); at least timeout
     predict = true               # predict the test data after training (default: when parties list test files;
                                  # a party config of a role without data, master or aggregator, must say so)
+    classes = ["no", "yes"]      # class names of text labels, in the order of their codes 0, 1, ...; every
+                                 # party must give the same list (needed when label columns hold text)
     [he]
     scheme = "ou"                # ou | paillier
     key_bits = 2048
@@ -100,6 +102,7 @@ class FederationConfig:
     startup_timeout: float = 300.0                        # party mode: wait for a peer not yet heard from
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
+    classes: list[str] | None = None                      # class names of text labels, code order
 
     @property
     def lead(self) -> str:
@@ -220,10 +223,10 @@ def _categorical(value, where: str):
 
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
     fed = d.get("federation", {})
-    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "predict"}
+    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "predict", "classes"}
     if unknown:
         raise InvalidParameterError(f"[federation]: unknown keys {sorted(unknown)}; expected protocol, seed, "
-                                    f"timeout, startup_timeout, predict")
+                                    f"timeout, startup_timeout, predict, classes")
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -252,6 +255,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to {MAX_ROWS}, got {k!r}")
     params = dict(d.get("params", {}))
     params.setdefault("seed", seed)
+    classes = _classes(fed.get("classes"), params, protocol)
     output = d.get("output", {})
     if set(output) - {"dir"}:
         raise InvalidParameterError(f"[output]: unknown keys {sorted(set(output) - {'dir'})}; expected dir")
@@ -292,7 +296,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
-                           startup_timeout=float(startup))
+                           startup_timeout=float(startup), classes=classes)
     if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
         raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
     cfg.make_params()
@@ -301,6 +305,34 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if protocol == "fvtree":
         cfg.fvtree_options()
     return cfg
+
+
+def _classes(value, params: dict, protocol: str) -> list[str] | None:
+    """``federation.classes``: two or more distinct class names (text labels' codes 0, 1, ... in this order);
+    a multiclass objective without ``n_classes`` takes their number."""
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) >= 2 and all(isinstance(v, str) and v for v in value)):
+        raise InvalidParameterError(f"federation.classes must list two or more class names (text), got {value!r}")
+    if len(set(value)) != len(value):
+        raise InvalidParameterError(f"federation.classes lists a class twice: {value!r}")
+    if protocol == "federated-forest":
+        if params.get("task", "classification") != "classification":
+            raise InvalidParameterError(f"federation.classes is for classification, but [params] task is "
+                                        f"{params['task']!r}")
+        return list(value)
+    objective = params.get("objective", "binary")
+    if objective == "regression":
+        raise InvalidParameterError("federation.classes is for classification, but [params] objective is "
+                                    "'regression'")
+    if objective == "binary" and len(value) != 2:
+        raise InvalidParameterError(f"federation.classes lists {len(value)} classes, but [params] objective is "
+                                    f"'binary' (set objective = \"multiclass\")")
+    if objective == "multiclass":
+        if params.setdefault("n_classes", len(value)) != len(value):
+            raise InvalidParameterError(f"federation.classes lists {len(value)} classes, [params] n_classes is "
+                                        f"{params['n_classes']!r}")
+    return list(value)
 
 
 def load_federation(path) -> FederationConfig:

@@ -82,12 +82,44 @@ class RoleContext:
                                 path, ", ".join(left_out[:10]))
         if with_label and not test and table.y is None:
             raise DataError(f"party {self.spec.name}: {path} has no label column; set label = ... in its config")
+        if table.y is not None:
+            table.y = self._label_codes(table.y, path)
         if table.ids is not None:  # align by instance ID: every party sorts its rows the same way
             order = np.argsort(table.ids, kind="stable")
             table.X, table.ids = table.X[order], table.ids[order]
             if table.y is not None:
                 table.y = table.y[order]
         return table
+
+    def _label_codes(self, y: np.ndarray, path) -> np.ndarray:
+        """Labels as numbers: text labels become their class's position in ``federation.classes`` (which every
+        party lists alike, so codes mean the same everywhere); numeric labels pass through."""
+        y = np.asarray(y)
+        where = f"party {self.spec.name}: label column {self.spec.label!r} of {str(path)!r}"
+        classes = self.cfg.classes
+        if y.dtype.kind in "fiub":
+            if classes is not None:
+                raise DataError(f"{where} holds numbers, but federation.classes lists class names {classes}; "
+                                f"remove classes (numeric labels are used as they are) or give the names in the file")
+            return y
+        values = np.array([str(v) for v in y.tolist()], dtype=object)
+        if classes is None:
+            seen = sorted(set(values.tolist()))
+            shown = ", ".join(f'"{v}"' for v in seen[:10]) + (", ..." if len(seen) > 10 else "")
+            raise DataError(f"{where} holds text ({shown}); list the classes in the order of their codes 0, 1, ... in "
+                            f"the federation's config, the same in every party's: [federation] classes = [{shown}]")
+        code = {c: k for k, c in enumerate(classes)}
+        out = np.empty(len(values))
+        for i, v in enumerate(values.tolist()):
+            if v not in code:
+                raise DataError(f"{where} holds {v!r} (data row {i + 1}), which is not in federation.classes "
+                                f"{classes}")
+            out[i] = code[v]
+        return out
+
+    def class_names(self, n_classes: int) -> list:
+        """The classes a model's outputs stand for: ``federation.classes`` when given, else 0..K-1."""
+        return list(self.cfg.classes) if self.cfg.classes is not None else list(range(n_classes))
 
     @property
     def categories_path(self) -> Path:
@@ -153,7 +185,7 @@ def _vertical_active(ctx: RoleContext) -> dict:
     model.metadata.update({"protocol": "vertical", "party": ctx.spec.name,
                            "ids_digest": ids_digest(table.ids).hex() or None})
     if params.objective != "regression":
-        model.classes = list(range(model.n_classes))
+        model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
     return {"trees": model.n_trees}
 
@@ -207,7 +239,7 @@ def _horizontal_client(ctx: RoleContext) -> dict:
 def _save_horizontal(ctx, model, params) -> dict:
     model.metadata.update({"protocol": "horizontal", "party": ctx.spec.name})
     if params.objective != "regression":
-        model.classes = list(range(model.n_classes))
+        model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
     return {"trees": model.n_trees, **({"contributions": model.metadata["contributions"]}
                                        if "contributions" in model.metadata else {})}
@@ -241,7 +273,7 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
     raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)
     n_classes = 1 if model.objective == "regression" else max(2, raw.shape[1])
     shell = GBDTModel(model.objective, n_classes, model.base_score)  # for its output transform
-    classes = None if model.objective == "regression" else list(range(n_classes))
+    classes = None if model.objective == "regression" else ctx.class_names(n_classes)
     return write_predictions(ctx, _gbdt_output(shell, raw), classes, table)
 
 
@@ -263,6 +295,8 @@ def _with_ids(ctx, table, why: str):
 def _forest_master(ctx: RoleContext) -> dict:
     model = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(),
                          ctx.cfg.forest["label_mode"]).fit(ctx.checkpoint, ctx.resume, ctx.progress)
+    if model.task == "classification" and ctx.cfg.classes is not None:
+        model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
     return {"trees": model.n_trees}
 
@@ -273,7 +307,8 @@ def _forest_client(ctx: RoleContext) -> dict:
     table = ctx.data(with_label=holder)
     he = ctx.key_pair() if holder and ctx.cfg.forest["label_mode"] == "encrypted" else None
     role = ForestClient(ctx.channel, table.X, ctx.cfg.lead, y=table.y if holder else None, he=he,
-                        max_bins=params.max_bins, seed=params.seed, ids=table.ids)
+                        max_bins=params.max_bins, seed=params.seed, ids=table.ids,
+                        n_classes=len(ctx.cfg.classes) if ctx.cfg.classes else None)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
     ctx.save_json(pmodel.to_dict())
     return {"owned_splits": len(pmodel.splits)}
@@ -303,7 +338,7 @@ def _simfl_party(ctx: RoleContext) -> dict:
     keep_names(model, table)
     model.metadata["party"] = ctx.spec.name
     if params.objective != "regression":
-        model.classes = list(range(model.n_classes))
+        model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
     return {"trees": model.n_trees, **party.timings}
 
@@ -347,7 +382,7 @@ def _fvtree_party(ctx: RoleContext) -> dict:
         ledger.close()
     model.metadata["party"] = ctx.spec.name
     if params.objective != "regression":
-        model.classes = list(range(model.n_classes))
+        model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
     return {"trees": model.n_trees, "ledger": str(path), "ledger_records": ledger.count,
             "contributions": model.metadata["contributions"], "privacy": model.metadata.get("privacy"),

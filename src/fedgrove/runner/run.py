@@ -24,12 +24,13 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = RoleContext(cfg, spec, channel, he, resume, progress,
                       CheckpointStore(out_dir / f"{spec.name}.checkpoint.json"))
+    predict = PREDICT.get((cfg.protocol, spec.role))
+    if (predict_only or cfg.predict) and predict is None:  # said before training, not after it
+        raise InvalidParameterError(f"the {cfg.protocol} protocol has no federated prediction: every party holds "
+                                    f"the whole model; predict with `fedgrove predict` and leave test = ... out of "
+                                    f"the config (or set federation.predict = false)")
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if predict_only or cfg.predict:
-        predict = PREDICT.get((cfg.protocol, spec.role))
-        if predict is None:
-            raise InvalidParameterError(f"the {cfg.protocol} protocol has no federated prediction: every party "
-                                        f"holds the whole model; use `fedgrove predict`")
         with channel.scope(stage="predict"):
             summary.update(predict(ctx))
     stats = {"party": spec.name, "role": spec.role, "seconds": time.perf_counter() - t0,

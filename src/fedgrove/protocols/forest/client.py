@@ -55,8 +55,9 @@ class ForestClient:
     """
 
     def __init__(self, channel, X, master: str, y=None, he: HEContext | None = None, max_bins: int = 255,
-                 seed: int = 0, bin_mapper: BinMapper | None = None, ids=None):
+                 seed: int = 0, bin_mapper: BinMapper | None = None, ids=None, n_classes: int | None = None):
         self.ch, self.master = channel, master
+        self.n_classes = n_classes  # the label holder's class count when known (named classes); else from y
         self.X = np.asarray(X, dtype=np.float64)
         self.y = None if y is None else np.asarray(y, dtype=np.float64)
         if self.y is not None and len(self.y) != len(self.X):
@@ -73,6 +74,8 @@ class ForestClient:
         n_classes = 0
         if self.y is not None:
             n_classes = int(self.y.max()) + 1 if len(self.y) and np.all(self.y == np.round(self.y)) else 0
+            if self.n_classes is not None and n_classes:  # a class the holder's rows lack still has its output
+                n_classes = max(n_classes, self.n_classes)
         ch.send(self.master, "hello", m.ClientHello(self.X.shape[1], len(self.X), m.ids_digest(self.ids),
                                                     self.y is not None, n_classes))
         setup = ch.recv(self.master, "setup", m.ForestSetup)

@@ -1,0 +1,142 @@
+"""Text labels in federations: `federation.classes` gives every party the same codes, and the predictions and
+models carry the names."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgrove.cli.main import main
+
+GRADES = ["low", "mid", "high"]
+
+
+def _grades(n=360, seed=1):
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["grade"] = np.select([X[:, 0] < -0.5, X[:, 0] < 0.5], ["low", "mid"], "high")
+    return df
+
+
+def _party_block(name, role, data=None, test=None, label=None):
+    lines = ["[[party]]", f'name = "{name}"', f'role = "{role}"']
+    lines += [f'data = "{data}"'] if data else []
+    lines += [f'test = "{test}"'] if test else []
+    lines += [f'label = "{label}"'] if label else []
+    return "\n".join(lines)
+
+
+def _config(tmp_path, protocol, parties, classes=None, params="", extra=""):
+    head = [f'[federation]\nprotocol = "{protocol}"\nseed = 0\ntimeout = 60']
+    if classes is not None:
+        head.append("classes = [" + ", ".join(f'"{c}"' for c in classes) + "]")
+    text = "\n".join(head) + f"\n\n[params]\n{params}\n\n{extra}\n\n" + "\n\n".join(parties) + \
+        '\n\n[output]\ndir = "runs"\n'
+    path = tmp_path / "federation.toml"
+    path.write_text(text)
+    return path
+
+
+def test_horizontal_text_labels_need_the_class_list_and_then_keep_the_names(tmp_path, capsys):
+    df = _grades()
+    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[180:300].to_csv(tmp_path / "p1.csv", index=False)
+    df.iloc[300:].to_csv(tmp_path / "test.csv", index=False)
+    parties = [_party_block("aggregator", "aggregator"),
+               _party_block("party0", "client", "p0.csv", label="grade"),
+               _party_block("party1", "client", "p1.csv", label="grade")]
+    params = 'objective = "multiclass"\nn_estimators = 8\nmax_depth = 3'
+    cfg = _config(tmp_path, "horizontal", parties, params=params + "\nn_classes = 3")
+    assert main(["simulate", str(cfg)]) != 0
+    err = capsys.readouterr().err
+    assert "holds text" in err and 'classes = ["high", "low", "mid"]' in err
+    assert not (tmp_path / "runs" / "party0.model.json").exists()
+    cfg = _config(tmp_path, "horizontal", parties, classes=GRADES, params=params)  # n_classes from the list
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    model = json.loads((tmp_path / "runs" / "party0.model.json").read_text())
+    assert model["classes"] == GRADES and model["n_classes"] == 3
+    out = tmp_path / "pred.csv"
+    assert main(["predict", str(tmp_path / "runs" / "party0.model.json"), str(tmp_path / "test.csv"), "-l", "grade",
+                 "-o", str(out)]) == 0
+    got = pd.read_csv(out)["prediction"]
+    assert set(got) <= set(GRADES) and (got.to_numpy() == df.iloc[300:]["grade"].to_numpy()).mean() > 0.8
+
+
+def test_a_label_outside_the_class_list_is_named(tmp_path, capsys):
+    df = _grades()
+    df.loc[7, "grade"] = "top"
+    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[180:].to_csv(tmp_path / "p1.csv", index=False)
+    parties = [_party_block("aggregator", "aggregator"),
+               _party_block("party0", "client", "p0.csv", label="grade"),
+               _party_block("party1", "client", "p1.csv", label="grade")]
+    cfg = _config(tmp_path, "horizontal", parties, classes=GRADES, params='objective = "multiclass"')
+    assert main(["simulate", str(cfg)]) != 0
+    err = capsys.readouterr().err
+    assert "'top' (data row 8)" in err and "not in federation.classes" in err
+
+
+@pytest.mark.parametrize("classes, params, message", [
+    (["a"], "", "two or more class names"),
+    (["a", "a"], "", "lists a class twice"),
+    (["a", "b", "c"], "", "objective is 'binary'"),
+    (["a", "b"], 'objective = "regression"', "for classification"),
+    (["a", "b", "c"], 'objective = "multiclass"\nn_classes = 4', "n_classes is 4"),
+])
+def test_bad_class_lists_are_refused_before_anything_runs(tmp_path, capsys, classes, params, message):
+    parties = [_party_block("aggregator", "aggregator"), _party_block("party0", "client", "p0.csv", label="y")]
+    cfg = _config(tmp_path, "horizontal", parties, classes=classes, params=params)
+    assert main(["simulate", str(cfg)]) != 0
+    assert message in capsys.readouterr().err
+
+
+def test_vertical_predictions_carry_the_class_names(tmp_path, capsys):
+    df = _grades(300)
+    df["ok"] = np.where(df["a"] + df["b"] > 0, "yes", "no")
+    df.insert(0, "_id", np.arange(len(df)))
+    df.iloc[:240][["_id", "a", "ok"]].to_csv(tmp_path / "active.csv", index=False)
+    df.iloc[:240][["_id", "b", "c"]].to_csv(tmp_path / "passive.csv", index=False)
+    df.iloc[240:][["_id", "a", "ok"]].to_csv(tmp_path / "active_test.csv", index=False)
+    df.iloc[240:][["_id", "b", "c"]].to_csv(tmp_path / "passive_test.csv", index=False)
+    parties = [_party_block("active", "active", "active.csv", "active_test.csv", "ok"),
+               _party_block("passive", "passive", "passive.csv", "passive_test.csv")]
+    cfg = _config(tmp_path, "vertical", parties, classes=["no", "yes"], params="n_estimators = 10\nmax_depth = 3",
+                  extra='[he]\nbackend = "plain"')
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    pred = pd.read_csv(tmp_path / "runs" / "active.predictions.csv")
+    assert list(pred.columns) == ["_id", "prediction", "p_no", "p_yes"]
+    truth = df.set_index("_id").loc[pred["_id"], "ok"].to_numpy()
+    assert (pred["prediction"].to_numpy() == truth).mean() > 0.85
+    stats = json.loads((tmp_path / "runs" / "active.stats.json").read_text())
+    assert stats["test_accuracy"] == pytest.approx((pred["prediction"].to_numpy() == truth).mean())
+
+
+def test_a_forest_keeps_an_output_for_a_listed_class_its_labels_lack(tmp_path, capsys):
+    df = _grades(300)
+    train = df[df["grade"] != "high"].iloc[:200].copy()  # no "high" row: the forest still has three outputs
+    train.insert(0, "_id", np.arange(len(train)))
+    train[["_id", "a", "grade"]].to_csv(tmp_path / "c0.csv", index=False)
+    train[["_id", "b", "c"]].to_csv(tmp_path / "c1.csv", index=False)
+    parties = [_party_block("master", "master"), _party_block("c0", "client", "c0.csv", label="grade"),
+               _party_block("c1", "client", "c1.csv")]
+    cfg = _config(tmp_path, "federated-forest", parties, classes=GRADES, params="n_estimators = 4\nmax_depth = 3",
+                  extra='[he]\nbackend = "plain"')
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    model = json.loads((tmp_path / "runs" / "master.model.json").read_text())
+    assert model["classes"] == GRADES and model["n_classes"] == 3
+
+
+def test_test_files_in_a_horizontal_config_are_refused_before_training(tmp_path, capsys):
+    # the horizontal protocol has no federated prediction: said at once, not after the whole training
+    df = _grades()
+    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[180:].to_csv(tmp_path / "p1.csv", index=False)
+    parties = [_party_block("aggregator", "aggregator"),
+               _party_block("party0", "client", "p0.csv", "p1.csv", "grade"),
+               _party_block("party1", "client", "p1.csv", "p0.csv", "grade")]
+    cfg = _config(tmp_path, "horizontal", parties, classes=GRADES, params='objective = "multiclass"')
+    assert main(["simulate", str(cfg)]) != 0
+    assert "no federated prediction" in capsys.readouterr().err
+    assert not list((tmp_path / "runs").glob("*.model.json"))
