@@ -81,3 +81,33 @@ def test_contribution_accounting_splits_every_gain_among_the_clients():
     shap = [model.metadata["contributions"][f"client{k}"]["shapley"] for k in range(3)]
     assert sum(shap) == pytest.approx(total_gain, rel=1e-6)
     assert shap[2] < min(shap[:2])
+
+
+def test_a_layer_plan_naming_nodes_the_tree_does_not_have_is_refused():
+    # the finder's node bookkeeping is arrays read by numba kernels: a peer's plan is checked before use
+    from types import SimpleNamespace
+
+    from fedgrove.engine.binning import BinMapper
+    from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.horizontal import messages as hm
+    from fedgrove.protocols.horizontal.client import HorizontalClient
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    bm = BinMapper(16).fit(X)
+    finder = HistogramSplitFinder(bm.transform(X), bm.feature_offsets, bm.missing_codes, bm.thresholds(),
+                                  np.ones((200, 2)), GBDTScorer())
+    me = SimpleNamespace(ch=SimpleNamespace(party="party0"))
+
+    def plan(**kw):
+        base = dict(tree=0, layer=1, split_nodes=[0], features=[1], bins=[3], missing_left=[0], left=[1], right=[2],
+                    build=[1])
+        return hm.LayerPlan(**{**base, **kw})
+
+    HorizontalClient._check_plan(me, plan(), finder)  # the root split into nodes 1 and 2
+    for bad, message in [(dict(split_nodes=[5]), "not distinct nodes"), (dict(split_nodes=[-1]), "not distinct"),
+                         (dict(left=[7]), "not the next 2 node ids from 1"),
+                         (dict(right=[10 ** 12]), "not the next"), (dict(build=[9]), "nodes [9]"),
+                         (dict(bins=[]), "lists of lengths")]:
+        with pytest.raises(ProtocolError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            HorizontalClient._check_plan(me, plan(**bad), finder)

@@ -239,6 +239,18 @@ class HistogramSplitFinder(SplitFinder):
         """Whether the node exists (has a segment of samples)."""
         return 0 <= node_id < len(self._seg) and self._seg[node_id, 0] >= 0
 
+    def unknown_nodes(self, node_ids) -> list[int]:
+        """Those of ``node_ids`` that are no node of this tree (for a protocol to refuse a peer's plan)."""
+        ids = np.asarray(node_ids, dtype=np.int64).reshape(-1)
+        inside = (ids >= 0) & (ids < len(self._seg))
+        known = np.zeros(len(ids), dtype=bool)
+        known[inside] = self._seg[ids[inside], 0] >= 0
+        return ids[~known].tolist()
+
+    def next_node_id(self) -> int:
+        """One more than the largest node id so far: where a layer's children are numbered from."""
+        return int(np.nonzero(self._seg[:, 0] >= 0)[0].max()) + 1
+
     # -- pieces protocols reuse -----------------------------------------------------------
     def node_samples(self, node_id: int) -> np.ndarray:
         """Row indices of the training samples in a node (a view; do not modify)."""

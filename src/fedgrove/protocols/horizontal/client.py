@@ -105,6 +105,7 @@ class HorizontalClient:
 
     def _layer(self, plan: m.LayerPlan, finder: HistogramSplitFinder) -> None:
         counts = []
+        self._check_plan(plan, finder)
         if plan.split_nodes:
             for f in plan.features:
                 if not 0 <= f < finder.n_features:
@@ -119,6 +120,28 @@ class HorizontalClient:
         hist = finder.histograms_of(plan.build) if plan.build else np.zeros((0,))
         vector = np.concatenate([hist.ravel(), np.asarray(counts, dtype=np.float64)])
         self._send_masked(f"tree={plan.tree}/layer={plan.layer}", vector)
+
+    def _check_plan(self, plan: m.LayerPlan, finder: HistogramSplitFinder) -> None:
+        """The aggregator's layer plan names nodes of this tree: split nodes and the nodes whose histograms it
+        asks for exist, each split has its features, bins and two new children, numbered after the known nodes."""
+        where = f"{self.ch.party}: layer plan of tree {plan.tree}"
+        split = list(plan.split_nodes or [])
+        lists = [list(x or []) for x in (plan.features, plan.bins, plan.missing_left, plan.left, plan.right)]
+        if any(len(x) != len(split) for x in lists):
+            raise ProtocolError(f"{where}: {len(split)} split nodes but lists of lengths {[len(x) for x in lists]}")
+        unknown = finder.unknown_nodes(split)
+        if unknown or len(set(split)) != len(split):
+            raise ProtocolError(f"{where}: split nodes {unknown or split} are not distinct nodes of the tree")
+        children = lists[3] + lists[4]
+        first = finder.next_node_id()
+        if sorted(children) != list(range(first, first + len(children))):
+            raise ProtocolError(f"{where}: children {children} are not the next {len(children)} node ids from "
+                                f"{first}")
+        build = list(plan.build or [])
+        known_after = set(children)
+        bad = [b for b in build if b not in known_after and finder.unknown_nodes([b])]
+        if bad:
+            raise ProtocolError(f"{where}: histograms asked for nodes {bad} the tree does not have")
 
     @staticmethod
     def _tree(msg: m.TreeBroadcast) -> Tree:
