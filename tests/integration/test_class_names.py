@@ -140,3 +140,10 @@ def test_test_files_in_a_horizontal_config_are_refused_before_training(tmp_path,
     assert main(["simulate", str(cfg)]) != 0
     assert "no federated prediction" in capsys.readouterr().err
     assert not list((tmp_path / "runs").glob("*.model.json"))
+
+
+def test_partition_of_text_labels_says_which_class_list_the_federation_needs(tmp_path, capsys):
+    _grades().to_csv(tmp_path / "grades.csv", index=False)
+    assert main(["partition", str(tmp_path / "grades.csv"), "-l", "grade", "--scheme", "horizontal", "-p", "2",
+                 "-o", str(tmp_path / "parts")]) == 0
+    assert '[federation] classes = ["high", "low", "mid"]' in " ".join(capsys.readouterr().err.split())

@@ -6,6 +6,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 
 from fedgrove.cli.common import CATEGORICAL_HELP, categorical_option, check_output_dir, console, load_input, \
@@ -69,3 +70,7 @@ def partition(
                       f"{'  + label' if s.has_label else ''}")
     console.print(f"wrote {len(files) - 1} party files and manifest.json to {out_dir}"
                   + (f" ({test.n_samples} test rows held out)" if test is not None else ""))
+    if np.asarray(table.y).dtype.kind not in "fiub":  # class names: the federation's configs must list them
+        names = ", ".join(f'"{c}"' for c in sorted({str(v) for v in table.y.tolist()}))
+        console.print(f"the labels are class names: a federation on these files needs, in every party's config, "
+                      f"[federation] classes = [{names}] (the order gives the codes 0, 1, ...)")
