@@ -147,3 +147,24 @@ def test_partition_of_text_labels_says_which_class_list_the_federation_needs(tmp
     assert main(["partition", str(tmp_path / "grades.csv"), "-l", "grade", "--scheme", "horizontal", "-p", "2",
                  "-o", str(tmp_path / "parts")]) == 0
     assert '[federation] classes = ["high", "low", "mid"]' in " ".join(capsys.readouterr().err.split())
+
+
+def test_info_on_a_vertical_active_model_counts_every_party_features_and_says_how_it_predicts(tmp_path, capsys):
+    df = _grades(200)
+    df["ok"] = np.where(df["a"] + df["b"] > 0, "yes", "no")
+    df.insert(0, "_id", np.arange(len(df)))
+    df[["_id", "a", "ok"]].to_csv(tmp_path / "active.csv", index=False)
+    df[["_id", "b", "c"]].to_csv(tmp_path / "passive.csv", index=False)
+    parties = [_party_block("active", "active", "active.csv", label="ok"),
+               _party_block("passive", "passive", "passive.csv")]
+    cfg = _config(tmp_path, "vertical", parties, classes=["no", "yes"], params="n_estimators = 5\nmax_depth = 3",
+                  extra='[he]\nbackend = "plain"')
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "runs" / "active.model.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 (active: 1, passive: 2)" in out and "None" not in out.split("classes")[0]
+    assert "the vertical protocol, active's copy" in out and "through the federation" in out
+    import fedgrove
+
+    assert f"saved by fedgrove │ {fedgrove.__version__}" in out

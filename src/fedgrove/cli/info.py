@@ -22,7 +22,6 @@ def info(
                                               "comma-separated column names"),
 ):
     """Show what a model, data file or partition holds."""
-    import fedgrove
     from fedgrove.data.partition import MANIFEST, read_manifest
     from fedgrove.engine.model import load_model
 
@@ -52,10 +51,15 @@ def info(
         m = load_model(p)
         depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
         rows = [("kind", m.kind), ("trees", str(m.n_trees)), ("max depth", str(depth)),
-                ("features", str(m.n_features)), ("classes", str(m.classes)),
-                ("fedgrove version", fedgrove.__version__)]
+                ("features", _model_features(m)), ("classes", str(m.classes)),
+                ("saved by fedgrove", str(getattr(m, "written_by", None) or "unknown"))]
         if m.kind == "gbdt":
             rows.insert(1, ("objective", m.objective))
+        if "protocol" in m.metadata:
+            held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
+            rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
+        if any(np.isnan(t.nodes["threshold"][t.nodes["feature"] >= 0]).any() for t in m.trees):
+            rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
@@ -109,6 +113,19 @@ def _federated_part(p: Path):
 def _head(p: Path, n: int) -> bytes:
     with open(p, "rb") as fh:
         return fh.read(n)
+
+
+def _model_features(m) -> str:
+    """The model's feature count; for a vertical model without a bin mapper, per party from its owners."""
+    if m.n_features is not None:
+        return str(m.n_features)
+    owners = m.metadata.get("feature_owners")
+    if not owners:
+        return "unknown"
+    counts: dict[str, int] = {}
+    for party, _ in owners:
+        counts[party] = counts.get(party, 0) + 1
+    return f"{len(owners)} (" + ", ".join(f"{p}: {k}" for p, k in counts.items()) + ")"
 
 
 def _looks_like_model(p: Path) -> bool:

@@ -201,7 +201,9 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
     if d.get("kind") not in kinds:
         raise ModelFormatError(f"{source!r} has unknown model kind {d.get('kind')!r}")
     try:
-        return kinds[d["kind"]]._from_dict(d)
+        model = kinds[d["kind"]]._from_dict(d)
+        model.written_by = d.get("fedgrove_version")  # the fedgrove version that saved it (fedgrove info)
+        return model
     except ModelFormatError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
