@@ -133,13 +133,15 @@ def test_cart_split_search_matches_reference(rng, criterion):
         np.testing.assert_allclose(np.asarray(x, dtype=float), np.asarray(y, dtype=float), rtol=1e-9, atol=1e-12)
 
 
-def test_partition_matches_reference(rng):
-    X, bm, Xb = _data(rng, n=100_000)  # large enough for several tasks per node
+@pytest.mark.parametrize("n, n_stats", [(100_000, 2), (100_000, 3), (140_000, 2)])
+def test_partition_matches_reference(rng, n, n_stats):
+    # several tasks per node; (g, h) or three statistics; a table past the prefetching size (2^17 rows)
+    X, bm, Xb = _data(rng, n=n)
     idx, starts, ends = _segments(rng, len(X), 3)
     feats = np.array([0, 3, 5], dtype=np.int64)
     bins = np.array([10, 1, 3], dtype=np.int64)
     ml = np.array([True, False, True])
-    stats = rng.normal(size=(len(idx), 2))
+    stats = rng.normal(size=(len(idx), n_stats))
     a_idx, b_idx = np.full_like(idx, -1), np.full_like(idx, -1)
     a_st, b_st = np.zeros_like(stats), np.zeros_like(stats)
     ma = partition.partition_nodes(np.asfortranarray(Xb), idx, stats, a_idx, a_st, starts, ends, feats, bins, ml,
