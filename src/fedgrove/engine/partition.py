@@ -93,29 +93,22 @@ def partition_nodes(X_binned, sample_indices, ordered_stats, out_indices, out_st
             lp += n_left[q]
             rp += (task_hi[q] - task_lo[q]) - n_left[q]
     n_stats = ordered_stats.shape[1]
+    pair = n_stats == 2  # (g, h), the common case: copied without an inner loop
     for q in prange(n_tasks):
         lp = left_at[q]
         rp = right_at[q]
-        if n_stats == 2:  # (g, h): the common case, copied without an inner loop
-            for i in range(task_lo[q], task_hi[q]):
-                if flags[i - base]:
-                    w = lp
-                    lp += 1
-                else:
-                    w = rp
-                    rp += 1
-                out_indices[w] = sample_indices[i]
+        for i in range(task_lo[q], task_hi[q]):
+            if flags[i - base]:
+                w = lp
+                lp += 1
+            else:
+                w = rp
+                rp += 1
+            out_indices[w] = sample_indices[i]
+            if pair:
                 out_stats[w, 0] = ordered_stats[i, 0]
                 out_stats[w, 1] = ordered_stats[i, 1]
-        else:
-            for i in range(task_lo[q], task_hi[q]):
-                if flags[i - base]:
-                    w = lp
-                    lp += 1
-                else:
-                    w = rp
-                    rp += 1
-                out_indices[w] = sample_indices[i]
+            else:
                 for c in range(n_stats):
                     out_stats[w, c] = ordered_stats[i, c]
     return mids
