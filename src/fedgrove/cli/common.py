@@ -126,11 +126,7 @@ def infer_objective(y: np.ndarray) -> str:
         if len(values) <= 100 and np.all(values == np.round(values)):
             return "multiclass"
         return "regression"
-    try:  # class names (text, or text mixed with numbers): classification
-        values = np.unique(y)
-    except TypeError:
-        raise DataError("labels mix types and cannot be ordered") from None
-    return "binary" if len(values) == 2 else "multiclass"
+    return "binary" if len(set(y.tolist())) == 2 else "multiclass"  # class names: classification
 
 
 def encode_labels(y: np.ndarray, objective: str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -52,13 +53,13 @@ def info(
         depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
         rows = [("kind", m.kind), ("trees", str(m.n_trees)), ("max depth", str(depth)),
                 ("features", _model_features(m)), ("classes", str(m.classes)),
-                ("saved by fedgrove", str(getattr(m, "written_by", None) or "unknown"))]
+                ("saved by fedgrove", m.written_by or "unknown")]
         if m.kind == "gbdt":
             rows.insert(1, ("objective", m.objective))
         if "protocol" in m.metadata:
             held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
-        if any(np.isnan(t.nodes["threshold"][t.nodes["feature"] >= 0]).any() for t in m.trees):
+        if any(t.foreign_splits for t in m.trees):
             rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
@@ -122,9 +123,7 @@ def _model_features(m) -> str:
     owners = m.metadata.get("feature_owners")
     if not owners:
         return "unknown"
-    counts: dict[str, int] = {}
-    for party, _ in owners:
-        counts[party] = counts.get(party, 0) + 1
+    counts = Counter(party for party, _ in owners)
     return f"{len(owners)} (" + ", ".join(f"{p}: {k}" for p, k in counts.items()) + ")"
 
 

@@ -71,6 +71,7 @@ def partition(
     console.print(f"wrote {len(files) - 1} party files and manifest.json to {out_dir}"
                   + (f" ({test.n_samples} test rows held out)" if test is not None else ""))
     if np.asarray(table.y).dtype.kind not in "fiub":  # class names: the federation's configs must list them
-        names = ", ".join(f'"{c}"' for c in sorted({str(v) for v in table.y.tolist()}))
+        from fedgrove.runner.config import classes_setting
+
         console.print(f"the labels are class names: a federation on these files needs, in every party's config, "
-                      f"[federation] classes = [{names}] (the order gives the codes 0, 1, ...)")
+                      f"{classes_setting(table.y.tolist())} (the order gives the codes 0, 1, ...)")

@@ -115,6 +115,7 @@ class TreeEnsembleModel:
         self.feature_names = list(feature_names) if feature_names is not None else None
         self.classes = list(classes) if classes is not None else None
         self.metadata: dict = {}
+        self.written_by: str | None = None  # the fedgrove version that saved a loaded model
         self._packed: PackedEnsemble | None = None
 
     @property
@@ -202,7 +203,7 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
         raise ModelFormatError(f"{source!r} has unknown model kind {d.get('kind')!r}")
     try:
         model = kinds[d["kind"]]._from_dict(d)
-        model.written_by = d.get("fedgrove_version")  # the fedgrove version that saved it (fedgrove info)
+        model.written_by = d.get("fedgrove_version")
         return model
     except ModelFormatError:
         raise

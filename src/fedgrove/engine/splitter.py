@@ -237,7 +237,7 @@ class HistogramSplitFinder(SplitFinder):
 
     def has_node(self, node_id: int) -> bool:
         """Whether the node exists (has a segment of samples)."""
-        return 0 <= node_id < len(self._seg) and self._seg[node_id, 0] >= 0
+        return not self.unknown_nodes([node_id])
 
     def unknown_nodes(self, node_ids) -> list[int]:
         """Those of ``node_ids`` that are no node of this tree (for a protocol to refuse a peer's plan)."""

@@ -38,6 +38,8 @@ LEAF = -1
 # how a model whose trees hold other parties' splits is applied
 FEDERATED_PREDICTION = ("list each party's test file (test = ...) in the federation's configs and run `fedgrove "
                         "simulate CONFIG --predict` or `fedgrove party CONFIG --predict`")
+FOREIGN_SPLITS = ("this tree holds splits whose thresholds belong to another party; predict through the federation "
+                  f"instead ({FEDERATED_PREDICTION})")
 
 
 @dataclass
@@ -58,6 +60,12 @@ class Tree:
     @property
     def is_leaf(self) -> np.ndarray:
         return self.nodes["feature"] == LEAF
+
+    @property
+    def foreign_splits(self) -> bool:
+        """Whether some split's threshold belongs to another party (NaN here): the tree predicts only through its
+        federation."""
+        return bool(np.isnan(self.nodes["threshold"][self.nodes["feature"] >= 0]).any())
 
     @property
     def n_leaves(self) -> int:
@@ -173,8 +181,7 @@ class PackedEnsemble:
 
     def _routable(self, X) -> np.ndarray:
         if np.isnan(self.threshold[self.feature >= 0]).any():
-            raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
-                                   f"predict through the federation instead ({FEDERATED_PREDICTION})")
+            raise ModelFormatError(FOREIGN_SPLITS)
         if not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.f_contiguous):
             X = np.ascontiguousarray(X, dtype=np.float64)  # row-major, or column-major as given (faster for one tree)
         return X
@@ -216,9 +223,8 @@ class RankedRows:
         """Leaf index per row (int32), as ``PackedEnsemble([tree]).leaves(X)`` gives on the raw table."""
         n = tree.nodes
         internal = n["feature"] >= 0
-        if np.isnan(n["threshold"][internal]).any():
-            raise ModelFormatError("this tree holds splits whose thresholds belong to another party; "
-                                   f"predict through the federation instead ({FEDERATED_PREDICTION})")
+        if tree.foreign_splits:
+            raise ModelFormatError(FOREIGN_SPLITS)
         if internal.any() and n["feature"][internal].max() >= self.ranks.shape[1]:
             raise ModelFormatError(f"tree splits on feature {int(n['feature'].max())} of a table with "
                                    f"{self.ranks.shape[1]} features")

@@ -335,6 +335,15 @@ def _classes(value, params: dict, protocol: str) -> list[str] | None:
     return list(value)
 
 
+def classes_setting(labels, limit: int | None = None) -> str:
+    """The ``[federation] classes = [...]`` line for text labels: their distinct values sorted (the first
+    ``limit``, then "...")."""
+    seen = sorted({str(v) for v in labels})
+    shown = seen if limit is None else seen[:limit]
+    return "[federation] classes = [" + ", ".join(f'"{v}"' for v in shown) + \
+        (", ...]" if len(shown) < len(seen) else "]")
+
+
 def load_federation(path) -> FederationConfig:
     d, base = _read(path)
     parties = [_party(p, base, f"{path}: [[party]] #{k}") for k, p in enumerate(d.get("party", []))]

@@ -34,7 +34,7 @@ from fedgrove.protocols.simfl.party import SimFLParty
 from fedgrove.protocols.vertical.active import VerticalActive, predict_active
 from fedgrove.protocols.vertical.messages import ids_digest
 from fedgrove.protocols.vertical.passive import PassiveModel, VerticalPassive, answer_predict
-from fedgrove.runner.config import FederationConfig, PartySpec
+from fedgrove.runner.config import FederationConfig, PartySpec, classes_setting
 
 
 @dataclass
@@ -102,20 +102,17 @@ class RoleContext:
                 raise DataError(f"{where} holds numbers, but federation.classes lists class names {classes}; "
                                 f"remove classes (numeric labels are used as they are) or give the names in the file")
             return y
-        values = np.array([str(v) for v in y.tolist()], dtype=object)
         if classes is None:
-            seen = sorted(set(values.tolist()))
-            shown = ", ".join(f'"{v}"' for v in seen[:10]) + (", ..." if len(seen) > 10 else "")
-            raise DataError(f"{where} holds text ({shown}); list the classes in the order of their codes 0, 1, ... in "
-                            f"the federation's config, the same in every party's: [federation] classes = [{shown}]")
+            raise DataError(f"{where} holds text; list the classes in the order of their codes 0, 1, ... in the "
+                            f"federation's config, the same in every party's: {classes_setting(y.tolist(), 10)}")
+        names, inverse = np.unique(np.array([str(v) for v in y.tolist()]), return_inverse=True)
         code = {c: k for k, c in enumerate(classes)}
-        out = np.empty(len(values))
-        for i, v in enumerate(values.tolist()):
-            if v not in code:
-                raise DataError(f"{where} holds {v!r} (data row {i + 1}), which is not in federation.classes "
-                                f"{classes}")
-            out[i] = code[v]
-        return out
+        outside = [k for k, n in enumerate(names) if n not in code]
+        if outside:
+            row = int(np.argmax(np.isin(inverse, outside)))
+            raise DataError(f"{where} holds {str(names[inverse[row]])!r} (data row {row + 1}), which is not in "
+                            f"federation.classes {classes}")
+        return np.array([code[n] for n in names], dtype=np.float64)[inverse]
 
     def class_names(self, n_classes: int) -> list:
         """The classes a model's outputs stand for: ``federation.classes`` when given, else 0..K-1."""
@@ -295,7 +292,7 @@ def _with_ids(ctx, table, why: str):
 def _forest_master(ctx: RoleContext) -> dict:
     model = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(),
                          ctx.cfg.forest["label_mode"]).fit(ctx.checkpoint, ctx.resume, ctx.progress)
-    if model.task == "classification" and ctx.cfg.classes is not None:
+    if model.task == "classification":
         model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
     return {"trees": model.n_trees}

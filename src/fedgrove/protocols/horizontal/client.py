@@ -137,9 +137,7 @@ class HorizontalClient:
         if sorted(children) != list(range(first, first + len(children))):
             raise ProtocolError(f"{where}: children {children} are not the next {len(children)} node ids from "
                                 f"{first}")
-        build = list(plan.build or [])
-        known_after = set(children)
-        bad = [b for b in build if b not in known_after and finder.unknown_nodes([b])]
+        bad = [b for b in finder.unknown_nodes(plan.build or []) if b not in children]
         if bad:
             raise ProtocolError(f"{where}: histograms asked for nodes {bad} the tree does not have")
 
