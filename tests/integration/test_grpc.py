@@ -118,3 +118,46 @@ def test_a_broadcast_reaches_the_live_peers_and_names_the_one_that_is_down(tmp_p
     finally:
         a.close()
         b.close()
+
+
+_LATE_CALLS = """
+import sys, time
+from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
+me, other, mine, theirs, certs = sys.argv[1:6]
+ch = GrpcChannel(me, f"127.0.0.1:{mine}", {other: f"127.0.0.1:{theirs}"},
+                 TLSFiles(f"{certs}/ca.pem", f"{certs}/{me}.pem", f"{certs}/{me}.key"), timeout=10)
+if me == "sender":  # keeps calling, from several threads, while the other process closes its channel and exits
+    import threading
+
+    def calls():
+        t0 = time.time()
+        while time.time() - t0 < 3:
+            ch.notify_failure(RuntimeError("stopping"), timeout=0.5)
+    threads = [threading.Thread(target=calls) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+else:
+    time.sleep(1.0)
+ch.close()
+"""
+
+
+def test_a_process_that_closes_its_channel_exits_without_a_traceback_while_calls_still_arrive(tmp_path):
+    # close() used to start the server's shutdown without waiting for it: a call arriving as the process exited
+    # made gRPC's server thread print "cannot schedule new futures after interpreter shutdown" (about one exit
+    # in three here)
+    import subprocess
+    import sys
+
+    create_federation_certs(tmp_path / "certs", ["sender", "closer"])
+    for _ in range(3):
+        ps, pc = _port(), _port()
+        args = [str(tmp_path / "certs")]
+        sender = subprocess.Popen([sys.executable, "-c", _LATE_CALLS, "sender", "closer", str(ps), str(pc), *args],
+                                  stderr=subprocess.DEVNULL)
+        closer = subprocess.run([sys.executable, "-c", _LATE_CALLS, "closer", "sender", str(pc), str(ps), *args],
+                                capture_output=True, text=True, timeout=60)
+        sender.wait(timeout=60)
+        assert closer.returncode == 0 and "Traceback" not in closer.stderr, closer.stderr[-2000:]

@@ -209,7 +209,11 @@ class GrpcChannel(Channel):
                 pass
 
     def close(self, grace: float = 1.0) -> None:
+        """Close the channels to the peers and stop the server, waiting for it to have stopped: ``stop`` only
+        starts the shutdown, and a process that exits meanwhile can have gRPC's server thread take a late call
+        (another party's failure notice) after the interpreter has begun shutting down, which printed a
+        traceback."""
         for ch in self._channels:
             ch.close()
-        self._server.stop(grace)
+        self._server.stop(grace).wait(grace + 5.0)
 
