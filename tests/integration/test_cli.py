@@ -81,6 +81,24 @@ def test_three_text_classes_train_a_multiclass_model_that_predicts_the_names(tmp
     assert code != 0 and "needs at least 2 label values, got 1" in err and "Traceback" not in err
 
 
+def test_info_shows_a_models_feature_importance(csv, tmp_path, capsys):
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-m", model, "-l", "label", "-n", "10", "--max-depth", "3", "-q"], capsys)[0] == 0
+    code, out, err = run(["info", model, "--importance", "split"], capsys)
+    assert code == 0, err
+    top = next(line for line in out.splitlines() if "top features by gain" in line)
+    assert top.split("│")[2].split()[0] in ("a", "b")  # the label is drawn from a and b
+    table = out[out.index("features by split"):]
+    rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert set(rows[:2]) == {"a", "b"} and set(rows) <= {"a", "b", "c", "d"}
+    code, _, err = run(["info", model, "--importance", "cover"], capsys)
+    assert code == 2 and "--importance must be one of gain, split, got 'cover'" in err
+    code, _, err = run(["info", csv, "--importance", "gain"], capsys)
+    assert code == 2 and "is for a model file" in err
+    code, _, err = run(["info", tmp_path / "missing.json"], capsys)
+    assert code != 0 and "model file" in err and "does not exist" in err
+
+
 def test_predict_matches_columns_by_name_and_scores_the_models_label(csv, tmp_path, capsys):
     model = tmp_path / "m.json"
     assert run(["train", csv, "-m", model, "-l", "label", "-n", "10", "-q"], capsys)[0] == 0

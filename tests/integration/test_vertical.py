@@ -91,6 +91,10 @@ def test_lossless_multiclass_and_regression_with_missing_values(objective):
     eng, Xj = _oracle(X, y, parts, params)
     _assert_same_trees(out["model"], eng)
     np.testing.assert_allclose(out["raw"], eng.predict_raw(Xj), atol=1e-9)
+    # the active party's importance covers every party's features, as the engine's on the joined table
+    np.testing.assert_array_equal(out["model"].feature_importance("split"), eng.feature_importance("split"))
+    np.testing.assert_allclose(out["model"].feature_importance("gain"), eng.feature_importance("gain"), rtol=1e-9)
+    assert out["model"].feature_labels() == [f"party{k}:{j}" for k, p in enumerate(parts) for j in range(len(p))]
 
 
 def test_passive_parties_see_only_ciphertexts_and_node_sets(a9a):

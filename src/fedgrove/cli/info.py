@@ -21,12 +21,23 @@ def info(
                                       "from extension)"),
     categorical: Optional[str] = typer.Option(None, help="Text columns of a data file as categories: 'auto' or "
                                               "comma-separated column names"),
+    importance: Optional[str] = typer.Option(None, help="For a model: list every feature it splits on by this "
+                                             "importance, 'gain' (summed split gains) or 'split' (splits)"),
 ):
     """Show what a model, data file or partition holds."""
     from fedgrove.data.partition import MANIFEST, read_manifest
-    from fedgrove.engine.model import load_model
+    from fedgrove.engine.model import IMPORTANCE_KINDS, load_model
+    from fedgrove.exceptions import InvalidParameterError, ModelFormatError
 
     p = Path(path)
+    if importance is not None and importance not in IMPORTANCE_KINDS:
+        raise InvalidParameterError(f"--importance must be one of {', '.join(IMPORTANCE_KINDS)}, got "
+                                    f"{importance!r}")
+    if p.suffix.lower() == ".json" and not p.exists():
+        raise ModelFormatError(f"model file {path!r} does not exist")
+    is_model = p.is_file() and _looks_like_model(p)
+    if importance is not None and not is_model:
+        raise InvalidParameterError(f"--importance is for a model file; {path} is not one")
     if p.is_dir() and (p / MANIFEST).exists():
         m = read_manifest(p)
         t = RichTable(title=f"{m['scheme']} partition of {m['n_samples']} samples")
@@ -40,7 +51,11 @@ def info(
             out.print(f"categories of {col} (codes 0..{len(cats) - 1}): " + ", ".join(map(str, cats[:12]))
                       + (" ..." if len(cats) > 12 else ""))
         return
-    if p.is_file() and _looks_like_model(p) and (part := _federated_part(p)) is not None:
+    if is_model and (part := _federated_part(p)) is not None:
+        if importance is not None:
+            raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
+                                        "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
+                                        "a vertical active party's or a Federated Forest master's)")
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
@@ -48,10 +63,10 @@ def info(
             t.add_row(k, v)
         out.print(t)
         return
-    if p.is_file() and _looks_like_model(p):
+    if is_model:
         m = load_model(p)
         depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
-        rows = [("kind", m.kind), ("trees", str(m.n_trees)), ("max depth", str(depth)),
+        rows = [("kind", m.kind), ("trees", str(m.n_trees)), ("deepest tree", str(depth)),
                 ("features", _model_features(m)), ("classes", str(m.classes)),
                 ("saved by fedgrove", m.written_by or "unknown")]
         if m.kind == "gbdt":
@@ -61,6 +76,9 @@ def info(
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
         if any(t.foreign_splits for t in m.trees):
             rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
+        rows.append(("top features by gain", _top_features(m)))
+        if m.metadata.get("feature_owners"):
+            rows.append(("gain by party", _gain_by_party(m)))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
@@ -69,6 +87,8 @@ def info(
         for k, v in sorted(m.params.items()):
             t.add_row(f"param {k}", str(v))
         out.print(t)
+        if importance is not None:
+            out.print(_importance_table(m, importance))
         return
     if p.is_file() and _head(p, 16) == b"SQLite format 3\x00":
         from fedgrove.exceptions import DataError
@@ -88,6 +108,46 @@ def info(
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
+
+
+def _top_features(m, k: int = 5) -> str:
+    """The ``k`` features with the largest summed gain, with their share of the model's total."""
+    gain = m.feature_importance("gain")
+    total = gain.sum()
+    if not total > 0:
+        return "none (no split has a gain)"
+    labels = m.feature_labels()
+    top = [j for j in np.argsort(-gain, kind="stable")[:k] if gain[j] > 0]
+    return ", ".join(f"{labels[j]} {100 * gain[j] / total:.1f}%" for j in top)
+
+
+def _gain_by_party(m) -> str:
+    """Each feature owner's share of a federated model's summed gain."""
+    gain = m.feature_importance("gain")
+    owners = [party for party, _ in m.metadata["feature_owners"]]
+    total = gain.sum()
+    if len(owners) != len(gain) or not total > 0:
+        return "unknown"
+    shares = Counter()
+    for party, v in zip(owners, gain):
+        shares[party] += v
+    return ", ".join(f"{party} {100 * v / total:.1f}%" for party, v in shares.most_common())
+
+
+def _importance_table(m, kind: str) -> RichTable:
+    """Every feature the model splits on, by ``kind`` importance, with the other kind beside it."""
+    gain, splits = m.feature_importance("gain"), m.feature_importance("split")
+    labels = m.feature_labels()
+    key = gain if kind == "gain" else splits
+    used = [j for j in np.argsort(-key, kind="stable") if splits[j] > 0]
+    t = RichTable(title=f"features by {kind} ({len(used)} of {len(labels)} used)")
+    for col in ("feature", "gain", "gain share", "splits"):
+        t.add_column(col, justify="left" if col == "feature" else "right")
+    total = gain.sum()
+    for j in used:
+        t.add_row(labels[j], f"{gain[j]:.6g}", f"{100 * gain[j] / total:.1f}%" if total > 0 else "-",
+                  str(int(splits[j])))
+    return t
 
 
 def _federated_part(p: Path):
@@ -117,12 +177,10 @@ def _head(p: Path, n: int) -> bytes:
 
 
 def _model_features(m) -> str:
-    """The model's feature count; for a vertical model without a bin mapper, per party from its owners."""
-    if m.n_features is not None:
-        return str(m.n_features)
+    """The model's feature count; for a vertical model, per party from its owners."""
     owners = m.metadata.get("feature_owners")
     if not owners:
-        return "unknown"
+        return str(m.n_features) if m.n_features is not None else "unknown"
     counts = Counter(party for party, _ in owners)
     return f"{len(owners)} (" + ", ".join(f"{p}: {k}" for p, k in counts.items()) + ")"
 

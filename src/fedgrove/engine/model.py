@@ -24,11 +24,12 @@ from fedgrove._version import __version__
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.predict import sum_leaf_values
-from fedgrove.engine.tree import FEDERATED_PREDICTION, PackedEnsemble, Tree
-from fedgrove.exceptions import DataError, ModelFormatError, NotFittedError
+from fedgrove.engine.tree import FEDERATED_PREDICTION, NODE_DTYPE, PackedEnsemble, Tree
+from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, NotFittedError
 
 FORMAT = "fedgrove-model"
 FORMAT_VERSION = 1
+IMPORTANCE_KINDS = ("gain", "split")
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -116,6 +117,7 @@ class TreeEnsembleModel:
         self.classes = list(classes) if classes is not None else None
         self.metadata: dict = {}
         self.written_by: str | None = None  # the fedgrove version that saved a loaded model
+        self._n_features: int | None = None  # the width of the rows a model without a bin mapper takes
         self._packed: PackedEnsemble | None = None
 
     @property
@@ -143,7 +145,51 @@ class TreeEnsembleModel:
 
     @property
     def n_features(self) -> int | None:
-        return self.bin_mapper.n_features if self.bin_mapper is not None else None
+        """How many columns the rows this model takes have: its bin mapper's; without one (models trained by
+        some federated protocols) the number its trainer set, else one per owned feature or per name; None when
+        the model does not know."""
+        if self.bin_mapper is not None:
+            return self.bin_mapper.n_features
+        if self._n_features is not None:
+            return self._n_features
+        if self.metadata.get("feature_owners"):
+            return len(self.metadata["feature_owners"])
+        return len(self.feature_names) if self.feature_names is not None else None
+
+    @n_features.setter
+    def n_features(self, k: int) -> None:
+        if self.bin_mapper is not None and k != self.bin_mapper.n_features:
+            raise ValueError(f"the model's bin mapper has {self.bin_mapper.n_features} features, not {k}")
+        self._n_features = int(k)
+
+    def feature_importance(self, kind: str = "gain") -> np.ndarray:
+        """Per feature (column of the rows the model takes), over every split of every tree: ``"gain"`` sums
+        the splits' gains (boosting: the loss reduction the split scored; forest: the impurity decrease weighted
+        by the node's share of the tree's samples, scikit-learn's definition), ``"split"`` counts the splits.
+
+        A federated model's splits on other parties' features count too: the model knows the feature (its
+        owner and position, ``metadata["feature_owners"]``) and the gain, not the threshold."""
+        if kind not in IMPORTANCE_KINDS:
+            raise InvalidParameterError(f"kind must be one of {', '.join(IMPORTANCE_KINDS)}, got {kind!r}")
+        nodes = np.concatenate([t.nodes for t in self.trees]) if self.trees else np.zeros(0, dtype=NODE_DTYPE)
+        nodes = nodes[nodes["feature"] >= 0]
+        width = self.n_features
+        used = int(nodes["feature"].max()) + 1 if len(nodes) else 0
+        if width is None or width < used:
+            width = used
+        weights = nodes["gain"] if kind == "gain" else None
+        return np.bincount(nodes["feature"], weights=weights, minlength=width).astype(np.float64)
+
+    def feature_labels(self) -> list[str]:
+        """A name per feature for reports: the training table's column names; for a federated model without
+        them, the owner and its column (``party1:3``); else ``f0``, ``f1``, ..."""
+        width = len(self.feature_importance("split"))
+        if self.feature_names is not None and len(self.feature_names) == width:
+            return [str(n) for n in self.feature_names]
+        owners = self.metadata.get("feature_owners")
+        if owners and len(owners) == width:
+            return [f"{party}:{j}" for party, j in owners]
+        return [f"f{j}" for j in range(width)]
 
     def predict_leaf(self, X) -> np.ndarray:
         """Leaf index of every sample in every tree, shape ``(n_samples, n_trees)``."""
@@ -164,6 +210,7 @@ class TreeEnsembleModel:
             "classes": _jsonable(self.classes),
             "metadata": _jsonable(self.metadata),
             "bin_mapper": self.bin_mapper.to_dict() if self.bin_mapper is not None else None,
+            "n_features": self._n_features,
             **self._fields(),
             "trees": [t.to_dict() for t in self.trees],
         }
@@ -204,6 +251,8 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
     try:
         model = kinds[d["kind"]]._from_dict(d)
         model.written_by = d.get("fedgrove_version")
+        if d.get("n_features") is not None:  # absent from files written before 0.1.0's last changes
+            model.n_features = int(d["n_features"])
         return model
     except ModelFormatError:
         raise

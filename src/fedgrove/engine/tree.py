@@ -20,7 +20,7 @@ import numpy as np
 
 from fedgrove.engine.predict import (predict_leaves, predict_leaves_binned, predict_leaves_ranked, predict_mean_values,
                                      predict_raw_sum, rank_cuts)
-from fedgrove.exceptions import ModelFormatError
+from fedgrove.exceptions import DataError, ModelFormatError
 
 NODE_DTYPE = np.dtype([
     ("feature", np.int32),       # split feature, -1 for a leaf
@@ -149,6 +149,7 @@ class PackedEnsemble:
         self.missing_left = np.ascontiguousarray(nodes["missing_left"]).astype(np.bool_)
         self.left = np.ascontiguousarray(nodes["left"])
         self.right = np.ascontiguousarray(nodes["right"])
+        self.width = int(self.feature.max()) + 1 if len(self.feature) else 0  # columns a row needs at least
         self._node_values: np.ndarray | None = None  # the trees' values end to end, made when first needed
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
@@ -184,6 +185,9 @@ class PackedEnsemble:
             raise ModelFormatError(FOREIGN_SPLITS)
         if not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.f_contiguous):
             X = np.ascontiguousarray(X, dtype=np.float64)  # row-major, or column-major as given (faster for one tree)
+        if X.ndim != 2 or X.shape[1] < self.width:  # the kernels do not check bounds
+            raise DataError(f"the trees split on feature {self.width - 1}: rows need at least {self.width} "
+                            f"columns, got shape {X.shape}")
         return X
 
     def leaves_binned(self, X_binned: np.ndarray, missing_codes: np.ndarray) -> np.ndarray:

@@ -66,6 +66,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     base = objective.init_score(y) if params.base_score == "auto" else np.full(K, float(params.base_score))
     raw = np.tile(base, (len(y), 1))
     model = GBDTModel(params.objective, objective.n_classes, base, params=params.to_dict())
+    model.n_features = X.shape[1]
     prepared = []
     for v in views:
         rows, feats = np.asarray(v.rows, dtype=np.int64), np.asarray(v.features, dtype=np.int64)

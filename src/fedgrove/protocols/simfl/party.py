@@ -252,6 +252,7 @@ class SimFLParty:
         K = objective.n_outputs
         base = self._base_score(objective, y)
         model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
+        model.n_features = self.X.shape[1]
         model.metadata.update({"protocol": "simfl", "parties": self.parties, "schedule": self.options.schedule,
                                "lsh": self.options.lsh.to_dict()})
         raw = np.tile(base, (len(y), 1))
