@@ -242,6 +242,37 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         assert "a party's part of a federated model" in text and shown in text
         assert main(["predict", str(out / f"{name}.model.json"), str(tmp_path / "parts" / "host-test.csv")]) == 4
         assert "predicts through its federation" in capsys.readouterr().err
+    _corrupt_parts_are_refused(cfg, out, "guest0", "host", capsys)
+
+
+def _corrupt_parts_are_refused(cfg, out: Path, part: str, whole: str, capsys):
+    """Damaged party files end --predict with the file's name and what is wrong, no traceback and no
+    predictions: a split feature outside the party's columns (numpy would index from the end, or raise), one
+    split without children, and (``whole``: the file that routes first) a missing field."""
+    from fedgrove.cli.main import main
+
+    def damaged(name, change, expected):
+        path = out / f"{name}.model.json"
+        kept = path.read_text()
+        d = json.loads(kept)
+        change(d)
+        path.write_text(json.dumps(d))
+        (out / f"{whole}.predictions.csv").unlink(missing_ok=True)
+        capsys.readouterr()
+        try:
+            assert main(["simulate", str(cfg), "--predict"]) == 4
+            err = capsys.readouterr().err
+            assert f"{path} is corrupt" in err and expected in err and "Traceback" not in err, err
+            assert not (out / f"{whole}.predictions.csv").exists()
+        finally:
+            path.write_text(kept)
+
+    for f in (-3, 99):
+        damaged(part, lambda d, f=f: d["splits"][0].__setitem__(2, f), f"feature {f}")
+    damaged(part, lambda d: d.__setitem__("children", [c for c in d["children"] if c[:2] != d["splits"][0][:2]]),
+            "have no children")
+    if whole == "host":
+        damaged(whole, lambda d: d.pop("host_trees"), "host_trees")
 
 
 
@@ -295,7 +326,7 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     assert main(["bag", str(preds[0]), str(preds[1]), "--vote", "loud"]) != 0
 
 
-def test_federated_forest_example_predicts_as_its_training_run(tmp_path):
+def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):
     from fedgrove.cli.main import main
     from fedgrove.engine.model import load_model
 
@@ -312,6 +343,7 @@ def test_federated_forest_example_predicts_as_its_training_run(tmp_path):
     first = (out / "master.predictions.csv").read_bytes()
     assert main(["simulate", str(cfg), "--predict"]) == 0  # classical prediction: the same predictions
     assert (out / "master.predictions.csv").read_bytes() == first
+    _corrupt_parts_are_refused(cfg, out, "party1", "master", capsys)
 
 
 HYBRID = """

@@ -41,7 +41,8 @@ def test_other_version_is_refused_with_both_versions_named(models, tmp_path):
         load_model(path)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "not-a-model", "bad-child", "missing-field", "binary"])
+@pytest.mark.parametrize("damage", ["truncate", "not-a-model", "bad-child", "missing-field", "binary",
+                                    "negative-feature", "feature-past-the-width"])
 def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     text = json.dumps(models[1][0].to_dict())
     path = tmp_path / "bad.json"
@@ -57,9 +58,13 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
         d = json.loads(text)
         del d["trees"][0]["nodes"]["threshold"]
         path.write_text(json.dumps(d))
+    elif damage in ("negative-feature", "feature-past-the-width"):  # kernels would read outside the row
+        d = json.loads(text)
+        d["trees"][0]["nodes"]["feature"][0] = -5 if damage == "negative-feature" else len(d["bin_mapper"]["cuts"])
+        path.write_text(json.dumps(d))
     else:
         path.write_bytes(b"\x00\xff\xfe")
-    with pytest.raises(ModelFormatError):
+    with pytest.raises(ModelFormatError, match="bad.json"):
         load_model(path)
 
 

@@ -249,10 +249,18 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
     if d.get("kind") not in kinds:
         raise ModelFormatError(f"{source!r} has unknown model kind {d.get('kind')!r}")
     try:
-        model = kinds[d["kind"]]._from_dict(d)
+        try:
+            model = kinds[d["kind"]]._from_dict(d)
+        except ModelFormatError as exc:  # what is wrong inside: name the file
+            raise ModelFormatError(f"{source!r} is corrupt: {exc}") from None
         model.written_by = d.get("fedgrove_version")
         if d.get("n_features") is not None:  # absent from files written before 0.1.0's last changes
             model.n_features = int(d["n_features"])
+        width = model.n_features
+        for t, tree in enumerate(model.trees):
+            if width is not None and tree.n_nodes and tree.nodes["feature"].max() >= width:
+                raise ModelFormatError(f"{source!r} is corrupt: tree {t} splits on feature "
+                                       f"{int(tree.nodes['feature'].max())} of a model with {width} features")
         return model
     except ModelFormatError:
         raise

@@ -110,8 +110,11 @@ class Tree:
         return tree
 
     def validate(self) -> None:
-        """Check child links: every internal node points at two later nodes."""
+        """Check the features (a column, or -1 for a leaf) and the child links: every internal node points at
+        two later nodes."""
         n = self.n_nodes
+        if np.any(self.nodes["feature"] < LEAF):
+            raise ModelFormatError(f"tree has a negative split feature {int(self.nodes['feature'].min())}")
         internal = ~self.is_leaf
         idx = np.nonzero(internal)[0]
         for side in ("left", "right"):

@@ -151,6 +151,15 @@ class RoleContext:
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{self.model_path} is not valid JSON: {exc}") from None
 
+    def load_part(self, parse):
+        """This party's part of a federated model, read from its file by ``parse`` (a ``from_dict``); what is
+        wrong with it is said with the file's name."""
+        d = self.load_json()
+        try:
+            return parse(d)
+        except ModelFormatError as exc:
+            raise ModelFormatError(f"{self.model_path} is corrupt: {exc}") from None
+
 
 def names(table) -> list[str] | None:
     """The table's feature names when its file has them."""
@@ -204,7 +213,7 @@ def _vertical_active_predict(ctx: RoleContext) -> dict:
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
-    answer_predict(ctx.channel, ctx.cfg.lead, PassiveModel.from_dict(ctx.load_json()), ctx.data(False, test=True).X)
+    answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), ctx.data(False, test=True).X)
     return {}
 
 
@@ -264,7 +273,7 @@ def _hybrid_guest(ctx: RoleContext) -> dict:
 
 
 def _hybrid_host_predict(ctx: RoleContext) -> dict:
-    model = HybridHostModel.from_dict(ctx.load_json())
+    model = ctx.load_part(HybridHostModel.from_dict)
     table = ctx.data(with_label=True, test=True)
     guests = ctx.others("guest") if ctx.cfg.hybridtree["guest_depth"] > 0 else []
     raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)
@@ -278,7 +287,7 @@ def _hybrid_guest_predict(ctx: RoleContext) -> dict:
     if ctx.cfg.hybridtree["guest_depth"] == 0:
         return {}
     table = _with_ids(ctx, ctx.data(False, test=True), "a guest's test file needs an _id column")
-    HybridGuest.from_model(ctx.channel, ctx.load_json(), ctx.cfg.lead).predict(table.X, table.ids)
+    ctx.load_part(lambda d: HybridGuest.from_model(ctx.channel, d, ctx.cfg.lead)).predict(table.X, table.ids)
     return {}
 
 
@@ -321,7 +330,7 @@ def _forest_master_predict(ctx: RoleContext) -> dict:
 
 def _forest_client_predict(ctx: RoleContext) -> dict:
     table = ctx.data(with_label=False, test=True)
-    answer_predictions(ctx.channel, ctx.cfg.lead, PassiveModel.from_dict(ctx.load_json()), table.X, table.ids)
+    answer_predictions(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
     return {}
 
 

@@ -160,10 +160,7 @@ class ForestClient:
 
 def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=None) -> None:
     """A client's side of prediction, from its partial trees alone (e.g. loaded from its model file)."""
-    X_test = np.asarray(X_test, dtype=np.float64)
-    n_features = model.bin_mapper.n_features
-    if X_test.ndim != 2 or X_test.shape[1] != n_features:
-        raise DataError(f"{ch.party}: test features must have {n_features} columns, got {X_test.shape}")
+    X_test = model.rows(X_test)
     n = len(X_test)
     ids = np.zeros(0, dtype=np.int64) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
     ch.send(master, "predict", m.TestHello(n, ids))

@@ -150,7 +150,7 @@ class HybridGuest:
 
     def predict(self, X_test, test_ids) -> None:
         """Answer the host's routing request: walk this guest's splits from each given hand-off node."""
-        X_test = np.asarray(X_test, dtype=np.float64)
+        X_test = self.model.rows(X_test)
         test_ids = np.asarray(test_ids, dtype=np.int64)
         req = self.ch.recv(self.host, "route", m.RouteRequest)
         n, n_trees = req.nodes.shape

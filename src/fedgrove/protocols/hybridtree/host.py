@@ -49,10 +49,17 @@ class HybridHostModel:
 
         if d.get("format") != "fedgrove-hybridtree-host" or d.get("version") != 1:
             raise ModelFormatError("not a version-1 HybridTree host model")
-        return cls(d["objective"], np.asarray(d["base_score"], dtype=np.float64),
-                   [Tree.from_dict(t) for t in d["host_trees"]], list(d["tree_class"]),
-                   [{u: {int(k): float(v) for k, v in vals.items()} for u, vals in per_tree.items()}
-                    for per_tree in d["guest_values"]])
+        try:
+            model = cls(d["objective"], np.asarray(d["base_score"], dtype=np.float64),
+                        [Tree.from_dict(t) for t in d["host_trees"]], [int(c) for c in d["tree_class"]],
+                        [{str(u): {int(k): float(v) for k, v in vals.items()} for u, vals in per_tree.items()}
+                         for per_tree in d["guest_values"]])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ModelFormatError(f"not a HybridTree host model: {type(exc).__name__}: {exc}") from None
+        if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
+            raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
+                                   f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")
+        return model
 
 
 MODES = ("hessian", "count")

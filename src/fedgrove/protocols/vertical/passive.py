@@ -25,7 +25,19 @@ class PassiveModel:
     splits: dict = field(default_factory=dict)  # (tree, node) -> (local feature, bin, missing_left, threshold)
     children: dict = field(default_factory=dict)  # (tree, node) -> (left, right)
 
+    def rows(self, X) -> np.ndarray:
+        """``X`` as float64, refused unless it has the columns this party trained on."""
+        from fedgrove.exceptions import DataError
+
+        X = np.asarray(X, dtype=np.float64)
+        n_features = self.bin_mapper.n_features
+        if X.ndim != 2 or X.shape[1] != n_features:
+            raise DataError(f"{self.party}: test features must have the {n_features} columns it trained on, got "
+                            f"shape {X.shape}")
+        return X
+
     def go_left(self, X: np.ndarray) -> dict:
+        X = self.rows(X)
         out = {}
         for key, (f, _b, ml, thr) in self.splits.items():
             x = X[:, f]
@@ -51,7 +63,26 @@ class PassiveModel:
                 model.children[(int(t), int(n))] = (int(left), int(right))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFormatError(f"not a party model file: {exc}") from None
+        model._check()
         return model
+
+    def _check(self) -> None:
+        """Refuse splits that name no column of this party or have no threshold, children that are not two
+        later nodes, and (where the model keeps children) splits without them: prediction would index outside
+        the rows or walk a broken tree."""
+        from fedgrove.exceptions import ModelFormatError
+
+        n_features = self.bin_mapper.n_features
+        for (t, n), (f, _b, _ml, thr) in self.splits.items():
+            if t < 0 or n < 0 or not 0 <= f < n_features or np.isnan(thr):
+                raise ModelFormatError(f"split ({t}, {n}, feature {f}, threshold {thr}) of a party with "
+                                       f"{n_features} features is invalid")
+        for (t, n), (left, right) in self.children.items():
+            if not (n < left and n < right and left != right):
+                raise ModelFormatError(f"children {left}, {right} of node {n} of tree {t} are not two later nodes")
+        if self.children and (missing := [k for k in self.splits if k not in self.children]):
+            raise ModelFormatError(f"{len(missing)} splits have no children, the first node {missing[0][1]} of "
+                                   f"tree {missing[0][0]}")
 
     def before(self, n_trees: int) -> "PassiveModel":
         """The part of this model that belongs to the first ``n_trees`` trees (resuming from a checkpoint)."""
@@ -146,8 +177,8 @@ class VerticalPassive:
 
 def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray) -> None:
     """A passive party's side of prediction from its model alone (e.g. loaded from its model file)."""
+    X = model.rows(X)
     req = channel.recv(active, "predict", m.PredictRequest)
-    X = np.asarray(X, dtype=np.float64)
     if req.n_samples != len(X):
         raise ProtocolError(f"{channel.party}: asked to predict {req.n_samples} instances, holds {len(X)}")
     bits = model.go_left(X)
