@@ -127,6 +127,21 @@ def test_predict_matches_columns_by_name_and_scores_the_models_label(csv, tmp_pa
     assert (tmp_path / "v.json").read_text() == (tmp_path / "v2.json").read_text()
 
 
+def test_notes_of_the_library_reach_stderr_unless_the_log_level_hides_them(csv, tmp_path, capsys):
+    # early stopping is logged by the engine: the CLI shows it as a note, --log-level warning hides it
+    df = pd.read_csv(csv)
+    noisy = tmp_path / "noisy.csv"
+    df.assign(label=np.random.default_rng(5).permutation(df["label"].to_numpy())).to_csv(noisy, index=False)
+    argv = ["train", csv, "-m", tmp_path / "e.json", "-l", "label", "-n", "200", "-q", "--valid", noisy,
+            "--early-stopping", "2"]
+    code, _, err = run(argv, capsys)
+    assert code == 0 and "note: early stopping at iteration" in err, err
+    code, _, err = run(["--log-level", "warning", *argv], capsys)
+    assert code == 0 and "early stopping" not in err, err
+    code, _, err = run(["--log-level", "loud", *argv], capsys)
+    assert code == 2 and "must be one of debug, info, warning, error" in err
+
+
 def test_predict_reads_a_libsvm_file_that_never_mentions_the_last_feature(tmp_path, capsys):
     from sklearn.datasets import dump_svmlight_file
 

@@ -117,3 +117,21 @@ def test_a_peer_not_yet_heard_from_gets_the_startup_timeout_then_the_normal_one(
         a.recv("b", "second")  # b has been heard from: the normal timeout
     assert time.monotonic() - t0 < 1.0
     assert hub.channel("a", timeout=5, startup_timeout=1).startup_timeout == 5  # never shorter than timeout
+
+
+def test_a_long_wait_is_noted_in_the_log(monkeypatch, caplog):
+    import logging
+    import threading
+
+    from fedgrove.transport import channel
+
+    monkeypatch.setattr(channel, "WAIT_NOTE_AFTER", 0.2)
+    monkeypatch.setattr(channel, "WAIT_NOTE_EVERY", 0.3)
+    hub = InProcessHub(["a", "b"])
+    a, b = hub.channel("a", timeout=5), hub.channel("b", timeout=5)
+    late = threading.Timer(0.7, lambda: b.send("a", "late", _probe()))
+    late.start()
+    with caplog.at_level(logging.INFO, logger="fedgrove"):
+        assert a.recv("b", "late", Probe).count == _probe().count
+    notes = [r.getMessage() for r in caplog.records if "waiting for b" in r.getMessage()]
+    assert len(notes) == 2 and "gives up after 5 s" in notes[0]  # after 0.2 s and 0.5 s, not at 0.8 s

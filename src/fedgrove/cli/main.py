@@ -8,6 +8,7 @@ stderr, never a traceback (set FEDGROVE_DEBUG=1 to see one).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -39,13 +40,48 @@ app.add_typer(ledger_cmd.app, name="ledger")
 app.add_typer(datasets_cmd.app, name="datasets")
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit")):
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit"),
+          log_level: str = typer.Option("info", "--log-level", help="Which of fedgrove's notes to print on stderr: "
+                                        "debug, info (what a run skipped or is waiting for), warning or error")):
     if version:
         import fedgrove
 
         typer.echo(fedgrove.__version__)
         raise typer.Exit()
+    if log_level not in LOG_LEVELS:
+        raise typer.BadParameter(f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}",
+                                 param_hint="'--log-level'")
+    _show_log(log_level)
+
+
+class _ConsoleLog(logging.Handler):
+    """fedgrove's log records as one line each on the CLI's stderr console (``note:``, ``warning:``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.markup import escape
+
+        from fedgrove.cli.common import console
+
+        kind = {"INFO": "note", "DEBUG": "debug"}.get(record.levelname, record.levelname.lower())
+        style = "yellow" if record.levelno >= logging.WARNING else "dim"
+        try:
+            console.print(f"[{style}]{kind}:[/{style}] {escape(record.getMessage())}", markup=True, soft_wrap=True)
+        except Exception:  # a log line must never end a run
+            self.handleError(record)
+
+
+def _show_log(level: str) -> None:
+    """Send the package logger's records at ``level`` and above to the console, once however often main runs."""
+    from fedgrove.log import logger
+
+    for h in [h for h in logger.handlers if isinstance(h, _ConsoleLog)]:
+        logger.removeHandler(h)
+    logger.addHandler(_ConsoleLog())
+    logger.setLevel(level.upper())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from fedgrove.exceptions import PeerTimeoutError, ProtocolError
+from fedgrove.log import logger
 from fedgrove.transport.codec import DEFAULT_MAX_BYTES, Message, decode, encode
+
+WAIT_NOTE_AFTER = 15.0  # seconds of waiting for one message before a note is logged, then one every
+WAIT_NOTE_EVERY = 60.0
 
 
 @dataclass
@@ -148,7 +152,8 @@ class Channel(ABC):
     def _wait(self, box, peer: str, tag: str, timeout: float) -> bytes:
         """The next item of ``box`` (a queue of ``peer``'s messages at ``tag``), waited for in slices so that a
         failure elsewhere in the federation stops the wait at once."""
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline, note = start + timeout, start + WAIT_NOTE_AFTER
         while True:
             try:
                 return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
@@ -156,9 +161,14 @@ class Channel(ABC):
                 failure = self._failure()
                 if failure is not None:
                     raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {failure}") from None
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
                                            f"{peer} stalled or died") from None
+                if now >= note:  # a long wait is said, so that a party started before its peers is not silent
+                    note += WAIT_NOTE_EVERY
+                    logger.info("%s: waiting for %s at %s (%.0f s so far; gives up after %g s)", self.party, peer,
+                                tag, now - start, timeout)
 
     def close(self) -> None:  # noqa: B027 - optional hook: only the gRPC backend has resources
         """Release resources (the gRPC backend stops its server)."""
