@@ -147,7 +147,7 @@ def table1(name: str, cfg: Config) -> dict:
         res["seconds_federated"] = out["fit_seconds"]
         res["MB_federated"] = sum(s["total_sent"] for s in out["fit_stats"].values()) / 1e6
         runs.append(res)
-        logger.info("%s repeat %d: %s", name, rep, res)
+        logger.debug("%s repeat %d: %s", name, rep, res)
     summary = {"task": task, "n_samples": len(y), "n_features": int(X.shape[1]), "runs": runs,
                "identical_every_repeat": all(r["FF_equals_NonFF"] for r in runs)}
     for key in ("RF1", "RF2", "FF", "NonFF"):
@@ -171,7 +171,7 @@ def clients_experiment(cfg: Config) -> dict:
                      "metric": _score(task, y[test], out["predictions"]["one-round"]),
                      "fit_seconds": out["fit_seconds"],
                      "predict_seconds": out["predict_stats"]["one-round"]["seconds"]})
-        logger.info("clients %d: %s", k, rows[-1])
+        logger.debug("clients %d: %s", k, rows[-1])
     return {"dataset": cfg.clients_dataset, "task": task, "trees": cfg.clients_trees, "rows": rows}
 
 

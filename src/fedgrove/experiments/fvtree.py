@@ -105,7 +105,7 @@ def figure6(X, y, Xt, yt, cfg: Config) -> dict:
         res[f"{name}_seconds"] = time.perf_counter() - t0
         res[f"{name}_rejected"] = out["model"].metadata["rejected_histograms"]
         res[f"{name}_contributions"] = out["model"].metadata["contributions"]
-        logger.info("%s: %s", name, res[name][str(cfg.n_trees)])
+        logger.debug("%s: %s", name, res[name][str(cfg.n_trees)])
     last = str(cfg.n_trees)
     res["FV-tree_loss_points"] = res["FV-tree"][last] - res["Centralized"][last]
     return res
@@ -137,7 +137,7 @@ def figure9(name: str, X, y, Xt, yt, cfg: Config) -> dict:
             spent = [pt.privacy.accountant.spent for pt in out["parties"].values()]
         res["by_epsilon"][str(eps)] = {"errors": errs, "mean": float(np.mean(errs)), "min": float(np.min(errs)),
                                        "max": float(np.max(errs)), "epsilon_spent": float(max(spent))}
-        logger.info("dp epsilon %s: %s", eps, res["by_epsilon"][str(eps)])
+        logger.debug("dp epsilon %s: %s", eps, res["by_epsilon"][str(eps)])
     base = GBDTParams(n_estimators=tpe * n_ens, max_depth=cfg.dp_depth, learning_rate=0.3, max_bins=cfg.max_bins)
     res["Standalone"] = _solo(X, y, Xt, yt, parts, base)
     res["Centralized"] = _err(train_gbdt(base, X, y), Xt, yt)

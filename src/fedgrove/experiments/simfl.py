@@ -149,7 +149,7 @@ def compare(X, y, Xt, yt, parts: list, cfg: Config, n_seeds: int, params: GBDTPa
         runs.append(_err(out["model"], Xt, yt))
     res["SimFL_runs"] = runs
     res["SimFL"] = (float(np.mean(runs)), float(np.min(runs)), float(np.max(runs)))
-    logger.info("compare: %s", res)
+    logger.debug("compare: %s", res)
     return res
 
 
