@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from fedgrove.crypto.certs import create_federation_certs
@@ -532,3 +533,63 @@ def test_fvtree_party_killed_others_exit_and_resume_over_grpc_equals_the_simulat
         assert Path(f"{sim}.model.json").read_bytes() == Path(f"{grpc_run}.model.json").read_bytes(), n
         assert len(open_records(f"{grpc_run}.ledger.sqlite")) == len(open_records(f"{sim}.ledger.sqlite"))
         assert main(["ledger", "verify", f"{grpc_run}.ledger.sqlite"]) == 0
+
+
+SIMFL_PAIR = """
+[federation]
+protocol = "simfl"
+seed = 0
+timeout = 20
+[simfl]
+schedule = "{schedule}"
+[params]
+n_estimators = {trees}
+max_depth = 3
+n_threads = {threads}
+[[party]]
+name = "p0"
+role = "party"
+data = "p0.csv"
+label = "y"
+[[party]]
+name = "p1"
+role = "party"
+data = "p1.csv"
+label = "y"
+[output]
+dir = "runs"
+"""
+
+
+def test_parties_given_different_settings_refuse_to_start_and_say_which(tmp_path):
+    # p1 was given other trees and another schedule: before, the two schedules made each wait for the other
+    # until a timeout blamed a peer for stalling; each thread count is the party's own
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import run_role
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    r = np.random.default_rng(0)
+    for k in range(2):
+        pd.DataFrame({"a": r.normal(size=60), "b": r.normal(size=60), "y": r.integers(0, 2, 60)}) \
+            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    cfgs = []
+    for k, (trees, schedule) in enumerate([(4, "blocks"), (5, "round-robin")]):
+        path = tmp_path / f"f{k}.toml"
+        path.write_text(SIMFL_PAIR.format(trees=trees, schedule=schedule, threads=k + 1))
+        cfgs.append(load_federation(path))
+
+    def run(cfg_of):
+        hub = InProcessHub(["p0", "p1"])
+        return run_parties(hub, {n: (lambda n: lambda ch: run_role(cfg_of[n], cfg_of[n].party(n), ch))(n)
+                                 for n in ("p0", "p1")}, timeout=20)
+
+    with pytest.raises(InvalidParameterError) as err:
+        run({"p0": cfgs[0], "p1": cfgs[1]})
+    text = str(err.value)
+    assert "not given the same federation settings" in text and "n_threads" not in text
+    assert "params.n_estimators: 4 here, 5 at" in text or "params.n_estimators: 5 here, 4 at" in text
+    assert "simfl.schedule" in text
+    (tmp_path / "f1.toml").write_text(SIMFL_PAIR.format(trees=4, schedule="blocks", threads=2))
+    results, _ = run({"p0": cfgs[0], "p1": load_federation(tmp_path / "f1.toml")})  # only the threads differ
+    assert set(results) == {"p0", "p1"}

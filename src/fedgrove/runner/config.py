@@ -138,6 +138,22 @@ class FederationConfig:
         except InvalidParameterError as exc:
             raise InvalidParameterError(f"[simfl] {exc}") from None
 
+    def shared_settings(self) -> dict:
+        """What every party must have been given alike, compared when a run starts: the protocol and its
+        table, the seed, ``[params]`` (but ``n_threads``, each party's own), the class names, whether test data
+        is predicted, and who plays which role.  Timeouts, paths, addresses and certificates are each party's
+        own, and so is ``[he]``: only the key holder reads it (the others take the scheme from its key)."""
+        section = {"hybridtree": self.hybridtree, "federated-forest": self.forest, "simfl": self.simfl,
+                   "fvtree": self.fvtree, "horizontal": self.horizontal}.get(self.protocol)
+        settings = {"federation.protocol": self.protocol, "federation.seed": self.seed,
+                    "federation.classes": self.classes, "federation.predict": self.predict,
+                    "roles": {p.name: p.role for p in self.parties},
+                    **{f"params.{k}": v for k, v in self.params.items() if k != "n_threads"}}
+        if section is not None:
+            table = "forest" if self.protocol == "federated-forest" else self.protocol
+            settings.update({f"{table}.{k}": v for k, v in section.items()})
+        return settings
+
     def make_params(self):
         """The protocol's parameter object from ``[params]``."""
         if self.protocol == "federated-forest":

@@ -29,6 +29,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
         raise InvalidParameterError(f"the {cfg.protocol} protocol has no federated prediction: every party holds "
                                     f"the whole model; predict with `fedgrove predict` and leave test = ... out of "
                                     f"the config (or set federation.predict = false)")
+    check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if predict_only or cfg.predict:
         with channel.scope(stage="predict"):
@@ -39,6 +40,46 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     atomic_write_text(out_dir / stats_file, json.dumps(stats, indent=2))
     logger.info("%s finished: %s", spec.name, stats)
     return stats
+
+
+def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: str) -> None:
+    """Every party sends every other its :meth:`FederationConfig.shared_settings` (and whether it trains or only
+    predicts) and refuses to start, naming the settings, when a peer's differ: parties given different trees,
+    schedules or keys would otherwise wait on each other until a timeout blamed a peer for stalling."""
+    from fedgrove.runner.messages import Settings
+
+    mine = {**cfg.shared_settings(), "task": task}
+    if task == "predict":  # --predict predicts whatever the configs say
+        mine["federation.predict"] = True
+    text = json.dumps(mine, sort_keys=True, default=str)
+    peers = sorted(channel.peers)
+    with channel.scope(stage="settings"):
+        channel.broadcast("settings", Settings(text), peers)
+        theirs = channel.gather("settings", Settings, peers)
+    for peer in peers:
+        if theirs[peer].text == text:
+            continue
+        try:
+            other = json.loads(theirs[peer].text)
+        except json.JSONDecodeError:
+            other = {}
+        if not isinstance(other, dict):
+            other = {}
+        # a party need not know every other (a peer's peers may differ): roles are compared where both know them
+        known = other.get("roles") if isinstance(other.get("roles"), dict) else {}
+        mine_roles, their_roles = ({n: r for n, r in roles.items() if n in mine["roles"] and n in known}
+                                   for roles in (mine["roles"], known))
+        mine_cmp, other_cmp = {**mine, "roles": mine_roles}, {**other, "roles": their_roles}
+        keys = sorted(k for k in set(mine_cmp) | set(other_cmp)
+                      if json.dumps(mine_cmp.get(k), sort_keys=True, default=str)
+                      != json.dumps(other_cmp.get(k), sort_keys=True, default=str))
+        if not keys:
+            continue
+        shown = "; ".join(f"{k}: {mine_cmp.get(k)!r} here, {other_cmp.get(k)!r} at {peer}" for k in keys[:6])
+        raise InvalidParameterError(f"{spec.name} and {peer} were not given the same federation settings "
+                                    f"({shown}{'; ...' if len(keys) > 6 else ''}); give every party the same "
+                                    f"[federation], [params] and protocol tables, and start all of them to train "
+                                    f"or all with --predict")
 
 
 def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict_only: bool = False) -> dict:
