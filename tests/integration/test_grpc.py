@@ -54,6 +54,24 @@ def test_messages_cross_processes_boundaries_over_mutual_tls(pair):
         b.recv("alice", "nothing")
 
 
+def test_a_second_party_on_a_port_in_use_is_refused_not_given_half_the_calls(tmp_path):
+    # gRPC binds with SO_REUSEPORT by default: a second process on the same port used to start and take a share
+    # of the calls meant for the first
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=10)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=10)
+    try:
+        with pytest.raises(ProtocolError, match=f"cannot listen on 127.0.0.1:{pa}: another process holds the port"):
+            GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=5)
+        for k in range(8):  # every call reaches the first
+            b.send("alice", f"still{k}", Ping(np.arange(3.0) + k))
+            np.testing.assert_array_equal(a.recv("bob", f"still{k}", Ping).data, np.arange(3.0) + k)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_certificate_from_another_ca_is_refused(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     create_federation_certs(ours, ["alice", "bob"])

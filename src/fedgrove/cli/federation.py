@@ -42,7 +42,6 @@ def party(config: Path = typer.Argument(..., help="party.toml: this party, its c
     cfg, me = load_party(config)
     _check_predict(cfg, predict, resume)
     check_output_dir(cfg.output_dir, f"[output] dir of {config}")
-    console.print(f"{me.name} ({me.role}) listening on {me.listen}; peers: {', '.join(cfg.peers)}")
     _note_missing_checkpoints(cfg, [me.name], resume)
     with progress_bar(f"{me.name} training", 1, enabled=not predict) as update:
         results = run_party(cfg, me, resume, update, predict_only=predict)

@@ -106,6 +106,7 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
     tls = TLSFiles(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
                           startup_timeout=cfg.startup_timeout)
+    logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
     try:
         return run_role(cfg, spec, channel, resume=resume, progress=progress, predict_only=predict_only)
     except BaseException as exc:

@@ -94,13 +94,20 @@ class GrpcChannel(Channel):
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
                                             require_client_auth=True)
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=opts)
+        # no SO_REUSEPORT (gRPC's default on Linux): a second process on the same port would share its calls
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                                   options=opts + [("grpc.so_reuseport", 0)])
         handler = grpc.method_handlers_generic_handler("fedgrove.Federation", {
             "Exchange": grpc.unary_unary_rpc_method_handler(self._on_exchange, request_deserializer=Envelope.FromString,
                                                             response_serializer=Ack.SerializeToString)})
         self._server.add_generic_rpc_handlers((handler,))
-        if self._server.add_secure_port(listen, creds) == 0:
-            raise ProtocolError(f"{party}: cannot listen on {listen}")
+        try:
+            bound = self._server.add_secure_port(listen, creds)
+        except RuntimeError:  # newer grpcio raise where older ones return 0
+            bound = 0
+        if bound == 0:
+            raise ProtocolError(f"{party}: cannot listen on {listen}: another process holds the port (is this "
+                                f"party already running?) or the address is not one of this machine's")
         self._server.start()
         client_creds = grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key,
                                                     certificate_chain=tls.cert)
