@@ -6,6 +6,7 @@ import pytest
 from fedgrove.crypto.he import keygen
 from fedgrove.data.partition import hybrid_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.exceptions import DataError
 from fedgrove.protocols.hybridtree.simulate import run_hybridtree
 
 
@@ -48,6 +49,26 @@ def test_instances_held_by_no_guest_keep_the_host_value(setup):
     solo = train_gbdt(GBDTParams(n_estimators=1, max_depth=4, learning_rate=0.3), Xh, y)
     np.testing.assert_array_equal(out["raw"][1500:, 0], solo.predict_raw(Xh[1500:]))
     assert not np.allclose(out["raw"][:1500, 0], solo.predict_raw(Xh[:1500]))
+
+
+def test_a_guest_without_instances_takes_part_and_changes_nothing(setup):
+    # its block of encrypted gradients is empty: HEU 0.5 crashed the process serialising it
+    Xh, y, guests = setup
+    Xg, ids = guests[0]
+    params = GBDTParams(n_estimators=2, max_depth=5, learning_rate=0.3)
+    alone = run_hybridtree(Xh, y, guests, params, keygen("ou"), 4, 1, timeout=30)
+    out = run_hybridtree(Xh, y, guests + [(Xg[:0], ids[:0])], params, keygen("ou"), 4, 1, timeout=30)
+    np.testing.assert_allclose(out["raw"], alone["raw"], rtol=0, atol=1e-9)
+    assert out["guest_models"]["guest3"].splits == {}
+    assert all(not per_tree.get("guest3") for per_tree in out["model"].guest_values)
+
+
+def test_duplicate_instance_ids_are_refused_by_party(setup):
+    Xh, y, guests = setup
+    Xg, ids = guests[1]
+    with pytest.raises(DataError, match="instance IDs must be unique"):
+        run_hybridtree(Xh, y, [guests[0], (Xg, np.where(ids == ids[1], ids[0], ids))], PARAMS, keygen("ou"), 4, 1,
+                       timeout=30)
 
 
 def test_guests_receive_only_ciphertexts_node_sets_and_their_own_splits(setup):

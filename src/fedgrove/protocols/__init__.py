@@ -6,7 +6,24 @@ transport, so the same role code runs in-process and over gRPC.
 
 import hashlib
 
-from fedgrove.exceptions import InvalidParameterError, ProtocolError
+import numpy as np
+
+from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
+
+
+def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
+    """A party's instance IDs as int64, refused unless there is one per row and no two are equal (rows sharing
+    an ID would be matched to the same row of another party); None stays None."""
+    if ids is None:
+        return None
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if len(ids) != n_rows:
+        raise DataError(f"{party}: {len(ids)} instance IDs for {n_rows} rows")
+    if len(np.unique(ids)) != len(ids):
+        values, counts = np.unique(ids, return_counts=True)
+        raise DataError(f"{party}: instance IDs must be unique; {int(values[counts > 1][0])} is given to "
+                        f"{int(counts.max())} rows")
+    return ids
 
 
 def features_digest(names) -> bytes:

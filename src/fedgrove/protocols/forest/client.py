@@ -21,6 +21,7 @@ from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
 from fedgrove.exceptions import DataError, ProtocolError
+from fedgrove.protocols import instance_ids
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms
 from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms
@@ -63,7 +64,7 @@ class ForestClient:
         if self.y is not None and len(self.y) != len(self.X):
             raise DataError(f"{channel.party}: {len(self.y)} labels for {len(self.X)} rows")
         self.he = he
-        self.ids = ids
+        self.ids = instance_ids(ids, len(self.X), channel.party)
         self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
         self.model = PassiveModel(channel.party, self.bin_mapper)

@@ -7,6 +7,7 @@ import numpy as np
 from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
 from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols import instance_ids
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, packer_from_key
 
@@ -15,9 +16,7 @@ class HybridGuest:
     def __init__(self, channel, X, ids, host: str, max_bins: int = 255, seed: int = 0):
         self.ch, self.host = channel, host
         self.X = np.asarray(X, dtype=np.float64)
-        self.ids = np.asarray(ids, dtype=np.int64)
-        if len(self.ids) != len(self.X):
-            raise ProtocolError(f"{channel.party}: {len(self.ids)} IDs for {len(self.X)} rows")
+        self.ids = instance_ids(ids, len(self.X), channel.party)
         self.bin_mapper = BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
         self.model = PassiveModel(channel.party, self.bin_mapper)  # splits and their children (for routing)

@@ -23,7 +23,7 @@ from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for
-from fedgrove.protocols import refuse_unsupported
+from fedgrove.protocols import instance_ids, refuse_unsupported
 
 
 @dataclass
@@ -88,7 +88,7 @@ class HybridHost:
                                         f"{guest_depth}")
         self.ch, self.guests, self.params, self.he = channel, list(guests), params, he
         self.X, self.y = check_xy(X, y)
-        self.ids = np.arange(len(self.X)) if ids is None else np.asarray(ids, dtype=np.int64)
+        self.ids = np.arange(len(self.X)) if ids is None else instance_ids(ids, len(self.X), channel.party)
         self.host_depth, self.guest_depth = host_depth, guest_depth
         self.packer = packer_for(params.objective, self.y)
         self.bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(self.X)

@@ -31,13 +31,13 @@ from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
-from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.protocols.simfl import messages as m
 from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
 from fedgrove.protocols.tfl import tree_schedule
 from fedgrove.protocols.vertical.messages import Start, ids_digest
-from fedgrove.protocols import check_same_features, features_digest, refuse_unsupported
+from fedgrove.protocols import check_same_features, features_digest, instance_ids, refuse_unsupported
 
 SCHEDULES = {"blocks": "blocks", "round-robin": "round_robin"}
 
@@ -125,9 +125,7 @@ class SimFLParty:
         self.others = [p for p in self.parties if p != channel.party]
         n = len(self.X)
         self.ids = (np.arange(n, dtype=np.int64) + (self.index << 32)) if ids is None else \
-            np.asarray(ids, dtype=np.int64)
-        if len(self.ids) != n or len(np.unique(self.ids)) != n:
-            raise DataError(f"{channel.party}: instance IDs must be unique, one per row")
+            instance_ids(ids, n, channel.party)
         self.cache = Path(cache) if cache else None
         self.similarity: Similarity | None = None
         self.timings: dict = {}

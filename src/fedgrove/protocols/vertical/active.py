@@ -18,7 +18,7 @@ from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
-from fedgrove.protocols import refuse_unsupported
+from fedgrove.protocols import instance_ids, refuse_unsupported
 
 
 class _Remote:
@@ -251,7 +251,7 @@ class VerticalActive:
         self.row_packing = RowPacking.for_packer(self.packer, k)
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
-        self.ids = ids
+        self.ids = instance_ids(ids, len(self.X), channel.party)
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it.

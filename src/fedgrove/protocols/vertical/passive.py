@@ -12,6 +12,7 @@ from fedgrove.crypto.he import public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols import instance_ids
 from fedgrove.protocols.vertical import messages as m
 
 
@@ -102,7 +103,7 @@ class VerticalPassive:
         self.X_binned = self.bin_mapper.transform(self.X)
         self.n_value_bins = self.bin_mapper.n_value_bins
         self.model = PassiveModel(channel.party, self.bin_mapper)
-        self.ids = ids
+        self.ids = instance_ids(ids, len(self.X), channel.party)
 
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
