@@ -167,6 +167,26 @@ def test_dp_leaf_values_are_bounded_by_leaf_clip_at_no_cost_in_budget():
     with pytest.raises(InvalidParameterError, match="leaf_clip"):
         DPOptions(epsilon=1.0, leaf_clip=0.0)
 
+def test_dp_that_leaves_every_tree_without_a_split_says_so(caplog):
+    # tiny parties and a small budget: the noise leaves no split with a positive gain; the model is a constant,
+    # which the parties are told instead of finding out from its predictions
+    import logging
+
+    parts = _parts(n=160, k=2, theta=0.6)
+    params = GBDTParams(n_estimators=4, max_depth=3, learning_rate=0.3, max_bins=8)
+    opts = FVTreeOptions(use_psd=False, refit=False, verify=False, noise="public",
+                         dp=DPOptions(epsilon=0.2, trees_per_ensemble=4))
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        out = run_fvtree(parts, params, opts)
+    assert all(t.n_nodes == 1 for t in out["model"].trees)
+    said = [r.getMessage() for r in caplog.records if "no tree has a split" in r.getMessage()]
+    assert len(said) == len(parts)  # each party says it
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        run_fvtree(parts, params, FVTreeOptions(use_psd=False, refit=False, verify=False))  # no DP: splits
+    assert not [r for r in caplog.records if "no tree has a split" in r.getMessage()]
+
+
 def test_pv_tree_and_top_two_voting_run_and_learn():
     parts = _parts(n=4000, k=4, theta=0.8)
     X = np.vstack([a for a, _ in parts])

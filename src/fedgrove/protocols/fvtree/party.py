@@ -43,6 +43,7 @@ from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_m
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.ledger import records as rec
+from fedgrove.log import logger
 from fedgrove.ledger.contributions import shapley_values, split_sums, vote_contributions
 from fedgrove.ledger.store import sign_record, signed_bytes
 from fedgrove.protocols.fvtree import messages as m
@@ -392,6 +393,10 @@ class FVTreeParty:
         model.metadata["uploads_per_party"] = self.uploads
         if self.privacy.report():
             model.metadata["privacy"] = self.privacy.report()
+        if o.dp is not None and model.trees and not any(t.n_nodes > 1 for t in model.trees):
+            logger.warning("%s: with differential privacy no tree has a split (the noise on %d rows left no split "
+                           "with a positive gain): the model predicts one value; a larger epsilon, fewer trees per "
+                           "ensemble or more rows per party help", ch.party, len(self.X))
         self.model = model
         return model
 
