@@ -26,6 +26,16 @@ def test_horizontal_partitions_cover_all_samples_once(table, mode):
     assert _covers_disjointly([s.rows for s in p.shards], 600)
 
 
+@pytest.mark.parametrize("mode,parties,beta,expected", [("balanced", 601, 0.5, "1 of 601 parties would hold no rows"),
+                                                         ("dirichlet", 12, 0.005, "or a larger beta")])
+def test_a_partition_that_leaves_a_party_without_rows_is_refused(table, mode, parties, beta, expected):
+    from fedgrove.exceptions import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=expected):
+        horizontal_partition(table.y, parties, mode, beta=beta, seed=1)
+    assert min(len(s.rows) for s in horizontal_partition(table.y, 600, "balanced", seed=1).shards) == 1
+
+
 def test_unbalanced_partition_has_the_theta_ratio(table):
     p = horizontal_partition(table.y, 2, "unbalanced", theta=0.8, seed=2)
     a = p.shards[0].rows

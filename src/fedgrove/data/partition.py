@@ -110,6 +110,12 @@ def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", 
         parts = _dirichlet_split(y, rows, n_parties, beta, rng)
     else:
         raise InvalidParameterError(f"horizontal mode must be balanced, unbalanced or dirichlet, got {mode!r}")
+    empty = [f"party{j}" for j, p in enumerate(parts) if len(p) == 0]
+    if empty:  # a party without rows cannot train
+        raise InvalidParameterError(
+            f"{len(empty)} of {n_parties} parties would hold no rows ({', '.join(empty[:5])}"
+            f"{', ...' if len(empty) > 5 else ''}) of {len(y)}: use fewer parties"
+            + (" or a larger beta (less skew)" if mode == "dirichlet" else ""))
     shards = [PartyShard(f"party{j}", "party", p, np.zeros(0, dtype=np.int64), True) for j, p in enumerate(parts)]
     return Partition("horizontal", shards, len(y), n_features,
                      {"mode": mode, "theta": theta, "beta": beta, "seed": seed})
