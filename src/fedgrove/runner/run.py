@@ -38,7 +38,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
              **channel.stats.as_dict(), **summary}
     stats_file = f"{spec.name}.predict-stats.json" if predict_only else f"{spec.name}.stats.json"
     atomic_write_text(out_dir / stats_file, json.dumps(stats, indent=2))
-    logger.info("%s finished: %s", spec.name, stats)
+    logger.debug("%s finished: %s", spec.name, stats)
     return stats
 
 
