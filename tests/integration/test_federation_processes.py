@@ -593,3 +593,28 @@ def test_parties_given_different_settings_refuse_to_start_and_say_which(tmp_path
     (tmp_path / "f1.toml").write_text(SIMFL_PAIR.format(trees=4, schedule="blocks", threads=2))
     results, _ = run({"p0": cfgs[0], "p1": load_federation(tmp_path / "f1.toml")})  # only the threads differ
     assert set(results) == {"p0", "p1"}
+
+
+def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_extends_it(tmp_path):
+    # before, the resumed model kept every checkpointed tree while its parameters said fewer
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.engine.model import load_model
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import simulate
+
+    r = np.random.default_rng(1)
+    for k in range(2):
+        pd.DataFrame({"a": r.normal(size=80), "b": r.normal(size=80), "y": r.integers(0, 2, 80)}) \
+            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    path = tmp_path / "f.toml"
+
+    def run(trees, resume):
+        path.write_text(SIMFL_PAIR.format(trees=trees, schedule="round-robin", threads=1))
+        simulate(load_federation(path), resume=resume)
+        return load_model(tmp_path / "runs" / "p0.model.json")
+
+    assert run(4, False).n_trees == 4
+    with pytest.raises(InvalidParameterError, match="checkpoint holds 4 rounds, more than n_estimators = 3"):
+        run(3, True)
+    longer = run(6, True)
+    assert longer.n_trees == 6 and longer.params["n_estimators"] == 6

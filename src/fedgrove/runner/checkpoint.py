@@ -107,6 +107,21 @@ class CheckpointStore:
         return state
 
     @staticmethod
+    def rounds(state: dict) -> int | None:
+        """Boosting rounds (forest: trees) of the whole model a checkpoint holds; None for a party's part."""
+        d = state.get("model")
+        if not isinstance(d, dict):
+            return None
+        if d.get("kind") == "gbdt" and isinstance(d.get("trees"), list):
+            per_round = int(d.get("n_classes") or 1) if d.get("objective") == "multiclass" else 1
+            return len(d["trees"]) // max(per_round, 1)
+        if d.get("kind") == "forest" and isinstance(d.get("trees"), list):
+            return len(d["trees"])
+        if d.get("format") == "fedgrove-hybridtree-host" and isinstance(d.get("tree_class"), list):
+            return len(d["tree_class"]) // (max(d["tree_class"], default=0) + 1)
+        return None
+
+    @staticmethod
     def scores(state: dict, shape: tuple) -> np.ndarray:
         """The training scores saved with a checkpoint, checked against the shape this party expects."""
         from fedgrove.exceptions import ProtocolError

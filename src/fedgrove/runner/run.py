@@ -30,6 +30,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
                                     f"the whole model; predict with `fedgrove predict` and leave test = ... out of "
                                     f"the config (or set federation.predict = false)")
     check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
+    if resume and not predict_only:
+        _check_checkpoint_fits(cfg, ctx)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if predict_only or cfg.predict:
         with channel.scope(stage="predict"):
@@ -40,6 +42,18 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     atomic_write_text(out_dir / stats_file, json.dumps(stats, indent=2))
     logger.debug("%s finished: %s", spec.name, stats)
     return stats
+
+
+def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
+    """Refuse to resume from a checkpoint that holds more rounds than the config asks for: the model would keep
+    them all while its parameters said fewer (a run is extended by raising n_estimators, not shortened)."""
+    state = ctx.checkpoint.load()
+    rounds = None if state is None else ctx.checkpoint.rounds(state)
+    wanted = cfg.make_params().n_estimators
+    if rounds is not None and rounds > wanted:
+        raise InvalidParameterError(f"{ctx.spec.name}'s checkpoint holds {rounds} rounds, more than n_estimators = "
+                                    f"{wanted}: resume with n_estimators >= {rounds}, or train anew (without "
+                                    f"--resume, or into another output directory)")
 
 
 def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: str) -> None:

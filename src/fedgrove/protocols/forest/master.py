@@ -93,6 +93,7 @@ class ForestMaster:
             from fedgrove.engine.model import model_from_dict
 
             model = model_from_dict(state["model"], source=str(checkpoint.path))
+            model.params = self.params.to_dict()  # this run's (n_estimators may have been raised to grow on)
         start = model.n_trees
         ch.broadcast("start", m.Start(start), self.clients)
         for t in range(start, p.n_estimators):

@@ -261,6 +261,7 @@ class SimFLParty:
 
             state = checkpoint.load()
             model = model_from_dict(state["model"], source=str(checkpoint.path))
+            model.params = p.to_dict()  # this run's (n_estimators may have been raised to train on)
             raw = CheckpointStore.scores(state, (len(y), K))
         grower = LocalGrower(self.X, p)
         ranked = RankedRows(self.X)  # routes the other parties' trees (raw thresholds) through this party's rows
