@@ -72,6 +72,34 @@ def test_a_second_party_on_a_port_in_use_is_refused_not_given_half_the_calls(tmp
         b.close()
 
 
+def test_a_partys_tls_files_are_checked_before_it_connects(tmp_path):
+    # otherwise the handshakes fail and the peers wait out the startup timeout for a party that never answers
+    import datetime
+    import shutil
+
+    from fedgrove.crypto.certs import check_party_certs
+    from fedgrove.exceptions import DataError
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    create_federation_certs(ours, ["alice", "bob"])
+    create_federation_certs(theirs, ["alice"])
+    check_party_certs(ours / "ca.pem", ours / "alice.pem", ours / "alice.key", "alice")
+    with pytest.raises(DataError, match="bob.pem is the certificate of bob, not of alice"):
+        check_party_certs(ours / "ca.pem", ours / "bob.pem", ours / "bob.key", "alice")
+    with pytest.raises(DataError, match="was not issued by .*ca.pem"):
+        check_party_certs(ours / "ca.pem", theirs / "alice.pem", theirs / "alice.key", "alice")
+    with pytest.raises(DataError, match="alice.key is not the key of"):
+        check_party_certs(ours / "ca.pem", ours / "alice.pem", theirs / "alice.key", "alice")
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=400)
+    with pytest.raises(DataError, match="valid from .* UTC, not now"):
+        check_party_certs(ours / "ca.pem", ours / "alice.pem", ours / "alice.key", "alice", now=later)
+    broken = tmp_path / "broken"
+    shutil.copytree(ours, broken)
+    (broken / "alice.pem").write_text("not a certificate")
+    with pytest.raises(DataError, match="cannot read its TLS files"):
+        check_party_certs(broken / "ca.pem", broken / "alice.pem", broken / "alice.key", "alice")
+
+
 def test_a_certificate_from_another_ca_is_refused(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     create_federation_certs(ours, ["alice", "bob"])

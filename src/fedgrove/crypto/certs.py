@@ -86,3 +86,37 @@ def create_federation_certs(out_dir, parties: list[str], hosts: dict[str, list[s
         _write(out / f"{p}.key", _key_pem(key), private=True)
         written += [out / f"{p}.pem", out / f"{p}.key"]
     return written
+
+
+def check_party_certs(ca_path, cert_path, key_path, party: str, now: datetime.datetime | None = None) -> None:
+    """Refuse, before any connection, a party's TLS files that cannot work: unreadable, a certificate outside its
+    validity period, one issued to another party or by another CA than ``ca_path``'s, or a key that is not the
+    certificate's.  (Otherwise the handshakes fail and the peers only see a party that never answers.)"""
+    from cryptography.exceptions import InvalidSignature
+
+    from fedgrove.exceptions import DataError
+
+    try:
+        ca = x509.load_pem_x509_certificate(Path(ca_path).read_bytes())
+        cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise DataError(f"party {party}: cannot read its TLS files ({ca_path}, {cert_path}, {key_path}): "
+                        f"{exc}") from None
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    redo = "create the federation's certificates again with `fedgrove certs`"
+    for what, c, path in (("the CA certificate", ca, ca_path), ("its certificate", cert, cert_path)):
+        if now < c.not_valid_before_utc or now > c.not_valid_after_utc:
+            raise DataError(f"party {party}: {what} {path} is valid from {c.not_valid_before_utc:%Y-%m-%d %H:%M} "
+                            f"to {c.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, not now; {redo}")
+    names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if names != [party]:
+        raise DataError(f"party {party}: {cert_path} is the certificate of {', '.join(map(str, names)) or 'nobody'}, "
+                        f"not of {party}")
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (InvalidSignature, ValueError, TypeError):
+        raise DataError(f"party {party}: {cert_path} was not issued by {ca_path} (certificates of another "
+                        f"federation?); {redo}") from None
+    if key.public_key().public_numbers() != cert.public_key().public_numbers():
+        raise DataError(f"party {party}: {key_path} is not the key of {cert_path}")

@@ -111,6 +111,7 @@ def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict
 def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, progress=None,
               predict_only: bool = False) -> dict:
     """This party alone, over gRPC with mutual TLS."""
+    from fedgrove.crypto.certs import check_party_certs
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
 
     certs = Path(spec.certs)
@@ -118,6 +119,7 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
         if not (certs / f).exists():
             raise DataError(f"party {spec.name}: {certs / f} not found; create certificates with `fedgrove certs`")
     tls = TLSFiles(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
+    check_party_certs(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key", spec.name)
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
                           startup_timeout=cfg.startup_timeout)
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
