@@ -107,7 +107,8 @@ class GrpcChannel(Channel):
             bound = 0
         if bound == 0:
             raise ProtocolError(f"{party}: cannot listen on {listen}: another process holds the port (is this "
-                                f"party already running?) or the address is not one of this machine's")
+                                f"party already running?), the address is not one of this machine's, or its "
+                                f"certificate and key do not match")
         self._server.start()
         client_creds = grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key,
                                                     certificate_chain=tls.cert)
