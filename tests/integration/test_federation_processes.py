@@ -546,6 +546,7 @@ schedule = "{schedule}"
 n_estimators = {trees}
 max_depth = 3
 n_threads = {threads}
+{extra}
 [[party]]
 name = "p0"
 role = "party"
@@ -576,7 +577,7 @@ def test_parties_given_different_settings_refuse_to_start_and_say_which(tmp_path
     cfgs = []
     for k, (trees, schedule) in enumerate([(4, "blocks"), (5, "round-robin")]):
         path = tmp_path / f"f{k}.toml"
-        path.write_text(SIMFL_PAIR.format(trees=trees, schedule=schedule, threads=k + 1))
+        path.write_text(SIMFL_PAIR.format(trees=trees, schedule=schedule, threads=k + 1, extra=""))
         cfgs.append(load_federation(path))
 
     def run(cfg_of):
@@ -590,8 +591,12 @@ def test_parties_given_different_settings_refuse_to_start_and_say_which(tmp_path
     assert "not given the same federation settings" in text and "n_threads" not in text
     assert "params.n_estimators: 4 here, 5 at" in text or "params.n_estimators: 5 here, 4 at" in text
     assert "simfl.schedule" in text
-    (tmp_path / "f1.toml").write_text(SIMFL_PAIR.format(trees=4, schedule="blocks", threads=2))
-    results, _ = run({"p0": cfgs[0], "p1": load_federation(tmp_path / "f1.toml")})  # only the threads differ
+    # resolved settings are compared: a default written out, 1 for 1.0, and each party's threads agree
+    (tmp_path / "f0.toml").write_text(SIMFL_PAIR.format(trees=4, schedule="blocks", threads=1,
+                                                        extra="learning_rate = 1"))
+    (tmp_path / "f1.toml").write_text(SIMFL_PAIR.format(trees=4, schedule="blocks", threads=2,
+                                                        extra="learning_rate = 1.0\nmax_bins = 255"))
+    results, _ = run({"p0": load_federation(tmp_path / "f0.toml"), "p1": load_federation(tmp_path / "f1.toml")})
     assert set(results) == {"p0", "p1"}
 
 
@@ -609,7 +614,7 @@ def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_e
     path = tmp_path / "f.toml"
 
     def run(trees, resume):
-        path.write_text(SIMFL_PAIR.format(trees=trees, schedule="round-robin", threads=1))
+        path.write_text(SIMFL_PAIR.format(trees=trees, schedule="round-robin", threads=1, extra=""))
         simulate(load_federation(path), resume=resume)
         return load_model(tmp_path / "runs" / "p0.model.json")
 

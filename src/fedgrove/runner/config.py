@@ -140,15 +140,22 @@ class FederationConfig:
 
     def shared_settings(self) -> dict:
         """What every party must have been given alike, compared when a run starts: the protocol and its
-        table, the seed, ``[params]`` (but ``n_threads``, each party's own), the class names, whether test data
-        is predicted, and who plays which role.  Timeouts, paths, addresses and certificates are each party's
-        own, and so is ``[he]``: only the key holder reads it (the others take the scheme from its key)."""
-        section = {"hybridtree": self.hybridtree, "federated-forest": self.forest, "simfl": self.simfl,
-                   "fvtree": self.fvtree, "horizontal": self.horizontal}.get(self.protocol)
+        table, the seed, the parameters (but ``n_threads``, each party's own), the class names, whether test
+        data is predicted, and who plays which role; resolved, so that a default left out and the same value
+        written (or ``1`` and ``1.0``) agree.  Timeouts, paths, addresses and certificates are each party's own,
+        and so is ``[he]``: only the key holder reads it (the others take the scheme from its key)."""
+        if self.protocol == "simfl":
+            o = self.simfl_options()
+            section = {**o.lsh.to_dict(), "schedule": o.schedule}
+        elif self.protocol == "fvtree":
+            section = self.fvtree_options().to_dict()
+        else:
+            section = {"hybridtree": self.hybridtree, "federated-forest": self.forest,
+                       "horizontal": self.horizontal}.get(self.protocol)
+        params = {k: v for k, v in self.make_params().to_dict().items() if k != "n_threads"}
         settings = {"federation.protocol": self.protocol, "federation.seed": self.seed,
                     "federation.classes": self.classes, "federation.predict": self.predict,
-                    "roles": {p.name: p.role for p in self.parties},
-                    **{f"params.{k}": v for k, v in self.params.items() if k != "n_threads"}}
+                    "roles": {p.name: p.role for p in self.parties}, **{f"params.{k}": v for k, v in params.items()}}
         if section is not None:
             table = "forest" if self.protocol == "federated-forest" else self.protocol
             settings.update({f"{table}.{k}": v for k, v in section.items()})
@@ -169,6 +176,20 @@ class FederationConfig:
             if p.name == name:
                 return p
         raise InvalidParameterError(f"no party named {name!r} in {self.source}")
+
+
+def canonical(v):
+    """``v`` with every number a float (booleans kept) and nested tables and lists likewise, for comparing
+    settings (``1`` and ``1.0`` are one value)."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, dict):
+        return {str(k): canonical(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [canonical(x) for x in v]
+    return str(v)
 
 
 def _build(cls, values: dict, table: str):

@@ -9,7 +9,7 @@ from pathlib import Path
 from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
-from fedgrove.runner.config import FederationConfig, PartySpec
+from fedgrove.runner.config import FederationConfig, PartySpec, canonical
 
 
 def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False,
@@ -85,8 +85,8 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
                                    for roles in (mine["roles"], known))
         mine_cmp, other_cmp = {**mine, "roles": mine_roles}, {**other, "roles": their_roles}
         keys = sorted(k for k in set(mine_cmp) | set(other_cmp)
-                      if json.dumps(mine_cmp.get(k), sort_keys=True, default=str)
-                      != json.dumps(other_cmp.get(k), sort_keys=True, default=str))
+                      if json.dumps(canonical(mine_cmp.get(k)), sort_keys=True, default=str)
+                      != json.dumps(canonical(other_cmp.get(k)), sort_keys=True, default=str))
         if not keys:
             continue
         shown = "; ".join(f"{k}: {mine_cmp.get(k)!r} here, {other_cmp.get(k)!r} at {peer}" for k in keys[:6])
