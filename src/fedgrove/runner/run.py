@@ -58,8 +58,8 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
 
 def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: str) -> None:
     """Every party sends every other its :meth:`FederationConfig.shared_settings` (and whether it trains or only
-    predicts) and refuses to start, naming the settings, when a peer's differ: parties given different trees,
-    schedules or keys would otherwise wait on each other until a timeout blamed a peer for stalling."""
+    predicts) and refuses to start, naming the settings, when a peer's differ: parties given other numbers of trees
+    or other schedules would otherwise wait on each other until a timeout blamed a peer for stalling."""
     from fedgrove.runner.messages import Settings
 
     mine = {**cfg.shared_settings(), "task": task}
