@@ -243,6 +243,14 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         assert "a party's part of a federated model" in text and shown in text
         assert main(["predict", str(out / f"{name}.model.json"), str(tmp_path / "parts" / "host-test.csv")]) == 4
         assert "predicts through its federation" in capsys.readouterr().err
+    # the host's file ranks the host's own features (by name) over its layers; a guest's holds no gains
+    host_columns = set(pd.read_csv(tmp_path / "parts" / "host.csv", nrows=0).columns) - {"_id", "target"}
+    assert main(["info", str(out / "host.model.json"), "--importance", "split"]) == 0
+    text = capsys.readouterr().out
+    table = text[text.index("the host's features in its layers"):]
+    rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert rows and set(rows) <= host_columns and "top host features by gain" in text
+    assert main(["info", str(out / "guest0.model.json"), "--importance", "gain"]) == 2
     _corrupt_parts_are_refused(cfg, out, "guest0", "host", capsys)
 
 

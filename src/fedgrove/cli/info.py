@@ -52,16 +52,22 @@ def info(
                       + (" ..." if len(cats) > 12 else ""))
         return
     if is_model and (part := _federated_part(p)) is not None:
-        if importance is not None:
+        host = _host_importance(p)  # a HybridTree host's own layers: its features' gains
+        if importance is not None and host is None:
             raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
                                         "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
-                                        "a vertical active party's or a Federated Forest master's)")
+                                        "a vertical active party's or a Federated Forest master's) or a "
+                                        "HybridTree host's")
+        if host is not None:
+            part.append(("top host features by gain", _top_features(*host)))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
         for k, v in [("model", "a party's part of a federated model (predicts through the federation)"), *part]:
             t.add_row(k, v)
         out.print(t)
+        if importance is not None:
+            out.print(_importance_table(*host, importance, "the host's features in its layers "))
         return
     if is_model:
         m = load_model(p)
@@ -76,7 +82,7 @@ def info(
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
         if any(t.foreign_splits for t in m.trees):
             rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
-        rows.append(("top features by gain", _top_features(m)))
+        rows.append(("top features by gain", _top_features(*_importance(m))))
         if m.metadata.get("feature_owners"):
             rows.append(("gain by party", _gain_by_party(m)))
         t = RichTable(title=str(p), show_header=False)
@@ -88,7 +94,7 @@ def info(
             t.add_row(f"param {k}", str(v))
         out.print(t)
         if importance is not None:
-            out.print(_importance_table(m, importance))
+            out.print(_importance_table(*_importance(m), importance))
         return
     if p.is_file() and _head(p, 16) == b"SQLite format 3\x00":
         from fedgrove.exceptions import DataError
@@ -110,15 +116,52 @@ def info(
     out.print(t)
 
 
-def _top_features(m, k: int = 5) -> str:
-    """The ``k`` features with the largest summed gain, with their share of the model's total."""
-    gain = m.feature_importance("gain")
+def _importance(m) -> tuple:
+    """A whole model's (summed gains, split counts, labels) per feature."""
+    return m.feature_importance("gain"), m.feature_importance("split"), m.feature_labels()
+
+
+def _host_importance(p: Path):
+    """A HybridTree host file's (gains, splits, labels) over its own layers' splits, or None for other parts."""
+    from fedgrove.engine.model import feature_importance
+    from fedgrove.engine.tree import Tree
+    from fedgrove.exceptions import ModelFormatError
+
+    d = json.loads(p.read_text())
+    if d.get("format") != "fedgrove-hybridtree-host":
+        return None
+    try:
+        trees = [Tree.from_dict(t) for t in d.get("host_trees", [])]
+    except ModelFormatError as exc:
+        raise ModelFormatError(f"{p} is corrupt: {exc}") from None
+    names = d.get("feature_names")
+    width = len(names) if isinstance(names, list) else None
+    gain, splits = feature_importance(trees, "gain", width), feature_importance(trees, "split", width)
+    labels = [str(n) for n in names] if width == len(gain) else [f"f{j}" for j in range(len(gain))]
+    return gain, splits, labels
+
+
+def _top_features(gain, splits, labels, k: int = 5) -> str:
+    """The ``k`` features with the largest summed gain, with their share of the total."""
     total = gain.sum()
     if not total > 0:
         return "none (no split has a gain)"
-    labels = m.feature_labels()
     top = [j for j in np.argsort(-gain, kind="stable")[:k] if gain[j] > 0]
     return ", ".join(f"{labels[j]} {100 * gain[j] / total:.1f}%" for j in top)
+
+
+def _importance_table(gain, splits, labels, kind: str, what: str = "") -> RichTable:
+    """Every feature split on, by ``kind`` importance, with the other kind beside it."""
+    key = gain if kind == "gain" else splits
+    used = [j for j in np.argsort(-key, kind="stable") if splits[j] > 0]
+    t = RichTable(title=f"{what}features by {kind} ({len(used)} of {len(labels)} used)")
+    for col in ("feature", "gain", "gain share", "splits"):
+        t.add_column(col, justify="left" if col == "feature" else "right")
+    total = gain.sum()
+    for j in used:
+        t.add_row(labels[j], f"{gain[j]:.6g}", f"{100 * gain[j] / total:.1f}%" if total > 0 else "-",
+                  str(int(splits[j])))
+    return t
 
 
 def _gain_by_party(m) -> str:
@@ -132,22 +175,6 @@ def _gain_by_party(m) -> str:
     for party, v in zip(owners, gain):
         shares[party] += v
     return ", ".join(f"{party} {100 * v / total:.1f}%" for party, v in shares.most_common())
-
-
-def _importance_table(m, kind: str) -> RichTable:
-    """Every feature the model splits on, by ``kind`` importance, with the other kind beside it."""
-    gain, splits = m.feature_importance("gain"), m.feature_importance("split")
-    labels = m.feature_labels()
-    key = gain if kind == "gain" else splits
-    used = [j for j in np.argsort(-key, kind="stable") if splits[j] > 0]
-    t = RichTable(title=f"features by {kind} ({len(used)} of {len(labels)} used)")
-    for col in ("feature", "gain", "gain share", "splits"):
-        t.add_column(col, justify="left" if col == "feature" else "right")
-    total = gain.sum()
-    for j in used:
-        t.add_row(labels[j], f"{gain[j]:.6g}", f"{100 * gain[j] / total:.1f}%" if total > 0 else "-",
-                  str(int(splits[j])))
-    return t
 
 
 def _federated_part(p: Path):

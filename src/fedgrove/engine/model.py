@@ -169,16 +169,7 @@ class TreeEnsembleModel:
 
         A federated model's splits on other parties' features count too: the model knows the feature (its
         owner and position, ``metadata["feature_owners"]``) and the gain, not the threshold."""
-        if kind not in IMPORTANCE_KINDS:
-            raise InvalidParameterError(f"kind must be one of {', '.join(IMPORTANCE_KINDS)}, got {kind!r}")
-        nodes = np.concatenate([t.nodes for t in self.trees]) if self.trees else np.zeros(0, dtype=NODE_DTYPE)
-        nodes = nodes[nodes["feature"] >= 0]
-        width = self.n_features
-        used = int(nodes["feature"].max()) + 1 if len(nodes) else 0
-        if width is None or width < used:
-            width = used
-        weights = nodes["gain"] if kind == "gain" else None
-        return np.bincount(nodes["feature"], weights=weights, minlength=width).astype(np.float64)
+        return feature_importance(self.trees, kind, self.n_features)
 
     def feature_labels(self) -> list[str]:
         """A name per feature for reports: the training table's column names; for a federated model without
@@ -232,6 +223,19 @@ class TreeEnsembleModel:
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{str(path)!r} is not a fedgrove model file: invalid JSON ({exc})") from None
         return model_from_dict(d, source=str(path))
+
+
+def feature_importance(trees: list[Tree], kind: str = "gain", width: int | None = None) -> np.ndarray:
+    """Per feature over the splits of ``trees``: summed gains (``"gain"``) or their number (``"split"``); at
+    least ``width`` entries (see :meth:`TreeEnsembleModel.feature_importance`)."""
+    if kind not in IMPORTANCE_KINDS:
+        raise InvalidParameterError(f"kind must be one of {', '.join(IMPORTANCE_KINDS)}, got {kind!r}")
+    nodes = np.concatenate([t.nodes for t in trees]) if trees else np.zeros(0, dtype=NODE_DTYPE)
+    nodes = nodes[nodes["feature"] >= 0]
+    used = int(nodes["feature"].max()) + 1 if len(nodes) else 0
+    width = used if width is None else max(width, used)
+    weights = nodes["gain"] if kind == "gain" else None
+    return np.bincount(nodes["feature"], weights=weights, minlength=width).astype(np.float64)
 
 
 def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:

@@ -259,7 +259,7 @@ def _hybrid_host(ctx: RoleContext) -> dict:
                         ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"],
                         shared_only=ht["shared_only"]).fit(
         ctx.checkpoint, ctx.resume, ctx.progress)
-    ctx.save_json(hmodel.to_dict())
+    ctx.save_json({**hmodel.to_dict(), "feature_names": names(table)})  # for fedgrove info's importance
     return {"trees": len(hmodel.host_trees)}
 
 
