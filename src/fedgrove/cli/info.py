@@ -52,14 +52,14 @@ def info(
                       + (" ..." if len(cats) > 12 else ""))
         return
     if is_model and (part := _federated_part(p)) is not None:
-        host = _host_importance(p)  # a HybridTree host's own layers: its features' gains
+        part, host = part  # host: a HybridTree host's (gains, splits, labels) over its own layers
         if importance is not None and host is None:
             raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
                                         "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
                                         "a vertical active party's or a Federated Forest master's) or a "
                                         "HybridTree host's")
         if host is not None:
-            part.append(("top host features by gain", _top_features(*host)))
+            part.append(("top host features by gain", _top_features(host[0], host[2])))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
@@ -82,9 +82,10 @@ def info(
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
         if any(t.foreign_splits for t in m.trees):
             rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
-        rows.append(("top features by gain", _top_features(*_importance(m))))
+        gain, splits, labels = m.feature_importance("gain"), m.feature_importance("split"), m.feature_labels()
+        rows.append(("top features by gain", _top_features(gain, labels)))
         if m.metadata.get("feature_owners"):
-            rows.append(("gain by party", _gain_by_party(m)))
+            rows.append(("gain by party", _gain_by_party(gain, m.metadata["feature_owners"])))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
@@ -94,7 +95,7 @@ def info(
             t.add_row(f"param {k}", str(v))
         out.print(t)
         if importance is not None:
-            out.print(_importance_table(*_importance(m), importance))
+            out.print(_importance_table(gain, splits, labels, importance))
         return
     if p.is_file() and _head(p, 16) == b"SQLite format 3\x00":
         from fedgrove.exceptions import DataError
@@ -116,22 +117,14 @@ def info(
     out.print(t)
 
 
-def _importance(m) -> tuple:
-    """A whole model's (summed gains, split counts, labels) per feature."""
-    return m.feature_importance("gain"), m.feature_importance("split"), m.feature_labels()
-
-
-def _host_importance(p: Path):
-    """A HybridTree host file's (gains, splits, labels) over its own layers' splits, or None for other parts."""
+def _host_importance(d: dict, p: Path) -> tuple:
+    """A HybridTree host file's (gains, splits, labels) over the splits of its own layers."""
     from fedgrove.engine.model import feature_importance
-    from fedgrove.engine.tree import Tree
     from fedgrove.exceptions import ModelFormatError
+    from fedgrove.protocols.hybridtree.host import HybridHostModel
 
-    d = json.loads(p.read_text())
-    if d.get("format") != "fedgrove-hybridtree-host":
-        return None
     try:
-        trees = [Tree.from_dict(t) for t in d.get("host_trees", [])]
+        trees = HybridHostModel.from_dict(d).host_trees
     except ModelFormatError as exc:
         raise ModelFormatError(f"{p} is corrupt: {exc}") from None
     names = d.get("feature_names")
@@ -141,7 +134,7 @@ def _host_importance(p: Path):
     return gain, splits, labels
 
 
-def _top_features(gain, splits, labels, k: int = 5) -> str:
+def _top_features(gain, labels, k: int = 5) -> str:
     """The ``k`` features with the largest summed gain, with their share of the total."""
     total = gain.sum()
     if not total > 0:
@@ -164,22 +157,20 @@ def _importance_table(gain, splits, labels, kind: str, what: str = "") -> RichTa
     return t
 
 
-def _gain_by_party(m) -> str:
-    """Each feature owner's share of a federated model's summed gain."""
-    gain = m.feature_importance("gain")
-    owners = [party for party, _ in m.metadata["feature_owners"]]
+def _gain_by_party(gain, owners) -> str:
+    """Each feature owner's share of a federated model's summed gain (``owners``: (party, column) per feature)."""
     total = gain.sum()
     if len(owners) != len(gain) or not total > 0:
         return "unknown"
     shares = Counter()
-    for party, v in zip(owners, gain):
+    for (party, _), v in zip(owners, gain):
         shares[party] += v
     return ", ".join(f"{party} {100 * v / total:.1f}%" for party, v in shares.most_common())
 
 
 def _federated_part(p: Path):
     """Rows describing a party's model file of a federated protocol (its own splits, or a HybridTree host's
-    trees), or None for anything else."""
+    trees) and, for a host, its features' (gains, splits, labels) over its own layers; None for anything else."""
     try:
         d = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -190,11 +181,12 @@ def _federated_part(p: Path):
         trees = {s[0] for s in d["splits"] if isinstance(s, list) and s}
         cuts = d.get("bin_mapper", {}).get("cuts", [])
         return [("party", str(d["party"])), ("splits it owns", str(len(d["splits"]))),
-                ("trees with its splits", str(len(trees))), ("its features", str(len(cuts)))]
+                ("trees with its splits", str(len(trees))), ("its features", str(len(cuts)))], None
     if d.get("format") == "fedgrove-hybridtree-host":
         guests = sorted({g for values in d.get("guest_values", []) if isinstance(values, dict) for g in values})
         return [("role", "HybridTree host"), ("objective", str(d.get("objective"))),
-                ("trees", str(len(d.get("host_trees", [])))), ("guests with leaves", ", ".join(guests) or "none")]
+                ("trees", str(len(d.get("host_trees", [])))),
+                ("guests with leaves", ", ".join(guests) or "none")], _host_importance(d, p)
     return None
 
 

@@ -81,12 +81,11 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
             other = {}
         # a party need not know every other (a peer's peers may differ): roles are compared where both know them
         known = other.get("roles") if isinstance(other.get("roles"), dict) else {}
-        mine_roles, their_roles = ({n: r for n, r in roles.items() if n in mine["roles"] and n in known}
-                                   for roles in (mine["roles"], known))
-        mine_cmp, other_cmp = {**mine, "roles": mine_roles}, {**other, "roles": their_roles}
-        keys = sorted(k for k in set(mine_cmp) | set(other_cmp)
-                      if json.dumps(canonical(mine_cmp.get(k)), sort_keys=True, default=str)
-                      != json.dumps(canonical(other_cmp.get(k)), sort_keys=True, default=str))
+        both = mine["roles"].keys() & known.keys()
+        mine_cmp = {**mine, "roles": {n: mine["roles"][n] for n in both}}
+        other_cmp = {**other, "roles": {n: known[n] for n in both}}
+        a, b = canonical(mine_cmp), canonical(other_cmp)
+        keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         if not keys:
             continue
         shown = "; ".join(f"{k}: {mine_cmp.get(k)!r} here, {other_cmp.get(k)!r} at {peer}" for k in keys[:6])

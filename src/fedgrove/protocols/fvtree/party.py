@@ -43,9 +43,9 @@ from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_m
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.ledger import records as rec
-from fedgrove.log import logger
 from fedgrove.ledger.contributions import shapley_values, split_sums, vote_contributions
 from fedgrove.ledger.store import sign_record, signed_bytes
+from fedgrove.log import logger
 from fedgrove.protocols.fvtree import messages as m
 from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy, DPOptions, NoPrivacy
 from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights

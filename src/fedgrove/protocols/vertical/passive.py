@@ -11,7 +11,7 @@ import numpy as np
 from fedgrove.crypto.he import public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
-from fedgrove.exceptions import ProtocolError
+from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.vertical import messages as m
 
@@ -28,8 +28,6 @@ class PassiveModel:
 
     def rows(self, X) -> np.ndarray:
         """``X`` as float64, refused unless it has the columns this party trained on."""
-        from fedgrove.exceptions import DataError
-
         X = np.asarray(X, dtype=np.float64)
         n_features = self.bin_mapper.n_features
         if X.ndim != 2 or X.shape[1] != n_features:
@@ -54,8 +52,6 @@ class PassiveModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> "PassiveModel":
-        from fedgrove.exceptions import ModelFormatError
-
         try:
             model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]))
             for t, n, f, b, ml, thr in d["splits"]:
@@ -71,8 +67,6 @@ class PassiveModel:
         """Refuse splits that name no column of this party or have no threshold, children that are not two
         later nodes, and (where the model keeps children) splits without them: prediction would index outside
         the rows or walk a broken tree."""
-        from fedgrove.exceptions import ModelFormatError
-
         n_features = self.bin_mapper.n_features
         for (t, n), (f, _b, _ml, thr) in self.splits.items():
             if t < 0 or n < 0 or not 0 <= f < n_features or np.isnan(thr):
