@@ -77,3 +77,45 @@ def test_partition_files_rejoin_to_the_original(table, tmp_path, scheme, fmt):
     manifest, tables = read_partition(tmp_path)
     for s in p.shards:  # a party without labels has no label column in its file
         assert (tables[s.name].y is not None) == s.has_label
+
+
+@pytest.mark.parametrize("scheme", ["horizontal", "vertical", "hybrid"])
+def test_a_partition_with_a_test_set_rejoins_with_its_ids_labels_and_categories(tmp_path, scheme):
+    """fedgrove partition --test-fraction --categorical auto on a file with class names: both joins give the
+    original rows back by ID, and the categories reach the manifest (hold_out dropped them, and the join
+    indexed its rows by ID, out of range once rows were held out, and could not hold class names)."""
+    import pandas as pd
+
+    from fedgrove.data.io import load_table
+    from fedgrove.data.partition import hold_out, write_test_files
+
+    r = np.random.default_rng(3)
+    n = 200
+    df = pd.DataFrame({"a": r.normal(size=n), "b": r.integers(0, 9, n).astype(float),
+                       "city": r.choice(["x", "y", "z"], n), "y": r.choice(["no", "yes"], n)})
+    df.to_csv(tmp_path / "d.csv", index=False)
+    full = load_table(tmp_path / "d.csv", label="y", categorical="auto")
+    train, test = hold_out(full, 0.25, seed=1)
+    assert train.categories == test.categories == {"city": ["x", "y", "z"]}
+    if scheme == "horizontal":
+        p = horizontal_partition(train.y, 3, "balanced", seed=2)
+    elif scheme == "vertical":
+        p = vertical_partition(train.n_samples, 3, 2, seed=2)
+    else:
+        p = hybrid_partition(train.y, 3, n_guests=2, seed=2)
+    out = tmp_path / "parts"
+    write_partition(p, train, out)
+    write_test_files(p, test, out, seed=2)
+    for back, want in ((join_partition(out), train), (join_partition(out, test=True), test)):
+        assert back.categories == {"city": ["x", "y", "z"]}
+        np.testing.assert_array_equal(back.ids, want.ids)
+        np.testing.assert_array_equal(back.X, want.X)
+        assert list(back.y) == list(want.y) == list(df["y"][want.ids])
+
+
+def test_joining_test_files_of_a_partition_without_them_is_refused(table, tmp_path):
+    from fedgrove.exceptions import DataError
+
+    write_partition(vertical_partition(600, 9, 2, seed=1), table, tmp_path)
+    with pytest.raises(DataError, match="has no test files; write them with fedgrove partition --test-fraction"):
+        join_partition(tmp_path, test=True)

@@ -49,9 +49,11 @@ class Table:
     def subset(self, rows=None, features=None, with_label: bool = True) -> "Table":
         rows = slice(None) if rows is None else rows
         feats = np.arange(self.n_features) if features is None else np.asarray(features)
+        names = [self.feature_names[j] for j in feats]
         return Table(self.X[rows][:, feats], self.y[rows] if (with_label and self.y is not None) else None,
-                     [self.feature_names[j] for j in feats], self.label_name if with_label else None,
-                     None if self.ids is None else self.ids[rows], named=self.named)
+                     names, self.label_name if with_label else None,
+                     None if self.ids is None else self.ids[rows], named=self.named,
+                     categories={c: v for c, v in self.categories.items() if c in names})
 
     def features_as(self, names, source: str = "the data") -> tuple[np.ndarray, list[str]]:
         """The feature matrix with its columns in the order of ``names`` (a model's features), and the

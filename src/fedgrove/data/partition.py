@@ -22,6 +22,7 @@ Every party file carries the global instance IDs in column ``_id``;
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,7 +215,7 @@ def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table
     ids = table.ids if table.ids is not None else np.arange(n)
     order = np.random.default_rng([seed, 7]).permutation(n)
     test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
-    with_ids = Table(table.X, table.y, table.feature_names, table.label_name, ids)
+    with_ids = dataclasses.replace(table, ids=ids)
     return with_ids.subset(train), with_ids.subset(test)
 
 
@@ -275,22 +276,35 @@ def read_partition(directory) -> tuple[dict, dict[str, Table]]:
     return manifest, tables
 
 
-def join_partition(directory) -> Table:
-    """Reassemble the original table from a partition directory (rows by ID, features in original order)."""
-    manifest, tables = read_partition(directory)
+def join_partition(directory, test: bool = False) -> Table:
+    """Reassemble the original table from a partition directory: rows by instance ID (ascending), features
+    in the original order, text columns' codes with their categories from the manifest.  ``test=True``
+    joins the held-out test files instead (``fedgrove partition --test-fraction``).  A value no party
+    holds is missing (NaN)."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
     names = manifest["feature_names"]
+    key = "test_file" if test else "file"
+    if test and manifest["scheme"] == "horizontal":
+        sources = [(manifest.get(key), True)]
+    else:
+        sources = [(p.get(key), p["has_label"]) for p in manifest["parties"]]
+    if any(f is None for f, _ in sources):
+        raise DataError(f"the partition in {str(directory)!r} has no test files; write them with "
+                        f"fedgrove partition --test-fraction")
+    tables = [load_table(directory / f, label=manifest["label"] if has_label else None) for f, has_label in sources]
+    ids = np.unique(np.concatenate([np.asarray(t.ids) for t in tables]))
+    if not test and len(ids) != manifest["n_samples"]:
+        raise DataError(f"the party files in {str(directory)!r} hold {len(ids)} instances; the manifest says "
+                        f"{manifest['n_samples']}")
     col = {name: j for j, name in enumerate(names)}
-    n = manifest["n_samples"]
-    X = np.full((n, len(names)), np.nan)
-    y = np.full(n, np.nan)
-    seen = np.zeros(n, dtype=bool)
-    for p in manifest["parties"]:
-        t = tables[p["name"]]
-        cols = [col[f] for f in t.feature_names]
-        X[np.ix_(t.ids, cols)] = t.X
-        seen[t.ids] = True
+    X = np.full((len(ids), len(names)), np.nan)
+    labels = [t.y for t in tables if t.y is not None]
+    text = any(np.asarray(v).dtype.kind not in "fiub" for v in labels)
+    y = np.full(len(ids), None, dtype=object) if text else np.full(len(ids), np.nan)
+    for t in tables:
+        rows = np.searchsorted(ids, np.asarray(t.ids))
+        X[np.ix_(rows, [col[f] for f in t.feature_names])] = t.X
         if t.y is not None:
-            y[t.ids] = t.y
-    if not seen.all():
-        raise DataError(f"{int((~seen).sum())} instances are held by no party")
-    return Table(X, y, names, manifest["label"], np.arange(n))
+            y[rows] = t.y
+    return Table(X, y, names, manifest["label"], ids, categories=dict(manifest.get("categories") or {}))
