@@ -179,3 +179,22 @@ def test_empty_ciphertext_arrays_pass_every_operation(backend, scheme):
     done = subprocess.run([sys.executable, "-c", EMPTY_OPS, backend, scheme], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.returncode, done.stderr[-2000:])
+
+
+def test_heu_prints_nothing_on_standard_output():
+    """HEU's C++ logger announced its thread pool on stdout ("Create a fixed thread pool with size 1") in the
+    middle of fedgrove's output; a process that encrypts with HEU now writes only what it prints itself."""
+    import subprocess
+    import sys
+
+    if "heu" not in available_backends():
+        pytest.skip("sf-heu not installed")
+    code = ("from fedgrove.crypto.he import keygen\n"
+            "c = keygen('ou', 2048, backend='heu')\n"
+            "print('before')\n"
+            "assert c.decrypt(c.encrypt(list(range(50)))) == list(range(50))\n"
+            "print('after')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "before\nafter\n"
+    assert "thread pool" not in done.stderr

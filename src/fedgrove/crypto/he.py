@@ -15,6 +15,9 @@ bytes for the wire.  Plaintexts are Python ints (signed).
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -120,6 +123,35 @@ class HEContext(ABC):
 
 
 # ------------------------------------------------------------------------------------- HEU
+_HEU_POOL_LOCK = threading.Lock()
+_heu_pool_started = False
+
+
+def _start_heu_pool(encrypt_two) -> None:
+    """HEU's thread pool starts on the first batch operation of a process and announces it with a line on
+    the process's standard output (its C++ logger: "[info] [thread_pool.cc:30] Create a fixed thread pool
+    ..."), which is mixed into fedgrove's output and into anything piped from it.  Start the pool once here,
+    with file descriptor 1 pointed at the null device for that one call."""
+    global _heu_pool_started
+    with _HEU_POOL_LOCK:
+        if _heu_pool_started:
+            return
+        _heu_pool_started = True
+        try:
+            sys.stdout.flush()
+            saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):  # no standard output to protect
+            encrypt_two()
+            return
+        try:
+            os.dup2(null, 1)
+            encrypt_two()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(null)
+
+
 class HEUContext(HEContext):
     backend = "heu"
 
@@ -140,6 +172,7 @@ class HEUContext(HEContext):
         self._dec = self._kit.decryptor() if self._secret else None
         self._bound_bits = int(self._kit.public_key().plaintext_bound()).bit_length() - 1 \
             if hasattr(self._kit.public_key().plaintext_bound(), "__int__") else None
+        _start_heu_pool(lambda: self._enc.encrypt(self._array([0, 0])))
 
     @property
     def has_secret(self):
