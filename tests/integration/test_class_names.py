@@ -168,3 +168,10 @@ def test_info_on_a_vertical_active_model_counts_every_party_features_and_says_ho
     import fedgrove
 
     assert f"saved by fedgrove │ {fedgrove.__version__}" in out
+    # its own column by name, the passive party's by owner and position (the active party never sees its names)
+    top = out.split("top features by gain │")[1].split("│")[0]
+    assert "a " in top and "passive:0" in top and "active:" not in top
+    assert main(["info", str(tmp_path / "runs" / "passive.model.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    used = out.split("its most used features │")[1].split("│")[0]
+    assert "b (" in used and "splits)" in used and "column" not in used

@@ -251,6 +251,12 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
     assert rows and set(rows) <= host_columns and "top host features by gain" in text
     assert main(["info", str(out / "guest0.model.json"), "--importance", "gain"]) == 2
+    # a guest's file counts the splits on each of its own columns, by name
+    guest_columns = set(pd.read_csv(tmp_path / "parts" / "guest0.csv", nrows=0).columns) - {"_id"}
+    capsys.readouterr()
+    assert main(["info", str(out / "guest0.model.json")]) == 0
+    used = " ".join(capsys.readouterr().out.split()).split("its most used features │")[1].split("│")[0]
+    assert {u.rsplit(" (", 1)[0] for u in used.strip().split(", ")} <= guest_columns and "splits)" in used
     _corrupt_parts_are_refused(cfg, out, "guest0", "host", capsys)
 
 

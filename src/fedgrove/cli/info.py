@@ -180,8 +180,15 @@ def _federated_part(p: Path):
     if "party" in d and isinstance(d.get("splits"), list):
         trees = {s[0] for s in d["splits"] if isinstance(s, list) and s}
         cuts = d.get("bin_mapper", {}).get("cuts", [])
-        return [("party", str(d["party"])), ("splits it owns", str(len(d["splits"]))),
-                ("trees with its splits", str(len(trees))), ("its features", str(len(cuts)))], None
+        rows = [("party", str(d["party"])), ("splits it owns", str(len(d["splits"]))),
+                ("trees with its splits", str(len(trees))), ("its features", str(len(cuts)))]
+        per_feature = Counter(s[2] for s in d["splits"] if isinstance(s, list) and len(s) > 2)
+        if per_feature:
+            labels = d.get("feature_names") or []
+            rows.append(("its most used features", ", ".join(
+                f"{labels[f] if isinstance(f, int) and 0 <= f < len(labels) else f'column {f}'} ({k} splits)"
+                for f, k in per_feature.most_common(5))))
+        return rows, None
     if d.get("format") == "fedgrove-hybridtree-host":
         guests = sorted({g for values in d.get("guest_values", []) if isinstance(values, dict) for g in values})
         return [("role", "HybridTree host"), ("objective", str(d.get("objective"))),

@@ -173,13 +173,15 @@ class TreeEnsembleModel:
 
     def feature_labels(self) -> list[str]:
         """A name per feature for reports: the training table's column names; for a federated model without
-        them, the owner and its column (``party1:3``); else ``f0``, ``f1``, ..."""
+        them, the party's own columns by name and the others' by owner and column (``party1:3``); else ``f0``,
+        ``f1``, ..."""
         width = len(self.feature_importance("split"))
         if self.feature_names is not None and len(self.feature_names) == width:
             return [str(n) for n in self.feature_names]
         owners = self.metadata.get("feature_owners")
         if owners and len(owners) == width:
-            return [f"{party}:{j}" for party, j in owners]
+            me, own = self.metadata.get("party"), self.metadata.get("own_feature_names") or []
+            return [str(own[j]) if party == me and j < len(own) else f"{party}:{j}" for party, j in owners]
         return [f"f{j}" for j in range(width)]
 
     def predict_leaf(self, X) -> np.ndarray:

@@ -189,7 +189,8 @@ def _vertical_active(ctx: RoleContext) -> dict:
                           ids=table.ids, rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"))
     model = role.fit(ctx.checkpoint, ctx.resume, ctx.progress)
     model.metadata.update({"protocol": "vertical", "party": ctx.spec.name,
-                           "ids_digest": ids_digest(table.ids).hex() or None})
+                           "ids_digest": ids_digest(table.ids).hex() or None,
+                           "own_feature_names": names(table)})  # its own columns' names, for reports
     if params.objective != "regression":
         model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
@@ -201,7 +202,7 @@ def _vertical_passive(ctx: RoleContext) -> dict:
     table = ctx.data(with_label=False)
     role = VerticalPassive(ctx.channel, table.X, ctx.cfg.lead, params.max_bins, params.seed, ids=table.ids)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
-    ctx.save_json(pmodel.to_dict())
+    ctx.save_json({**pmodel.to_dict(), "feature_names": names(table)})  # names for fedgrove info only
     return {"owned_splits": len(pmodel.splits)}
 
 
@@ -268,7 +269,7 @@ def _hybrid_guest(ctx: RoleContext) -> dict:
     table = _with_ids(ctx, ctx.data(with_label=False), "a guest's file needs an _id column linking it to the host")
     role = HybridGuest(ctx.channel, table.X, table.ids, ctx.cfg.lead, params.max_bins, params.seed)
     role.fit(ctx.checkpoint, ctx.resume)
-    ctx.save_json(role.model_dict())
+    ctx.save_json({**role.model_dict(), "feature_names": names(table)})  # names for fedgrove info only
     return {"owned_splits": len(role.model.splits)}
 
 
@@ -316,7 +317,7 @@ def _forest_client(ctx: RoleContext) -> dict:
                         max_bins=params.max_bins, seed=params.seed, ids=table.ids,
                         n_classes=len(ctx.cfg.classes) if ctx.cfg.classes else None)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
-    ctx.save_json(pmodel.to_dict())
+    ctx.save_json({**pmodel.to_dict(), "feature_names": names(table)})  # names for fedgrove info only
     return {"owned_splits": len(pmodel.splits)}
 
 
