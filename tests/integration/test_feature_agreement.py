@@ -124,6 +124,19 @@ def test_a_federation_encodes_text_columns_as_the_configs_say_and_predicts_with_
 def test_horizontal_parties_with_other_categories_are_refused_unless_the_config_lists_them(tmp_path, capsys):
     colours = [["red", "green", "blue"], ["red", "blue"]]  # p1 has no green: its codes would mean other colours
     assert main(["simulate", str(_categorical_federation(tmp_path, "simfl", colours, '"auto"', "auto"))]) != 0
-    assert "or in a categorical column's categories (parties that agree: p0 | p1)" in capsys.readouterr().err
-    listed = '{colour = ["blue", "green", "red"]}'
+    err = capsys.readouterr().err
+    assert "or in a categorical column's categories (parties that agree: p0 | p1)" in err
+    # each party notes what it found, in the form its config takes: p0's line, pasted, is the fix
+    assert 'party p1: categories found in' in err and 'categorical = {colour = ["blue", "red"]}' in err
+    listed = err.split("party p0: categories found in")[1].split("categorical = ")[1].splitlines()[0]
+    assert listed == '{colour = ["blue", "green", "red"]}'
     assert main(["simulate", str(_categorical_federation(tmp_path, "simfl", colours, listed, "listed"))]) == 0
+
+
+def test_a_column_name_that_is_no_bare_toml_key_is_quoted_in_the_categories_note():
+    import tomllib
+
+    from fedgrove.runner.roles import _toml_key
+
+    for name in ("colour", "mean radius", 'a"b', "x.y"):
+        assert tomllib.loads(f"categorical = {{{_toml_key(name)} = [\"v\"]}}")["categorical"] == {name: ["v"]}

@@ -46,8 +46,8 @@ def check_same_features(digests: dict) -> None:
         shown = " | ".join(", ".join(sorted(g)) for g in sorted(groups.values()))
         raise ProtocolError(f"the parties' feature columns differ in names or order, or in a categorical column's "
                             f"categories (parties that agree: {shown}); every party must hold the same features in "
-                            f"the same column order, and the same categories (list them in the party's config: "
-                            f"categorical = {{column = [...]}})")
+                            f"the same column order, and the same categories (list them in every party's config: "
+                            f"categorical = {{column = [...]}}; each party's log notes the categories it found)")
 
 
 def refuse_unsupported(params, protocol: str) -> None:

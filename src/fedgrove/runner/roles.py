@@ -10,6 +10,7 @@ only its own party's data and files.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,11 @@ class RoleContext:
         table = load_table(path, label=label, label_required=not test, categorical=self._categories(test))
         if table.categories and not test:  # kept for prediction, which must encode with the same categories
             atomic_write_text(self.categories_path, json.dumps(table.categories))
+            if not isinstance(self.spec.categorical, dict):  # found in the data: parties may disagree
+                found = ", ".join(f"{_toml_key(c)} = {json.dumps(v[:50])}" + (f" (the first 50 of {len(v)})"
+                                                                              if len(v) > 50 else "")
+                                  for c, v in table.categories.items())
+                logger.info("party %s: categories found in %s: categorical = {%s}", self.spec.name, path, found)
         if table.unseen:
             logger.info("party %s: values of %s not seen in training, taken as missing: %s", self.spec.name, path,
                         table.unseen)
@@ -159,6 +165,11 @@ class RoleContext:
             return parse(d)
         except ModelFormatError as exc:
             raise ModelFormatError(f"{self.model_path} is corrupt: {exc}") from None
+
+
+def _toml_key(name: str) -> str:
+    """A column name as a TOML key: bare when it can be, else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
 
 
 def names(table) -> list[str] | None:
