@@ -30,3 +30,16 @@ def test_quick_reproduce_writes_report_results_and_plots(spambase, waveform, tmp
 def test_unknown_datasets_are_refused(capsys, tmp_path):
     assert main(["reproduce", "federated-forest", "--datasets", "mnist", "--out", str(tmp_path)]) == 2
     assert "spambase, ionosphere" in capsys.readouterr().err
+
+
+def test_a_missing_dataset_is_named_before_any_work_or_folder(capsys, tmp_path, monkeypatch):
+    # the run used to make the results folder and fail at the first missing file: after diabetes (bundled with
+    # scikit-learn) had run, for the forest
+    monkeypatch.setenv("FEDGROVE_DATA_DIR", str(tmp_path / "no-data"))
+    out = tmp_path / "results"
+    assert main(["reproduce", "simfl", "--quick", "--datasets", "a9a", "--out", str(out), "--no-progress"]) == 3
+    assert "dataset 'a9a': file 'a9a' not found" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["reproduce", "federated-forest", "--quick", "--datasets", "diabetes,spambase", "--out", str(out),
+                 "--no-progress"]) == 3
+    assert "dataset 'spambase'" in capsys.readouterr().err and not out.exists()

@@ -53,6 +53,11 @@ def reproduce(
     ex = _split(experiments, exp.EXPERIMENTS, "--experiments")
     out = out or Path("results") / paper
     check_output_dir(out, "--out")
+    from fedgrove.data.datasets import available_datasets, dataset_files
+
+    for name in ds:  # every dataset's files are there before any work or any folder is made
+        if name in available_datasets():
+            dataset_files(name)
     if merge and overwrite:
         raise InvalidParameterError("--merge and --overwrite exclude each other")
     earlier = _earlier_results(out)
