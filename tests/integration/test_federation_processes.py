@@ -339,6 +339,11 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     assert main(["bag", str(tmp_path / "short.csv"), str(preds[1]), "-o", str(tmp_path / "x.csv")]) != 0
     assert "rows" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
     assert main(["bag", str(preds[0]), str(preds[1]), "--vote", "loud"]) != 0
+    # one host's file twice would be counted once (it used to be, without a word)
+    again = Path(str(preds[0]).replace(str(tmp_path), str(tmp_path / "parts" / "..")))
+    capsys.readouterr()
+    assert main(["bag", str(preds[0]), str(preds[1]), str(again)]) == 2
+    assert "is given twice" in capsys.readouterr().err
 
 
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):

@@ -37,6 +37,8 @@ def bag(
     check_output_file(output, "--out")
     frames = {}
     for path in predictions:
+        if str(path) in frames or any(path.resolve() == Path(p).resolve() for p in frames):
+            raise InvalidParameterError(f"prediction file {path} is given twice; give each host's file once")
         if not path.is_file():
             raise DataError(f"prediction file {path} not found")
         try:
