@@ -328,3 +328,23 @@ def test_info_on_a_ledger_file_points_to_the_ledger_commands(tmp_path, capsys):
     led.close()
     assert main(["info", str(tmp_path / "party0.ledger.sqlite")]) == 3
     assert "fedgrove ledger show" in capsys.readouterr().err
+
+
+def test_predictions_on_standard_output_are_the_csv_unchanged(tmp_path, capsys):
+    """Printed through rich, a line longer than 80 columns was wrapped (the --leaf header of 30 trees broke
+    across lines) and class names such as ':cat:' became emoji."""
+    import io
+
+    r = np.random.default_rng(1)
+    X = r.normal(size=(300, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["label"] = np.where(X[:, 0] > 0, ":cat:", ":dog:")
+    df.to_csv(tmp_path / "pets.csv", index=False)
+    model = tmp_path / "m.json"
+    assert run(["train", tmp_path / "pets.csv", "-m", model, "-n", "30", "--max-depth", "3"], capsys)[0] == 0
+    code, out, _ = run(["predict", model, tmp_path / "pets.csv", "--leaf"], capsys)
+    assert code == 0
+    leaves = pd.read_csv(io.StringIO(out))
+    assert list(leaves.columns) == [f"tree{t}" for t in range(30)] and len(leaves) == 300
+    code, out, _ = run(["predict", model, tmp_path / "pets.csv"], capsys)
+    assert code == 0 and set(pd.read_csv(io.StringIO(out))["prediction"]) == {":cat:", ":dog:"}

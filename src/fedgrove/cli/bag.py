@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import typer
 
-from fedgrove.cli.common import check_output_file, console, load_input, out
+from fedgrove.cli.common import check_output_file, console, load_input, write_data
 
 
 def bag(
@@ -49,7 +49,7 @@ def bag(
     if truth is not None:
         _score(df, load_input(truth, label, fmt, split="test"), truth)
     if output is None:
-        out.print(df.to_csv(index=False), end="")
+        write_data(df.to_csv(index=False))
     else:
         atomic_write_text(output, df.to_csv(index=False))
         console.print(f"bagged {len(frames)} hosts' predictions of {len(df)} instances into {output}")

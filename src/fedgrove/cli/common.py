@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,15 @@ from fedgrove.data.io import Table, load_table
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 # markup off: messages carry user text (file names, "[output] dir"); styled lines opt in with markup=True
-console = Console(stderr=True, highlight=False, markup=False)
-out = Console(highlight=False, markup=False)
+console = Console(stderr=True, highlight=False, markup=False, emoji=False)
+out = Console(highlight=False, markup=False, emoji=False)
+
+
+def write_data(text: str) -> None:
+    """Data (CSV) on standard output exactly as given: rich's console wraps long lines at the terminal's width
+    (80 columns in a pipe) and reads some text as emoji codes, which would change the data."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 DATASET_PREFIX = "dataset:"
 

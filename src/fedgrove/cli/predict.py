@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from fedgrove.cli.common import check_output_file, console, load_input, model_features, out, report_categories
+from fedgrove.cli.common import check_output_file, console, load_input, model_features, report_categories, write_data
 
 
 def predict(
@@ -54,7 +54,7 @@ def predict(
     if table.y is not None:
         _report(m, X, table.y, metrics)
     if output is None:
-        out.print(df.to_csv(index=False), end="")
+        write_data(df.to_csv(index=False))
     else:
         from fedgrove.engine.model import atomic_write_text
 
