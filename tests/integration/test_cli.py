@@ -147,7 +147,7 @@ def test_predict_reads_a_libsvm_file_that_never_mentions_the_last_feature(tmp_pa
 
     r = np.random.default_rng(1)
     X = r.normal(size=(200, 3))
-    y = (X[:, 0] > 0).astype(int)
+    y = np.where(X[:, 0] > 0, 1, -1)
     dump_svmlight_file(X, y, str(tmp_path / "train.svm"))
     X[:, 2] = 0  # LIBSVM leaves zeros out: this file's rows end at feature 2
     dump_svmlight_file(X, y, str(tmp_path / "test.svm"))
@@ -156,6 +156,8 @@ def test_predict_reads_a_libsvm_file_that_never_mentions_the_last_feature(tmp_pa
     code, out, err = run(["predict", model, tmp_path / "test.svm"], capsys)
     assert code == 0, err
     assert "accuracy" in err and len(out.split()) == 201
+    # LIBSVM's labels are read as numbers with a decimal point; the classes are the whole numbers -1 and 1
+    assert set(out.split()[1:]) == {"-1", "1"}
 
 
 def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path, capsys):

@@ -159,4 +159,7 @@ def encode_labels(y: np.ndarray, objective: str):
 
 
 def _plain(v):
-    return v.item() if isinstance(v, np.generic) else v
+    """A class as a plain Python value; a whole number read as a float (LIBSVM labels: -1.0, 1.0) as an int,
+    so that predictions show -1 and 1."""
+    v = v.item() if isinstance(v, np.generic) else v
+    return int(v) if isinstance(v, float) and v.is_integer() else v
