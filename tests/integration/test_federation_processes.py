@@ -243,13 +243,16 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         assert "a party's part of a federated model" in text and shown in text
         assert main(["predict", str(out / f"{name}.model.json"), str(tmp_path / "parts" / "host-test.csv")]) == 4
         assert "predicts through its federation" in capsys.readouterr().err
-    # the host's file ranks the host's own features (by name) over its layers; a guest's holds no gains
+    # the host's file ranks the host's own features (by name) over its layers with the guests' columns (by
+    # guest and position) over theirs, and gives each party's share of the gain; a guest's holds no gains
     host_columns = set(pd.read_csv(tmp_path / "parts" / "host.csv", nrows=0).columns) - {"_id", "target"}
     assert main(["info", str(out / "host.model.json"), "--importance", "split"]) == 0
     text = capsys.readouterr().out
-    table = text[text.index("the host's features in its layers"):]
+    table = text[text.index("the host's and guests' features"):]
     rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
-    assert rows and set(rows) <= host_columns and "top host features by gain" in text
+    guest_rows = {r for r in rows if r.split(":")[0] in ("guest0", "guest1", "guest2")}
+    assert guest_rows and set(rows) - guest_rows and set(rows) - guest_rows <= host_columns
+    assert "top features by gain" in text and "host" in " ".join(text.split()).split("gain by party │")[1]
     assert main(["info", str(out / "guest0.model.json"), "--importance", "gain"]) == 2
     # a guest's file counts the splits on each of its own columns, by name
     guest_columns = set(pd.read_csv(tmp_path / "parts" / "guest0.csv", nrows=0).columns) - {"_id"}

@@ -241,3 +241,23 @@ def test_one_host_of_several_trains_on_the_instances_it_shares_with_each_guest(s
         assert a["guest_models"][g].splits == b["guest_models"][g].splits
     with pytest.raises(ProtocolError, match="shared_only"):
         run_hybridtree(Xh[mine], y[mine], full, PARAMS, he, 4, 2, timeout=60, mode=mode, host_ids=ids)
+
+
+def test_the_host_counts_each_guest_column_s_splits_and_their_gains(setup):
+    """The host scores the guests' histograms, so it knows, per guest column, how many splits it chose there
+    and their gains (fedgrove info ranks the guests' columns with the host's by them): the counts are the
+    splits each guest's own file holds on that column, and survive the host file."""
+    from fedgrove.protocols.hybridtree.host import HybridHostModel
+
+    Xh, y, guests = setup
+    out = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
+    host = out["model"]
+    assert host.guest_splits and sum(map(sum, host.guest_splits.values())) > 0
+    for name, gm in out["guest_models"].items():
+        width = gm.bin_mapper.n_features
+        counts = np.bincount([f for f, _b, _ml, _thr in gm.splits.values()], minlength=width)
+        assert host.guest_splits.get(name, [0] * width) == counts.tolist()
+        gains = np.asarray(host.guest_gains.get(name, [0.0] * width))
+        assert (gains[counts > 0] > 0).all() and (gains[counts == 0] == 0).all()
+    again = HybridHostModel.from_dict(host.to_dict())
+    assert again.guest_gains == host.guest_gains and again.guest_splits == host.guest_splits

@@ -52,14 +52,16 @@ def info(
                       + (" ..." if len(cats) > 12 else ""))
         return
     if is_model and (part := _federated_part(p)) is not None:
-        part, host = part  # host: a HybridTree host's (gains, splits, labels) over its own layers
+        part, host = part  # host: a HybridTree host's (gains, splits, labels, owners), its layers and guests'
         if importance is not None and host is None:
             raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
                                         "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
                                         "a vertical active party's or a Federated Forest master's) or a "
                                         "HybridTree host's")
         if host is not None:
-            part.append(("top host features by gain", _top_features(host[0], host[2])))
+            part.append(("top features by gain", _top_features(host[0], host[2])))
+            if len(set(host[3])) > 1:
+                part.append(("gain by party", _gain_by_party(host[0], [(o, 0) for o in host[3]])))
         t = RichTable(title=str(p), show_header=False)
         t.add_column("field")
         t.add_column("value")
@@ -67,7 +69,7 @@ def info(
             t.add_row(k, v)
         out.print(t)
         if importance is not None:
-            out.print(_importance_table(*host, importance, "the host's features in its layers "))
+            out.print(_importance_table(*host[:3], importance, "the host's and guests' "))
         return
     if is_model:
         m = load_model(p)
@@ -118,20 +120,28 @@ def info(
 
 
 def _host_importance(d: dict, p: Path) -> tuple:
-    """A HybridTree host file's (gains, splits, labels) over the splits of its own layers."""
+    """A HybridTree host file's (gains, splits, labels, owners) per feature: the host's own over the splits of
+    its layers, by name, then each guest's over the guest layers (the gains the host scored), ``guest0:3``."""
     from fedgrove.engine.model import feature_importance
     from fedgrove.exceptions import ModelFormatError
     from fedgrove.protocols.hybridtree.host import HybridHostModel
 
     try:
-        trees = HybridHostModel.from_dict(d).host_trees
+        model = HybridHostModel.from_dict(d)
     except ModelFormatError as exc:
         raise ModelFormatError(f"{p} is corrupt: {exc}") from None
     names = d.get("feature_names")
     width = len(names) if isinstance(names, list) else None
-    gain, splits = feature_importance(trees, "gain", width), feature_importance(trees, "split", width)
+    gain = feature_importance(model.host_trees, "gain", width)
+    splits = feature_importance(model.host_trees, "split", width)
     labels = [str(n) for n in names] if width == len(gain) else [f"f{j}" for j in range(len(gain))]
-    return gain, splits, labels
+    owners = ["host"] * len(gain)
+    for u in sorted(model.guest_gains):
+        gain = np.concatenate([gain, model.guest_gains[u]])
+        splits = np.concatenate([splits, model.guest_splits[u]])
+        labels += [f"{u}:{j}" for j in range(len(model.guest_gains[u]))]
+        owners += [u] * len(model.guest_gains[u])
+    return gain, splits, labels, owners
 
 
 def _top_features(gain, labels, k: int = 5) -> str:

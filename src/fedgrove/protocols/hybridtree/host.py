@@ -35,13 +35,24 @@ class HybridHostModel:
     host_trees: list[Tree] = field(default_factory=list)
     tree_class: list[int] = field(default_factory=list)
     guest_values: list[dict] = field(default_factory=list)  # per tree: {guest: {node: value}}
+    # per guest, per column of its features: the summed gain of the splits the host chose there, and their
+    # number (the host scores the guests' histograms, so it knows these; not the thresholds, nor the names)
+    guest_gains: dict = field(default_factory=dict)  # {guest: [gain per column]}
+    guest_splits: dict = field(default_factory=dict)  # {guest: [splits per column]}
 
     def to_dict(self) -> dict:
         return {"format": "fedgrove-hybridtree-host", "version": 1, "objective": self.objective,
                 "base_score": self.base_score.tolist(), "tree_class": self.tree_class,
                 "host_trees": [t.to_dict() for t in self.host_trees],
                 "guest_values": [{u: {str(k): v for k, v in vals.items()} for u, vals in per_tree.items()}
-                                 for per_tree in self.guest_values]}
+                                 for per_tree in self.guest_values],
+                "guest_gains": self.guest_gains, "guest_splits": self.guest_splits}
+
+    def add_guest_split(self, guest: str, n_features: int, feature: int, gain: float) -> None:
+        gains = self.guest_gains.setdefault(guest, [0.0] * n_features)
+        splits = self.guest_splits.setdefault(guest, [0] * n_features)
+        gains[feature] += float(gain)
+        splits[feature] += 1
 
     @classmethod
     def from_dict(cls, d: dict) -> "HybridHostModel":
@@ -53,9 +64,14 @@ class HybridHostModel:
             model = cls(d["objective"], np.asarray(d["base_score"], dtype=np.float64),
                         [Tree.from_dict(t) for t in d["host_trees"]], [int(c) for c in d["tree_class"]],
                         [{str(u): {int(k): float(v) for k, v in vals.items()} for u, vals in per_tree.items()}
-                         for per_tree in d["guest_values"]])
+                         for per_tree in d["guest_values"]],
+                        {str(u): [float(v) for v in vals] for u, vals in d.get("guest_gains", {}).items()},
+                        {str(u): [int(v) for v in vals] for u, vals in d.get("guest_splits", {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelFormatError(f"not a HybridTree host model: {type(exc).__name__}: {exc}") from None
+        if set(model.guest_gains) != set(model.guest_splits) or any(
+                len(model.guest_gains[u]) != len(model.guest_splits[u]) for u in model.guest_gains):
+            raise ModelFormatError("guest_gains and guest_splits do not name the same guests and columns")
         if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
             raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
                                    f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")
@@ -160,7 +176,7 @@ class HybridHost:
                     values = {}
                     if self.guest_depth > 0 and self.guests:
                         values = self._guest_layers(tree_id, g[:, c], h[:, c], leaf_of_row, host_tree.n_nodes,
-                                                    guest_rows, remotes, scorer, update)
+                                                    guest_rows, remotes, scorer, update, model)
                 raw[:, c] += update
                 self.tree_seconds.append(time.perf_counter() - t0)
                 model.host_trees.append(host_tree)
@@ -192,7 +208,7 @@ class HybridHost:
                 "count", p.learning_rate, p.reg_lambda, SCALE_BITS, peers, [layouts[v].mask_key for v in peers],
                 np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets, **kept))
 
-    def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update):
+    def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update, model):
         ch, p = self.ch, self.params
         if self.mode == "count":
             h = np.ones_like(h)  # the paper's h = 1 below the host's layers: H sums are instance counts
@@ -238,6 +254,7 @@ class HybridHost:
                 chosen = [j for j in range(len(front)) if feat[j] >= 0 and gain[j] > 0]
                 lefts, rights, new_front, pairs = [], [], [], []
                 for j in chosen:
+                    model.add_guest_split(u, remotes[u].n_features, int(feat[j]), gain[j])
                     lid, rid = st["next"], st["next"] + 1
                     st["next"] += 2
                     st["totals"][lid] = left[j, :2]
