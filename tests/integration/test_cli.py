@@ -350,3 +350,10 @@ def test_predictions_on_standard_output_are_the_csv_unchanged(tmp_path, capsys):
     assert list(leaves.columns) == [f"tree{t}" for t in range(30)] and len(leaves) == 300
     code, out, _ = run(["predict", model, tmp_path / "pets.csv"], capsys)
     assert code == 0 and set(pd.read_csv(io.StringIO(out))["prediction"]) == {":cat:", ":dog:"}
+
+
+def test_regression_on_class_names_is_refused_with_the_value(csv, tmp_path, capsys):
+    # it ended in a ValueError traceback from numpy
+    code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "--objective", "regression"], capsys)
+    assert code == 3 and "needs numeric labels; the label column holds 'no'" in err and "Traceback" not in err
+    assert not (tmp_path / "m.json").exists()

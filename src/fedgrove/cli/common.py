@@ -140,7 +140,12 @@ def infer_objective(y: np.ndarray) -> str:
 def encode_labels(y: np.ndarray, objective: str):
     """Class codes 0..K-1 and the original classes; regression labels pass through."""
     if objective == "regression":
-        y = np.asarray(y, dtype=np.float64)
+        try:
+            y = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError):
+            bad = next(v for v in np.asarray(y, dtype=object).ravel() if not _is_number(v))
+            raise DataError(f"objective 'regression' needs numeric labels; the label column holds {bad!r} (for "
+                            f"class names use --objective binary, multiclass or auto)") from None
         if not np.all(np.isfinite(y)):
             raise DataError("labels contain NaN or infinite values")
         return y, None
@@ -156,6 +161,14 @@ def encode_labels(y: np.ndarray, objective: str):
     if len(classes) < 2:
         raise DataError(f"classification needs at least 2 label values, got {len(classes)}")
     return codes.astype(np.float64), [_plain(c) for c in classes]
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _plain(v):
