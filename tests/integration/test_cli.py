@@ -357,3 +357,15 @@ def test_regression_on_class_names_is_refused_with_the_value(csv, tmp_path, caps
     code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "--objective", "regression"], capsys)
     assert code == 3 and "needs numeric labels; the label column holds 'no'" in err and "Traceback" not in err
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("algorithm,flags,named", [("forest", ["--learning-rate", "0.5", "--lambda", "2"],
+                                                    "--learning-rate, --lambda are not used by --algorithm forest"),
+                                                   ("gbdt", ["--max-features", "log2"],
+                                                    "--max-features is not used by --algorithm gbdt")])
+def test_an_option_of_the_other_algorithm_is_refused(csv, tmp_path, capsys, algorithm, flags, named):
+    # it was ignored without a word: the model trained with settings other than those asked for
+    code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "--algorithm", algorithm, "-n", "3", *flags], capsys)
+    assert code == 2 and named in err and not (tmp_path / "m.json").exists()
+    code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "--algorithm", algorithm, "-n", "3", "-q"], capsys)
+    assert code == 0, err

@@ -10,7 +10,7 @@ import typer
 
 from fedgrove.cli.common import (CATEGORICAL_HELP, categorical_option, check_output_file, console, encode_labels,
                                  infer_objective, load_input, model_features, progress_bar, report_categories)
-from fedgrove.exceptions import DataError
+from fedgrove.exceptions import DataError, InvalidParameterError
 
 
 class Algorithm(str, Enum):
@@ -18,7 +18,25 @@ class Algorithm(str, Enum):
     forest = "forest"
 
 
+GBDT_ONLY = {"learning_rate": "--learning-rate", "reg_lambda": "--lambda", "gamma": "--gamma",
+             "subsample": "--subsample", "colsample": "--colsample", "valid": "--valid",
+             "early_stopping": "--early-stopping"}
+FOREST_ONLY = {"max_features": "--max-features", "criterion": "--criterion"}
+
+
+def _refuse_other_algorithms_options(ctx: typer.Context, algorithm: str) -> None:
+    """An option of the other algorithm, given on the command line, would be ignored without a word."""
+    other = FOREST_ONLY if algorithm == "gbdt" else GBDT_ONLY
+    given = [flag for name, flag in other.items()
+             if (src := ctx.get_parameter_source(name)) is not None and src.name == "COMMANDLINE"]
+    if given:
+        raise InvalidParameterError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used by "
+                                    f"--algorithm {algorithm}; "
+                                    f"{'drop it' if len(given) == 1 else 'drop them'} or choose the other algorithm")
+
+
 def train(
+    ctx: typer.Context,
     data: str = typer.Argument(..., help="Training data: CSV/Parquet/LIBSVM file, or dataset:NAME"),
     model: Path = typer.Option(..., "--model", "-m", help="Where to write the model (JSON)"),
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column name or 0-based index "
@@ -49,6 +67,7 @@ def train(
     from fedgrove.engine.forest import ForestParams, train_forest
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 
+    _refuse_other_algorithms_options(ctx, algorithm.value)
     check_output_file(model, "--model")
     table = load_input(data, label if label is not None else -1, fmt, categorical=categorical_option(categorical))
     if table.y is None:
