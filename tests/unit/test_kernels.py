@@ -269,3 +269,19 @@ def test_record_segments_gives_children_their_parts_in_the_other_buffer():
     record_segments(seg, np.array([1, 2]), np.array([[3, 4], [5, 6]]), np.array([4, 10]), counts)
     assert seg[3:7].tolist() == [[0, 4, 1], [4, 10, 1], [10, 10, 1], [10, 25, 1]]
     assert counts.tolist() == [4, 6, 0, 15]
+
+
+def test_logistic_gradients_are_the_two_branch_sigmoid_bit_for_bit(rng):
+    """The kernel takes one exponential and a select; its numbers are those of the textbook two-branch stable
+    sigmoid, 1/(1+exp(-r)) for r >= 0 and exp(r)/(1+exp(r)) below (the engine's models and every protocol that
+    reproduces them depend on these bits)."""
+    import math
+
+    from fedgrove.engine.losses import make_objective
+
+    raw = np.concatenate([rng.normal(scale=4.0, size=997), [0.0, -0.0, 1e-300, -1e-300, 40.0, -40.0, 800.0, -800.0]])
+    y = (rng.random(len(raw)) < 0.5).astype(np.float64)
+    g, h = make_objective("binary").gradients(y, raw[:, None])
+    for i, r in enumerate(raw):
+        p = 1.0 / (1.0 + math.exp(-r)) if r >= 0.0 else math.exp(r) / (1.0 + math.exp(r))
+        assert g[i, 0] == p - y[i] and h[i, 0] == p * (1.0 - p), (i, r)
