@@ -207,3 +207,37 @@ def test_a_process_that_closes_its_channel_exits_without_a_traceback_while_calls
                                 capture_output=True, text=True, timeout=60)
         sender.wait(timeout=60)
         assert closer.returncode == 0 and "Traceback" not in closer.stderr, closer.stderr[-2000:]
+
+
+def test_certs_in_a_folder_with_a_ca_keep_it_and_issue_only_the_new_parties(tmp_path, capsys):
+    """`fedgrove certs` a second time made a new CA and new certificates without a word: every party that had
+    been given its files could no longer talk to the others.  Now the CA is kept, valid certificates are left
+    as they are, new parties get theirs from the same CA, and nothing is written when a name is bad."""
+    from fedgrove.cli.main import main
+    from fedgrove.crypto.certs import check_party_certs
+
+    out = tmp_path / "certs"
+    assert main(["certs", "alice", "bob", "-o", str(out)]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    assert main(["certs", "alice", "bob", "-o", str(out)]) == 0
+    assert "nothing to do" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert main(["certs", "alice", "carol", "-o", str(out)]) == 0
+    assert "certificates of carol from the CA already there (alice already had valid ones)" in \
+        " ".join(capsys.readouterr().err.split())
+    assert all((out / name).read_bytes() == data for name, data in before.items())
+    for name in ("alice", "bob", "carol"):
+        check_party_certs(out / "ca.pem", out / f"{name}.pem", out / f"{name}.key", name)
+    assert main(["certs", "bob", "--force", "-o", str(out)]) == 0  # a new key for bob, same CA
+    assert (out / "bob.key").read_bytes() != before["bob.key"] and (out / "ca.pem").read_bytes() == before["ca.pem"]
+    check_party_certs(out / "ca.pem", out / "bob.pem", out / "bob.key", "bob")
+    (out / "dave.pem").write_bytes((out / "bob.pem").read_bytes())  # somebody else's certificate under dave's name
+    (out / "dave.key").write_bytes((out / "bob.key").read_bytes())
+    assert main(["certs", "dave", "-o", str(out)]) == 2
+    assert "is the certificate of bob, not of dave; issue dave's again with --force" in capsys.readouterr().err
+    assert main(["certs", "erin", "a/b", "-o", str(tmp_path / "fresh")]) == 2  # checked before writing
+    assert not (tmp_path / "fresh").exists()
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "ca.pem").write_bytes(before["ca.pem"])
+    assert main(["certs", "erin", "-o", str(tmp_path / "half")]) == 2
+    assert "holds ca.pem without ca.key" in capsys.readouterr().err

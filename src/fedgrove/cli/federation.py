@@ -72,15 +72,27 @@ def _check_predict(cfg, predict: bool, resume: bool) -> None:
 
 def certs(
     parties: List[str] = typer.Argument(..., help="party names (one certificate each)"),
-    out: Path = typer.Option(Path("certs"), "--out", "-o", help="directory for ca.pem, ca.key and <party>.pem/.key"),
+    out: Path = typer.Option(Path("certs"), "--out", "-o", help="directory for ca.pem, ca.key and <party>.pem/.key; "
+                             "one that holds a CA already issues the new parties' certificates from it"),
+    force: bool = typer.Option(False, "--force", help="issue a new key and certificate to every party given, "
+                               "replacing those in --out"),
 ):
     """Create a federation CA and a certificate per party for mutual TLS."""
     from fedgrove.crypto.certs import create_federation_certs
 
     check_output_dir(out, "--out")
-    files = create_federation_certs(out, parties)
-    console.print(f"wrote {len(files)} files to {out} (keep ca.key offline; give each party ca.pem and its own "
-                  f"<party>.pem/.key)")
+    existing = (out / "ca.pem").exists() and (out / "ca.key").exists()
+    files = create_federation_certs(out, parties, replace=force)
+    if not files:
+        console.print(f"{out} already holds valid certificates of {', '.join(parties)} from its CA; nothing to do "
+                      f"(--force issues new ones)")
+        return
+    issued = [f.stem for f in files if f.suffix == ".pem" and f.name != "ca.pem"]
+    kept = [p for p in parties if p not in issued]
+    console.print(f"wrote {len(files)} files to {out}: certificates of {', '.join(issued)}"
+                  + (" from the CA already there" if existing else " and a new CA")
+                  + (f" ({', '.join(kept)} already had valid ones)" if kept else "")
+                  + "; keep ca.key offline, give each party ca.pem and its own <party>.pem/.key")
 
 
 def _report(results: dict, out_dir) -> None:

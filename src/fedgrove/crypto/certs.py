@@ -2,7 +2,8 @@
 
 ``create_federation_certs(out_dir, parties)`` writes ``ca.pem`` (the CA
 certificate, shared with everyone), ``ca.key`` (keep it offline) and for each
-party ``<party>.pem`` / ``<party>.key``.  A party's certificate names the party
+party ``<party>.pem`` / ``<party>.key``; run again on the same directory it
+issues certificates to new parties from the CA already there.  A party's certificate names the party
 in its common name and in its subject alternative names (plus ``localhost``
 and ``127.0.0.1`` for local runs); gRPC peers are checked against the CA and
 the sender named in each envelope must equal the certificate's name.
@@ -49,9 +50,13 @@ def create_ca(name: str = "fedgrove federation CA", days: int = 365):
     return key, cert
 
 
-def issue(ca_key, ca_cert, party: str, hosts: list[str] | None = None, days: int = 365):
+def check_party_name(party: str) -> None:
     if not party or not all(c.isalnum() or c in "-_." for c in party):
         raise InvalidParameterError(f"party names may hold letters, digits, '-', '_' and '.', got {party!r}")
+
+
+def issue(ca_key, ca_cert, party: str, hosts: list[str] | None = None, days: int = 365):
+    check_party_name(party)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     names = [x509.DNSName(party), x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
@@ -71,21 +76,78 @@ def issue(ca_key, ca_cert, party: str, hosts: list[str] | None = None, days: int
     return key, cert
 
 
-def create_federation_certs(out_dir, parties: list[str], hosts: dict[str, list[str]] | None = None) -> list[Path]:
+def create_federation_certs(out_dir, parties: list[str], hosts: dict[str, list[str]] | None = None,
+                            replace: bool = False) -> list[Path]:
+    """Write the CA and each party's certificate and key to ``out_dir``; returns the files written.
+
+    A directory that already holds a CA (``ca.pem`` and ``ca.key``) keeps it and issues the new parties'
+    certificates from it, so the parties that have theirs keep working; a party whose files there are
+    valid for this CA is left as it is (running the same command twice changes nothing), one whose files
+    are not is refused, unless ``replace`` (new key and certificate for every party given).  Everything is
+    checked before any file is written."""
+    from fedgrove.exceptions import DataError
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if len(set(parties)) != len(parties) or not parties:
         raise InvalidParameterError(f"party names must be distinct and non-empty, got {parties}")
-    ca_key, ca_cert = create_ca()
-    written = [out / "ca.pem", out / "ca.key"]
-    _write(written[0], ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write(written[1], _key_pem(ca_key), private=True)
     for p in parties:
+        check_party_name(p)
+    ca = _existing_ca(out)
+    todo = list(parties)
+    if ca is not None and not replace:
+        todo = []
+        for p in parties:
+            if not ((out / f"{p}.pem").exists() or (out / f"{p}.key").exists()):
+                todo.append(p)
+                continue
+            try:
+                check_party_certs(out / "ca.pem", out / f"{p}.pem", out / f"{p}.key", p)
+            except DataError as exc:
+                raise InvalidParameterError(f"{exc}; issue {p}'s again with --force") from None
+    elif ca is None and not replace:
+        have = [p for p in parties if (out / f"{p}.pem").exists() or (out / f"{p}.key").exists()]
+        if have:
+            raise InvalidParameterError(f"{out} holds certificates of {', '.join(have)} but no CA; use another "
+                                        f"directory, or --force to start a new CA there")
+    if ca is None:
+        ca_key, ca_cert = create_ca()
+        files = {"ca.pem": (ca_cert.public_bytes(serialization.Encoding.PEM), False),
+                 "ca.key": (_key_pem(ca_key), True)}
+    else:
+        ca_key, ca_cert = ca
+        files = {}
+    for p in todo:
         key, cert = issue(ca_key, ca_cert, p, (hosts or {}).get(p))
-        _write(out / f"{p}.pem", cert.public_bytes(serialization.Encoding.PEM))
-        _write(out / f"{p}.key", _key_pem(key), private=True)
-        written += [out / f"{p}.pem", out / f"{p}.key"]
+        files[f"{p}.pem"] = (cert.public_bytes(serialization.Encoding.PEM), False)
+        files[f"{p}.key"] = (_key_pem(key), True)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (data, private) in files.items():
+        _write(out / name, data, private)
+        written.append(out / name)
     return written
+
+
+def _existing_ca(out: Path):
+    """The CA (key, certificate) kept in ``out``, or None when there is none; refuses one that cannot issue."""
+    cert_path, key_path = out / "ca.pem", out / "ca.key"
+    if not cert_path.exists() and not key_path.exists():
+        return None
+    if not (cert_path.exists() and key_path.exists()):
+        raise InvalidParameterError(f"{out} holds {'ca.pem' if cert_path.exists() else 'ca.key'} without "
+                                    f"{'ca.key' if cert_path.exists() else 'ca.pem'}: new certificates cannot be "
+                                    f"issued from this CA; use another directory")
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise InvalidParameterError(f"cannot read the CA in {out}: {exc}") from None
+    if key.public_key().public_numbers() != cert.public_key().public_numbers():
+        raise InvalidParameterError(f"{key_path} is not the key of {cert_path}")
+    if datetime.datetime.now(datetime.timezone.utc) > cert.not_valid_after_utc:
+        raise InvalidParameterError(f"the CA in {out} expired on {cert.not_valid_after_utc:%Y-%m-%d}; create "
+                                    f"the federation's certificates again in another directory")
+    return key, cert
 
 
 def check_party_certs(ca_path, cert_path, key_path, party: str, now: datetime.datetime | None = None) -> None:
