@@ -369,3 +369,23 @@ def test_an_option_of_the_other_algorithm_is_refused(csv, tmp_path, capsys, algo
     assert code == 2 and named in err and not (tmp_path / "m.json").exists()
     code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "--algorithm", algorithm, "-n", "3", "-q"], capsys)
     assert code == 0, err
+
+
+def test_a_partition_replaces_the_one_before_it_and_no_other_file(csv, tmp_path, capsys):
+    """A 3-party partition followed by a 2-party one into the same folder kept party2's file, whose features
+    the new parties also hold; a file the partition did not write is not written over unless asked."""
+    out = tmp_path / "parts"
+    base = ["partition", csv, "-l", "label", "-o", out]
+    assert run(base + ["--scheme", "vertical", "-p", "3", "--test-fraction", "0.2"], capsys)[0] == 0
+    assert (out / "party2.csv").exists() and (out / "party2-test.csv").exists()
+    code, _, err = run(base + ["--scheme", "horizontal", "-p", "2", "--test-fraction", "0.2"], capsys)
+    assert code == 0 and "replaced the partition that was in" in err
+    assert sorted(f.name for f in out.iterdir()) == ["manifest.json", "party0.csv", "party1.csv", "test.csv"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "party0.csv").write_text("my own data\n")
+    code, _, err = run(["partition", csv, "-l", "label", "-o", mine, "--scheme", "vertical"], capsys)
+    assert code == 2 and "holds party0.csv, which this partition would write over" in err
+    assert (mine / "party0.csv").read_text() == "my own data\n" and not (mine / "manifest.json").exists()
+    assert run(["partition", csv, "-l", "label", "-o", mine, "--scheme", "vertical", "--overwrite"], capsys)[0] == 0
+    assert (mine / "party0.csv").read_text().startswith("_id,")

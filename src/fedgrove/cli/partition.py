@@ -36,6 +36,8 @@ def partition(
     test_fraction: float = typer.Option(0.0, "--test-fraction", help="Hold out this fraction of the rows as a "
                                         "test set, written per party as <party>-test files (0: none)"),
     seed: int = typer.Option(0, help="Random seed"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write over files in --out that no earlier "
+                                   "partition there wrote (an earlier partition's files are always replaced)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="Input format: csv, parquet or libsvm"),
     categorical: Optional[str] = typer.Option(None, help=CATEGORICAL_HELP.replace(
         "kept in the model", "written to the party files, the categories to manifest.json")),
@@ -61,6 +63,11 @@ def partition(
     else:
         p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
                              overlap=overlap, drop_features=drop_features)
+    names = [f"{sh.name}.{file_format}" for sh in p.shards]
+    if test is not None:
+        names += [f"test.{file_format}"] if scheme == Scheme.horizontal else \
+            [f"{sh.name}-test.{file_format}" for sh in p.shards]
+    _replace_earlier_partition(out_dir, names, overwrite)
     files = write_partition(p, table, out_dir, file_format)
     if test is not None:
         files += write_test_files(p, test, out_dir, file_format, seed)
@@ -75,3 +82,31 @@ def partition(
 
         console.print(f"the labels are class names: a federation on these files needs, in every party's config, "
                       f"{classes_setting(table.y.tolist())} (the order gives the codes 0, 1, ...)")
+
+
+def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool) -> None:
+    """Remove the files of a partition written to ``out_dir`` before (those its manifest names), so that none of
+    them is left beside the new one (a 3-party partition followed by a 2-party one kept party2's file, with
+    features the new parties also hold); refuse to write over any other file unless ``overwrite``."""
+    import json
+
+    from fedgrove.data.partition import MANIFEST
+    from fedgrove.exceptions import InvalidParameterError
+
+    earlier = []
+    if (out_dir / MANIFEST).is_file():
+        try:
+            m = json.loads((out_dir / MANIFEST).read_text())
+            earlier = [e.get(k) for e in m.get("parties", []) for k in ("file", "test_file")] + [m.get("test_file")]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
+            raise InvalidParameterError(f"{out_dir / MANIFEST} exists but is not a partition's manifest; give "
+                                        f"another --out") from None
+        earlier = [n for n in earlier if isinstance(n, str) and Path(n).name == n and (out_dir / n).is_file()]
+    clash = [n for n in names if (out_dir / n).exists() and n not in earlier]
+    if clash and not overwrite:
+        raise InvalidParameterError(f"{out_dir} holds {', '.join(clash[:5])}{' ...' if len(clash) > 5 else ''}, "
+                                    f"which this partition would write over: give another --out, or --overwrite")
+    for n in earlier:
+        (out_dir / n).unlink()
+    if earlier:
+        console.print(f"replaced the partition that was in {out_dir} ({len(earlier)} party files)")
