@@ -175,3 +175,10 @@ def test_info_on_a_vertical_active_model_counts_every_party_features_and_says_ho
     out = " ".join(capsys.readouterr().out.split())
     used = out.split("its most used features │")[1].split("│")[0]
     assert "b (" in used and "splits)" in used and "column" not in used
+    # the run's output directory: each party's statistics, as simulate printed them, and its model files
+    assert main(["info", str(tmp_path / "runs")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "per-party communication" in out and "│ active │ active │" in out and "│ passive │ passive │" in out
+    assert "model files: active.model.json, passive.model.json" in out
+    assert main(["info", str(tmp_path)]) == 3  # a directory with neither a run nor a partition
+    assert "holds neither a partition (manifest.json) nor a federation run's statistics" in capsys.readouterr().err

@@ -99,6 +99,20 @@ def info(
         if importance is not None:
             out.print(_importance_table(gain, splits, labels, importance))
         return
+    if p.is_dir() and (runs := _run_stats(p)):
+        from fedgrove.cli.federation import _report
+
+        _report(runs, p)
+        models = sorted(f.name for f in p.glob("*.model.json"))
+        out.print(f"model files: {', '.join(models) or 'none'}" + ("; `fedgrove info` on one describes it"
+                                                                     if models else ""))
+        return
+    if p.is_dir():
+        from fedgrove.exceptions import DataError
+
+        raise DataError(f"{path} is a directory that holds neither a partition (manifest.json) nor a federation "
+                        f"run's statistics (<party>.stats.json); give a model, data or ledger file, a partition or "
+                        f"a run's output directory")
     if p.is_file() and _head(p, 16) == b"SQLite format 3\x00":
         from fedgrove.exceptions import DataError
 
@@ -230,3 +244,18 @@ def _looks_like_model(p: Path) -> bool:
         return b'"format"' in head or json.loads(p.read_text()) is not None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return True  # let the model loader report the corruption
+
+
+def _run_stats(d: Path) -> dict:
+    """The ``<party>.stats.json`` files a federation run wrote to its output directory, by party (in name
+    order); those that are not a run's statistics are left out."""
+    runs = {}
+    for f in sorted(d.glob("*.stats.json")):
+        try:
+            s = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        keys = ("role", "seconds", "total_sent", "total_received", "messages_sent", "rounds")
+        if isinstance(s, dict) and all(k in s for k in keys):
+            runs[str(s.get("party", f.name.removesuffix(".stats.json")))] = s
+    return runs
