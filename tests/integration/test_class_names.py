@@ -2,6 +2,7 @@
 models carry the names."""
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -180,5 +181,13 @@ def test_info_on_a_vertical_active_model_counts_every_party_features_and_says_ho
     out = " ".join(capsys.readouterr().out.split())
     assert "per-party communication" in out and "│ active │ active │" in out and "│ passive │ passive │" in out
     assert "model files: active.model.json, passive.model.json" in out
+    # statistics another run with other parties left in the folder are not mixed in
+    ghost = json.loads((tmp_path / "runs" / "passive.stats.json").read_text())
+    ghost.update(party="ghost", federation=["ghost", "other"])
+    (tmp_path / "runs" / "ghost.stats.json").write_text(json.dumps(ghost))
+    os.utime(tmp_path / "runs" / "ghost.stats.json", (1, 1))
+    assert main(["info", str(tmp_path / "runs")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "left out: the statistics of ghost, from an earlier run" in out and "│ ghost │" not in out
     assert main(["info", str(tmp_path)]) == 3  # a directory with neither a run nor a partition
     assert "holds neither a partition (manifest.json) nor a federation run's statistics" in capsys.readouterr().err

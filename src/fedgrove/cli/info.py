@@ -247,15 +247,25 @@ def _looks_like_model(p: Path) -> bool:
 
 
 def _run_stats(d: Path) -> dict:
-    """The ``<party>.stats.json`` files a federation run wrote to its output directory, by party (in name
-    order); those that are not a run's statistics are left out."""
-    runs = {}
+    """The ``<party>.stats.json`` files the latest federation run wrote to its output directory, by party (in
+    name order): the newest file names its federation's parties, and another run's files left in the directory
+    (parties not among them) are left out, with a note."""
+    runs, newest = {}, None
+    keys = ("role", "seconds", "total_sent", "total_received", "messages_sent", "rounds")
     for f in sorted(d.glob("*.stats.json")):
         try:
             s = json.loads(f.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        keys = ("role", "seconds", "total_sent", "total_received", "messages_sent", "rounds")
         if isinstance(s, dict) and all(k in s for k in keys):
             runs[str(s.get("party", f.name.removesuffix(".stats.json")))] = s
+            if newest is None or f.stat().st_mtime > newest[0]:
+                newest = (f.stat().st_mtime, s.get("federation"))
+    members = newest[1] if newest is not None else None
+    if isinstance(members, list):
+        stale = sorted(p for p in runs if p not in members)
+        if stale:
+            out.print(f"left out: the statistics of {', '.join(stale)}, from an earlier run in {d} with other "
+                      f"parties")
+        runs = {p: s for p, s in runs.items() if p in members}
     return runs

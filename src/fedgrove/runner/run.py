@@ -36,8 +36,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     if predict_only or cfg.predict:
         with channel.scope(stage="predict"):
             summary.update(predict(ctx))
-    stats = {"party": spec.name, "role": spec.role, "seconds": time.perf_counter() - t0,
-             **channel.stats.as_dict(), **summary}
+    stats = {"party": spec.name, "role": spec.role, "federation": [p.name for p in cfg.parties],
+             "seconds": time.perf_counter() - t0, **channel.stats.as_dict(), **summary}
     stats_file = f"{spec.name}.predict-stats.json" if predict_only else f"{spec.name}.stats.json"
     atomic_write_text(out_dir / stats_file, json.dumps(stats, indent=2))
     logger.debug("%s finished: %s", spec.name, stats)
