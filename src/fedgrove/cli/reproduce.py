@@ -53,11 +53,6 @@ def reproduce(
     ex = _split(experiments, exp.EXPERIMENTS, "--experiments")
     out = out or Path("results") / paper
     check_output_dir(out, "--out")
-    from fedgrove.data.datasets import available_datasets, dataset_files
-
-    for name in ds:  # every dataset's files are there before any work or any folder is made
-        if name in available_datasets():
-            dataset_files(name)
     if merge and overwrite:
         raise InvalidParameterError("--merge and --overwrite exclude each other")
     earlier = _earlier_results(out)
@@ -69,6 +64,11 @@ def reproduce(
     merge = merge and earlier is not None
     if merge:  # the settings the command line gives, checked before any work (all of them after the run)
         _check_same_settings(earlier.get("config", {}), {"quick": quick, "seed": seed})
+    from fedgrove.data.datasets import available_datasets, dataset_files
+
+    for name in ds:  # every dataset's files are there before any work or any folder is made
+        if name in available_datasets():
+            dataset_files(name)
 
     def run(run_dir: Path) -> dict:
         with progress_bar(f"reproduce {paper}", len(ds) * len(ex) + 1, not no_progress) as update:
