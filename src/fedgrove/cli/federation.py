@@ -81,7 +81,6 @@ def certs(
     from fedgrove.crypto.certs import create_federation_certs
 
     check_output_dir(out, "--out")
-    existing = (out / "ca.pem").exists() and (out / "ca.key").exists()
     files = create_federation_certs(out, parties, replace=force)
     if not files:
         console.print(f"{out} already holds valid certificates of {', '.join(parties)} from its CA; nothing to do "
@@ -90,7 +89,7 @@ def certs(
     issued = [f.stem for f in files if f.suffix == ".pem" and f.name != "ca.pem"]
     kept = [p for p in parties if p not in issued]
     console.print(f"wrote {len(files)} files to {out}: certificates of {', '.join(issued)}"
-                  + (" from the CA already there" if existing else " and a new CA")
+                  + (" and a new CA" if out / "ca.pem" in files else " from the CA already there")
                   + (f" ({', '.join(kept)} already had valid ones)" if kept else "")
                   + "; keep ca.key offline, give each party ca.pem and its own <party>.pem/.key")
 

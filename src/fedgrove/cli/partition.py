@@ -43,8 +43,8 @@ def partition(
         "kept in the model", "written to the party files, the categories to manifest.json")),
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
-    from fedgrove.data.partition import (hold_out, horizontal_partition, hybrid_partition, vertical_partition,
-                                         write_partition, write_test_files)
+    from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition,
+                                         vertical_partition, write_partition, write_test_files)
     from fedgrove.exceptions import DataError
 
     check_output_dir(out_dir, "--out")
@@ -63,11 +63,7 @@ def partition(
     else:
         p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
                              overlap=overlap, drop_features=drop_features)
-    names = [f"{sh.name}.{file_format}" for sh in p.shards]
-    if test is not None:
-        names += [f"test.{file_format}"] if scheme == Scheme.horizontal else \
-            [f"{sh.name}-test.{file_format}" for sh in p.shards]
-    _replace_earlier_partition(out_dir, names, overwrite)
+    _replace_earlier_partition(out_dir, file_names(p, file_format, test=test is not None), overwrite)
     files = write_partition(p, table, out_dir, file_format)
     if test is not None:
         files += write_test_files(p, test, out_dir, file_format, seed)
@@ -88,20 +84,18 @@ def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool)
     """Remove the files of a partition written to ``out_dir`` before (those its manifest names), so that none of
     them is left beside the new one (a 3-party partition followed by a 2-party one kept party2's file, with
     features the new parties also hold); refuse to write over any other file unless ``overwrite``."""
-    import json
-
-    from fedgrove.data.partition import MANIFEST
+    from fedgrove.data.partition import MANIFEST, read_manifest
     from fedgrove.exceptions import InvalidParameterError
 
     earlier = []
     if (out_dir / MANIFEST).is_file():
-        try:
-            m = json.loads((out_dir / MANIFEST).read_text())
-            earlier = [e.get(k) for e in m.get("parties", []) for k in ("file", "test_file")] + [m.get("test_file")]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
+        m = read_manifest(out_dir)
+        if not isinstance(m, dict) or not isinstance(m.get("parties", []), list):
             raise InvalidParameterError(f"{out_dir / MANIFEST} exists but is not a partition's manifest; give "
-                                        f"another --out") from None
-        earlier = [n for n in earlier if isinstance(n, str) and Path(n).name == n and (out_dir / n).is_file()]
+                                        f"another --out")
+        earlier = [e.get(k) for e in m.get("parties", []) if isinstance(e, dict) for k in ("file", "test_file")]
+        earlier = [n for n in earlier + [m.get("test_file")]
+                   if isinstance(n, str) and Path(n).name == n and (out_dir / n).is_file()]
     clash = [n for n in names if (out_dir / n).exists() and n not in earlier]
     if clash and not overwrite:
         raise InvalidParameterError(f"{out_dir} holds {', '.join(clash[:5])}{' ...' if len(clash) > 5 else ''}, "

@@ -2,11 +2,12 @@
 
 ``create_federation_certs(out_dir, parties)`` writes ``ca.pem`` (the CA
 certificate, shared with everyone), ``ca.key`` (keep it offline) and for each
-party ``<party>.pem`` / ``<party>.key``; run again on the same directory it
-issues certificates to new parties from the CA already there.  A party's certificate names the party
-in its common name and in its subject alternative names (plus ``localhost``
-and ``127.0.0.1`` for local runs); gRPC peers are checked against the CA and
-the sender named in each envelope must equal the certificate's name.
+party ``<party>.pem`` / ``<party>.key``; run again on the same directory, it
+issues certificates to new parties from the CA already there.  A party's
+certificate names the party in its common name and in its subject
+alternative names (plus ``localhost`` and ``127.0.0.1`` for local runs); gRPC
+peers are checked against the CA and the sender named in each envelope must
+equal the certificate's name.
 """
 
 from __future__ import annotations
@@ -92,23 +93,19 @@ def create_federation_certs(out_dir, parties: list[str], hosts: dict[str, list[s
         raise InvalidParameterError(f"party names must be distinct and non-empty, got {parties}")
     for p in parties:
         check_party_name(p)
+    have = [p for p in parties if (out / f"{p}.pem").exists() or (out / f"{p}.key").exists()]
     ca = _existing_ca(out)
     todo = list(parties)
-    if ca is not None and not replace:
-        todo = []
-        for p in parties:
-            if not ((out / f"{p}.pem").exists() or (out / f"{p}.key").exists()):
-                todo.append(p)
-                continue
+    if have and not replace:
+        if ca is None:
+            raise InvalidParameterError(f"{out} holds certificates of {', '.join(have)} but no CA; use another "
+                                        f"directory, or --force to start a new CA there")
+        for p in have:
             try:
                 check_party_certs(out / "ca.pem", out / f"{p}.pem", out / f"{p}.key", p)
             except DataError as exc:
                 raise InvalidParameterError(f"{exc}; issue {p}'s again with --force") from None
-    elif ca is None and not replace:
-        have = [p for p in parties if (out / f"{p}.pem").exists() or (out / f"{p}.key").exists()]
-        if have:
-            raise InvalidParameterError(f"{out} holds certificates of {', '.join(have)} but no CA; use another "
-                                        f"directory, or --force to start a new CA there")
+        todo = [p for p in parties if p not in have]
     if ca is None:
         ca_key, ca_cert = create_ca()
         files = {"ca.pem": (ca_cert.public_bytes(serialization.Encoding.PEM), False),

@@ -177,6 +177,16 @@ def hybrid_partition(y: np.ndarray, n_features: int, n_guests: int = 5, n_hosts:
                       "drop_features": drop_features})
 
 
+def file_names(partition: Partition, format: str = "csv", test: bool = False) -> list[str]:
+    """The names of the party files :func:`write_partition` writes (and with ``test`` those of
+    :func:`write_test_files`: one per party, or one ``test`` file for a horizontal partition)."""
+    names = [f"{s.name}.{format}" for s in partition.shards]
+    if test:
+        names += [f"test.{format}"] if partition.scheme == "horizontal" else \
+            [f"{s.name}-test.{format}" for s in partition.shards]
+    return names
+
+
 def write_partition(partition: Partition, table: Table, out_dir, format: str = "csv") -> list[Path]:
     """Write one file per party and a manifest; returns the files written."""
     out_dir = Path(out_dir)
@@ -186,11 +196,11 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     written = []
     ids = table.ids if table.ids is not None else np.arange(table.n_samples)
     entries = []
-    for s in partition.shards:
+    for s, name in zip(partition.shards, file_names(partition, format)):
         feats = s.features if (partition.scheme != "horizontal") else np.arange(table.n_features)
         part = Table(table.X[s.rows][:, feats], table.y[s.rows] if (s.has_label and table.y is not None) else None,
                      [table.feature_names[j] for j in feats], table.label_name or "label", ids[s.rows])
-        path = out_dir / f"{s.name}.{format}"
+        path = out_dir / name
         write_table(part, path, format)
         written.append(path)
         entries.append({"name": s.name, "role": s.role, "file": path.name, "n_samples": int(len(s.rows)),
@@ -229,8 +239,9 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
     manifest = read_manifest(out_dir)
     n = test.n_samples
     ids = test.ids if test.ids is not None else np.arange(n)
+    names = file_names(partition, format, test=True)[len(partition.shards):]
     if partition.scheme == "horizontal":
-        path = out_dir / f"test.{format}"
+        path = out_dir / names[0]
         write_table(Table(test.X, test.y, test.feature_names, test.label_name or "label", ids), path, format)
         manifest["test_file"] = path.name
         written.append(path)
@@ -238,11 +249,11 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
         guests = [s.name for s in partition.shards if s.role == "guest"]
         shares = dict(zip(guests, _split_equally(np.arange(n), len(guests), np.random.default_rng([seed, 11]))
                           if guests else []))
-        for s, entry in zip(partition.shards, manifest["parties"]):
+        for s, entry, name in zip(partition.shards, manifest["parties"], names):
             rows = np.sort(shares[s.name]) if s.name in shares else np.arange(n)
             part = Table(test.X[rows][:, s.features], test.y[rows] if s.has_label and test.y is not None else None,
                          [test.feature_names[j] for j in s.features], test.label_name or "label", ids[rows])
-            path = out_dir / f"{s.name}-test.{format}"
+            path = out_dir / name
             write_table(part, path, format)
             entry["test_file"] = path.name
             written.append(path)

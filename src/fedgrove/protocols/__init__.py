@@ -19,8 +19,8 @@ def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if len(ids) != n_rows:
         raise DataError(f"{party}: {len(ids)} instance IDs for {n_rows} rows")
-    if len(np.unique(ids)) != len(ids):
-        values, counts = np.unique(ids, return_counts=True)
+    values, counts = np.unique(ids, return_counts=True)
+    if len(values) != len(ids):
         raise DataError(f"{party}: instance IDs must be unique; {int(values[counts > 1][0])} is given to "
                         f"{int(counts.max())} rows")
     return ids

@@ -114,11 +114,12 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
 
     certs = Path(spec.certs)
-    for f in ("ca.pem", f"{spec.name}.pem", f"{spec.name}.key"):
-        if not (certs / f).exists():
-            raise DataError(f"party {spec.name}: {certs / f} not found; create certificates with `fedgrove certs`")
-    tls = TLSFiles(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
-    check_party_certs(certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key", spec.name)
+    paths = (certs / "ca.pem", certs / f"{spec.name}.pem", certs / f"{spec.name}.key")
+    for path in paths:
+        if not path.exists():
+            raise DataError(f"party {spec.name}: {path} not found; create certificates with `fedgrove certs`")
+    check_party_certs(*paths, spec.name)
+    tls = TLSFiles(*paths)
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
                           startup_timeout=cfg.startup_timeout)
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))

@@ -36,7 +36,7 @@ class PassiveModel:
         return X
 
     def go_left(self, X: np.ndarray) -> dict:
-        X = self.rows(X)
+        """Per split, which of the rows ``X`` (checked by :meth:`rows`) go left."""
         out = {}
         for key, (f, _b, ml, thr) in self.splits.items():
             x = X[:, f]
