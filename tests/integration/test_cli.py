@@ -389,3 +389,15 @@ def test_a_partition_replaces_the_one_before_it_and_no_other_file(csv, tmp_path,
     assert (mine / "party0.csv").read_text() == "my own data\n" and not (mine / "manifest.json").exists()
     assert run(["partition", csv, "-l", "label", "-o", mine, "--scheme", "vertical", "--overwrite"], capsys)[0] == 0
     assert (mine / "party0.csv").read_text().startswith("_id,")
+
+
+def test_long_messages_stay_on_one_line(csv, tmp_path, capsys):
+    # rich wraps at 80 columns without a terminal: a path or a metric broken across lines defeats grep
+    parts = tmp_path / ("a-folder-whose-name-is-long-enough-to-push-the-line-past-eighty-columns" * 2)
+    code, out, err = run(["partition", csv, "-o", parts, "--scheme", "horizontal", "-p", "2", "-l", "label"],
+                         capsys)
+    assert code == 0, err
+    assert f"manifest.json to {parts}" in out + err
+    code, _, err = run(["partition", csv, "-o", parts, "--scheme", "horizontal", "-p", "2", "--mode", "unbalanced",
+                        "--categorical", "label", "-l", "a"], capsys)
+    assert code != 0 and "distinct values: use mode balanced (or dirichlet, for label skew over several classes)" in err

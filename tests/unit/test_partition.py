@@ -43,6 +43,13 @@ def test_unbalanced_partition_has_the_theta_ratio(table):
     assert abs((table.y[a] == 0).sum() - 0.8 * n0) <= 1 and abs((table.y[a] == 1).sum() - 0.2 * n1) <= 1
 
 
+def test_the_unbalanced_partition_of_a_label_without_two_classes_says_what_to_use(table):
+    from fedgrove.exceptions import DataError
+
+    with pytest.raises(DataError, match="exactly two classes, got 600 distinct values: use mode balanced"):
+        horizontal_partition(np.arange(600) / 7, 2, "unbalanced", seed=2)
+
+
 def test_hybrid_partition_shapes(table):
     p = hybrid_partition(table.y, 9, n_guests=3, seed=4)
     host, guests = p.shards[0], p.shards[1:]

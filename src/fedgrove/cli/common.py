@@ -16,8 +16,8 @@ from fedgrove.data.io import Table, load_table
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 # markup off: messages carry user text (file names, "[output] dir"); styled lines opt in with markup=True
-console = Console(stderr=True, highlight=False, markup=False, emoji=False)
-out = Console(highlight=False, markup=False, emoji=False)
+console = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+out = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
 def write_data(text: str) -> None:
@@ -68,10 +68,10 @@ def report_categories(table: Table, encoded: bool = True) -> None:
     if table.categories and encoded:
         shown = ", ".join(f"{c} ({len(v)})" for c, v in list(table.categories.items())[:10])
         console.print(f"encoded as categories (number of categories): {shown}"
-                      + (" ..." if len(table.categories) > 10 else ""), soft_wrap=True)
+                      + (" ..." if len(table.categories) > 10 else ""))
     if table.unseen:
         shown = ", ".join(f"{c} ({n} rows)" for c, n in table.unseen.items())
-        console.print(f"note: values not seen in training, taken as missing: {shown}", soft_wrap=True)
+        console.print(f"note: values not seen in training, taken as missing: {shown}")
 
 
 def model_features(table: Table, names, source: str) -> np.ndarray:
@@ -80,7 +80,7 @@ def model_features(table: Table, names, source: str) -> np.ndarray:
     X, left_out = table.features_as(names, repr(source))
     if left_out:
         shown = ", ".join(left_out[:10]) + (" ..." if len(left_out) > 10 else "")
-        console.print(f"note: columns the model does not use, left out: {shown}", soft_wrap=True)
+        console.print(f"note: columns the model does not use, left out: {shown}")
     return X
 
 

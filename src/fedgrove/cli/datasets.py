@@ -30,7 +30,7 @@ def list_(directory: Optional[Path] = typer.Option(None, "--dir", help="Data dir
                 status = f"missing: `fedgrove datasets download {name}` fetches {f.url}"
             else:
                 status = f"missing: no direct download, get it from {ds.dataset_homepage(name)}"
-            out.print(f"  {name:<11} {f.name:<23} {status}", soft_wrap=True)
+            out.print(f"  {name:<11} {f.name:<23} {status}")
 
 
 @app.command()

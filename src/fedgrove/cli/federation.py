@@ -114,7 +114,7 @@ def _report(results: dict, out_dir) -> None:
             warned.add(text)
             out.print(f"warning: histogram uploads refused by the parties' endorsements: {text} (overlap distance "
                       f"above the threshold {s['threshold']:g}; honest parties with few instances per bin reach it "
-                      f"too: use fewer bins ([params] max_bins) or a higher [fvtree] threshold)", soft_wrap=True)
+                      f"too: use fewer bins ([params] max_bins) or a higher [fvtree] threshold)")
     for name, s in results.items():
         if s.get("privacy"):
             out.print(f"{name}: {s['privacy']}")

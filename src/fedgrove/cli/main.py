@@ -69,7 +69,7 @@ class _ConsoleLog(logging.Handler):
         kind = {"INFO": "note", "DEBUG": "debug"}.get(record.levelname, record.levelname.lower())
         style = "yellow" if record.levelno >= logging.WARNING else "dim"
         try:
-            console.print(f"[{style}]{kind}:[/{style}] {escape(record.getMessage())}", markup=True, soft_wrap=True)
+            console.print(f"[{style}]{kind}:[/{style}] {escape(record.getMessage())}", markup=True)
         except Exception:  # a log line must never end a run
             self.handleError(record)
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except FedgroveError as exc:
         if os.environ.get("FEDGROVE_DEBUG"):
             raise
-        console.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", markup=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             if os.environ.get("FEDGROVE_DEBUG"):
                 raise
             detail = f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
-            console.print(f"[red]error:[/red] {escape(detail)}", markup=True, soft_wrap=True)
+            console.print(f"[red]error:[/red] {escape(detail)}", markup=True)
             return 1
         raise
 

@@ -95,7 +95,9 @@ def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", 
             raise InvalidParameterError(f"theta must be in (0, 1), got {theta!r}")
         classes = np.unique(y)
         if len(classes) != 2:
-            raise DataError(f"the unbalanced partition needs two classes, got {len(classes)}")
+            raise DataError(f"the unbalanced partition splits the two classes by theta, so it needs a label with "
+                            f"exactly two classes, got {len(classes)} distinct values: use mode balanced (or "
+                            f"dirichlet, for label skew over several classes)")
         if n_parties < 2:
             raise InvalidParameterError("the unbalanced partition needs at least 2 parties")
         a_parts, b_parts = [], []
