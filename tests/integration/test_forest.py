@@ -151,3 +151,96 @@ def test_clients_must_hold_the_same_instances_and_one_of_them_the_labels():
              "b": lambda ch: ForestClient(ch, parts[1], "master", y=y).fit()}
     with pytest.raises(ProtocolError, match="exactly one client must hold the labels"):
         run_parties(InProcessHub(["master", "a", "b"]), roles, timeout=30)
+
+
+def _forest_federation(tmp_path, y, X, task, he, n_test=60):
+    """Two clients (c0 holds the labels), a master, test files with IDs; returns the config's path."""
+    import pandas as pd
+
+    df = pd.DataFrame(X[:, :4], columns=list("abcd"))
+    df.insert(0, "_id", np.arange(len(df)))
+    df["y"] = y
+    df = df.iloc[np.random.default_rng(2).permutation(len(df))]  # wine's rows come sorted by class
+    train, test = df.iloc[:-n_test], df.iloc[-n_test:]
+    for part, rows in (("", train), ("-test", test)):
+        rows[["_id", "a", "b", "y"]].to_csv(tmp_path / f"c0{part}.csv", index=False)
+        rows[["_id", "c", "d"]].to_csv(tmp_path / f"c1{part}.csv", index=False)
+    cfg = tmp_path / "federation.toml"
+    cfg.write_text(f'[federation]\nprotocol = "federated-forest"\nseed = 0\ntimeout = 60\n\n{he}\n\n'
+                   f'[params]\ntask = "{task}"\nn_estimators = 3\nmax_depth = 3\nmax_bins = 16\n\n'
+                   '[[party]]\nname = "master"\nrole = "master"\n\n'
+                   '[[party]]\nname = "c0"\nrole = "client"\ndata = "c0.csv"\ntest = "c0-test.csv"\nlabel = "y"\n\n'
+                   '[[party]]\nname = "c1"\nrole = "client"\ndata = "c1.csv"\ntest = "c1-test.csv"\n\n'
+                   '[output]\ndir = "runs"\n')
+    return cfg
+
+
+@pytest.mark.parametrize("kind", ["multiclass", "regression"])
+def test_the_label_holder_scores_the_masters_test_predictions(tmp_path, capsys, kind):
+    # the master writes the predictions but holds no labels: the label holder, whose test file has them, is sent
+    # the forest's output and scores it; the figures equal those of the master's predictions file
+    import json
+
+    import pandas as pd
+
+    from fedgrove import metrics
+    from fedgrove.cli.main import main
+
+    X, y = _data(kind)
+    task = "regression" if kind == "regression" else "classification"
+    cfg = _forest_federation(tmp_path, y, X, task, '[he]\nbackend = "plain"')
+    for extra in ([], ["--predict"]):
+        assert main(["simulate", str(cfg), *extra]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        preds = pd.read_csv(tmp_path / "runs" / "master.predictions.csv")
+        truth = pd.read_csv(tmp_path / "c0-test.csv").set_index("_id").loc[preds["_id"], "y"].to_numpy()
+        stats = json.loads((tmp_path / "runs" / f"c0.{'predict-' if extra else ''}stats.json").read_text())
+        if kind == "regression":
+            expect = metrics.rmse(truth, preds["prediction"].to_numpy())
+            assert stats["test_rmse"] == pytest.approx(expect, rel=1e-12)
+            assert f"c0: rmse {expect:.4f} on its 60 test rows (master's predictions)" in out
+        else:
+            expect = metrics.accuracy(truth, preds["prediction"].to_numpy())
+            assert 0.5 < stats["test_accuracy"] == expect
+            assert f"c0: accuracy {expect:.4f} on its 60 test rows (master's predictions)" in out
+        assert "test_accuracy" not in json.loads((tmp_path / "runs" / "c1.stats.json").read_text())
+
+
+def test_only_the_label_holder_is_sent_the_test_predictions():
+    from fedgrove.protocols.forest.client import answer_predictions
+    from fedgrove.protocols.forest.master import ForestMaster
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    X, y = _data("binary")
+    parts = _parts(X, 2)
+    out = run_federated_forest(parts, y, ForestParams(n_estimators=2, max_depth=3, seed=0), None, mode="shared",
+                               label_holder=0)
+    params = ForestParams(n_estimators=2, max_depth=3, seed=0)
+    names = ["client0", "client1"]
+    for asker in names:
+        roles = {"master": lambda ch: ForestMaster(ch, names, params, "shared").predict("one-round", out["model"])}
+        for k, c in enumerate(names):
+            roles[c] = (lambda k, c: lambda ch: answer_predictions(ch, "master", out["client_models"][c], parts[k],
+                                                                    wants_scores=c == asker))(k, c)
+        if asker == "client0":
+            results, _ = run_parties(InProcessHub(["master", *names]), roles, timeout=30)
+            np.testing.assert_array_equal(results["client0"], results["master"])
+            assert results["client1"] is None
+        else:
+            with pytest.raises(ProtocolError, match="client1 asked for the test predictions, which only the label "
+                                                    "holder \\(client0\\) is sent"):
+                run_parties(InProcessHub(["master", *names]), roles, timeout=30)
+
+
+def test_more_classes_than_the_key_can_carry_are_refused_saying_what_to_do(tmp_path, capsys):
+    # a quantity read as classes (labels up to 346): an OU plaintext holds no instance's class counts
+    from fedgrove.cli.main import main
+
+    X, _ = _data("binary")
+    y = np.random.default_rng(0).integers(0, 300, size=len(X)).astype(float)
+    cfg = _forest_federation(tmp_path, y, X, "classification", '[he]\nscheme = "ou"')
+    assert main(["simulate", str(cfg)]) != 0
+    captured = capsys.readouterr()
+    assert ("classes need 2701-bit plaintexts to encrypt each instance's class counts; the OU key gives" in captured.err
+            and 'if the label is a quantity, set [params] task = "regression"' in captured.err)
+    assert not list((tmp_path / "runs").glob("*.model.json"))

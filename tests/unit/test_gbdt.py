@@ -164,6 +164,24 @@ def test_binary_labels_are_checked():
         train_gbdt(GBDTParams(n_estimators=1), X, y)
 
 
+def test_a_class_count_that_looks_like_a_quantity_is_warned_about(caplog):
+    # labels 0, 50, 99 make 100 classes (a tree each per round): probably a quantity, not classes
+    import logging
+
+    from fedgrove.engine.forest import ForestParams, train_forest
+
+    X, y = make_classification(90)
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        train_gbdt(GBDTParams(objective="multiclass", n_estimators=1, max_depth=2), X, y * 3)  # 0, 3: 4 classes
+        assert not caplog.records
+        y = np.array([0.0, 50.0, 99.0])[np.arange(90) % 3]
+        model = train_gbdt(GBDTParams(objective="multiclass", n_estimators=1, max_depth=2), X, y)
+        train_forest(ForestParams(n_estimators=1, max_depth=2), X, y)
+    assert model.n_classes == 100 and len(caplog.records) == 2
+    assert all("100 classes, from the largest label 99 (3 distinct values in 90 rows)" in r.getMessage()
+               and "if the label is a quantity, train for regression" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.slow
 def test_full_size_a9a_metric_within_0002_of_lightgbm(a9a):
     # the benchmark's setting (100 trees, depth 8) on raw features, each library binning its own way

@@ -121,6 +121,13 @@ def _report(results: dict, out_dir) -> None:
         if "ledger" in s:
             out.print(f"{name}: {s['ledger_records']} records in its ledger replica {s['ledger']}")
         if "predictions" in s:
-            scores = "  ".join(f"{k.removeprefix('test_')} {s[k]:.4f}" for k in ("test_accuracy", "test_auc",
-                                                                                 "test_rmse") if k in s)
+            scores = scores_text(s)
             out.print(f"{name}: {s['n_test']} predictions in {s['predictions']}" + (f"  ({scores})" if scores else ""))
+        elif "scored_from" in s:  # Federated Forest's label holder scores the master's predictions
+            out.print(f"{name}: {scores_text(s)} on its {s['n_test']} test rows ({s['scored_from']}'s predictions)")
+
+
+def scores_text(stats: dict) -> str:
+    """``accuracy 0.9722  auc 0.9950`` from a party's statistics (empty without test metrics)."""
+    return "  ".join(f"{k.removeprefix('test_')} {stats[k]:.4f}" for k in ("test_accuracy", "test_auc", "test_rmse")
+                     if k in stats)

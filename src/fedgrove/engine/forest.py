@@ -19,6 +19,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import check_xy
 from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.model import ForestModel, names_of
 from fedgrove.engine.params import Interval, OneOf, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
@@ -173,7 +174,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     if params.task == "classification":
         if np.any(y != np.round(y)) or y.min() < 0:
             raise DataError("classification labels must be integers 0..K-1")
-        n_classes = int(y.max()) + 1
+        n_classes = classes_from_labels(y)
     if bin_mapper is None:
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
     X_binned = bin_mapper.transform(X)

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
-from fedgrove.engine.losses import make_objective
+from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, as_numbers, by_names, names_of
 from fedgrove.engine.params import Interval, OneOf, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
@@ -187,10 +187,7 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
     X, y = check_xy(X, y)
-    n_classes = params.n_classes
-    if params.objective == "multiclass" and n_classes is None:
-        n_classes = int(y.max()) + 1
-    objective = make_objective(params.objective, n_classes or 1)
+    objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
     if bin_mapper is None:
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)

@@ -13,6 +13,7 @@ from numba import njit, prange
 from scipy.special import expit, softmax
 
 from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.log import logger
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -199,3 +200,27 @@ def make_objective(name: str, n_classes: int = 1) -> Objective:
     if name not in OBJECTIVES:
         raise InvalidParameterError(f"objective must be one of {sorted(OBJECTIVES)}, got {name!r}")
     return OBJECTIVES[name](n_classes)
+
+
+def classes_from_labels(y: np.ndarray) -> int:
+    """The class count K of labels 0..K-1 that name no count: the largest label plus one.
+
+    Warns when that looks like a quantity rather than classes (more than 100
+    classes, or most codes below the largest label unused), since each class
+    costs a tree per boosting round or a statistic per forest node.
+    """
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if not len(y) or not np.all(np.isfinite(y)):
+        return 0
+    k = int(y.max()) + 1
+    distinct = len(np.unique(y))
+    if k > 100 or (k > 2 and 2 * distinct < k):
+        logger.warning("%d classes, from the largest label %d (%d distinct values in %d rows): each class costs a "
+                       "tree per boosting round or a statistic per forest node; if the label is a quantity, train "
+                       "for regression (objective or task)", k, k - 1, distinct, len(y))
+    return k
+
+
+def objective_for(name: str, n_classes: int | None, y: np.ndarray) -> Objective:
+    """The objective ``name``; multiclass takes ``n_classes``, or when None the labels' class count."""
+    return make_objective(name, n_classes or (classes_from_labels(y) if name == "multiclass" else 1))

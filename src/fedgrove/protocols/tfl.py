@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
-from fedgrove.engine.losses import make_objective
+from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.tree import RankedRows, Tree
 from fedgrove.exceptions import InvalidParameterError
@@ -59,8 +59,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     if not views:
         raise InvalidParameterError("TFL needs at least one party")
     refuse_unsupported(params, "TFL")
-    objective = make_objective(params.objective, params.n_classes or (int(y.max()) + 1
-                                                                        if params.objective == "multiclass" else 1))
+    objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
     K = objective.n_outputs
     base = objective.init_score(y) if params.base_score == "auto" else np.full(K, float(params.base_score))

@@ -336,14 +336,19 @@ def _forest_master_predict(ctx: RoleContext) -> dict:
     model = load_model(ctx.model_path)
     role = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(), ctx.cfg.forest["label_mode"])
     out = role.predict(ctx.cfg.forest["prediction"], model)
-    # the master holds no labels: its predictions are written, not scored
+    # the master holds no labels: its predictions are written, not scored (the label holder scores them)
     return write_predictions(ctx, out, model.classes, _Rows(role.test_ids, None))
 
 
 def _forest_client_predict(ctx: RoleContext) -> dict:
-    table = ctx.data(with_label=False, test=True)
-    answer_predictions(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
-    return {}
+    table = ctx.data(with_label=False, test=True)  # the label holder's test labels, when its test file has them
+    out = answer_predictions(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids,
+                             wants_scores=table.y is not None)
+    if out is None:
+        return {}
+    classification = ctx.cfg.make_params().task == "classification"
+    return {"n_test": len(out), "scored_from": ctx.cfg.lead,
+            **test_scores(out if classification else out[:, 0], table.y, classification)}
 
 
 # ------------------------------------------------------------------------------------- simfl
@@ -432,15 +437,20 @@ def write_predictions(ctx: RoleContext, out: np.ndarray, classes, table) -> dict
     path = ctx.out_dir / f"{ctx.spec.name}.predictions.csv"
     atomic_write_text(path, df.to_csv(index=False))
     result = {"predictions": str(path), "n_test": len(df)}
-    y = table.y
-    if y is not None:
-        y = np.asarray(y, dtype=np.float64)
-        if classes is not None:
-            result["test_accuracy"] = metrics.accuracy(y, out.argmax(axis=1))
-            if out.shape[1] == 2:
-                result["test_auc"] = metrics.auc(y, out[:, 1])
-        else:
-            result["test_rmse"] = metrics.rmse(y, out)
+    if table.y is not None:
+        result.update(test_scores(out, table.y, classes is not None))
+    return result
+
+
+def test_scores(out: np.ndarray, y: np.ndarray, classification: bool) -> dict:
+    """Test metrics for the stats file: accuracy (and AUC for two classes) of class probabilities ``out``
+    (rows, classes), or the RMSE of values ``out`` (rows,), against the label codes ``y``."""
+    y = np.asarray(y, dtype=np.float64)
+    if not classification:
+        return {"test_rmse": metrics.rmse(y, out)}
+    result = {"test_accuracy": metrics.accuracy(y, out.argmax(axis=1))}
+    if out.shape[1] == 2:
+        result["test_auc"] = metrics.auc(y, out[:, 1])
     return result
 
 

@@ -17,10 +17,11 @@ from fedgrove.crypto.he import HEContext, public_context
 from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.forest import forest_stats, mse_grid
+from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
-from fedgrove.exceptions import DataError, ProtocolError
+from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms
@@ -74,7 +75,7 @@ class ForestClient:
         ch = self.ch
         n_classes = 0
         if self.y is not None:
-            n_classes = int(self.y.max()) + 1 if len(self.y) and np.all(self.y == np.round(self.y)) else 0
+            n_classes = classes_from_labels(self.y) if len(self.y) and np.all(self.y == np.round(self.y)) else 0
             if self.n_classes is not None and n_classes:  # a class the holder's rows lack still has its output
                 n_classes = max(n_classes, self.n_classes)
         ch.send(self.master, "hello", m.ClientHello(self.X.shape[1], len(self.X), m.ids_digest(self.ids),
@@ -112,6 +113,13 @@ class ForestClient:
                     raise ProtocolError(f"feature layout from {c} is invalid")
                 self.remotes[c] = layout.n_value_bins.astype(np.int64)
             self.packer = label_packer(setup.task, self.y, setup.n_classes)
+            if self.packer.slot_bits > self.he.plaintext_bits - 1:  # the key cannot carry one instance's statistics
+                scheme, room = self.he.scheme.upper(), self.he.plaintext_bits - 1
+                raise InvalidParameterError(
+                    f"{ch.party}: {setup.n_classes} classes need {self.packer.slot_bits}-bit plaintexts to encrypt "
+                    f"each instance's class counts; the {scheme} key gives {room}: "
+                    + ("if the label is a quantity, set [params] task = \"regression\"; else " if setup.n_classes > 2
+                       else "") + "use Paillier ([he] scheme = \"paillier\") or [forest] label_mode = \"shared\"")
             key = m.LabelKey(self.he.public_bytes(), list(self.packer.frac_bits), list(self.packer.int_bits),
                              [int(s) for s in self.packer.signed])
             ch.broadcast("key", key, others)
@@ -159,16 +167,25 @@ class ForestClient:
         answer_predictions(self.ch, self.master, self.model, X_test, test_ids)
 
 
-def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=None) -> None:
-    """A client's side of prediction, from its partial trees alone (e.g. loaded from its model file)."""
+def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=None,
+                       wants_scores: bool = False) -> np.ndarray | None:
+    """A client's side of prediction, from its partial trees alone (e.g. loaded from its model file).  The
+    label holder holding the test labels sets ``wants_scores`` and gets the forest's output on its test rows
+    (class probabilities, or one column of values) to score them; otherwise returns None."""
     X_test = model.rows(X_test)
     n = len(X_test)
     ids = np.zeros(0, dtype=np.int64) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
-    ch.send(master, "predict", m.TestHello(n, ids))
+    ch.send(master, "predict", m.TestHello(n, ids, bool(wants_scores)))
     while True:
         msg = ch.recv(master, "predict")
         if isinstance(msg, m.PredictDone):
-            return
+            if not wants_scores:
+                return None
+            out = ch.recv(master, "predict", m.TestPredictions).values
+            if out.shape[0] != n or out.shape[1] < 1 or not np.all(np.isfinite(out)):
+                raise ProtocolError(f"{ch.party}: test predictions from {master} have shape {out.shape} for {n} "
+                                    f"test rows")
+            return out
         if isinstance(msg, m.LeafSetsRequest):
             if msg.n_samples != n or not 0 <= msg.start <= msg.stop <= n or msg.n_trees < 0:
                 raise ProtocolError(f"{ch.party}: asked about test instances {msg.start}:{msg.stop} of "

@@ -151,7 +151,8 @@ class ForestMaster:
     def predict_leaves(self, method: str = "one-round", model: ForestModel | None = None) -> np.ndarray:
         """Leaf of every test instance in every tree, with the clients' help (each holds its features of the
         same test instances); ends the prediction session.  The test instances' IDs (if the clients' files
-        have them) are left in ``self.test_ids``."""
+        have them) are left in ``self.test_ids`` and the forest's output in ``self.test_output``, which the label
+        holder is sent when it asked (it holds the test labels and scores them)."""
         model = model or self.model
         if method not in ("one-round", "classical"):
             raise InvalidParameterError(f"prediction method must be 'one-round' or 'classical', got {method!r}")
@@ -163,18 +164,26 @@ class ForestMaster:
                                 f"rows): align them by ID first")
         n = sizes.pop()
         self.test_ids = ids[0] if ids else None
+        scorers = [c for c, h in hello.items() if h.wants_scores]
+        holder = model.metadata.get("label_holder")
+        if any(c != holder for c in scorers):
+            raise ProtocolError(f"{', '.join(c for c in scorers if c != holder)} asked for the test predictions, "
+                                f"which only the label holder ({holder}) is sent")
         if method == "one-round":
             leaves = self._one_round(model, n)
         else:
             leaves = self._classical(model, n)
         self.ch.broadcast("predict", m.PredictDone(), self.clients)
+        out = model._mean_values(leaves)
+        self.test_output = out if model.task == "classification" else out[:, 0]
+        for c in scorers:
+            self.ch.send(c, "predict", m.TestPredictions(np.asarray(out, dtype=np.float64)))
         return leaves
 
     def predict(self, method: str = "one-round", model: ForestModel | None = None) -> np.ndarray:
         """Class probabilities (classification) or values (regression) of the clients' test instances."""
-        model = model or self.model
-        out = model._mean_values(self.predict_leaves(method, model))
-        return out if model.task == "classification" else out[:, 0]
+        self.predict_leaves(method, model)
+        return self.test_output
 
     def _one_round(self, model: ForestModel, n: int) -> np.ndarray:
         """Each client sends, per leaf, the test instances that can reach it on its partial tree; an instance's

@@ -168,10 +168,12 @@ class ChildStats(Message):
 
 @register
 class TestHello(Message):
-    """A client's test set: its size and instance IDs (empty when its file has none), which must agree."""
+    """A client's test set: its size and instance IDs (empty when its file has none), which must agree;
+    the label holder sets ``wants_scores`` when it holds the test labels, to be sent the predictions."""
 
     n_samples: int = 0
     ids: np.ndarray = array_field("<i8", 1)
+    wants_scores: bool = False
 
 
 @register
@@ -213,3 +215,11 @@ class RouteBits(Message):
 @register
 class PredictDone(Message):
     n_queries: int = 0
+
+
+@register
+class TestPredictions(Message):
+    """To the label holder that asked: the forest's output on the test instances (class probabilities, or
+    one column of values), for it to score against its test labels."""
+
+    values: np.ndarray = array_field("<f8", 2)

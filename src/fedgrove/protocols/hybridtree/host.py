@@ -15,7 +15,7 @@ from fedgrove.crypto.he import HEContext
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
-from fedgrove.engine.losses import make_objective
+from fedgrove.engine.losses import objective_for
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -113,8 +113,7 @@ class HybridHost:
         """Train; with a ``checkpoint`` store, save after every boosting round and (``resume``) continue from
         it.  ``progress(trees_done, trees_total)`` is called after every tree."""
         ch, p = self.ch, self.params
-        objective = make_objective(p.objective, p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass"
-                                                                else 1))
+        objective = objective_for(p.objective, p.n_classes, self.y)
         y = objective.check_labels(self.y)
         n = len(y)
         row_of = {int(i): r for r, i in enumerate(self.ids)}

@@ -13,7 +13,7 @@ from fedgrove.crypto.packing import MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
-from fedgrove.engine.losses import make_objective
+from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -257,8 +257,7 @@ class VerticalActive:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it.
         ``progress(trees_done, trees_total)`` is called after every tree."""
         ch, p = self.ch, self.params
-        n_classes = p.n_classes or (int(self.y.max()) + 1 if p.objective == "multiclass" else 1)
-        objective = make_objective(p.objective, n_classes)
+        objective = objective_for(p.objective, p.n_classes, self.y)
         y = objective.check_labels(self.y)
         X_binned = self.bin_mapper.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
