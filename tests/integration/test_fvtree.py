@@ -408,3 +408,28 @@ def test_psd_and_dp_noise_are_secret_to_each_party_unless_public():
     np.testing.assert_array_equal(pub["party1"], public.counts)  # public: anyone can recompute it
     with pytest.raises(InvalidParameterError, match="noise must be 'secret' or 'public'"):
         FVTreeOptions(noise="shared")
+
+
+def test_a_run_refused_before_its_first_record_leaves_no_ledger_to_block_the_next(tmp_path, capsys):
+    # multiclass without n_classes is refused as the parties start: their ledgers are empty and go, so the
+    # corrected config runs without --resume (it was told the append-only ledger existed)
+    import re
+
+    from sklearn.datasets import load_wine
+
+    from fedgrove.cli.main import main
+
+    load_wine(as_frame=True).frame.to_csv(tmp_path / "wine.csv", index=False)
+    assert main(["partition", str(tmp_path / "wine.csv"), "-l", "target", "--scheme", "horizontal", "-p", "4",
+                 "-o", str(tmp_path / "parts")]) == 0
+    toml = (Path(__file__).parents[2] / "examples" / "fvtree" / "federation.toml").read_text()
+    toml = re.sub(r"n_estimators = \d+", "n_estimators = 2", toml).replace('"binary"', '"multiclass"')
+    toml = re.sub(r'\ntest = "[^"]*"', "", toml)
+    (tmp_path / "fed.toml").write_text(toml)
+    capsys.readouterr()
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 2
+    assert "[params] n_classes = K" in capsys.readouterr().err
+    assert not list((tmp_path / "runs" / "simulated").glob("*.ledger.*"))
+    (tmp_path / "fed.toml").write_text(toml.replace('"multiclass"', '"multiclass"\nn_classes = 3'))
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0, capsys.readouterr().err
+    assert main(["ledger", "verify", str(tmp_path / "runs" / "simulated" / "party0.ledger.sqlite")]) == 0

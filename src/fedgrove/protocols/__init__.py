@@ -10,6 +10,11 @@ import numpy as np
 
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 
+# horizontal peers see only their own labels, which may lack a class: the count is given, never inferred
+NEEDS_N_CLASSES = ("the number of classes, the same at every party (a party's labels may lack a class): "
+                   "GBDTParams(n_classes=K), or in a federation config [params] n_classes = K (or [federation] "
+                   "classes = [...])")
+
 
 def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
     """A party's instance IDs as int64, refused unless there is one per row and no two are equal (rows sharing

@@ -401,8 +401,13 @@ def _fvtree_party(ctx: RoleContext) -> dict:
                             key=key, schema=schema(table))
         model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
         keep_names(model, table)
-    finally:
+    except BaseException:
         ledger.close()
+        if not ctx.resume and ledger.count == 0:  # refused before its first record: a rerun must not be blocked
+            path.unlink(missing_ok=True)
+            key_path.unlink(missing_ok=True)
+        raise
+    ledger.close()
     model.metadata["party"] = ctx.spec.name
     if params.objective != "regression":
         model.classes = ctx.class_names(model.n_classes)

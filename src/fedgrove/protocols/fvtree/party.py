@@ -51,7 +51,7 @@ from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy, DPOptions, No
 from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.transport.codec import decode, encode
-from fedgrove.protocols import check_same_features, features_digest, refuse_unsupported
+from fedgrove.protocols import NEEDS_N_CLASSES, check_same_features, features_digest, refuse_unsupported
 
 
 @dataclass
@@ -166,8 +166,12 @@ class FVTreeParty:
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
         refuse_unsupported(params, "FV-tree")
-        if params.objective == "multiclass" and (params.n_classes is None or self.o.dp is not None):
-            raise InvalidParameterError("FV-tree multiclass needs params.n_classes and no DP")
+        if params.objective == "multiclass":
+            if params.n_classes is None:
+                raise InvalidParameterError(f"FV-tree multiclass needs {NEEDS_N_CLASSES}")
+            if self.o.dp is not None:
+                raise InvalidParameterError("FV-tree's differential privacy trains binary or regression models only, "
+                                            "got the multiclass objective")
         self.parties = sorted([channel.party] + list(channel.peers))
         self.index = self.parties.index(channel.party)
         self.others = [p for p in self.parties if p != channel.party]

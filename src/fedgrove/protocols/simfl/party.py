@@ -37,7 +37,7 @@ from fedgrove.protocols.simfl import messages as m
 from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
 from fedgrove.protocols.tfl import tree_schedule
 from fedgrove.protocols.vertical.messages import Start, ids_digest
-from fedgrove.protocols import check_same_features, features_digest, instance_ids, refuse_unsupported
+from fedgrove.protocols import NEEDS_N_CLASSES, check_same_features, features_digest, instance_ids, refuse_unsupported
 
 SCHEDULES = {"blocks": "blocks", "round-robin": "round_robin"}
 
@@ -117,7 +117,7 @@ class SimFLParty:
         self.options = options or SimFLOptions()
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
-            raise InvalidParameterError("SimFL multiclass needs params.n_classes (a party may not see every class)")
+            raise InvalidParameterError(f"SimFL multiclass needs {NEEDS_N_CLASSES}")
         refuse_unsupported(params, "SimFL")
         self.options.lsh.resolve(self.X.shape[1])  # refuse L >= d before anything is sent
         self.parties = sorted([channel.party] + list(channel.peers))
