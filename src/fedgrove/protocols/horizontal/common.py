@@ -6,7 +6,7 @@ import numpy as np
 
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.protocols import refuse_unsupported
+from fedgrove.protocols import NEEDS_N_CLASSES, refuse_unsupported
 
 
 def label_stats_length(params: GBDTParams) -> int:
@@ -38,6 +38,5 @@ def base_score(params: GBDTParams, stats: np.ndarray) -> np.ndarray:
 
 def check_params(params: GBDTParams) -> None:
     if params.objective == "multiclass" and params.n_classes is None:
-        raise InvalidParameterError("the horizontal protocol needs n_classes for multiclass (the aggregator "
-                                    "never sees labels)")
+        raise InvalidParameterError(f"the horizontal protocol's multiclass needs {NEEDS_N_CLASSES}")
     refuse_unsupported(params, "the horizontal protocol")
