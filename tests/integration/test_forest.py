@@ -204,6 +204,10 @@ def test_the_label_holder_scores_the_masters_test_predictions(tmp_path, capsys, 
             assert 0.5 < stats["test_accuracy"] == expect
             assert f"c0: accuracy {expect:.4f} on its 60 test rows (master's predictions)" in out
         assert "test_accuracy" not in json.loads((tmp_path / "runs" / "c1.stats.json").read_text())
+    # the master's file holds no thresholds: fedgrove predict says so before it reads any data
+    assert main(["predict", str(tmp_path / "runs" / "master.model.json"), str(tmp_path / "none.csv")]) == 4
+    assert "master.model.json' is the federated-forest model of its master: its trees hold other parties' splits" \
+        in capsys.readouterr().err
 
 
 def test_only_the_label_holder_is_sent_the_test_predictions():

@@ -29,6 +29,16 @@ def predict(
 
     check_output_file(output, "--out")
     m = load_model(model)
+    if any(t.foreign_splits for t in m.trees):  # said before the data is read: no table predicts with it
+        from fedgrove.engine.tree import FEDERATED_PREDICTION
+        from fedgrove.exceptions import ModelFormatError
+
+        protocol = m.metadata.get("protocol", "federated")
+        lead = ("its master" if protocol == "federated-forest" else
+                f"party {m.metadata['party']!r}" if m.metadata.get("party") else "its lead party")
+        raise ModelFormatError(f"{str(model)!r} is the {protocol} model of {lead}: its trees "
+                               f"hold other parties' splits, whose thresholds those parties keep, "
+                               f"so it predicts through its federation ({FEDERATED_PREDICTION})")
     own_label = m.metadata.get("label") if label is None else None
     table = load_input(data, label if own_label is None else own_label, fmt, split="test",
                        label_required=own_label is None, n_features=m.n_features,
