@@ -204,6 +204,12 @@ def test_the_label_holder_scores_the_masters_test_predictions(tmp_path, capsys, 
             assert 0.5 < stats["test_accuracy"] == expect
             assert f"c0: accuracy {expect:.4f} on its 60 test rows (master's predictions)" in out
         assert "test_accuracy" not in json.loads((tmp_path / "runs" / "c1.stats.json").read_text())
+    # trained again without test files: the earlier model's predictions and scores go
+    import re
+
+    cfg.write_text(re.sub(r'\ntest = "[^"]*"', "", cfg.read_text()))
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    assert not list((tmp_path / "runs").glob("*predict*"))
     # the master's file holds no thresholds: fedgrove predict says so before it reads any data
     assert main(["predict", str(tmp_path / "runs" / "master.model.json"), str(tmp_path / "none.csv")]) == 4
     assert "master.model.json' is the federated-forest model of its master: its trees hold other parties' splits" \

@@ -33,6 +33,13 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     if resume and not predict_only:
         _check_checkpoint_fits(cfg, ctx)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
+    if not predict_only:  # the earlier model's predictions would sit beside the new model as if they were its
+        stale = [out_dir / f"{spec.name}.predict-stats.json"] + ([] if cfg.predict else
+                                                                 [out_dir / f"{spec.name}.predictions.csv"])
+        for f in stale:
+            if f.exists():
+                f.unlink()
+                logger.info("%s: removed %s, which an earlier model wrote", spec.name, f)
     if predict_only or cfg.predict:
         with channel.scope(stage="predict"):
             summary.update(predict(ctx))
