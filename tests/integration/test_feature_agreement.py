@@ -140,3 +140,30 @@ def test_a_column_name_that_is_no_bare_toml_key_is_quoted_in_the_categories_note
 
     for name in ("colour", "mean radius", 'a"b', "x.y"):
         assert tomllib.loads(f"categorical = {{{_toml_key(name)} = [\"v\"]}}")["categorical"] == {name: ["v"]}
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_from_python_dataframes_give_the_model_their_names_and_are_checked_as_files_are(protocol):
+    # run_* given DataFrames: the model predicts a frame by column name, like the engine's; a party whose
+    # columns come in another order is refused (the names were dropped, and the columns mixed up silently)
+    from fedgrove.engine.gbdt import GBDTParams
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.fvtree.party import FVTreeOptions
+    from fedgrove.protocols.fvtree.simulate import run_fvtree
+    from fedgrove.protocols.horizontal.simulate import run_horizontal
+    from fedgrove.protocols.simfl.lsh import LSHParams
+    from fedgrove.protocols.simfl.party import SimFLOptions
+    from fedgrove.protocols.simfl.simulate import run_simfl
+
+    r = np.random.default_rng(4)
+    X = pd.DataFrame(r.normal(size=(300, 4)), columns=list("abcd"))
+    y = pd.Series((X["a"] - X["c"] > 0).astype(int))
+    params = GBDTParams(objective="binary", n_estimators=3, max_depth=2, max_bins=8, seed=0)
+    run = {"horizontal": lambda parts: run_horizontal(parts, params, timeout=30),
+           "simfl": lambda parts: run_simfl(parts, params, SimFLOptions(LSHParams(n_hashes=3)), timeout=30),
+           "fvtree": lambda parts: run_fvtree(parts, params, FVTreeOptions(threshold=1.0), timeout=30)}[protocol]
+    model = run([(X.iloc[k::2], y.iloc[k::2]) for k in range(2)])["model"]
+    assert model.feature_names == list("abcd")
+    np.testing.assert_array_equal(model.predict_raw(X[list("dcba")]), model.predict_raw(X.to_numpy()))
+    with pytest.raises(ProtocolError, match="feature columns differ in names or order"):
+        run([(X.iloc[0::2], y.iloc[0::2]), (X.iloc[1::2][list("badc")], y.iloc[1::2])])

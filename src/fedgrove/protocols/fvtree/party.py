@@ -36,7 +36,7 @@ from fedgrove.engine.binning import BinMapper, QuantileSketch
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.model import GBDTModel, names_of
 from fedgrove.engine.params import Flag, Interval, validate
 from fedgrove.engine.split import gbdt_pair_splits
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
@@ -162,7 +162,9 @@ class FVTreeParty:
     def __init__(self, channel, X, y, params: GBDTParams, options: FVTreeOptions | None = None, ledger=None,
                  key: SigningKey | None = None, schema=None):
         self.ch, self.params = channel, params
-        self.schema = None if schema is None else [str(n) for n in schema]  # checked equal across parties
+        self.feature_names = names_of(X)  # a DataFrame's columns: the model keeps them, as the engine's does
+        # checked equal across parties: the names in order (and, from the runner, the categories)
+        self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
         refuse_unsupported(params, "FV-tree")
@@ -344,7 +346,8 @@ class FVTreeParty:
         objective = make_objective(p.objective, p.n_classes or 1)
         y = objective.check_labels(self.y)
         K = objective.n_outputs
-        model = GBDTModel(p.objective, objective.n_classes, self.base, self.bin_mapper, p.to_dict())
+        model = GBDTModel(p.objective, objective.n_classes, self.base, self.bin_mapper, p.to_dict(),
+                          self.feature_names)
         model.metadata.update({"protocol": "fvtree", "parties": self.parties, "options": o.to_dict()})
         raw = np.tile(self.base, (len(y), 1))
         self.scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)

@@ -8,7 +8,7 @@ from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.model import GBDTModel, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import NODE_DTYPE, Tree
 from fedgrove.exceptions import ProtocolError
@@ -21,7 +21,9 @@ class HorizontalClient:
     def __init__(self, channel, X, y, aggregator: str, params: GBDTParams, contributions: bool = False,
                  schema=None):
         check_params(params)
-        self.schema = None if schema is None else [str(n) for n in schema]  # checked equal across parties
+        self.feature_names = names_of(X)  # a DataFrame's columns: the model keeps them, as the engine's does
+        # checked equal across parties: the names in order (and, from the runner, the categories)
+        self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.ch, self.agg, self.params = channel, aggregator, params
         self.contributions = contributions  # send per-split sums after each tree (see SplitSums)
         self.X, self.y = check_xy(X, y)
@@ -58,7 +60,7 @@ class HorizontalClient:
         with ch.scope(stage="labels"):
             self._send_masked("labels", label_stats(p, y))
         base = ch.recv(self.agg, "base", m.BaseScore).values
-        model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict())
+        model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict(), self.feature_names)
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         raw = np.tile(base, (len(y), 1))
         thresholds = bm.thresholds()

@@ -23,5 +23,7 @@ def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float 
         roles[name] = (lambda X, y: (lambda ch: HorizontalClient(ch, X, y, "aggregator", params,
                                                                 contributions).fit()))(X, y)
     results, channels = run_parties(hub, roles, timeout)
+    # the aggregator holds no data: its model takes the clients' feature names (checked equal at the start)
+    results["aggregator"].feature_names = results[names[0]].feature_names
     return {"model": results["aggregator"], "client_models": {n: results[n] for n in names},
             "stats": {n: c.stats.as_dict() for n, c in channels.items()}}

@@ -28,7 +28,7 @@ import numpy as np
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
 from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel, atomic_write_text
+from fedgrove.engine.model import GBDTModel, atomic_write_text, names_of
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -113,7 +113,9 @@ class SimFLParty:
     def __init__(self, channel, X, y, params: GBDTParams, options: SimFLOptions | None = None, ids=None,
                  cache=None, schema=None):
         self.ch, self.params = channel, params
-        self.schema = None if schema is None else [str(n) for n in schema]  # checked equal across parties
+        self.feature_names = names_of(X)  # a DataFrame's columns: the model keeps them, as the engine's does
+        # checked equal across parties: the names in order (and, from the runner, the categories)
+        self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.options = options or SimFLOptions()
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
@@ -249,7 +251,7 @@ class SimFLParty:
         y = objective.check_labels(self.y)
         K = objective.n_outputs
         base = self._base_score(objective, y)
-        model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
+        model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict(), self.feature_names)
         model.n_features = self.X.shape[1]
         model.metadata.update({"protocol": "simfl", "parties": self.parties, "schedule": self.options.schedule,
                                "lsh": self.options.lsh.to_dict()})
