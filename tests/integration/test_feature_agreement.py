@@ -167,3 +167,40 @@ def test_from_python_dataframes_give_the_model_their_names_and_are_checked_as_fi
     np.testing.assert_array_equal(model.predict_raw(X[list("dcba")]), model.predict_raw(X.to_numpy()))
     with pytest.raises(ProtocolError, match="feature columns differ in names or order"):
         run([(X.iloc[0::2], y.iloc[0::2]), (X.iloc[1::2][list("badc")], y.iloc[1::2])])
+
+
+@pytest.mark.parametrize("protocol", ["vertical", "hybridtree", "federated-forest"])
+def test_from_python_each_partys_test_frame_is_matched_by_name(protocol):
+    # every party of a vertical-style federation keeps its columns' names: test DataFrames with the columns in
+    # another order predict the same, and one lacking a column is refused naming it (both were read by position)
+    from sklearn.datasets import load_breast_cancer
+
+    from fedgrove.crypto.he import keygen
+    from fedgrove.engine.forest import ForestParams
+    from fedgrove.engine.gbdt import GBDTParams
+    from fedgrove.exceptions import DataError
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+    from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+    from fedgrove.protocols.vertical.simulate import run_vertical
+
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    X, y = X.iloc[:200, :12], y.iloc[:200].to_numpy().astype(float)
+    he = keygen("ou")
+    params = GBDTParams(objective="binary", n_estimators=2, max_depth=3, max_bins=8, seed=0)
+    cols = [list(X.columns[:6]), list(X.columns[6:])]
+    ids = np.arange(len(y))
+
+    def run(order):  # order(columns) -> the test frame's columns
+        if protocol == "vertical":
+            return run_vertical([X[c] for c in cols], y, params, he, X_test_parts=[X[order(c)] for c in cols])["raw"]
+        if protocol == "federated-forest":
+            out = run_federated_forest([X[c] for c in cols], y, ForestParams(n_estimators=2, max_depth=3, seed=0),
+                                       he, X_test_parts=[X[order(c)] for c in cols])
+            return out["predictions"]["one-round"]
+        guests = [(X.iloc[u::2][cols[1]], ids[u::2]) for u in range(2)]
+        return run_hybridtree(X[cols[0]], y, guests, params, he, host_depth=2, guest_depth=1,
+                              X_test_host=X[order(cols[0])], test_guests=[(X[order(cols[1])], ids)] * 2)["test_raw"]
+
+    np.testing.assert_array_equal(run(lambda c: c[::-1]), run(lambda c: c))
+    with pytest.raises(DataError, match="are not columns of .*test features: 'mean radius'"):
+        run(lambda c: c[1:] if "mean radius" in c else c)

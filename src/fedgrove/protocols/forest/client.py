@@ -16,6 +16,7 @@ import numpy as np
 from fedgrove.crypto.he import HEContext, public_context
 from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.model import names_of
 from fedgrove.engine.forest import forest_stats, mse_grid
 from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.grower import Layer, LayerSplits
@@ -60,6 +61,7 @@ class ForestClient:
                  seed: int = 0, bin_mapper: BinMapper | None = None, ids=None, n_classes: int | None = None):
         self.ch, self.master = channel, master
         self.n_classes = n_classes  # the label holder's class count when known (named classes); else from y
+        names = names_of(X)
         self.X = np.asarray(X, dtype=np.float64)
         self.y = None if y is None else np.asarray(y, dtype=np.float64)
         if self.y is not None and len(self.y) != len(self.X):
@@ -68,7 +70,7 @@ class ForestClient:
         self.ids = instance_ids(ids, len(self.X), channel.party)
         self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
-        self.model = PassiveModel(channel.party, self.bin_mapper)
+        self.model = PassiveModel(channel.party, self.bin_mapper, feature_names=names)
 
     # -- setup ---------------------------------------------------------------------------
     def _setup(self) -> None:

@@ -64,7 +64,7 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
             out["fit_stats"][ch.party] = ch.stats.as_dict()
             if X_test_parts is not None:
                 for _ in methods:
-                    answer_predictions(ch, "master", model, np.asarray(X_test_parts[k], dtype=np.float64))
+                    answer_predictions(ch, "master", model, X_test_parts[k])
             return model
         return run
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.model import names_of
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.hybridtree import messages as m
@@ -15,11 +16,13 @@ from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histogra
 class HybridGuest:
     def __init__(self, channel, X, ids, host: str, max_bins: int = 255, seed: int = 0):
         self.ch, self.host = channel, host
+        names = names_of(X)
         self.X = np.asarray(X, dtype=np.float64)
         self.ids = instance_ids(ids, len(self.X), channel.party)
         self.bin_mapper = BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
-        self.model = PassiveModel(channel.party, self.bin_mapper)  # splits and their children (for routing)
+        # splits and their children (for routing)
+        self.model = PassiveModel(channel.party, self.bin_mapper, feature_names=names)
 
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""

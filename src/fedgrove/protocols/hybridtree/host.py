@@ -16,6 +16,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import objective_for
+from fedgrove.engine.model import by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -39,6 +40,7 @@ class HybridHostModel:
     # number (the host scores the guests' histograms, so it knows these; not the thresholds, nor the names)
     guest_gains: dict = field(default_factory=dict)  # {guest: [gain per column]}
     guest_splits: dict = field(default_factory=dict)  # {guest: [splits per column]}
+    feature_names: list | None = None  # the host's own columns' names when it trained on named data
 
     def to_dict(self) -> dict:
         return {"format": "fedgrove-hybridtree-host", "version": 1, "objective": self.objective,
@@ -46,7 +48,8 @@ class HybridHostModel:
                 "host_trees": [t.to_dict() for t in self.host_trees],
                 "guest_values": [{u: {str(k): v for k, v in vals.items()} for u, vals in per_tree.items()}
                                  for per_tree in self.guest_values],
-                "guest_gains": self.guest_gains, "guest_splits": self.guest_splits}
+                "guest_gains": self.guest_gains, "guest_splits": self.guest_splits,
+                **({} if self.feature_names is None else {"feature_names": list(self.feature_names)})}
 
     def add_guest_split(self, guest: str, n_features: int, feature: int, gain: float) -> None:
         gains = self.guest_gains.setdefault(guest, [0.0] * n_features)
@@ -66,7 +69,8 @@ class HybridHostModel:
                         [{str(u): {int(k): float(v) for k, v in vals.items()} for u, vals in per_tree.items()}
                          for per_tree in d["guest_values"]],
                         {str(u): [float(v) for v in vals] for u, vals in d.get("guest_gains", {}).items()},
-                        {str(u): [int(v) for v in vals] for u, vals in d.get("guest_splits", {}).items()})
+                        {str(u): [int(v) for v in vals] for u, vals in d.get("guest_splits", {}).items()},
+                        None if d.get("feature_names") is None else [str(n) for n in d["feature_names"]])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelFormatError(f"not a HybridTree host model: {type(exc).__name__}: {exc}") from None
         if set(model.guest_gains) != set(model.guest_splits) or any(
@@ -103,6 +107,7 @@ class HybridHost:
             raise InvalidParameterError(f"host_depth must be >= 1 and guest_depth >= 0, got {host_depth}, "
                                         f"{guest_depth}")
         self.ch, self.guests, self.params, self.he = channel, list(guests), params, he
+        self.feature_names = names_of(X)  # its own columns' names (a DataFrame's); test frames matched by them
         self.X, self.y = check_xy(X, y)
         self.ids = np.arange(len(self.X)) if ids is None else instance_ids(ids, len(self.X), channel.party)
         self.host_depth, self.guest_depth = host_depth, guest_depth
@@ -145,7 +150,7 @@ class HybridHost:
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
         raw = np.tile(base, (n, 1))
-        model = HybridHostModel(p.objective, base)
+        model = HybridHostModel(p.objective, base, feature_names=self.feature_names)
         state = checkpoint.load() if (checkpoint is not None and resume) else None
         if state is not None:
             model = HybridHostModel.from_dict(state["model"])
@@ -352,7 +357,7 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     route every test instance through the host subtrees, ask ``guests`` to continue, average their leaves."""
     from fedgrove.engine.tree import PackedEnsemble
 
-    X_test = np.asarray(X_test, dtype=np.float64)
+    X_test = np.asarray(by_names(X_test, model.feature_names, "the host's test features"), dtype=np.float64)
     n = len(X_test)
     ids = np.arange(n) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
     handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int32)

@@ -14,7 +14,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.model import GBDTModel, by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -238,6 +238,7 @@ class VerticalActive:
         if not he.has_secret:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
+        self.feature_names = names_of(X)  # its own columns' names (a DataFrame's); test frames matched by them
         self.X, self.y = check_xy(X, y)
         self.passives = list(passives)
         self.params = params
@@ -281,6 +282,8 @@ class VerticalActive:
         K = objective.n_outputs
         base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
         model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
+        if self.feature_names is not None:
+            model.metadata["own_feature_names"] = self.feature_names
         model.metadata["feature_owners"] = ([[ch.party, j] for j in range(n_local)]
                                             + [[r.name, j] for r in self.remotes for j in range(r.n_features)])
         state = checkpoint.load() if (checkpoint is not None and resume) else None
@@ -339,8 +342,10 @@ class VerticalActive:
 
 def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.ndarray) -> np.ndarray:
     """The active party's side of prediction from its model alone (e.g. loaded from its model file): the
-    passive parties send the go-left bits of their splits for every test instance; the active routes."""
-    X_local = np.asarray(X_local, dtype=np.float64)
+    passive parties send the go-left bits of their splits for every test instance; the active routes.  A
+    DataFrame's columns are matched by name to the active party's own (``metadata["own_feature_names"]``)."""
+    X_local = np.asarray(by_names(X_local, model.metadata.get("own_feature_names"), "the active party's test "
+                                  "features"), dtype=np.float64)
     n = len(X_local)
     channel.broadcast("predict", m.PredictRequest(n), passives)
     remote_bits = {}

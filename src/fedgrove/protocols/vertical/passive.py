@@ -11,6 +11,7 @@ import numpy as np
 from fedgrove.crypto.he import public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.model import by_names, names_of
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.vertical import messages as m
@@ -25,10 +26,12 @@ class PassiveModel:
     bin_mapper: BinMapper
     splits: dict = field(default_factory=dict)  # (tree, node) -> (local feature, bin, missing_left, threshold)
     children: dict = field(default_factory=dict)  # (tree, node) -> (left, right)
+    feature_names: list | None = None  # its columns' names when it trained on named data
 
     def rows(self, X) -> np.ndarray:
-        """``X`` as float64, refused unless it has the columns this party trained on."""
-        X = np.asarray(X, dtype=np.float64)
+        """``X`` as float64, refused unless it has the columns this party trained on (a DataFrame's matched
+        by name when the model has names)."""
+        X = np.asarray(by_names(X, self.feature_names, f"{self.party}'s test features"), dtype=np.float64)
         n_features = self.bin_mapper.n_features
         if X.ndim != 2 or X.shape[1] != n_features:
             raise DataError(f"{self.party}: test features must have the {n_features} columns it trained on, got "
@@ -48,12 +51,18 @@ class PassiveModel:
              "splits": [[t, n, f, b, int(ml), float(thr)] for (t, n), (f, b, ml, thr) in self.splits.items()]}
         if self.children:
             d["children"] = [[t, n, left, right] for (t, n), (left, right) in self.children.items()]
+        if self.feature_names is not None:
+            d["feature_names"] = list(self.feature_names)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "PassiveModel":
         try:
-            model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]))
+            names = d.get("feature_names")
+            model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]),
+                        feature_names=None if names is None else [str(n) for n in names])
+            if names is not None and len(names) != model.bin_mapper.n_features:
+                raise ValueError(f"{len(names)} feature names for {model.bin_mapper.n_features} features")
             for t, n, f, b, ml, thr in d["splits"]:
                 model.splits[(int(t), int(n))] = (int(f), int(b), bool(ml), float(thr))
             for t, n, left, right in d.get("children", []):
@@ -82,7 +91,7 @@ class PassiveModel:
     def before(self, n_trees: int) -> "PassiveModel":
         """The part of this model that belongs to the first ``n_trees`` trees (resuming from a checkpoint)."""
         return PassiveModel(self.party, self.bin_mapper, {k: v for k, v in self.splits.items() if k[0] < n_trees},
-                            {k: v for k, v in self.children.items() if k[0] < n_trees})
+                            {k: v for k, v in self.children.items() if k[0] < n_trees}, self.feature_names)
 
 
 class VerticalPassive:
@@ -92,11 +101,12 @@ class VerticalPassive:
                  bin_mapper: BinMapper | None = None, ids=None):
         self.ch = channel
         self.active = active
+        names = names_of(X)
         self.X = np.asarray(X, dtype=np.float64)
         self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
         self.n_value_bins = self.bin_mapper.n_value_bins
-        self.model = PassiveModel(channel.party, self.bin_mapper)
+        self.model = PassiveModel(channel.party, self.bin_mapper, feature_names=names)
         self.ids = instance_ids(ids, len(self.X), channel.party)
 
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
