@@ -401,3 +401,15 @@ def test_long_messages_stay_on_one_line(csv, tmp_path, capsys):
     code, _, err = run(["partition", csv, "-o", parts, "--scheme", "horizontal", "-p", "2", "--mode", "unbalanced",
                         "--categorical", "label", "-l", "a"], capsys)
     assert code != 0 and "distinct values: use mode balanced (or dirichlet, for label skew over several classes)" in err
+
+
+def test_an_interrupted_command_exits_130_not_0(csv, tmp_path, capsys, monkeypatch):
+    # typer turns Ctrl-C into an exit code that main() used to drop: an interrupted run exited 0, as if finished
+    import fedgrove.engine.gbdt as gbdt
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gbdt, "train_gbdt", interrupted)
+    code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "-l", "label", "-q"], capsys)
+    assert code == 130 and "interrupted" in err and not (tmp_path / "m.json").exists()

@@ -90,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     from fedgrove.cli.common import console
 
     try:
-        app(args=argv, standalone_mode=False, prog_name="fedgrove")
+        code = app(args=argv, standalone_mode=False, prog_name="fedgrove")
+        # typer returns the code of an Exit instead of raising it, and turns Ctrl-C into Exit(130): an interrupted
+        # run must not exit 0 as if it had finished (commands themselves return None)
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            if code == 130:
+                console.print("interrupted")
+            return code
         return 0
     except FedgroveError as exc:
         if os.environ.get("FEDGROVE_DEBUG"):
