@@ -202,7 +202,10 @@ class GrpcChannel(Channel):
 
     def notify_failure(self, exc: BaseException, timeout: float = 2.0) -> None:
         """Tell every peer, best effort, that this party has failed and why (a peer that is down is skipped)."""
-        text = (str(exc) or type(exc).__name__).encode()[:1000]
+        if isinstance(exc, KeyboardInterrupt):
+            text = b"it was interrupted (Ctrl-C); restart every party with --resume to continue from the checkpoints"
+        else:
+            text = (str(exc) or type(exc).__name__).encode()[:1000]
         calls = []
         for peer in self.peers:
             env = Envelope(sender=self.party, receiver=peer, tag=FAILURE_TAG, payload=text)
