@@ -101,6 +101,32 @@ def test_a_failing_party_stops_the_others_quickly():
     assert time.monotonic() - t0 < 5
 
 
+def test_an_interrupt_stops_the_waiting_parties_too():
+    # Ctrl-C in a notebook raised in the calling thread only: the parties' threads waited on until their timeout
+    import os
+    import signal
+    import threading
+    import time
+
+    hub = InProcessHub(["a", "b"])
+    stopped = {}
+
+    def waits(ch):
+        try:
+            return ch.recv("b" if ch.party == "a" else "a", "never")
+        except ProtocolError as exc:
+            stopped[ch.party] = str(exc)
+            raise
+
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # as Ctrl-C does
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_parties(hub, {"a": waits, "b": waits}, timeout=30)
+    while len(stopped) < 2 and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert sorted(stopped) == ["a", "b"] and all("interrupted (Ctrl-C)" in m for m in stopped.values())
+
+
 def test_a_peer_not_yet_heard_from_gets_the_startup_timeout_then_the_normal_one():
     import time
 

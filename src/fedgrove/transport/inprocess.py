@@ -18,9 +18,13 @@ class InProcessHub:
         self.failure: str | None = None  # set when a party fails, so the others stop waiting
 
     def fail(self, party: str, exc: BaseException) -> None:
+        self.stop(f"party {party} failed: {exc}")
+
+    def stop(self, reason: str) -> None:
+        """Make every party waiting on a message stop with ``reason`` (the first reason given stands)."""
         with self._lock:
             if self.failure is None:
-                self.failure = f"party {party} failed: {exc}"
+                self.failure = reason
 
     def box(self, src: str, dst: str, tag: str) -> queue.Queue:
         key = (src, dst, tag)
@@ -68,8 +72,12 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0) -> tuple[
                for p, fn in roles.items()]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:  # Ctrl-C (a notebook's interrupt): the parties stop at their next wait, not later
+        hub.stop("the federation was interrupted (Ctrl-C)")
+        raise
     if errors:
         first = hub.failure.split(" failed:")[0].removeprefix("party ")
         raise errors.get(first, next(iter(errors.values())))
