@@ -413,3 +413,10 @@ def test_an_interrupted_command_exits_130_not_0(csv, tmp_path, capsys, monkeypat
     monkeypatch.setattr(gbdt, "train_gbdt", interrupted)
     code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "-l", "label", "-q"], capsys)
     assert code == 130 and "interrupted" in err and not (tmp_path / "m.json").exists()
+
+
+def test_version_prints_the_version_and_exits_0(capsys):
+    import fedgrove
+
+    code, out, err = run(["--version"], capsys)
+    assert code == 0 and out.strip() == fedgrove.__version__, err  # it said "Missing command", exit 2

@@ -43,15 +43,19 @@ app.add_typer(datasets_cmd.app, name="datasets")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit"),
-          log_level: str = typer.Option("info", "--log-level", help="Which of fedgrove's notes to print on stderr: "
-                                        "debug, info (what a run skipped or is waiting for), warning or error")):
-    if version:
+def _print_version(value: bool) -> None:
+    if value:  # eager: before the group asks for a command
         import fedgrove
 
         typer.echo(fedgrove.__version__)
         raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit", is_eager=True,
+                                       callback=_print_version, expose_value=False),
+          log_level: str = typer.Option("info", "--log-level", help="Which of fedgrove's notes to print on stderr: "
+                                        "debug, info (what a run skipped or is waiting for), warning or error")):
     if log_level not in LOG_LEVELS:
         raise typer.BadParameter(f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}",
                                  param_hint="'--log-level'")
