@@ -243,3 +243,17 @@ def test_gzipped_local_files_are_found(tmp_path):
         fh.write(rows + "\n")
     ds = datasets.load_dataset("ionosphere", directory=tmp_path)
     assert ds.train.X.shape == (6, 34) and ds.train.y.tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_a_csv_with_a_written_dataframe_index_is_warned_about(tmp_path, caplog):
+    import logging
+
+    df = pd.DataFrame({"a": [3.0, 1.0, 2.0, 5.0], "y": [0, 1, 0, 1]})
+    df.to_csv(tmp_path / "with_index.csv")  # index=True: a first column without a name, 0..3
+    df.to_csv(tmp_path / "plain.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        assert load_table(tmp_path / "plain.csv", label="y").X.shape == (4, 1)
+        assert not caplog.records
+        assert load_table(tmp_path / "with_index.csv", label="y").X.shape == (4, 2)
+    assert len(caplog.records) == 1
+    assert "first column has no name and holds the row numbers 0..3" in caplog.records[0].getMessage()

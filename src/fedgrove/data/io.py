@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fedgrove.exceptions import DataError
+from fedgrove.log import logger
 
 ID_COLUMN = "_id"
 FORMATS = ("csv", "parquet", "libsvm")
@@ -141,9 +142,21 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
             raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
     else:
         df = _read_csv(path, header)
+        _note_index_column(df, path)
     if not label_required and isinstance(label, str) and label not in [str(c) for c in df.columns]:
         label = None
     return table_from_frame(df, label, source=str(path), ids=ids, categorical=categorical)
+
+
+def _note_index_column(df: pd.DataFrame, path: Path) -> None:
+    """Warn when the first column has no name and holds the row numbers 0..n-1: a DataFrame's index written by
+    ``to_csv`` without ``index=False``, which would be learned from as a feature (and leaks the row order)."""
+    first = df.iloc[:, 0] if df.shape[1] else None
+    if first is not None and str(df.columns[0]).startswith("Unnamed: 0") and \
+            np.array_equal(first.to_numpy(), np.arange(len(df))):
+        logger.warning("%s: its first column has no name and holds the row numbers 0..%d (a DataFrame index "
+                       "written without index=False); it is read as a feature: drop it, or write the file with "
+                       "index=False", path, len(df) - 1)
 
 
 def _first_line(path: Path) -> str:
