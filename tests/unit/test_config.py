@@ -49,6 +49,9 @@ def test_timeouts_default_and_read(tmp_path):
     ("seed = -1", "federation.seed must be a non-negative integer, got -1"),
     ("[output]\ndir = 3", r"\[output\] dir must be a directory name, got 3"),        # was a TypeError
     ('[output]\ndirectory = "runs"', r"\[output\]: unknown keys \['directory'\]; expected dir"),
+    # a misspelt table was ignored: the run wrote to the default folder
+    ('[outptu]\ndir = "runs"', r"unknown table or key \[outptu\] \(did you mean \[output\]\?\); expected some "
+                              r"of \[federation\], \[params\]"),
 ])
 def test_bad_federation_keys_are_named(tmp_path, extra, message):
     with pytest.raises(InvalidParameterError, match=message):

@@ -258,7 +258,19 @@ def _categorical(value, where: str):
                                 f"{{column = [categories]}}, got {value!r}")
 
 
+TABLES = ("federation", "params", "he", "output", "party", "peers", "roles", "hybridtree", "forest", "simfl",
+          "fvtree", "horizontal")
+
+
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
+    unknown = sorted(set(d) - set(TABLES))
+    if unknown:  # a misspelt table was ignored: its settings silently took their defaults
+        import difflib
+
+        hints = [f"[{k}]" + (f" (did you mean [{close[0]}]?)" if (close := difflib.get_close_matches(k, TABLES, 1))
+                             else "") for k in unknown]
+        raise InvalidParameterError(f"{source}: unknown table{'s' if len(unknown) > 1 else ''} or key "
+                                    f"{', '.join(hints)}; expected some of {', '.join(f'[{t}]' for t in TABLES)}")
     fed = d.get("federation", {})
     unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "predict", "classes"}
     if unknown:
