@@ -93,7 +93,8 @@ def _categorical_federation(tmp_path, protocol, colours, categorical, out):
                       + (f"categorical = {categorical}\n" if categorical and "colour" in files[k] else "")
                       for k in range(2))
     cfg = tmp_path / f"{out}.toml"
-    cfg.write_text(f'[federation]\nprotocol = "{protocol}"\n[he]\nscheme = "ou"\n[params]\nn_estimators = 5\n'
+    he = '[he]\nscheme = "ou"\n' if protocol == "vertical" else ""
+    cfg.write_text(f'[federation]\nprotocol = "{protocol}"\n{he}[params]\nn_estimators = 5\n'
                    f'max_depth = 3\nmax_bins = 8\n{parties}[output]\ndir = "{out}"\n')
     return cfg
 

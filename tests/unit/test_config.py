@@ -81,8 +81,32 @@ def test_he_table_is_checked(tmp_path):
 ])
 def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
     # before any key is generated or data read: the error names the table, the key and what it takes
+    if extra.startswith("[hybridtree]"):  # a HybridTree federation's own table
+        path = tmp_path / "federation.toml"
+        path.write_text(BASE.format(extra="").replace('"vertical"', '"hybridtree"').replace('"active"', '"host"')
+                        .replace('"passive"', '"guest"') + extra + "\n")
+        with pytest.raises(InvalidParameterError, match=message):
+            load_federation(path)
+        return
     with pytest.raises(InvalidParameterError, match=message):
         _load(tmp_path, extra)
+
+
+@pytest.mark.parametrize("protocol, table, message", [
+    # ignored before: a setting the user meant did not apply
+    ("vertical", '[forest]\nlabel_mode = "shared"', r"\[forest\] configures the federated-forest protocol, but "
+                                                    r"federation.protocol is 'vertical'"),
+    ("fvtree", '[simfl]\nn_hashes = 3', r"\[simfl\] configures the simfl protocol, but federation.protocol is "
+                                        r"'fvtree'"),
+    ("simfl", '[he]\nkey_bits = 3072', r"\[he\] sets the homomorphic encryption of the vertical, hybridtree, "
+                                       r"federated-forest protocols; the simfl protocol uses none"),
+])
+def test_tables_that_do_not_apply_to_the_protocol_are_refused(tmp_path, protocol, table, message):
+    path = tmp_path / "federation.toml"
+    text = BASE.format(extra="") if protocol == "vertical" else _peer_config(protocol)
+    path.write_text(text.replace('"vertical"', f'"{protocol}"') + table + "\n")
+    with pytest.raises(InvalidParameterError, match=message):
+        load_federation(path)
 
 
 @pytest.mark.parametrize("protocol, table, message", [

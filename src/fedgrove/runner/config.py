@@ -262,6 +262,23 @@ TABLES = ("federation", "params", "he", "output", "party", "peers", "roles", "hy
           "fvtree", "horizontal")
 
 
+PROTOCOL_TABLES = {"hybridtree": "hybridtree", "forest": "federated-forest", "simfl": "simfl", "fvtree": "fvtree",
+                   "horizontal": "horizontal"}
+USES_HE = ("vertical", "hybridtree", "federated-forest")
+
+
+def _check_protocol_tables(d: dict, protocol: str, source: Path) -> None:
+    """Refuse another protocol's table, and [he] where the protocol encrypts nothing with it: they were ignored,
+    so settings the user meant (a forest's label mode, a key size) silently did not apply."""
+    for table, owner in PROTOCOL_TABLES.items():
+        if table in d and owner != protocol:
+            raise InvalidParameterError(f"{source}: [{table}] configures the {owner} protocol, but federation.protocol "
+                                        f"is {protocol!r}: remove the table or change the protocol")
+    if "he" in d and protocol not in USES_HE:
+        raise InvalidParameterError(f"{source}: [he] sets the homomorphic encryption of the {', '.join(USES_HE)} "
+                                    f"protocols; the {protocol} protocol uses none: remove the table")
+
+
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
     unknown = sorted(set(d) - set(TABLES))
     if unknown:  # a misspelt table was ignored: its settings silently took their defaults
@@ -279,6 +296,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    _check_protocol_tables(d, protocol, source)
     for p in parties:
         if p.role not in ROLES[protocol]:
             raise InvalidParameterError(f"party {p.name}: role must be one of {ROLES[protocol]}, got {p.role!r}")
