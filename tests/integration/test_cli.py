@@ -176,6 +176,9 @@ def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path
     assert code == 0, err
     assert "colour (3)" in err
     assert json.loads(model.read_text())["metadata"]["categories"] == {"colour": ["blue", "green", "red"]}
+    code, out, _ = run(["info", model], capsys)  # what predict will expect of a file
+    shown = " ".join(out.split())
+    assert code == 0 and "categories of colour │ blue, green, red" in shown and "label column │ label" in shown
     test = df.iloc[:50].copy()
     test.loc[test.index[:4], "colour"] = "violet"  # unseen in training: missing
     test[["x", "label", "colour"]].to_csv(tmp_path / "test.csv", index=False)

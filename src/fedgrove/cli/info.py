@@ -79,6 +79,10 @@ def info(
                 ("saved by fedgrove", m.written_by or "unknown")]
         if m.kind == "gbdt":
             rows.insert(1, ("objective", m.objective))
+        if m.metadata.get("label") is not None:  # fedgrove predict scores a file holding this column
+            rows.insert(rows.index(("classes", str(m.classes))), ("label column", str(m.metadata["label"])))
+        for col, cats in (m.metadata.get("categories") or {}).items():  # predict encodes with these
+            rows.append((f"categories of {col}", ", ".join(map(str, cats[:12])) + (" ..." if len(cats) > 12 else "")))
         if "protocol" in m.metadata:
             held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
