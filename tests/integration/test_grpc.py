@@ -243,15 +243,8 @@ def test_certs_in_a_folder_with_a_ca_keep_it_and_issue_only_the_new_parties(tmp_
     assert "holds ca.pem without ca.key" in capsys.readouterr().err
 
 
-def test_a_party_stopped_by_ctrl_c_tells_its_peers_how_to_go_on(tmp_path):
-    create_federation_certs(tmp_path, ["alice", "bob"])
-    pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=10)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=10)
-    try:
-        a.notify_failure(KeyboardInterrupt())
-        with pytest.raises(ProtocolError, match=r"alice.*interrupted \(Ctrl-C\); restart every party with --resume"):
-            b.recv("alice", "ping", Ping)
-    finally:
-        a.close()
-        b.close()
+def test_a_party_stopped_by_ctrl_c_tells_its_peers_how_to_go_on(pair):
+    a, b = pair
+    a.notify_failure(KeyboardInterrupt())
+    with pytest.raises(ProtocolError, match=r"alice.*interrupted \(Ctrl-C\); restart every party with --resume"):
+        b.recv("alice", "ping", Ping)

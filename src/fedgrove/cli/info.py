@@ -48,8 +48,7 @@ def info(
                       "yes" if party["has_label"] else "")
         out.print(t)
         for col, cats in (m.get("categories") or {}).items():  # the party files hold these columns' codes
-            out.print(f"categories of {col} (codes 0..{len(cats) - 1}): " + ", ".join(map(str, cats[:12]))
-                      + (" ..." if len(cats) > 12 else ""))
+            out.print(f"categories of {col} (codes 0..{len(cats) - 1}): {_categories_text(cats)}")
         return
     if is_model and (part := _federated_part(p)) is not None:
         part, host = part  # host: a HybridTree host's (gains, splits, labels, owners), its layers and guests'
@@ -82,7 +81,7 @@ def info(
         if m.metadata.get("label") is not None:  # fedgrove predict scores a file holding this column
             rows.insert(rows.index(("classes", str(m.classes))), ("label column", str(m.metadata["label"])))
         for col, cats in (m.metadata.get("categories") or {}).items():  # predict encodes with these
-            rows.append((f"categories of {col}", ", ".join(map(str, cats[:12])) + (" ..." if len(cats) > 12 else "")))
+            rows.append((f"categories of {col}", _categories_text(cats)))
         if "protocol" in m.metadata:
             held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
@@ -137,6 +136,11 @@ def info(
     out.print(t)
 
 
+def _categories_text(cats: list) -> str:
+    """A column's categories, the first 12 of them, in code order."""
+    return ", ".join(map(str, cats[:12])) + (" ..." if len(cats) > 12 else "")
+
+
 def _host_importance(d: dict, p: Path) -> tuple:
     """A HybridTree host file's (gains, splits, labels, owners) per feature: the host's own over the splits of
     its layers, by name, then each guest's over the guest layers (the gains the host scored), ``guest0:3``."""
@@ -148,11 +152,11 @@ def _host_importance(d: dict, p: Path) -> tuple:
         model = HybridHostModel.from_dict(d)
     except ModelFormatError as exc:
         raise ModelFormatError(f"{p} is corrupt: {exc}") from None
-    names = d.get("feature_names")
-    width = len(names) if isinstance(names, list) else None
+    names = model.feature_names
+    width = None if names is None else len(names)
     gain = feature_importance(model.host_trees, "gain", width)
     splits = feature_importance(model.host_trees, "split", width)
-    labels = [str(n) for n in names] if width == len(gain) else [f"f{j}" for j in range(len(gain))]
+    labels = list(names) if width == len(gain) else [f"f{j}" for j in range(len(gain))]
     owners = ["host"] * len(gain)
     for u in sorted(model.guest_gains):
         gain = np.concatenate([gain, model.guest_gains[u]])

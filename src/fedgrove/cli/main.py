@@ -112,9 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         console.print("aborted")
         return 130
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        return 130
     except Exception as exc:  # click usage errors and OS errors
         # usage errors: click's ClickException, or the copy of click that newer typer releases vendor
         if any(c.__name__ == "ClickException" for c in type(exc).__mro__):

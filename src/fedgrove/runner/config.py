@@ -258,12 +258,10 @@ def _categorical(value, where: str):
                                 f"{{column = [categories]}}, got {value!r}")
 
 
-TABLES = ("federation", "params", "he", "output", "party", "peers", "roles", "hybridtree", "forest", "simfl",
-          "fvtree", "horizontal")
-
-
+# each protocol's own table, by the protocol it configures
 PROTOCOL_TABLES = {"hybridtree": "hybridtree", "forest": "federated-forest", "simfl": "simfl", "fvtree": "fvtree",
                    "horizontal": "horizontal"}
+TABLES = ("federation", "params", "he", "output", "party", "peers", "roles", *PROTOCOL_TABLES)
 USES_HE = ("vertical", "hybridtree", "federated-forest")
 
 

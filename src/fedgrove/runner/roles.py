@@ -213,7 +213,8 @@ def _vertical_passive(ctx: RoleContext) -> dict:
     table = ctx.data(with_label=False)
     role = VerticalPassive(ctx.channel, table.X, ctx.cfg.lead, params.max_bins, params.seed, ids=table.ids)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
-    ctx.save_json({**pmodel.to_dict(), "feature_names": names(table)})  # names for fedgrove info only
+    pmodel.feature_names = names(table)  # for fedgrove info, and test frames matched by name
+    ctx.save_json(pmodel.to_dict())
     return {"owned_splits": len(pmodel.splits)}
 
 
@@ -271,7 +272,8 @@ def _hybrid_host(ctx: RoleContext) -> dict:
                         ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"],
                         shared_only=ht["shared_only"]).fit(
         ctx.checkpoint, ctx.resume, ctx.progress)
-    ctx.save_json({**hmodel.to_dict(), "feature_names": names(table)})  # for fedgrove info's importance
+    hmodel.feature_names = names(table)  # for fedgrove info's importance, and test frames matched by name
+    ctx.save_json(hmodel.to_dict())
     return {"trees": len(hmodel.host_trees)}
 
 
@@ -280,7 +282,8 @@ def _hybrid_guest(ctx: RoleContext) -> dict:
     table = _with_ids(ctx, ctx.data(with_label=False), "a guest's file needs an _id column linking it to the host")
     role = HybridGuest(ctx.channel, table.X, table.ids, ctx.cfg.lead, params.max_bins, params.seed)
     role.fit(ctx.checkpoint, ctx.resume)
-    ctx.save_json({**role.model_dict(), "feature_names": names(table)})  # names for fedgrove info only
+    role.model.feature_names = names(table)  # for fedgrove info, and test frames matched by name
+    ctx.save_json(role.model_dict())
     return {"owned_splits": len(role.model.splits)}
 
 
@@ -328,7 +331,8 @@ def _forest_client(ctx: RoleContext) -> dict:
                         max_bins=params.max_bins, seed=params.seed, ids=table.ids,
                         n_classes=len(ctx.cfg.classes) if ctx.cfg.classes else None)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
-    ctx.save_json({**pmodel.to_dict(), "feature_names": names(table)})  # names for fedgrove info only
+    pmodel.feature_names = names(table)  # for fedgrove info, and test frames matched by name
+    ctx.save_json(pmodel.to_dict())
     return {"owned_splits": len(pmodel.splits)}
 
 
@@ -395,19 +399,19 @@ def _fvtree_party(ctx: RoleContext) -> dict:
                                         f"away, choose another output directory, or continue it with --resume")
         key = SigningKey()
         key.save(key_path)
-    ledger = Ledger(path)
+    ledger, done = Ledger(path), False
     try:
         party = FVTreeParty(ctx.channel, table.X, table.y, params, ctx.cfg.fvtree_options(), ledger=ledger,
                             key=key, schema=schema(table))
         model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
         keep_names(model, table)
-    except BaseException:
+        done = True
+    finally:
         ledger.close()
-        if not ctx.resume and ledger.count == 0:  # refused before its first record: a rerun must not be blocked
+        # refused before its first record: the empty ledger and its key go, so that a rerun is not blocked
+        if not done and not ctx.resume and ledger.count == 0:
             path.unlink(missing_ok=True)
             key_path.unlink(missing_ok=True)
-        raise
-    ledger.close()
     model.metadata["party"] = ctx.spec.name
     if params.objective != "regression":
         model.classes = ctx.class_names(model.n_classes)

@@ -77,7 +77,7 @@ class ForestClient:
         ch = self.ch
         n_classes = 0
         if self.y is not None:
-            n_classes = classes_from_labels(self.y) if len(self.y) and np.all(self.y == np.round(self.y)) else 0
+            n_classes = classes_from_labels(self.y) if np.all(self.y == np.round(self.y)) else 0
             if self.n_classes is not None and n_classes:  # a class the holder's rows lack still has its output
                 n_classes = max(n_classes, self.n_classes)
         ch.send(self.master, "hello", m.ClientHello(self.X.shape[1], len(self.X), m.ids_digest(self.ids),
