@@ -119,6 +119,73 @@ def test_a_certificate_from_another_ca_is_refused(tmp_path):
         b.close()
 
 
+def test_a_peer_with_a_foreign_certificate_that_starts_later_is_refused_when_it_comes_up(tmp_path):
+    # the first message used to wait for the peer to be ready, which retried the failed handshakes in silence
+    # until the connect timeout (300 s for a party), then said the peer was down although it was up all along
+    import threading
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    create_federation_certs(ours, ["alice", "bob"])
+    create_federation_certs(theirs, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(theirs, "alice"), timeout=5,
+                    connect_timeout=60)
+    started = []
+
+    def bob_starts():
+        time.sleep(1.0)
+        started.append(GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(ours, "bob"),
+                                   timeout=5))
+
+    later = threading.Thread(target=bob_starts)
+    later.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
+            a.send("bob", "ping", Ping(np.zeros(1)))
+        assert time.monotonic() - t0 < 20
+    finally:
+        later.join()
+        a.close()
+        for b in started:
+            b.close()
+
+
+def test_a_first_message_to_a_peer_not_up_yet_waits_for_it_saying_so(tmp_path, monkeypatch, caplog):
+    import logging
+    import threading
+
+    from fedgrove.transport import grpc_backend
+
+    monkeypatch.setattr(grpc_backend, "WAIT_NOTE_AFTER", 0.5)
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=5,
+                    connect_timeout=60)
+    started = []
+    later = threading.Thread(target=lambda: (time.sleep(1.5), started.append(GrpcChannel(
+        "bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=5))))
+    later.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="fedgrove"):
+            a.send("bob", "ping", Ping(np.arange(2.0)))  # delivered once bob is up
+        later.join()
+        np.testing.assert_array_equal(started[0].recv("alice", "ping", Ping).data, np.arange(2.0))
+        assert f"alice: bob at 127.0.0.1:{pb} is not up yet" in caplog.text
+        with pytest.raises(PeerTimeoutError, match="nothing answered at .*bob is not running, or not at that address"):
+            a2 = GrpcChannel("alice", f"127.0.0.1:{_port()}", {"bob": f"127.0.0.1:{_port()}"},
+                             _tls(tmp_path, "alice"), timeout=5, connect_timeout=1)
+            try:
+                a2.send("bob", "ping", Ping(np.zeros(1)))
+            finally:
+                a2.close()
+    finally:
+        later.join()
+        a.close()
+        for b in started:
+            b.close()
+
+
 def test_a_party_cannot_send_under_another_name(tmp_path):
     create_federation_certs(tmp_path, ["alice", "bob", "carol"])
     pa, pb = _port(), _port()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from fedgrove.exceptions import PeerTimeoutError, ProtocolError
 from fedgrove.log import logger
-from fedgrove.transport.channel import Channel
+from fedgrove.transport.channel import WAIT_NOTE_AFTER, WAIT_NOTE_EVERY, Channel
 
 _METHOD = "/fedgrove.Federation/Exchange"
 FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol tag starts with "!")
@@ -56,6 +57,60 @@ class _Done:
         self.ack, self.error = ack, error
 
     def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.ack
+
+
+_RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
+
+
+class _FirstCall:
+    """A first message to a peer, tried until it is delivered, the handshake fails, or ``limit`` seconds have
+    passed; a note every so often says which peer is awaited.  ``result()`` waits and answers like a call."""
+
+    def __init__(self, channel: GrpcChannel, peer: str, env, limit: float):
+        self.ack, self.error = None, None
+        self._thread = threading.Thread(target=self._run, args=(channel, peer, env, limit),
+                                        name=f"fedgrove-connect-{peer}", daemon=True)
+        self._thread.start()
+
+    def _run(self, channel, peer, env, limit):
+        start = time.monotonic()
+        deadline, note = start + limit, start + WAIT_NOTE_AFTER
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.error = PeerTimeoutError(f"{channel.party}: could not deliver to {peer} at {env.tag} within "
+                                              f"{limit:g} s: nothing answered at {channel.addresses[peer]} "
+                                              f"({peer} is not running, or not at that address)")
+                return
+            try:
+                self.ack = channel._stubs[peer](env, timeout=left, wait_for_ready=False)
+                return
+            except grpc.RpcError as exc:
+                details = exc.details() or ""
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    self.error = exc
+                    return
+                if "handshake" in details.lower():
+                    self.error = channel._handshake_error(peer, details)
+                    return
+            except Exception as exc:  # noqa: BLE001 - the channel closed under it: said by result()
+                self.error = exc
+                return
+            if channel.failure is not None:  # a peer failed: stop trying, as a receive stops waiting
+                self.error = ProtocolError(f"{channel.party}: stopped trying to reach {peer}: {channel.failure}")
+                return
+            now = time.monotonic()
+            if now >= note:
+                note += WAIT_NOTE_EVERY
+                logger.info("%s: %s at %s is not up yet (%.0f s so far; gives up after %g s)", channel.party,
+                            peer, channel.addresses[peer], now - start, limit)
+            time.sleep(min(_RETRY_EVERY, max(0.0, deadline - now)))
+
+    def result(self):
+        self._thread.join()
         if self.error is not None:
             raise self.error
         return self.ack
@@ -114,8 +169,12 @@ class GrpcChannel(Channel):
                                                     certificate_chain=tls.cert)
         self._stubs = {}
         self._channels = []
+        # reconnection attempts at most 2 s apart (gRPC's back-off grows to 2 minutes): a peer started long after
+        # this party is reached within seconds of coming up
+        backoff = [("grpc.initial_reconnect_backoff_ms", 500), ("grpc.max_reconnect_backoff_ms", 2000)]
         for peer, addr in peers.items():
-            ch = grpc.secure_channel(addr, client_creds, options=opts + [("grpc.ssl_target_name_override", peer)])
+            ch = grpc.secure_channel(addr, client_creds,
+                                     options=opts + backoff + [("grpc.ssl_target_name_override", peer)])
             self._channels.append(ch)
             self._stubs[peer] = ch.unary_unary(_METHOD, request_serializer=Envelope.SerializeToString,
                                                response_deserializer=Ack.FromString)
@@ -169,6 +228,9 @@ class GrpcChannel(Channel):
                                         f"{exc.details()}")
                 failure = failure or err
                 continue
+            except ProtocolError as exc:  # a first call's verdict (handshake, peer never up, a peer failed)
+                failure = failure or exc
+                continue
             if ack.error:
                 failure = failure or ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: "
                                                    f"{ack.error}")
@@ -178,21 +240,18 @@ class GrpcChannel(Channel):
             raise failure
 
     def _first_call(self, peer, env, limit):
-        """A first message to ``peer``: tried at once, so that a TLS handshake that fails (certificates of
-        another federation) is reported at once; while ``peer`` is not up yet, a call that waits for it."""
-        try:
-            return _Done(self._stubs[peer](env, timeout=limit, wait_for_ready=False))
-        except grpc.RpcError as exc:
-            details = exc.details() or ""
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and "handshake" in details.lower():
-                reason = details.split("last error: ", 1)[-1]
-                raise ProtocolError(f"{self.party}: the TLS handshake with {peer} failed ({reason}); "
-                                    f"both parties' certificates must come from the same federation CA "
-                                    f"(`fedgrove certs`), with that CA's ca.pem in each party's certs folder") \
-                    from None
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                return self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)
-            return _Done(error=exc)
+        """A first message to ``peer``, delivered in the background: tried at once and then every
+        ``_RETRY_EVERY`` seconds while ``peer`` is not up yet, each try failing fast, so that a TLS handshake that
+        fails (certificates of another federation) is reported as soon as ``peer`` answers, whether it was up
+        before this party or started after it (a call that waits for the peer to be ready retries a failed
+        handshake in silence until the limit, then blames a peer that was up all along)."""
+        return _FirstCall(self, peer, env, limit)
+
+    def _handshake_error(self, peer, details: str) -> ProtocolError:
+        reason = details.split("last error: ", 1)[-1]
+        return ProtocolError(f"{self.party}: the TLS handshake with {peer} failed ({reason}); both parties' "
+                             f"certificates must come from the same federation CA (`fedgrove certs`), with that "
+                             f"CA's ca.pem in each party's certs folder")
 
     def _recv_bytes(self, peer, tag, timeout):
         return self._wait(self._box(peer, tag), peer, tag, timeout)
