@@ -186,6 +186,25 @@ def test_a_first_message_to_a_peer_not_up_yet_waits_for_it_saying_so(tmp_path, m
             b.close()
 
 
+def test_a_peer_address_that_is_another_partys_is_named_at_once(tmp_path):
+    # alice's config gives bob the address of carol: the handshake fails on the name; alice waited out the startup
+    # timeout, noting that bob was not up
+    create_federation_certs(tmp_path, ["alice", "bob", "carol"])
+    pa, pc = _port(), _port()
+    c = GrpcChannel("carol", f"127.0.0.1:{pc}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "carol"), timeout=5)
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pc}"}, _tls(tmp_path, "alice"), timeout=5,
+                    connect_timeout=30)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match=f"the party at 127.0.0.1:{pc} is not bob .*check bob's address"):
+            a.send("bob", "ping", Ping(np.zeros(1)))
+        assert time.monotonic() - t0 < 10
+        assert c._boxes == {}
+    finally:
+        a.close()
+        c.close()
+
+
 def test_a_party_cannot_send_under_another_name(tmp_path):
     create_federation_certs(tmp_path, ["alice", "bob", "carol"])
     pa, pb = _port(), _port()

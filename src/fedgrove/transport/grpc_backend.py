@@ -96,6 +96,12 @@ class _FirstCall:
                 if "handshake" in details.lower():
                     self.error = channel._handshake_error(peer, details)
                     return
+                if "hostname verification" in details.lower():  # a party of the federation, but not this one
+                    self.error = ProtocolError(
+                        f"{channel.party}: the party at {channel.addresses[peer]} is not {peer} (its certificate "
+                        f"names another party of the federation); check {peer}'s address among this party's "
+                        f"peers")
+                    return
             except Exception as exc:  # noqa: BLE001 - the channel closed under it: said by result()
                 self.error = exc
                 return
