@@ -151,3 +151,48 @@ def test_a_misspelt_party_key_is_refused_by_name(tmp_path):
     path.write_text(BASE.format(extra="").replace('label = "y"', 'label = "y"\ntest = "a-test.csv"')
                     + 'test = "b-test.csv"\n')
     assert load_federation(path).parties[1].test == tmp_path / "b-test.csv"
+
+
+PARTY = """[party]
+name = "a"
+role = "active"
+data = "a.csv"
+label = "y"
+listen = "{listen}"
+certs = "certs"
+
+[peers]
+{peers}
+[federation]
+protocol = "vertical"
+{extra}"""
+
+
+@pytest.mark.parametrize("listen, peers, extra, message", [
+    # gRPC served on a port out of range, or with none, and the peers waited out their startup timeout
+    ("127.0.0.1", 'b = "127.0.0.1:50051"', "",
+     r"\[party\] listen = '127.0.0.1' is not an address \"host:port\" with a port from 1 to 65535"),
+    ("127.0.0.1:99999", 'b = "127.0.0.1:50051"', "", r"\[party\] listen = '127.0.0.1:99999' is not an address"),
+    ("127.0.0.1:50050", "b = 50051", "", r"\[peers\] b = 50051 is not an address"),
+    ("127.0.0.1:50050", 'b = ":50051"', "", r"\[peers\] b = ':50051' is not an address"),
+    # a traceback (ValueError: a party is not its own peer)
+    ("127.0.0.1:50050", 'b = "127.0.0.1:50051"\na = "127.0.0.1:50050"', "",
+     r"\[peers\] lists this party itself \(a\)"),
+    ("127.0.0.1:50050", 'b = "127.0.0.1:50051"\nc = "127.0.0.1:50051"', "",
+     r"\[peers\] c = '127.0.0.1:50051' is also b's address"),
+    ("127.0.0.1:50050", 'b = "127.0.0.1:50050"', "", r"\[peers\] b = '127.0.0.1:50050' is also this party's listen"),
+    ("127.0.0.1:50050", 'b = "127.0.0.1:50051"', '[roles]\nc = "passive"',
+     r"\[roles\] names c, not listed in \[peers\]; give every other party's address in \[peers\] \(listed: b\)"),
+    ("127.0.0.1:50050", 'b = "127.0.0.1:50051"', '[roles]\na = "passive"',
+     r"\[roles\] gives this party \(a\) the role 'passive', \[party\] role 'active'"),
+])
+def test_party_addresses_and_roles_are_checked(tmp_path, listen, peers, extra, message):
+    from fedgrove.runner.config import load_party
+
+    path = tmp_path / "party.toml"
+    path.write_text(PARTY.format(listen=listen, peers=peers, extra=extra))
+    with pytest.raises(InvalidParameterError, match=message):
+        load_party(path)
+    path.write_text(PARTY.format(listen="[::1]:50050", peers='b = "127.0.0.1:50051"', extra=""))
+    cfg, me = load_party(path)
+    assert me.listen == "[::1]:50050" and cfg.peers == {"b": "127.0.0.1:50051"}

@@ -433,6 +433,16 @@ def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> 
                                     f"part of the test set (test = ...); missing for {missing}")
 
 
+def _address(value, where: str) -> None:
+    """Refuse what cannot be a "host:port" address (gRPC accepted a port out of range, or none, and served
+    nowhere a peer could reach)."""
+    text = value if isinstance(value, str) else None
+    host, _, port = (text or "").rpartition(":")
+    if text is None or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InvalidParameterError(f"{where} = {value!r} is not an address \"host:port\" with a port from 1 to "
+                                    f"65535 (e.g. \"127.0.0.1:50051\")")
+
+
 def load_party(path) -> tuple[FederationConfig, PartySpec]:
     d, base = _read(path)
     if "party" not in d or not isinstance(d["party"], dict):
@@ -443,9 +453,30 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     if me.certs is None:
         raise InvalidParameterError(f"{path}: [party] needs certs = the directory made by `fedgrove certs`")
     peers = d.get("peers", {})
-    if not peers or not all(isinstance(v, str) and ":" in v for v in peers.values()):
+    if not peers or not isinstance(peers, dict):
         raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
+    _address(me.listen, f"{path}: [party] listen")
+    for name, addr in peers.items():
+        _address(addr, f"{path}: [peers] {name}")
+    if me.name in peers:
+        raise InvalidParameterError(f"{path}: [peers] lists this party itself ({me.name}); list only the other "
+                                    f"parties, with their addresses")
+    seen = {me.listen: "this party's listen address"}
+    for name, addr in peers.items():
+        if addr in seen:
+            raise InvalidParameterError(f"{path}: [peers] {name} = {addr!r} is also {seen[addr]}; every party "
+                                        f"needs an address of its own")
+        seen[addr] = f"{name}'s address"
     roles = d.get("roles", {})
+    if not isinstance(roles, dict):
+        raise InvalidParameterError(f"{path}: [roles] must map peer names to their roles")
+    unknown = sorted(set(roles) - set(peers) - {me.name})
+    if unknown:
+        raise InvalidParameterError(f"{path}: [roles] names {', '.join(unknown)}, not listed in [peers]; give "
+                                    f"every other party's address in [peers] (listed: {', '.join(peers)})")
+    if me.name in roles and roles[me.name] != me.role:
+        raise InvalidParameterError(f"{path}: [roles] gives this party ({me.name}) the role {roles[me.name]!r}, "
+                                    f"[party] role {me.role!r}; give it once, in [party]")
     protocol = d.get("federation", {}).get("protocol", "vertical")
     # a peer's role when [roles] does not give it: the other side of a two-role protocol; Federated Forest
     # clients talk to each other too, so there [roles] must name the master
