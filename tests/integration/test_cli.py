@@ -52,6 +52,15 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
                                                        "manifest.json"]
     code, out, _ = run(["info", parts], capsys)
     assert code == 0 and "hybrid partition" in out
+    # a party's file is shown as that party's, with its label column (it was taken as a feature)
+    code, out, _ = run(["info", parts / "host.csv"], capsys)
+    assert code == 0 and "(host's training file, host, of the partition in" in out
+    import json
+
+    n_host = len(json.loads((parts / "manifest.json").read_text())["parties"][0]["features"])
+    assert f"400 samples x {n_host} features" in out and "label label" in out
+    code, out, _ = run(["info", parts / "guest1.csv"], capsys)
+    assert code == 0 and "guest1's training file, guest" in out and "label label" not in out
 
 
 @pytest.mark.parametrize("algorithm", ["gbdt", "forest"])

@@ -196,3 +196,39 @@ def test_party_addresses_and_roles_are_checked(tmp_path, listen, peers, extra, m
     path.write_text(PARTY.format(listen="[::1]:50050", peers='b = "127.0.0.1:50051"', extra=""))
     cfg, me = load_party(path)
     assert me.listen == "[::1]:50050" and cfg.peers == {"b": "127.0.0.1:50051"}
+
+
+def test_two_parties_reading_one_file_are_refused(tmp_path):
+    # a copied [[party]] table: party b trained on a's file, label column included as a feature, and the run
+    # failed only when it predicted
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra="").replace('data = "b.csv"', 'data = "./a.csv"'))
+    with pytest.raises(InvalidParameterError, match=r"parties a and b both read .*a.csv as their data; each party "
+                                                    r"reads its own file"):
+        load_federation(path)
+    path.write_text(BASE.format(extra="").replace('label = "y"', 'label = "y"\ntest = "t.csv"') + 'test = "t.csv"\n')
+    with pytest.raises(InvalidParameterError, match=r"parties a and b both read .*t.csv as their test"):
+        load_federation(path)
+    # in a horizontal protocol every party predicts the whole test set with its whole model
+    path.write_text(_peer_config("simfl").replace('label = "y"', 'label = "y"\ntest = "t.csv"') + 'label = "y"\n'
+                    'test = "t.csv"\n')
+    assert [p.test for p in load_federation(path).parties] == [tmp_path / "t.csv"] * 2
+
+
+def test_a_test_file_without_the_data_files_columns_is_refused_before_training(tmp_path):
+    (tmp_path / "a.csv").write_text("_id,f1,f2,y\n0,1,2,0\n1,3,4,1\n")
+    (tmp_path / "b.csv").write_text("_id,g1\n0,5\n1,6\n")
+    path = tmp_path / "federation.toml"
+    config = BASE.format(extra="").replace('label = "y"', 'label = "y"\ntest = "a-test.csv"') + \
+        'test = "b-test.csv"\n'
+    path.write_text(config)
+    (tmp_path / "b-test.csv").write_text("_id,g1\n7,1\n")
+    for header, message in [("_id,g1", r"lacks all 2 feature columns of its data file .*a.csv: 'f1', 'f2'; is "
+                                       r"each file this party's"),
+                            ("_id,f2,g1", r"lacks 1 of the 2 feature columns of its data file .*a.csv: 'f1'")]:
+        (tmp_path / "a-test.csv").write_text(f"{header}\n7,1{',2' * (header.count(',') - 1)}\n")
+        with pytest.raises(InvalidParameterError, match=r"party a: its test file .*a-test.csv " + message):
+            load_federation(path)
+    # other order, extra columns, no label: read by name when it is predicted
+    (tmp_path / "a-test.csv").write_text("_id,extra,f2,f1\n7,0,1,2\n")
+    assert load_federation(path).parties[0].test == tmp_path / "a-test.csv"

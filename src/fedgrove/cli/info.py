@@ -121,8 +121,17 @@ def info(
 
         raise DataError(f"{path} is an SQLite file, not a data file; an FV-tree ledger is shown by "
                         f"`fedgrove ledger show {path}` and checked by `fedgrove ledger verify {path}`")
+    party = _partition_party(p) if label is None else None
+    if party is not None and party["label"] is not None:  # a party file of a partition: its label column
+        from fedgrove.data.io import feature_columns
+
+        if party["label"] in (feature_columns(p, format=fmt) or []):
+            label = party["label"]
     table = load_input(path, label, fmt, categorical=categorical_option(categorical))
-    t = RichTable(title=f"{path}: {table.n_samples} samples x {table.n_features} features", show_header=False)
+    title = f"{path}: {table.n_samples} samples x {table.n_features} features"
+    if party is not None:
+        title += f" ({party['name']}'s {party['what']} file, {party['role']}, of the partition in {p.parent})"
+    t = RichTable(title=title, show_header=False)
     t.add_column("field")
     t.add_column("value")
     t.add_row("missing values", str(int(np.isnan(table.X).sum())))
@@ -134,6 +143,25 @@ def info(
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
+
+
+def _partition_party(p: Path) -> dict | None:
+    """The party whose training or test file ``p`` is, by the manifest of the partition beside it: its name,
+    role, which file (training or test) and the label column when the file holds it; ``None`` otherwise."""
+    from fedgrove.data.partition import MANIFEST, read_manifest
+
+    if not (p.parent / MANIFEST).is_file():
+        return None
+    try:
+        m = read_manifest(p.parent)
+    except Exception:  # noqa: BLE001 - a broken manifest: the file is shown as any other
+        return None
+    for party in m.get("parties", []):
+        for what, key in (("training", "file"), ("test", "test_file")):
+            if party.get(key) == p.name:
+                label = m.get("label") if party.get("has_label") else None  # if the file has the column
+                return {"name": party["name"], "role": party["role"], "what": what, "label": label}
+    return None
 
 
 def _categories_text(cats: list) -> str:

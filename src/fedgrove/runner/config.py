@@ -421,16 +421,47 @@ def load_federation(path) -> FederationConfig:
     lead = LEAD[cfg.protocol]
     if lead is not None and [p.role for p in parties].count(lead) != 1:
         raise InvalidParameterError(f"{path}: the {cfg.protocol} protocol needs exactly one {lead} party")
+    # a copied [[party]] table: one party's data read as two parties'; a test file too, where each party holds its
+    # part of the test rows (in the horizontal protocols every party predicts the whole test set with the model)
+    for kind in ("data", "test") if cfg.protocol in ("vertical", "hybridtree", "federated-forest") else ("data",):
+        seen: dict[Path, str] = {}
+        for p in parties:
+            f = getattr(p, kind)
+            if f is None:
+                continue
+            if f.resolve() in seen:
+                raise InvalidParameterError(f"{path}: parties {seen[f.resolve()]} and {p.name} both read {f} as "
+                                            f"their {kind}; each party reads its own file")
+            seen[f.resolve()] = p.name
     _check_test_files(cfg, parties, path)
     return cfg
 
 
 def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> None:
-    """Prediction needs every data party's part of the test set (of those this config describes)."""
+    """Prediction needs every data party's part of the test set (of those this config describes), and a party's
+    test file must hold the feature columns of its data file (checked on their headers, before training)."""
     missing = [p.name for p in parties if p.role not in NO_DATA and p.test is None]
     if cfg.predict and missing:
         raise InvalidParameterError(f"{path}: prediction after training needs every party with data to list its "
                                     f"part of the test set (test = ...); missing for {missing}")
+    from fedgrove.data.io import feature_columns
+    from fedgrove.exceptions import DataError
+
+    for p in parties:
+        if p.data is None or p.test is None or not (p.data.is_file() and p.test.is_file()):
+            continue  # a missing file is named when it is read
+        try:
+            trained, tested = feature_columns(p.data, p.label), feature_columns(p.test)
+        except DataError:
+            continue  # said, with the row and value, when the file is read
+        if trained is None or tested is None:
+            continue  # files without names are matched by position
+        absent = [c for c in trained if c not in tested]
+        if absent:
+            shown = ", ".join(repr(c) for c in absent[:10]) + (" ..." if len(absent) > 10 else "")
+            what = f"all {len(trained)}" if len(absent) == len(trained) else f"{len(absent)} of the {len(trained)}"
+            raise InvalidParameterError(f"{path}: party {p.name}: its test file {p.test} lacks {what} feature "
+                                        f"columns of its data file {p.data}: {shown}; is each file this party's?")
 
 
 def _address(value, where: str) -> None:
