@@ -136,6 +136,30 @@ def test_predict_matches_columns_by_name_and_scores_the_models_label(csv, tmp_pa
     assert (tmp_path / "v.json").read_text() == (tmp_path / "v2.json").read_text()
 
 
+def test_predict_scores_a_test_file_with_a_class_the_model_never_saw_and_writes_it_first(csv, tmp_path, capsys):
+    # a label outside the model's classes stopped predict before it wrote anything
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-m", model, "-l", "label", "-n", "10", "-q"], capsys)[0] == 0
+    df = pd.read_csv(csv)
+    odd = tmp_path / "odd.csv"
+    df.assign(label=np.where(np.arange(len(df)) < 8, "maybe", df["label"])).to_csv(odd, index=False)
+    out = tmp_path / "p.csv"
+    code, _, err = run(["predict", model, odd, "-o", out], capsys)
+    assert code == 0, err
+    got = pd.read_csv(out)["prediction"]
+    expected = float(np.mean((got.to_numpy() == df["label"].to_numpy()) & (np.arange(len(df)) >= 8)))
+    assert f"accuracy {expected:.4f}" in err
+    assert "8 of 400 rows have labels the model was not trained on, 'maybe': counted as errors" in err
+    assert "auc" not in err
+    # flags that cannot apply are refused before the data is read
+    code, _, err = run(["predict", model, tmp_path / "absent.csv", "--proba", "--leaf"], capsys)
+    assert code == 2 and "--proba and --leaf ask for different outputs" in err
+    assert run(["train", csv, "-m", tmp_path / "r.json", "-l", "a", "-n", "3", "-q", "--categorical", "auto"],
+               capsys)[0] == 0
+    code, _, err = run(["predict", tmp_path / "r.json", tmp_path / "absent.csv", "--proba"], capsys)
+    assert code == 2 and "--proba needs a classification model; " in err and "is a regression model" in err
+
+
 def test_notes_of_the_library_reach_stderr_unless_the_log_level_hides_them(csv, tmp_path, capsys):
     # early stopping is logged by the engine: the CLI shows it as a note, --log-level warning hides it
     df = pd.read_csv(csv)

@@ -28,7 +28,16 @@ def predict(
     from fedgrove.engine.model import load_model
 
     check_output_file(output, "--out")
+    if proba and leaf:
+        from fedgrove.exceptions import InvalidParameterError
+
+        raise InvalidParameterError("--proba and --leaf ask for different outputs; give one of them")
     m = load_model(model)
+    if proba and m.classes is None:  # said before the data is read
+        from fedgrove.exceptions import InvalidParameterError
+
+        raise InvalidParameterError(f"--proba needs a classification model; {str(model)!r} is a regression model "
+                                    f"(its predictions are the values themselves)")
     if any(t.foreign_splits for t in m.trees):  # said before the data is read: no table predicts with it
         from fedgrove.engine.tree import FEDERATED_PREDICTION
         from fedgrove.exceptions import ModelFormatError
@@ -50,10 +59,6 @@ def predict(
         leaves = m.predict_leaf(X)
         df = pd.DataFrame(leaves, columns=[f"tree{t}" for t in range(leaves.shape[1])])
     elif proba:
-        if not classification:
-            from fedgrove.exceptions import DataError
-
-            raise DataError("--proba needs a classification model")
         p = m.predict_proba(X)
         df = pd.DataFrame(p, columns=[f"p_{c}" for c in m.classes])
     else:
@@ -61,8 +66,6 @@ def predict(
         df = pd.DataFrame({"prediction": np.asarray(m.classes, dtype=object)[pred] if classification else pred})
     if table.ids is not None:
         df.insert(0, "_id", table.ids)
-    if table.y is not None:
-        _report(m, X, table.y, metrics)
     if output is None:
         write_data(df.to_csv(index=False))
     else:
@@ -70,23 +73,28 @@ def predict(
 
         atomic_write_text(output, df.to_csv(index=False))
         console.print(f"wrote {len(df)} predictions to {output}")
+    if table.y is not None:  # scored after the predictions are out
+        _report(m, X, table.y, metrics)
 
 
 def _report(m, X, y_true, metrics):
-    from fedgrove.exceptions import DataError
 
     if m.classes is not None:
         lookup = {c: i for i, c in enumerate(m.classes)}
-        try:
-            y = np.array([lookup[v.item() if hasattr(v, "item") else v] for v in y_true])
-        except KeyError as exc:
-            raise DataError(f"label {exc.args[0]!r} was not seen in training") from None
+        y = np.array([lookup.get(v.item() if hasattr(v, "item") else v, -1) for v in y_true], dtype=np.int64)
         p = m.predict_proba(X)
-        acc = metrics.accuracy(y, p.argmax(axis=1))
+        acc = metrics.accuracy(y, p.argmax(axis=1))  # a class the model does not know is never predicted
         line = f"accuracy {acc:.4f}"
-        if p.shape[1] == 2:
-            line += f"  auc {metrics.auc(y, p):.4f}  auprc {metrics.auprc(y, p):.4f}"
-        line += f"  logloss {metrics.log_loss(y, p):.4f}"
+        unseen = y < 0
+        if unseen.any():  # the other measures need every row's true class among the model's
+            values = list(dict.fromkeys(v.item() if hasattr(v, "item") else v for v in y_true[unseen]))
+            shown = ", ".join(repr(v) for v in values[:5]) + (" ..." if len(values) > 5 else "")
+            line += (f"  ({int(unseen.sum())} of {len(y)} rows have labels the model was not trained on, "
+                     f"{shown}: counted as errors; AUC and log loss left out)")
+        else:
+            if p.shape[1] == 2:
+                line += f"  auc {metrics.auc(y, p):.4f}  auprc {metrics.auprc(y, p):.4f}"
+            line += f"  logloss {metrics.log_loss(y, p):.4f}"
     else:
         line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X)):.6g}"
     console.print(line)
