@@ -43,6 +43,18 @@ def test_each_tree_uses_only_its_partys_rows_and_columns(data):
     assert not np.allclose(model.trees[1].values, solo.trees[0].values)
 
 
+def test_a_dataframe_s_column_names_are_kept_and_matched_when_predicting(data):
+    # the model predicted a DataFrame by position: another column order gave other predictions, silently
+    import pandas as pd
+
+    X, y = data
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(6)])
+    views = [PartyView(np.arange(0, 600), np.array([0, 1, 2])), PartyView(np.arange(600, 1200), np.array([3, 4, 5]))]
+    model = train_tfl(frame, y, views, GBDTParams(n_estimators=4, max_depth=3))
+    assert model.feature_names == list(frame.columns)
+    np.testing.assert_array_equal(model.predict_raw(frame[frame.columns[::-1]]), model.predict_raw(X))
+
+
 def test_subsampling_is_refused_not_ignored(data):
     X, y = data
     for kw in ({"subsample": 0.5}, {"colsample_bytree": 0.5}):

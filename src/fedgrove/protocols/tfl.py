@@ -19,7 +19,7 @@ import numpy as np
 
 from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.model import GBDTModel, names_of
 from fedgrove.engine.tree import RankedRows, Tree
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols import refuse_unsupported
@@ -53,8 +53,10 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     """Boost ``params.n_estimators`` rounds, each grown by one party on its own rows and columns.
 
     The returned model's trees refer to the joined table's columns, so it
-    predicts on full records like the ALL-IN model.
+    predicts on full records like the ALL-IN model (a DataFrame's columns are kept as the features' names, so
+    that the model matches a DataFrame given to ``predict`` by name).
     """
+    names = names_of(X)
     X, y = check_xy(X, y)
     if not views:
         raise InvalidParameterError("TFL needs at least one party")
@@ -64,7 +66,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     K = objective.n_outputs
     base = objective.init_score(y) if params.base_score == "auto" else np.full(K, float(params.base_score))
     raw = np.tile(base, (len(y), 1))
-    model = GBDTModel(params.objective, objective.n_classes, base, params=params.to_dict())
+    model = GBDTModel(params.objective, objective.n_classes, base, params=params.to_dict(), feature_names=names)
     model.n_features = X.shape[1]
     prepared = []
     for v in views:
