@@ -43,8 +43,10 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
     code, out, _ = run(["info", model], capsys)
     assert code == 0 and "gbdt" in out
     code, _, err = run(["train", csv, "-m", tmp_path / "f.json", "-l", "label", "--algorithm", "forest", "-n", "5",
-                        "-q"], capsys)
+                        "-q", "--max-features", "9"], capsys)
     assert code == 0, err
+    assert "trained forest (classification, 2 classes)" in err  # it said "multiclass" of two classes
+    assert "max_features = 9, but the data has 4 features: every tree tries all of them" in err
     parts = tmp_path / "parts"
     code, _, err = run(["partition", csv, "-o", parts, "--scheme", "hybrid", "-p", "3", "-l", "label"], capsys)
     assert code == 0, err
@@ -76,8 +78,8 @@ def test_three_text_classes_train_a_multiclass_model_that_predicts_the_names(tmp
                        capsys)
     assert code == 0, err
     assert "Traceback" not in err
-    if algorithm == "gbdt":
-        assert "trained gbdt (multiclass)" in err
+    assert ("trained gbdt (multiclass)" if algorithm == "gbdt" else "trained forest (classification, 3 classes)") \
+        in err
     preds = tmp_path / "p.csv"
     code, _, err = run(["predict", model, data, "-o", preds], capsys)
     assert code == 0, err

@@ -109,6 +109,8 @@ def train(
     if table.categories:
         fitted.metadata["categories"] = table.categories
     fitted.save(model)
+    if algorithm == Algorithm.forest:  # a forest has tasks, not objectives: "multiclass" for two classes misled
+        objective = "regression" if objective == "regression" else f"classification, {len(classes)} classes"
     console.print(f"trained {algorithm.value} ({objective}) on {table.n_samples} samples x {table.n_features} "
                   f"features: {fitted.n_trees} trees -> {model}")
 

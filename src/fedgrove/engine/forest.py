@@ -25,6 +25,7 @@ from fedgrove.engine.params import Interval, OneOf, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.log import logger
 
 
 @dataclass
@@ -170,6 +171,10 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     feature_names = names_of(X, feature_names)
     X, y = check_xy(X, y)
     n, n_features = X.shape
+    mf = params.max_features
+    if isinstance(mf, int) and not isinstance(mf, bool) and mf > n_features:
+        logger.warning("max_features = %d, but the data has %d features: every tree tries all of them at every "
+                       "split", mf, n_features)
     n_classes = 1
     if params.task == "classification":
         if np.any(y != np.round(y)) or y.min() < 0:
