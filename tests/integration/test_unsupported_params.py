@@ -1,4 +1,5 @@
-"""Every boosting protocol refuses, by name, the engine settings it does not implement, instead of ignoring them."""
+"""Every boosting protocol refuses, by name, the engine settings it does not implement, instead of ignoring them;
+the simulations refuse malformed per-party inputs by name."""
 
 import numpy as np
 import pytest
@@ -39,3 +40,42 @@ def test_unsupported_settings_are_refused_by_name(protocol, setting, message):
     # early stopping ran silently as plain training in every federation; HybridTree ignored subsampling too
     with pytest.raises(InvalidParameterError, match=f"{message} by {protocol}"):
         RUNS[protocol](GBDTParams(n_estimators=2, max_depth=2, **setting))
+
+
+def _forest(**kw):
+    from fedgrove.engine.forest import ForestParams
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+
+    return run_federated_forest([X[:, :3], X[:, 3:]], y, ForestParams(n_estimators=2, max_depth=2), **kw)
+
+
+P = GBDTParams(n_estimators=2, max_depth=2)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    # each of these failed inside a party's thread, as an IndexError or an unpacking error
+    (lambda: run_vertical([X[:, :3], X[:, 3:]], y, P, PLAIN, X_test_parts=[X[:, :3]], timeout=30),
+     InvalidParameterError, r"X_test_parts has 1 parts for 2 parties"),
+    (lambda: run_vertical([X[:, :3], X[:, 3:]], y, P, PLAIN, X_test_parts=[X[:, :2], X[:, 3:]], timeout=30),
+     "DataError", r"party0: test features must have the 3 columns it trained on, got shape \(200, 2\)"),
+    (lambda: run_hybridtree(X[:, :3], y, [(X[:100, 3:], np.arange(100))], P, PLAIN, 2, 1, X_test_host=X[:, :3],
+                            test_guests=[], timeout=30),
+     InvalidParameterError, r"test_guests has 0 items for 1 parties"),
+    (lambda: run_hybridtree(X[:, :3], y, [(X[:100, 3:], np.arange(100))], P, PLAIN, 2, 1,
+                            test_guests=[(X[:, 3:], np.arange(200))], timeout=30),  # the guests' part was ignored
+     InvalidParameterError, r"give X_test_host and test_guests together"),
+    (lambda: run_hybridtree(X[:, :3], y, [X[:100, 3:]], P, PLAIN, 2, 1, timeout=30),
+     InvalidParameterError, r"guests\[0\] must be a tuple \(X_guest, ids\), got ndarray"),
+    (lambda: run_simfl([(X[:100],), HALVES[1]], P, timeout=30),
+     InvalidParameterError, r"parts\[0\] must be a tuple \(X, y\) or \(X, y, ids\), got 1 items"),
+    (lambda: run_fvtree([HALVES[0], (X[100:],)], P), InvalidParameterError, r"parts\[1\] must be a tuple \(X, y\)"),
+    (lambda: run_horizontal([X, y], P, timeout=30), InvalidParameterError, r"client_data\[0\] must be a tuple"),
+    (lambda: _forest(X_test_parts=[X[:, :3]], mode="shared"), InvalidParameterError,
+     r"X_test_parts has 1 parts for 2 clients"),
+    (lambda: _forest(), InvalidParameterError, r"mode 'encrypted' needs the label holder's key pair: he=keygen"),
+])
+def test_simulations_refuse_malformed_party_inputs_by_name(call, error, message):
+    from fedgrove.exceptions import DataError
+
+    with pytest.raises(DataError if error == "DataError" else error, match=message):
+        call()

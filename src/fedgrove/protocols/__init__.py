@@ -16,6 +16,21 @@ NEEDS_N_CLASSES = ("the number of classes, the same at every party (a party's la
                    "classes = [...])")
 
 
+def check_parts(parts, what: str, form: str, sizes: tuple = (2,), n: int | None = None) -> None:
+    """Refuse, naming ``what`` and the expected ``form``, a simulation's per-party list whose items are not
+    tuples of one of ``sizes`` items, or (``n``) that does not have ``n`` of them: they failed deep inside a
+    party's thread as an IndexError or an unpacking error."""
+    if not isinstance(parts, (list, tuple)):
+        raise InvalidParameterError(f"{what} must be a list with one {form} per party, got {type(parts).__name__}")
+    if n is not None and len(parts) != n:
+        raise InvalidParameterError(f"{what} has {len(parts)} items for {n} parties: give one {form} per party, in "
+                                    f"the parties' order")
+    for k, part in enumerate(parts):
+        if not isinstance(part, (list, tuple)) or len(part) not in sizes:
+            got = f"{len(part)} items" if isinstance(part, (list, tuple)) else type(part).__name__
+            raise InvalidParameterError(f"{what}[{k}] must be {form}, got {got}")
+
+
 def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
     """A party's instance IDs as int64, refused unless there is one per row and no two are equal (rows sharing
     an ID would be matched to the same row of another party); None stays None."""

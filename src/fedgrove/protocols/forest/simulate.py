@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from fedgrove.engine.forest import ForestParams
+from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
 from fedgrove.transport.inprocess import InProcessHub, run_parties
@@ -23,6 +24,12 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
     values), the leaves and the master's traffic during that prediction, the training seconds and every
     party's channel statistics (``fit_stats``: up to the end of training).
     """
+    if X_test_parts is not None and len(X_test_parts) != len(X_parts):
+        raise InvalidParameterError(f"X_test_parts has {len(X_test_parts)} parts for {len(X_parts)} clients: give "
+                                    f"every client its test features, in the order of X_parts")
+    if mode == "encrypted" and he is None:
+        raise InvalidParameterError("mode 'encrypted' needs the label holder's key pair: he=keygen('ou', 2048) (or "
+                                    "'paillier'); or mode='shared' to give every client the labels")
     names = names or [f"client{k}" for k in range(len(X_parts))]
     hub = InProcessHub(["master"] + names)
     out: dict = {"fit_stats": {}, "predictions": {}, "leaves": {}, "predict_stats": {}}

@@ -7,6 +7,7 @@ from pathlib import Path
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.ledger.store import Ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions, FVTreeParty
+from fedgrove.protocols import check_parts
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -19,6 +20,7 @@ def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | 
     dishonest parties).  ``keys``, ``checkpoints`` and ``progress`` map party names to a signing key, a
     checkpoint store and a progress callback; ``resume`` continues from the checkpoints.  Returns the models
     (every party's: equal), contributions and channel statistics."""
+    check_parts(parts, "parts", "a tuple (X, y)")
     names = names or [f"party{k}" for k in range(len(parts))]
     hub = InProcessHub(names)
     out = {"parties": {}}

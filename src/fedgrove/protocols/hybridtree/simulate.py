@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fedgrove.exceptions import InvalidParameterError
+from fedgrove.protocols import check_parts
 from fedgrove.protocols.hybridtree.guest import HybridGuest
 from fedgrove.protocols.hybridtree.host import HybridHost
 from fedgrove.transport.inprocess import InProcessHub, run_parties
@@ -15,6 +17,12 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     ``X_test_host`` and ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the
     test set.  Returns the host's model, its training scores ``raw`` and test scores ``test_raw`` (arrays of
     rows x outputs: one column for binary and regression), the guests' models and channel statistics."""
+    check_parts(guests, "guests", "a tuple (X_guest, ids)")
+    if (X_test_host is None) != (test_guests is None):
+        raise InvalidParameterError("give X_test_host and test_guests together: the host and the guests each hold "
+                                    "their part of the test instances")
+    if test_guests is not None:
+        check_parts(test_guests, "test_guests", "a tuple (X_guest_test, test_ids)", n=len(guests))
     names = [f"guest{k}" for k in range(len(guests))]
     hub = InProcessHub(["host"] + names)
     holder = {"fit_stats": {}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.protocols.simfl.party import SimFLOptions, SimFLParty
+from fedgrove.protocols import check_parts
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -12,6 +13,7 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
               caches: dict | None = None) -> dict:
     """``parts`` holds each party's (X, y) or (X, y, ids).  Returns each party's model (all equal), the
     similarity each computed, timings and channel statistics."""
+    check_parts(parts, "parts", "a tuple (X, y) or (X, y, ids)", (2, 3))
     names = names or [f"party{k}" for k in range(len(parts))]
     hub = InProcessHub(names)
     out = {"timings": {}, "similarity": {}}

@@ -16,7 +16,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
-from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
 from fedgrove.protocols import instance_ids, refuse_unsupported
 
@@ -346,6 +346,11 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
     DataFrame's columns are matched by name to the active party's own (``metadata["own_feature_names"]``)."""
     X_local = np.asarray(by_names(X_local, model.metadata.get("own_feature_names"), "the active party's test "
                                   "features"), dtype=np.float64)
+    owners = model.metadata.get("feature_owners")
+    n_own = (sum(1 for o in owners if o[0] == channel.party) if owners else 0) or None  # None: not known
+    if X_local.ndim != 2 or (n_own is not None and X_local.shape[1] != n_own):
+        raise DataError(f"{channel.party}: test features must have the {n_own} columns it trained on, got shape "
+                        f"{X_local.shape}")
     n = len(X_local)
     channel.broadcast("predict", m.PredictRequest(n), passives)
     remote_bits = {}

@@ -6,6 +6,7 @@ import numpy as np
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical.active import VerticalActive
 from fedgrove.protocols.vertical.passive import VerticalPassive
 from fedgrove.transport.inprocess import InProcessHub, run_parties
@@ -21,6 +22,11 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
     scores (if ``X_test_parts``) and each party's channel statistics.
     """
     names = names or [f"party{k}" for k in range(len(X_parts))]
+    if len(names) != len(X_parts):
+        raise InvalidParameterError(f"{len(names)} names for {len(X_parts)} parties' feature parts")
+    if X_test_parts is not None and len(X_test_parts) != len(X_parts):
+        raise InvalidParameterError(f"X_test_parts has {len(X_test_parts)} parts for {len(X_parts)} parties: give "
+                                    f"every party its test features, in the order of X_parts")
     active_name, passive_names = names[0], names[1:]
     hub = InProcessHub(names)
     fit_stats = {}  # each party's traffic up to the end of its training (prediction excluded)
