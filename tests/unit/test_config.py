@@ -185,6 +185,8 @@ protocol = "vertical"
      r"\[roles\] names c, not listed in \[peers\]; give every other party's address in \[peers\] \(listed: b\)"),
     ("127.0.0.1:50050", 'b = "127.0.0.1:50051"', '[roles]\na = "passive"',
      r"\[roles\] gives this party \(a\) the role 'passive', \[party\] role 'active'"),
+    ("127.0.0.1:50050", '"../b" = "127.0.0.1:50051"', "",
+     r"\[peers\]: party names may hold letters, digits, '-', '_' and '.' \(not dots alone\), got '../b'"),
 ])
 def test_party_addresses_and_roles_are_checked(tmp_path, listen, peers, extra, message):
     from fedgrove.runner.config import load_party
@@ -232,3 +234,12 @@ def test_a_test_file_without_the_data_files_columns_is_refused_before_training(t
     # other order, extra columns, no label: read by name when it is predicted
     (tmp_path / "a-test.csv").write_text("_id,extra,f2,f1\n7,0,1,2\n")
     assert load_federation(path).parties[0].test == tmp_path / "a-test.csv"
+
+
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "..", "", "a b"])
+def test_a_party_name_that_is_not_a_plain_file_name_is_refused(tmp_path, name):
+    # a party's name starts its files' names: "../../escape" wrote escape.model.json two folders up
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra="").replace('name = "b"', f'name = "{name}"'))
+    with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: party names may hold letters, digits"):
+        load_federation(path)

@@ -51,9 +51,12 @@ def create_ca(name: str = "fedgrove federation CA", days: int = 365):
     return key, cert
 
 
-def check_party_name(party: str) -> None:
-    if not party or not all(c.isalnum() or c in "-_." for c in party):
-        raise InvalidParameterError(f"party names may hold letters, digits, '-', '_' and '.', got {party!r}")
+def check_party_name(party: str, where: str = "") -> None:
+    """A party's name becomes its certificate's common name and the start of its files' names: letters,
+    digits, '-', '_' and '.' only, not dots alone (no path separators, no "..")."""
+    if not party or not all(c.isalnum() or c in "-_." for c in party) or set(party) == {"."}:
+        raise InvalidParameterError(f"{where}party names may hold letters, digits, '-', '_' and '.' (not dots "
+                                    f"alone), got {party!r}")
 
 
 def issue(ca_key, ca_cert, party: str, hosts: list[str] | None = None, days: int = 365):

@@ -239,6 +239,9 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
     for key in ("name", "role", "data", "test", "certs", "listen"):
         if key in d and not isinstance(d[key], str):
             raise InvalidParameterError(f"{where}: {key} must be a string, got {d[key]!r}")
+    from fedgrove.crypto.certs import check_party_name
+
+    check_party_name(d["name"], f"{where}: ")  # it names the party's files: "../x" wrote outside the output folder
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
                      d.get("listen"), base / certs if certs else None, base / test if test else None,
@@ -487,7 +490,10 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     if not peers or not isinstance(peers, dict):
         raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
     _address(me.listen, f"{path}: [party] listen")
+    from fedgrove.crypto.certs import check_party_name
+
     for name, addr in peers.items():
+        check_party_name(name, f"{path}: [peers]: ")
         _address(addr, f"{path}: [peers] {name}")
     if me.name in peers:
         raise InvalidParameterError(f"{path}: [peers] lists this party itself ({me.name}); list only the other "

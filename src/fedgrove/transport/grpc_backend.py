@@ -50,18 +50,6 @@ def _build_types():
 Envelope, Ack = _build_types()
 
 
-class _Done:
-    """A call already answered, with the interface of a pending one."""
-
-    def __init__(self, ack=None, error=None):
-        self.ack, self.error = ack, error
-
-    def result(self):
-        if self.error is not None:
-            raise self.error
-        return self.ack
-
-
 _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
 
 
