@@ -138,3 +138,30 @@ def test_parties_holding_different_instances_are_stopped():
              "p": lambda ch: VerticalPassive(ch, X[:, 2:], "a", ids=np.arange(1, 51)).fit()}
     with pytest.raises(ProtocolError, match="p holds a different set of instances"):
         run_parties(hub, roles, timeout=10)
+
+
+def test_test_files_holding_other_instances_are_refused_at_prediction():
+    # test files with the same number of rows but other instances were predicted row against unrelated row
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.vertical.active import predict_active
+    from fedgrove.protocols.vertical.passive import answer_predict
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    r = np.random.default_rng(0)
+    X, y = r.normal(size=(60, 4)), (r.random(60) < 0.5).astype(float)
+    out = run_vertical([X[:, :2], X[:, 2:]], y, GBDTParams(n_estimators=2, max_depth=2), keygen("ou", 2048, "plain"))
+    model, part = out["model"], out["passive_models"]["party1"]
+
+    def predict(active_ids, passive_ids):
+        hub = InProcessHub(["party0", "party1"])
+        roles = {"party0": lambda ch: predict_active(ch, ["party1"], model, X[:, :2], active_ids),
+                 "party1": lambda ch: answer_predict(ch, "party0", part, X[:, 2:], passive_ids)}
+        return run_parties(hub, roles, timeout=10)[0]["party0"]
+
+    np.testing.assert_array_equal(predict(np.arange(60), np.arange(60)), predict(None, None))  # same IDs: as before
+    with pytest.raises(ProtocolError, match="party1: its test instances are not party0's"):
+        predict(np.arange(60), np.arange(100, 160))
+    with pytest.raises(ProtocolError, match="party0 asked to predict 60 test instances, party1's test data holds 59"):
+        hub = InProcessHub(["party0", "party1"])
+        run_parties(hub, {"party0": lambda ch: predict_active(ch, ["party1"], model, X[:, :2]),
+                          "party1": lambda ch: answer_predict(ch, "party0", part, X[1:, 2:])}, timeout=10)

@@ -221,12 +221,13 @@ def _vertical_passive(ctx: RoleContext) -> dict:
 def _vertical_active_predict(ctx: RoleContext) -> dict:
     model = load_model(ctx.model_path)
     table = ctx.data(with_label=True, test=True)
-    raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X)
+    raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X, table.ids)
     return write_predictions(ctx, _gbdt_output(model, raw), model.classes, table)
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
-    answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), ctx.data(False, test=True).X)
+    table = ctx.data(False, test=True)
+    answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
     return {}
 
 

@@ -340,10 +340,11 @@ class VerticalActive:
         return predict_active(self.ch, self.passives, model or self.model, X_local)
 
 
-def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.ndarray) -> np.ndarray:
+def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.ndarray, ids=None) -> np.ndarray:
     """The active party's side of prediction from its model alone (e.g. loaded from its model file): the
     passive parties send the go-left bits of their splits for every test instance; the active routes.  A
-    DataFrame's columns are matched by name to the active party's own (``metadata["own_feature_names"]``)."""
+    DataFrame's columns are matched by name to the active party's own (``metadata["own_feature_names"]``).
+    With the test instances' ``ids`` the passives check that they hold the same instances."""
     X_local = np.asarray(by_names(X_local, model.metadata.get("own_feature_names"), "the active party's test "
                                   "features"), dtype=np.float64)
     owners = model.metadata.get("feature_owners")
@@ -352,7 +353,7 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
         raise DataError(f"{channel.party}: test features must have the {n_own} columns it trained on, got shape "
                         f"{X_local.shape}")
     n = len(X_local)
-    channel.broadcast("predict", m.PredictRequest(n), passives)
+    channel.broadcast("predict", m.PredictRequest(n, m.ids_digest(ids) if ids is not None else b""), passives)
     remote_bits = {}
     for name in passives:
         reply = channel.recv(name, "predict", m.PredictBits)

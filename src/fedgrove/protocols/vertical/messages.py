@@ -130,7 +130,10 @@ class TrainingDone(Message):
 
 @register
 class PredictRequest(Message):
+    """How many test instances to predict, and a SHA-256 of their sorted IDs (empty without IDs)."""
+
     n_samples: int = 0
+    ids_digest: bytes = b""
 
 
 @register

@@ -180,12 +180,19 @@ class VerticalPassive:
         answer_predict(self.ch, self.active, self.model, X)
 
 
-def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray) -> None:
-    """A passive party's side of prediction from its model alone (e.g. loaded from its model file)."""
+def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids=None) -> None:
+    """A passive party's side of prediction from its model alone (e.g. loaded from its model file); with the
+    test instances' ``ids``, refused unless the active party's are the same (rows are matched by sorted ID)."""
     X = model.rows(X)
     req = channel.recv(active, "predict", m.PredictRequest)
     if req.n_samples != len(X):
-        raise ProtocolError(f"{channel.party}: asked to predict {req.n_samples} instances, holds {len(X)}")
+        raise ProtocolError(f"{channel.party}: {active} asked to predict {req.n_samples} test instances, "
+                            f"{channel.party}'s test data holds {len(X)}; every party's test file must hold the "
+                            f"same instances (by _id)")
+    mine = m.ids_digest(ids) if ids is not None else b""
+    if mine and req.ids_digest and mine != req.ids_digest:  # the same count of other instances: rows mismatched
+        raise ProtocolError(f"{channel.party}: its test instances are not {active}'s (their _id values differ); "
+                            f"every party's test file must hold the same instances")
     bits = model.go_left(X)
     keys = sorted(bits)
     channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
