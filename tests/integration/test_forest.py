@@ -204,6 +204,12 @@ def test_the_label_holder_scores_the_masters_test_predictions(tmp_path, capsys, 
             assert 0.5 < stats["test_accuracy"] == expect
             assert f"c0: accuracy {expect:.4f} on its 60 test rows (master's predictions)" in out
         assert "test_accuracy" not in json.loads((tmp_path / "runs" / "c1.stats.json").read_text())
+    # a client's test file with as many rows but other instances: refused, saying so (it said "rows" of equal counts)
+    shifted = pd.read_csv(tmp_path / "c1-test.csv")
+    shifted.assign(_id=shifted["_id"] + 10_000).to_csv(tmp_path / "c1-test.csv", index=False)
+    assert main(["simulate", str(cfg), "--predict"]) != 0
+    assert "rows each, but other instance IDs): every client's test file must hold the same instances" in \
+        capsys.readouterr().err
     # trained again without test files: the earlier model's predictions and scores go
     import re
 
