@@ -29,6 +29,14 @@ def _tls(d, name):
     return TLSFiles(d / "ca.pem", d / f"{name}.pem", d / f"{name}.key")
 
 
+def _two_federations(tmp_path):
+    """Certificates of alice and bob from two CAs: ours, and a foreign one with the same names."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    create_federation_certs(ours, ["alice", "bob"])
+    create_federation_certs(theirs, ["alice", "bob"])
+    return ours, theirs
+
+
 @pytest.fixture
 def pair(tmp_path):
     """alice and bob, each serving on its own port, with certificates of one federation CA."""
@@ -101,9 +109,7 @@ def test_a_partys_tls_files_are_checked_before_it_connects(tmp_path):
 
 
 def test_a_certificate_from_another_ca_is_refused(tmp_path):
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    create_federation_certs(ours, ["alice", "bob"])
-    create_federation_certs(theirs, ["alice", "bob"])  # same names, foreign CA
+    ours, theirs = _two_federations(tmp_path)
     pa, pb = _port(), _port()
     b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(ours, "bob"), timeout=5)
     intruder = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(theirs, "alice"), timeout=5,
@@ -124,9 +130,7 @@ def test_a_peer_with_a_foreign_certificate_that_starts_later_is_refused_when_it_
     # until the connect timeout (300 s for a party), then said the peer was down although it was up all along
     import threading
 
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    create_federation_certs(ours, ["alice", "bob"])
-    create_federation_certs(theirs, ["alice", "bob"])
+    ours, theirs = _two_federations(tmp_path)
     pa, pb = _port(), _port()
     a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(theirs, "alice"), timeout=5,
                     connect_timeout=60)

@@ -10,6 +10,7 @@ import pandas as pd
 import typer
 
 from fedgrove.cli.common import check_output_file, console, load_input, model_features, report_categories, write_data
+from fedgrove.exceptions import InvalidParameterError
 
 
 def predict(
@@ -29,13 +30,9 @@ def predict(
 
     check_output_file(output, "--out")
     if proba and leaf:
-        from fedgrove.exceptions import InvalidParameterError
-
         raise InvalidParameterError("--proba and --leaf ask for different outputs; give one of them")
     m = load_model(model)
     if proba and m.classes is None:  # said before the data is read
-        from fedgrove.exceptions import InvalidParameterError
-
         raise InvalidParameterError(f"--proba needs a classification model; {str(model)!r} is a regression model "
                                     f"(its predictions are the values themselves)")
     if any(t.foreign_splits for t in m.trees):  # said before the data is read: no table predicts with it
@@ -78,7 +75,6 @@ def predict(
 
 
 def _report(m, X, y_true, metrics):
-
     if m.classes is not None:
         lookup = {c: i for i, c in enumerate(m.classes)}
         y = np.array([lookup.get(v.item() if hasattr(v, "item") else v, -1) for v in y_true], dtype=np.int64)

@@ -59,9 +59,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedgrove.crypto.certs import check_party_name
 from fedgrove.crypto.he import KEY_BITS, SCHEMES
 from fedgrove.crypto.packing import MAX_ROWS
-from fedgrove.exceptions import InvalidParameterError
+from fedgrove.exceptions import DataError, InvalidParameterError
 
 PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl", "fvtree")
 ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest"),
@@ -239,8 +240,6 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
     for key in ("name", "role", "data", "test", "certs", "listen"):
         if key in d and not isinstance(d[key], str):
             raise InvalidParameterError(f"{where}: {key} must be a string, got {d[key]!r}")
-    from fedgrove.crypto.certs import check_party_name
-
     check_party_name(d["name"], f"{where}: ")  # it names the party's files: "../x" wrote outside the output folder
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
@@ -266,6 +265,8 @@ PROTOCOL_TABLES = {"hybridtree": "hybridtree", "forest": "federated-forest", "si
                    "horizontal": "horizontal"}
 TABLES = ("federation", "params", "he", "output", "party", "peers", "roles", *PROTOCOL_TABLES)
 USES_HE = ("vertical", "hybridtree", "federated-forest")
+# where each party holds its own part of the test rows (in the others every party predicts the whole test set)
+SPLIT_TEST = ("vertical", "hybridtree", "federated-forest")
 
 
 def _check_protocol_tables(d: dict, protocol: str, source: Path) -> None:
@@ -424,9 +425,8 @@ def load_federation(path) -> FederationConfig:
     lead = LEAD[cfg.protocol]
     if lead is not None and [p.role for p in parties].count(lead) != 1:
         raise InvalidParameterError(f"{path}: the {cfg.protocol} protocol needs exactly one {lead} party")
-    # a copied [[party]] table: one party's data read as two parties'; a test file too, where each party holds its
-    # part of the test rows (in the horizontal protocols every party predicts the whole test set with the model)
-    for kind in ("data", "test") if cfg.protocol in ("vertical", "hybridtree", "federated-forest") else ("data",):
+    # a copied [[party]] table: one party's data read as two parties' (and a test file, where each holds its part)
+    for kind in ("data", "test") if cfg.protocol in SPLIT_TEST else ("data",):
         seen: dict[Path, str] = {}
         for p in parties:
             f = getattr(p, kind)
@@ -448,7 +448,6 @@ def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> 
         raise InvalidParameterError(f"{path}: prediction after training needs every party with data to list its "
                                     f"part of the test set (test = ...); missing for {missing}")
     from fedgrove.data.io import feature_columns
-    from fedgrove.exceptions import DataError
 
     for p in parties:
         if p.data is None or p.test is None or not (p.data.is_file() and p.test.is_file()):
@@ -490,8 +489,6 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     if not peers or not isinstance(peers, dict):
         raise InvalidParameterError(f"{path}: [peers] must map each peer's name to \"host:port\"")
     _address(me.listen, f"{path}: [party] listen")
-    from fedgrove.crypto.certs import check_party_name
-
     for name, addr in peers.items():
         check_party_name(name, f"{path}: [peers]: ")
         _address(addr, f"{path}: [peers] {name}")

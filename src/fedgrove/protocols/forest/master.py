@@ -56,9 +56,8 @@ class ForestMaster:
         n = {hello[c].n_samples for c in self.clients}
         digests = {hello[c].ids_digest for c in self.clients if hello[c].ids_digest}
         if len(n) != 1 or len(digests) > 1:
-            why = "rows" if len(n) != 1 else "rows each, but other instance IDs"
-            raise ProtocolError(f"the clients hold different sets of instances "
-                                f"({ {c: hello[c].n_samples for c in self.clients} } {why}): align them by ID first")
+            raise ProtocolError(f"the clients hold different sets of instances ({_sizes(hello)}): align them by ID "
+                                f"first")
         self.n_samples = n.pop()
         self.n_features = [hello[c].n_features for c in self.clients]
         self.first = np.concatenate([[0], np.cumsum(self.n_features)]).astype(np.int64)
@@ -161,9 +160,8 @@ class ForestMaster:
         sizes = {h.n_samples for h in hello.values()}
         ids = [h.ids for h in hello.values() if len(h.ids)]
         if len(sizes) != 1 or any(not np.array_equal(ids[0], x) for x in ids[1:]):
-            why = "rows" if len(sizes) != 1 else "rows each, but other instance IDs"
-            raise ProtocolError(f"the clients' test sets differ ({ {c: h.n_samples for c, h in hello.items()} } "
-                                f"{why}): every client's test file must hold the same instances (by _id)")
+            raise ProtocolError(f"the clients' test sets differ ({_sizes(hello)}): every client's test file must "
+                                f"hold the same instances (by _id)")
         n = sizes.pop()
         self.test_ids = ids[0] if ids else None
         scorers = [c for c, h in hello.items() if h.wants_scores]
@@ -341,3 +339,9 @@ class _MasterFinder(SplitFinder):
         child[0::2] = left
         child[1::2] = layer.stats[split_rows] - left
         return child
+
+
+def _sizes(hello: dict) -> str:
+    """The clients' row counts, from their hellos, and whether only their instance IDs differ."""
+    sizes = {c: h.n_samples for c, h in hello.items()}
+    return f"{sizes} rows" + (" each, but other instance IDs" if len(set(sizes.values())) == 1 else "")
