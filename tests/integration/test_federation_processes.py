@@ -101,13 +101,16 @@ def _kill_once_checkpointed(procs: dict, victim: str, ckpt: Path, trees: int = 3
         if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= trees:
             break
         time.sleep(0.1)
-    assert procs[victim].poll() is None
+    if procs[victim].poll() is not None:  # it ended before it could be killed: say why
+        errors = {n: p.communicate(timeout=60)[1][-1500:] for n, p in procs.items()}
+        raise AssertionError(f"{victim} ended (exit {procs[victim].returncode}) before its checkpoint held "
+                             f"{trees} trees: {errors}")
     procs[victim].send_signal(signal.SIGKILL)
 
 
 def _resume_all(tmp_path, names: list[str]) -> None:
-    """Restart every party with --resume (a longer timeout: the restarted processes may take more than 6 s to
-    start on a loaded machine with a cold numba cache; the timeout does not change the model); all succeed."""
+    """Restart every party with --resume (a longer timeout, as a loaded machine may need: the timeout does not
+    change the model); all succeed."""
     for n in names:
         cfg = tmp_path / f"{n}.toml"
         cfg.write_text(cfg.read_text().replace("timeout = 6\n", "timeout = 60\n"))

@@ -143,8 +143,20 @@ class RoleContext:
             raise ModelFormatError(f"{self.categories_path} is not valid JSON: {exc}") from None
 
     def key_pair(self):
-        he = self.cfg.he
-        return self.he or keygen(he["scheme"], he["key_bits"], he.get("backend"))
+        """The run's key pair: generated once (a 2048-bit key takes a second or more, longer on a busy machine),
+        before the first message where :func:`~fedgrove.runner.run.run_role` can."""
+        if self.he is None:
+            he = self.cfg.he
+            self.he = keygen(he["scheme"], he["key_bits"], he.get("backend"))
+        return self.he
+
+    @property
+    def holds_key(self) -> bool:
+        """Whether this party generates the run's key pair."""
+        if (self.cfg.protocol, self.spec.role) in (("vertical", "active"), ("hybridtree", "host")):
+            return True
+        return (self.cfg.protocol, self.spec.role) == ("federated-forest", "client") and \
+            self.spec.label is not None and self.cfg.forest["label_mode"] == "encrypted"
 
     def save_json(self, d: dict) -> None:
         atomic_write_text(self.model_path, json.dumps(d))
@@ -327,7 +339,7 @@ def _forest_client(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     holder = ctx.spec.label is not None
     table = ctx.data(with_label=holder)
-    he = ctx.key_pair() if holder and ctx.cfg.forest["label_mode"] == "encrypted" else None
+    he = ctx.key_pair() if ctx.holds_key else None
     role = ForestClient(ctx.channel, table.X, ctx.cfg.lead, y=table.y if holder else None, he=he,
                         max_bins=params.max_bins, seed=params.seed, ids=table.ids,
                         n_classes=len(ctx.cfg.classes) if ctx.cfg.classes else None)

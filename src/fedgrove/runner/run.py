@@ -29,6 +29,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
         raise InvalidParameterError(f"the {cfg.protocol} protocol has no federated prediction: every party holds "
                                     f"the whole model; predict with `fedgrove predict` and leave test = ... out of "
                                     f"the config (or set federation.predict = false)")
+    if ctx.holds_key and not predict_only:  # before the first message: the peers' timeout is not running yet
+        ctx.key_pair()
     check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
     if resume and not predict_only:
         _check_checkpoint_fits(cfg, ctx)
@@ -104,8 +106,10 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
 
 def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict_only: bool = False) -> dict:
     """All parties in this process, one thread each, messages through the codec."""
+    from fedgrove.runner.warmup import warm_up
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
+    warm_up(cfg)  # kernels compiled before the parties start their clocks
     hub = InProcessHub([p.name for p in cfg.parties])
     roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch, resume=resume, progress=progress,
                                                         predict_only=predict_only)))(p)
@@ -118,6 +122,7 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
               predict_only: bool = False) -> dict:
     """This party alone, over gRPC with mutual TLS."""
     from fedgrove.crypto.certs import check_party_certs
+    from fedgrove.runner.warmup import warm_up
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
 
     certs = Path(spec.certs)
@@ -131,6 +136,9 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
                           startup_timeout=cfg.startup_timeout)
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
     try:
+        # compiled before the first message, while the peers wait under startup_timeout: compiling mid-protocol
+        # (20 s or more on an empty cache) counted against their timeout
+        warm_up(cfg, spec.name)
         return run_role(cfg, spec, channel, resume=resume, progress=progress, predict_only=predict_only)
     except BaseException as exc:
         if channel.failure is None:  # the peers stop waiting and say why (not when it was a peer's failure)

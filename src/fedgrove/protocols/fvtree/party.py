@@ -293,6 +293,7 @@ class FVTreeParty:
             merged = part if merged is None else [x.merge(y_) for x, y_ in zip(merged, part)]
         self.bin_mapper = BinMapper(self.params.max_bins).fit_sketches(merged)
         self.X_binned = self.bin_mapper.transform(self.X)
+        self.X_columns = np.asfortranarray(self.X_binned)  # partitions read one feature's codes
         cuts = [self.bin_mapper.bin_upper_bounds(f)[:-1] for f in range(self.X.shape[1])]
         binning = rec.Binning(np.concatenate(cuts) if cuts else np.zeros(0),
                               np.array([len(c) for c in cuts], dtype=np.int64),
@@ -518,7 +519,8 @@ class FVTreeParty:
             for q in self.others:
                 cols += [self.ratios[q] * g, self.ratios[q]]
         local = HistogramSplitFinder(self.X_binned, self.bin_mapper.feature_offsets, self.bin_mapper.missing_codes,
-                                     self.thresholds, np.column_stack(cols), self.scorer, root_samples=rows)
+                                     self.thresholds, np.column_stack(cols), self.scorer, root_samples=rows,
+                                     X_columns=self.X_columns)
         finder = _FVFinder(self, local, tree_id)
         tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * self.privacy.leaf(self.scorer.leaf_value(s)),
                           min_samples_split=2 * p.min_samples_leaf).grow()
@@ -569,8 +571,9 @@ class _FVFinder(SplitFinder):
             totals = np.ascontiguousarray(vote_hist[:, first, :].sum(axis=1))
             allowed = np.ones((n_nodes, self.n_features), dtype=np.bool_)
             pg = gbdt_pair_splits(np.ascontiguousarray(vote_hist), np.arange(n_nodes, dtype=np.int64), totals,
-                                  self.offsets, allowed, p.scorer.reg_lambda, p.scorer.gamma,
-                                  p.scorer.min_child_weight, p.scorer.min_samples_leaf)[0].reshape(n_nodes, -1)
+                                  self.offsets, allowed, float(p.scorer.reg_lambda), float(p.scorer.gamma),
+                                  float(p.scorer.min_child_weight),
+                                  float(p.scorer.min_samples_leaf))[0].reshape(n_nodes, -1)
             mine = np.full(n_nodes, -1, dtype=np.int32)
             for j in range(n_nodes):
                 with p.privacy.node(nodes[j]):

@@ -1,0 +1,106 @@
+"""Compile fedgrove's numba kernels before a party's first message.
+
+numba compiles a kernel the first time it is called and caches the result on
+disk (``__pycache__`` beside the sources).  With an empty cache (the first
+run after an install or an upgrade) compiling the kernels a protocol uses
+takes some 20 s, or longer on a loaded machine.  Left to happen mid-protocol,
+that pause counts against the peers' ``timeout``: a peer waiting for the
+first encrypted gradients gives up on a party that is compiling, not stalled.
+
+:func:`warm_up` runs the engine on a few dozen generated rows, with the
+federation's objective and parameters, before the party sends anything: the
+pause then falls under ``startup_timeout``, which covers peers starting.  With
+a filled cache it takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+
+from fedgrove.engine.tree import PackedEnsemble, RankedRows
+from fedgrove.log import logger
+
+_NOTE_AFTER = 3.0  # seconds: a warm-up taking longer is compiling, which is worth saying
+
+
+def warm_up(cfg, who: str = "fedgrove") -> float:
+    """Call the kernels that ``cfg``'s protocol uses, on generated data, so that they are compiled (or loaded
+    from numba's cache) now; returns the seconds it took.  A note says so when it takes a while."""
+    t0 = time.perf_counter()
+    note = threading.Timer(_NOTE_AFTER, logger.info, ("%s: compiling fedgrove's kernels (the first run after an "
+                                                      "install; they are cached on disk for the next)", who))
+    note.daemon = True
+    note.start()
+    try:
+        rng = np.random.default_rng(0)
+        dense = rng.normal(size=(96, 4))
+        dense[::9, 1] = np.nan  # the missing-value paths too
+        sparse = np.where(rng.random((96, 24)) < 0.05, rng.normal(size=(96, 24)), 0.0)  # sparse histograms
+        sparse[:, :4] = dense
+        for X in (dense, sparse):
+            _warm_engine(cfg, X, rng)
+    finally:
+        note.cancel()
+    seconds = time.perf_counter() - t0
+    if seconds > _NOTE_AFTER:
+        logger.info("%s: kernels ready after %.0f s", who, seconds)
+    return seconds
+
+
+def _warm_engine(cfg, X, rng) -> None:
+    params = cfg.make_params()
+    if cfg.protocol == "federated-forest":
+        from fedgrove.engine.forest import train_forest
+
+        y = _labels(rng, X, "multiclass" if params.task == "classification" else "regression")
+        model = train_forest(dataclasses.replace(params, n_estimators=2, max_depth=3), X, y)
+    else:
+        from fedgrove.engine.gbdt import train_gbdt
+
+        y = _labels(rng, X, params.objective)
+        model = train_gbdt(dataclasses.replace(params, n_estimators=2, max_depth=3, early_stopping_rounds=None,
+                                               eval_metric=None, n_classes=None), X, y)
+    model.predict(X)
+    packed = PackedEnsemble(model.trees)
+    leaves = packed.leaves(X)  # vertical and HybridTree prediction: leaves, then their values
+    if cfg.protocol != "federated-forest":
+        model.raw_from_leaves(leaves)
+        packed.leaves_binned(model.bin_mapper.transform(X), model.bin_mapper.missing_codes)
+        if params.objective == "multiclass":  # the protocols keep scores sample-major, the engine class-major
+            from fedgrove.engine.histogram import add_to_segments
+            from fedgrove.engine.losses import make_objective
+
+            raw = np.zeros((len(X), 3))
+            make_objective("multiclass", 3).gradients(y, raw)
+            none = np.zeros(0, dtype=np.int64)
+            add_to_segments(raw, 0, none, none, none, none, none, np.zeros(0))
+    if cfg.protocol == "simfl":
+        _warm_lsh(X)
+        # routing the others' trees through a party's rows: ranks of the smallest type that holds them
+        for n_distinct in (96, 300, 70_000):
+            rows = np.resize(X, (n_distinct, X.shape[1]))
+            rows[:, 0] = np.arange(n_distinct)
+            RankedRows(rows).leaves(model.trees[0])
+
+
+def _labels(rng, X, objective: str) -> np.ndarray:
+    score = np.nan_to_num(X[:, 0]) + 0.3 * rng.normal(size=len(X))
+    if objective == "binary":
+        return (score > 0).astype(float)
+    if objective == "multiclass":
+        return np.digitize(score, [-0.5, 0.5]).astype(float)
+    return score
+
+
+def _warm_lsh(X) -> None:
+    from fedgrove.protocols.simfl.lsh import hash_values, similar_instances
+
+    rng = np.random.default_rng(1)
+    H = hash_values(np.ascontiguousarray(np.nan_to_num(X)), rng.normal(size=(2, X.shape[1])), rng.uniform(size=2),
+                    1.0)
+    half = len(X) // 2
+    similar_instances(H[:half], H[half:], np.arange(half, len(X), dtype=np.int64))
