@@ -57,9 +57,66 @@ def test_messages_cross_processes_boundaries_over_mutual_tls(pair):
         got = b.recv("alice", "ping", Ping)
     np.testing.assert_array_equal(got.data, np.arange(5.0))
     assert a.stats.bytes_sent["bob"] == b.stats.bytes_received["alice"] > 40
-    with pytest.raises(PeerTimeoutError, match="no message from alice"):
-        b.timeout = 0.5
-        b.recv("alice", "nothing")
+
+
+def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_and_one_that_dies_is_not(tmp_path):
+    # its signs of life keep a working peer waited for (encrypting a million gradients takes minutes: the
+    # parties waiting on it gave up); a peer whose process ends sends none, and is given up on after the timeout
+    import threading
+    import time
+
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.4)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=0.4)
+    try:
+        a.send("bob", "hello", Ping(np.arange(2.0)))
+        b.recv("alice", "hello", Ping)
+        threading.Timer(2.0, lambda: a.send("bob", "late", Ping(np.arange(3.0)))).start()  # alice works 2 s
+        t0 = time.monotonic()
+        assert len(b.recv("alice", "late", Ping).data) == 3
+        assert 1.9 < time.monotonic() - t0 < 10
+        a.close()  # as when its process is killed
+        t0 = time.monotonic()
+        with pytest.raises(PeerTimeoutError, match="no message from alice at never within 0.4 s of no progress"):
+            b.recv("alice", "never")
+        assert time.monotonic() - t0 < 5
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_parties_waiting_on_each_other_over_grpc_time_out(tmp_path):
+    import threading
+    import time
+
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.5)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=0.5)
+    errors = {}
+
+    def wait(ch, peer):
+        try:
+            ch.recv(peer, "never")
+        except PeerTimeoutError as exc:
+            errors[ch.party] = exc
+
+    try:
+        a.send("bob", "hello", Ping(np.arange(2.0)))
+        b.send("alice", "hello", Ping(np.arange(2.0)))
+        b.recv("alice", "hello", Ping)
+        a.recv("bob", "hello", Ping)
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=wait, args=(a, "bob")), threading.Thread(target=wait, args=(b, "alice"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert sorted(errors) == ["alice", "bob"] and time.monotonic() - t0 < 10
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_second_party_on_a_port_in_use_is_refused_not_given_half_the_calls(tmp_path):

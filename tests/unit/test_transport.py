@@ -161,3 +161,57 @@ def test_a_long_wait_is_noted_in_the_log(monkeypatch, caplog):
         assert a.recv("b", "late", Probe).count == _probe().count
     notes = [r.getMessage() for r in caplog.records if "waiting for b" in r.getMessage()]
     assert len(notes) == 2 and "gives up after 5 s" in notes[0]  # after 0.2 s and 0.5 s, not at 0.8 s
+
+
+def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_down_a_chain_of_waits():
+    # the timeout is for a peer that makes no progress: a busy one (encrypting a million gradients takes minutes)
+    # failed the parties waiting on it, and so did one waiting on a busy third party
+    import time
+
+    hub = InProcessHub(["a", "b", "c"])
+
+    def a(ch):
+        return ch.recv("b", "relay", Probe).count
+
+    def b(ch):
+        m = ch.recv("c", "work", Probe)
+        ch.send("a", "relay", m)
+        return m.count
+
+    def c(ch):
+        time.sleep(1.0)  # works for more than three timeouts
+        ch.send("b", "work", _probe())
+        return 0
+
+    t0 = time.monotonic()
+    results, _ = run_parties(hub, {"a": a, "b": b, "c": c}, timeout=0.3)
+    assert results == {"a": 3, "b": 3, "c": 0} and time.monotonic() - t0 < 5
+
+
+def test_parties_waiting_on_each_other_time_out():
+    import time
+
+    hub = InProcessHub(["a", "b"])
+
+    def waits(ch):
+        return ch.recv("b" if ch.party == "a" else "a", "never")
+
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match="within 0.4 s of no progress"):
+        run_parties(hub, {"a": waits, "b": waits}, timeout=0.4)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_peer_that_finished_without_sending_is_named_at_once():
+    import time
+
+    hub = InProcessHub(["a", "b"])
+
+    def a(ch):
+        with ch.scope(tree=1):
+            return ch.recv("b", "never")
+
+    t0 = time.monotonic()
+    with pytest.raises(ProtocolError, match="a: b finished without sending tree=1/never"):
+        run_parties(hub, {"a": a, "b": lambda ch: 1}, timeout=30)
+    assert time.monotonic() - t0 < 5

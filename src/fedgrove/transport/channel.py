@@ -63,6 +63,11 @@ class Channel(ABC):
         # (or loading data, or compiling kernels on a busy machine) do not start in step
         self.startup_timeout = max(timeout, startup_timeout) if startup_timeout is not None else timeout
         self._heard: set[str] = set()
+        # progress: while this party waits, on whom and since when; and when each peer was last known to make
+        # progress (working, or waiting on a party that works), from its messages and its backend's signs of life
+        self._waiting_on: str | None = None
+        self._waiting_since = 0.0
+        self._progress_at: dict[str, float] = {}
         self.max_bytes = max_bytes
         self.stats = CommStats()
         self._scope: list[str] = []
@@ -149,26 +154,68 @@ class Channel(ABC):
         """Why the federation is stopping (another party failed), or None."""
         return None
 
+    def progress_age(self) -> float:
+        """Seconds since this party, or the party it is waiting on (and so on down the chain), last made
+        progress: 0 while it works; while it waits, the time since the later of its own last work and the
+        progress last known of the awaited peer.  A cycle of waiting parties (a federation that is stuck) ages,
+        whereas a party waiting on one that encrypts for minutes does not."""
+        peer = self._waiting_on
+        if peer is None:
+            return 0.0
+        last = max(self._waiting_since, self._peer_progress(peer) or 0.0)
+        return max(0.0, time.monotonic() - last)
+
+    def _peer_progress(self, peer: str) -> float | None:
+        """When ``peer`` last made progress (``time.monotonic()``), or None when this backend cannot tell."""
+        return self._progress_at.get(peer)
+
     def _wait(self, box, peer: str, tag: str, timeout: float) -> bytes:
         """The next item of ``box`` (a queue of ``peer``'s messages at ``tag``), waited for in slices so that a
-        failure elsewhere in the federation stops the wait at once."""
+        failure elsewhere in the federation stops the wait at once.  It fails after ``timeout`` seconds in
+        which ``peer`` made no progress: a peer that works (encrypting for minutes, say) or that waits on one
+        that works is waited for, one that died or is stuck in a cycle of waits is not."""
         start = time.monotonic()
-        deadline, note = start + timeout, start + WAIT_NOTE_AFTER
-        while True:
-            try:
-                return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                failure = self._failure()
-                if failure is not None:
-                    raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {failure}") from None
-                now = time.monotonic()
-                if now >= deadline:
-                    raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} s; "
-                                           f"{peer} stalled or died") from None
-                if now >= note:  # a long wait is said, so that a party started before its peers is not silent
-                    note += WAIT_NOTE_EVERY
-                    logger.info("%s: waiting for %s at %s (%.0f s so far; gives up after %g s)", self.party, peer,
-                                tag, now - start, timeout)
+        note = start + WAIT_NOTE_AFTER
+        self._waiting_on, self._waiting_since = peer, start
+        try:
+            while True:
+                progress = self._peer_progress(peer)
+                deadline = max(start, progress if progress is not None else start) + timeout
+                try:
+                    data = box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                    self._progress_at[peer] = time.monotonic()
+                    return data
+                except queue.Empty:
+                    failure = self._failure()
+                    if failure is not None:
+                        raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {failure}") from None
+                    ended = self._peer_ended(peer)
+                    if ended is not None:
+                        try:  # its last message may have landed since
+                            return box.get_nowait()
+                        except queue.Empty:
+                            raise ProtocolError(f"{self.party}: {peer} {ended} without sending {tag}") from None
+                    now = time.monotonic()
+                    if now >= deadline:
+                        still = "" if progress is None else (f" of no progress (neither {peer} nor a party it "
+                                                             f"waits for working)")
+                        raise PeerTimeoutError(f"{self.party}: no message from {peer} at {tag} within {timeout:g} "
+                                               f"s{still}; {peer} stalled or died") from None
+                    if now >= note:  # a long wait is said, so that a party started before its peers is not silent
+                        note += WAIT_NOTE_EVERY
+                        idle = now - (deadline - timeout)
+                        if progress is not None and idle < min(timeout / 2, 15.0):
+                            logger.info("%s: waiting for %s at %s (%.0f s so far; it is working)", self.party,
+                                        peer, tag, now - start)
+                        else:
+                            logger.info("%s: waiting for %s at %s (%.0f s so far; gives up after %g s without "
+                                        "progress)", self.party, peer, tag, now - start, timeout)
+        finally:
+            self._waiting_on = None
+
+    def _peer_ended(self, peer: str) -> str | None:
+        """How ``peer`` ended ("finished", "stopped") when this backend knows it has, else None."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook: only the gRPC backend has resources
         """Release resources (the gRPC backend stops its server)."""

@@ -30,6 +30,7 @@ from fedgrove.transport.channel import WAIT_NOTE_AFTER, WAIT_NOTE_EVERY, Channel
 
 _METHOD = "/fedgrove.Federation/Exchange"
 FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol tag starts with "!")
+PROGRESS_TAG = "!progress"  # every few seconds, to each peer reached: seconds since its last progress
 
 
 def _build_types():
@@ -172,6 +173,26 @@ class GrpcChannel(Channel):
             self._channels.append(ch)
             self._stubs[peer] = ch.unary_unary(_METHOD, request_serializer=Envelope.SerializeToString,
                                                response_deserializer=Ack.FromString)
+        # signs of life: a peer that works for longer than the timeout (encrypting a million gradients) is
+        # waited for, one whose process died is not
+        self._beat_every = max(0.05, min(5.0, timeout / 4))
+        self._closed = threading.Event()
+        self._beats = threading.Thread(target=self._beat, name=f"fedgrove-progress-{party}", daemon=True)
+        self._beats.start()
+
+    def _beat(self) -> None:
+        """Send each peer this party has reached its :meth:`progress_age`, every ``_beat_every`` seconds, best
+        effort (a peer that is down is the receiving side's business)."""
+        pending = []  # the calls in flight are kept: a call whose future is dropped is cancelled
+        while not self._closed.wait(self._beat_every):
+            payload = f"{self.progress_age():.3f}".encode()
+            pending = [call for call in pending if not call.done()]
+            for peer in sorted(self._reached):
+                env = Envelope(sender=self.party, receiver=peer, tag=PROGRESS_TAG, payload=payload)
+                try:
+                    pending.append(self._stubs[peer].future(env, timeout=2 * self._beat_every))
+                except Exception:  # noqa: BLE001 - closing meanwhile
+                    return
 
     # -- server side ---------------------------------------------------------------------
     def _box(self, sender: str, tag: str) -> queue.Queue:
@@ -185,6 +206,17 @@ class GrpcChannel(Channel):
             logger.warning("%s: refused an envelope claiming sender %r from certificate %r", self.party,
                            env.sender, caller)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "sender does not match the client certificate")
+        now = time.monotonic()
+        if env.tag == PROGRESS_TAG:
+            try:
+                age = max(0.0, float(bytes(env.payload).decode()))
+            except ValueError:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a progress beat holds seconds")
+            with self._lock:
+                self._progress_at[env.sender] = max(self._progress_at.get(env.sender, 0.0), now - age)
+            return Ack(error="")
+        with self._lock:
+            self._progress_at[env.sender] = now
         if env.tag == FAILURE_TAG:
             with self._lock:
                 if self.failure is None:
@@ -277,6 +309,8 @@ class GrpcChannel(Channel):
         starts the shutdown, and a process that exits meanwhile can have gRPC's server thread take a late call
         (another party's failure notice) after the interpreter has begun shutting down, which printed a
         traceback."""
+        self._closed.set()
+        self._beats.join(timeout=5.0)
         for ch in self._channels:
             ch.close()
         self._server.stop(grace).wait(grace + 5.0)

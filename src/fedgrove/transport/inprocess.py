@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 from fedgrove.transport.channel import Channel
 
@@ -16,6 +17,9 @@ class InProcessHub:
         self._boxes: dict[tuple[str, str, str], queue.Queue] = {}
         self._lock = threading.Lock()
         self.failure: str | None = None  # set when a party fails, so the others stop waiting
+        self._channels: dict[str, InProcessChannel] = {}
+        self.running: set[str] = set()       # parties whose role runs now (in :func:`run_parties`)
+        self.ended: dict[str, str] = {}      # parties whose role has ended: "finished" or "stopped"
 
     def fail(self, party: str, exc: BaseException) -> None:
         self.stop(f"party {party} failed: {exc}")
@@ -34,7 +38,24 @@ class InProcessHub:
             return self._boxes[key]
 
     def channel(self, party: str, timeout: float = 60.0, **kw) -> "InProcessChannel":
-        return InProcessChannel(self, party, [p for p in self.parties if p != party], timeout, **kw)
+        ch = InProcessChannel(self, party, [p for p in self.parties if p != party], timeout, **kw)
+        self._channels[party] = ch
+        return ch
+
+    def progress(self, party: str) -> float | None:
+        """When ``party`` last made progress: now while its role runs and does not wait; while it waits, the
+        later of its wait's start and the progress of the party it waits on (down the chain; a cycle of waits
+        ends at the latest start among them).  None when its role does not run under :func:`run_parties`."""
+        now, latest, seen = time.monotonic(), None, set()
+        while party in self.running and party not in seen:
+            seen.add(party)
+            ch = self._channels.get(party)
+            waiting_on, since = (ch._waiting_on, ch._waiting_since) if ch is not None else (None, 0.0)
+            if waiting_on is None:
+                return now
+            latest = since if latest is None else max(latest, since)
+            party = waiting_on
+        return latest
 
 
 class InProcessChannel(Channel):
@@ -51,6 +72,12 @@ class InProcessChannel(Channel):
     def _failure(self):
         return self.hub.failure
 
+    def _peer_progress(self, peer):
+        return self.hub.progress(peer)
+
+    def _peer_ended(self, peer):
+        return self.hub.ended.get(peer)
+
 
 def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0) -> tuple[dict, dict]:
     """Run ``roles[party](channel)`` for every party in its own thread.
@@ -64,12 +91,17 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0) -> tuple[
     def target(party, fn):
         try:
             results[party] = fn(channels[party])
+            hub.ended[party] = "finished"
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.setdefault(party, exc)
+            hub.ended[party] = "stopped"
             hub.fail(party, exc)
+        finally:
+            hub.running.discard(party)
 
     threads = [threading.Thread(target=target, args=(p, fn), name=f"party-{p}", daemon=True)
                for p, fn in roles.items()]
+    hub.running.update(roles)
     for t in threads:
         t.start()
     try:
