@@ -37,13 +37,18 @@ def _two_federations(tmp_path):
     return ours, theirs
 
 
+def _alice_and_bob(d, timeout):
+    """alice and bob, each serving on its own port, with certificates of one federation CA."""
+    create_federation_certs(d, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(d, "alice"), timeout=timeout)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(d, "bob"), timeout=timeout)
+    return a, b
+
+
 @pytest.fixture
 def pair(tmp_path):
-    """alice and bob, each serving on its own port, with certificates of one federation CA."""
-    create_federation_certs(tmp_path, ["alice", "bob"])
-    pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=10)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=10)
+    a, b = _alice_and_bob(tmp_path, 10)
     yield a, b
     a.close()
     b.close()
@@ -65,10 +70,7 @@ def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_and_one_that_di
     import threading
     import time
 
-    create_federation_certs(tmp_path, ["alice", "bob"])
-    pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.4)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=0.4)
+    a, b = _alice_and_bob(tmp_path, 0.4)
     try:
         a.send("bob", "hello", Ping(np.arange(2.0)))
         b.recv("alice", "hello", Ping)
@@ -90,10 +92,7 @@ def test_two_parties_waiting_on_each_other_over_grpc_time_out(tmp_path):
     import threading
     import time
 
-    create_federation_certs(tmp_path, ["alice", "bob"])
-    pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.5)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=0.5)
+    a, b = _alice_and_bob(tmp_path, 0.5)
     errors = {}
 
     def wait(ch, peer):
