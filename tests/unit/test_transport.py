@@ -215,3 +215,19 @@ def test_a_peer_that_finished_without_sending_is_named_at_once():
     with pytest.raises(ProtocolError, match="a: b finished without sending tree=1/never"):
         run_parties(hub, {"a": a, "b": lambda ch: 1}, timeout=30)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_hub_run_again_waits_for_its_parties_afresh():
+    # the first run's "finished" stood in the second: a party waiting on one that had finished the first run
+    # was told at once that it had finished without sending
+    import time
+
+    hub = InProcessHub(["a", "b"])
+    run_parties(hub, {"a": lambda ch: 0, "b": lambda ch: 0})
+
+    def b(ch):
+        time.sleep(0.3)
+        ch.send("a", "second", _probe())
+
+    results, _ = run_parties(hub, {"a": lambda ch: ch.recv("b", "second", Probe).count, "b": b}, timeout=5)
+    assert results["a"] == 3

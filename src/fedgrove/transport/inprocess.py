@@ -102,6 +102,8 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0) -> tuple[
     threads = [threading.Thread(target=target, args=(p, fn), name=f"party-{p}", daemon=True)
                for p, fn in roles.items()]
     hub.running.update(roles)
+    for p in roles:  # a hub run again (training, then prediction) starts its parties afresh
+        hub.ended.pop(p, None)
     for t in threads:
         t.start()
     try:
