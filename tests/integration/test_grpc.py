@@ -78,13 +78,30 @@ def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_and_one_that_di
         t0 = time.monotonic()
         assert len(b.recv("alice", "late", Ping).data) == 3
         assert 1.9 < time.monotonic() - t0 < 10
-        a.close()  # as when its process is killed
+        a.close(notify=False)  # as when its process is killed
         t0 = time.monotonic()
         with pytest.raises(PeerTimeoutError, match="no message from alice at never within 0.4 s of no progress"):
             b.recv("alice", "never")
         assert time.monotonic() - t0 < 5
     finally:
         a.close()
+        b.close()
+
+
+def test_a_peer_that_ended_without_sending_is_named_at_once(tmp_path):
+    import time
+
+    a, b = _alice_and_bob(tmp_path, 30)
+    try:
+        a.send("bob", "hello", Ping(np.arange(2.0)))
+        a.send("bob", "last", Ping(np.arange(2.0)))
+        a.close()  # its last message is still read
+        assert len(b.recv("alice", "hello", Ping).data) == 2 and len(b.recv("alice", "last", Ping).data) == 2
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match="bob: alice ended without sending never"):
+            b.recv("alice", "never")
+        assert time.monotonic() - t0 < 5
+    finally:
         b.close()
 
 

@@ -31,6 +31,7 @@ from fedgrove.transport.channel import WAIT_NOTE_AFTER, WAIT_NOTE_EVERY, Channel
 _METHOD = "/fedgrove.Federation/Exchange"
 FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol tag starts with "!")
 PROGRESS_TAG = "!progress"  # every few seconds, to each peer reached: seconds since its last progress
+ENDED_TAG = "!ended"  # a party closing its channel tells the peers it reached: none waits on it any longer
 
 
 def _build_types():
@@ -140,6 +141,7 @@ class GrpcChannel(Channel):
         self._boxes: dict[tuple[str, str], queue.Queue] = {}
         self._lock = threading.Lock()
         self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
+        self._ended: set[str] = set()    # peers that closed their channels
         limit = self.max_bytes + 4096
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
@@ -217,6 +219,9 @@ class GrpcChannel(Channel):
             return Ack(error="")
         with self._lock:
             self._progress_at[env.sender] = now
+        if env.tag == ENDED_TAG:
+            self._ended.add(env.sender)
+            return Ack(error="")
         if env.tag == FAILURE_TAG:
             with self._lock:
                 if self.failure is None:
@@ -291,12 +296,17 @@ class GrpcChannel(Channel):
             text = b"it was interrupted (Ctrl-C); restart every party with --resume to continue from the checkpoints"
         else:
             text = (str(exc) or type(exc).__name__).encode()[:1000]
+        self._tell(self.peers, FAILURE_TAG, text, timeout)
+
+    def _tell(self, peers, tag: str, payload: bytes, timeout: float) -> None:
+        """Send a notice to ``peers`` at once and wait for the calls, best effort (a peer that is down is
+        skipped; the others then time out as they would have)."""
         calls = []
-        for peer in self.peers:
-            env = Envelope(sender=self.party, receiver=peer, tag=FAILURE_TAG, payload=text)
+        for peer in peers:
+            env = Envelope(sender=self.party, receiver=peer, tag=tag, payload=payload)
             try:
                 calls.append(self._stubs[peer].future(env, timeout=timeout))
-            except Exception:  # noqa: BLE001 - best effort: the peers time out as before
+            except Exception:  # noqa: BLE001 - best effort
                 continue
         for call in calls:
             try:
@@ -304,13 +314,21 @@ class GrpcChannel(Channel):
             except grpc.RpcError:
                 pass
 
-    def close(self, grace: float = 1.0) -> None:
+    def _peer_ended(self, peer):
+        return "ended" if peer in self._ended else None
+
+    def close(self, grace: float = 1.0, notify: bool = True) -> None:
         """Close the channels to the peers and stop the server, waiting for it to have stopped: ``stop`` only
         starts the shutdown, and a process that exits meanwhile can have gRPC's server thread take a late call
         (another party's failure notice) after the interpreter has begun shutting down, which printed a
-        traceback."""
+        traceback.  ``notify``: tell the peers this party reached that it has ended (false: leave, as a killed
+        process does)."""
+        if self._closed.is_set():
+            return
         self._closed.set()
         self._beats.join(timeout=5.0)
+        if notify:  # a peer still waiting on this party is told at once, not after its timeout
+            self._tell(sorted(self._reached), ENDED_TAG, b"", 1.0)
         for ch in self._channels:
             ch.close()
         self._server.stop(grace).wait(grace + 5.0)
