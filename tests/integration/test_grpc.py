@@ -74,10 +74,12 @@ def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_and_one_that_di
     try:
         a.send("bob", "hello", Ping(np.arange(2.0)))
         b.recv("alice", "hello", Ping)
-        threading.Timer(2.0, lambda: a.send("bob", "late", Ping(np.arange(3.0)))).start()  # alice works 2 s
+        late = threading.Timer(2.0, lambda: a.send("bob", "late", Ping(np.arange(3.0))))  # alice works 2 s
+        late.start()
         t0 = time.monotonic()
         assert len(b.recv("alice", "late", Ping).data) == 3
         assert 1.9 < time.monotonic() - t0 < 10
+        late.join()  # alice's send has its answer before alice goes
         a.close(notify=False)  # as when its process is killed
         t0 = time.monotonic()
         with pytest.raises(PeerTimeoutError, match="no message from alice at never within 0.4 s of no progress"):

@@ -137,7 +137,7 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
     try:
         # compiled before the first message, while the peers wait under startup_timeout: compiling mid-protocol
-        # (20 s or more on an empty cache) counted against their timeout
+        # (tens of seconds on an empty cache) counted against their timeout
         warm_up(cfg, spec.name)
         return run_role(cfg, spec, channel, resume=resume, progress=progress, predict_only=predict_only)
     except BaseException as exc:

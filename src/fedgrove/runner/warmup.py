@@ -3,7 +3,7 @@
 numba compiles a kernel the first time it is called and caches the result on
 disk (``__pycache__`` beside the sources).  With an empty cache (the first
 run after an install or an upgrade) compiling the kernels a protocol uses
-takes some 20 s, or longer on a loaded machine.  Left to happen mid-protocol,
+takes tens of seconds, longer on a loaded machine.  Left to happen mid-protocol,
 that pause counts against the peers' ``timeout``: a peer waiting for the
 first encrypted gradients gives up on a party that is compiling, not stalled.
 

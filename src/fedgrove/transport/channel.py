@@ -63,11 +63,9 @@ class Channel(ABC):
         # (or loading data, or compiling kernels on a busy machine) do not start in step
         self.startup_timeout = max(timeout, startup_timeout) if startup_timeout is not None else timeout
         self._heard: set[str] = set()
-        # progress: while this party waits, on whom and since when; and when each peer was last known to make
-        # progress (working, or waiting on a party that works), from its messages and its backend's signs of life
+        # while this party waits: on whom, and since when (what its progress_age reports)
         self._waiting_on: str | None = None
         self._waiting_since = 0.0
-        self._progress_at: dict[str, float] = {}
         self.max_bytes = max_bytes
         self.stats = CommStats()
         self._scope: list[str] = []
@@ -166,8 +164,9 @@ class Channel(ABC):
         return max(0.0, time.monotonic() - last)
 
     def _peer_progress(self, peer: str) -> float | None:
-        """When ``peer`` last made progress (``time.monotonic()``), or None when this backend cannot tell."""
-        return self._progress_at.get(peer)
+        """When ``peer`` last made progress (``time.monotonic()``): working, or waiting on a party that works;
+        None when this backend cannot tell."""
+        return None
 
     def _wait(self, box, peer: str, tag: str, timeout: float) -> bytes:
         """The next item of ``box`` (a queue of ``peer``'s messages at ``tag``), waited for in slices so that a
@@ -175,16 +174,12 @@ class Channel(ABC):
         which ``peer`` made no progress: a peer that works (encrypting for minutes, say) or that waits on one
         that works is waited for, one that died or is stuck in a cycle of waits is not."""
         start = time.monotonic()
-        note = start + WAIT_NOTE_AFTER
+        deadline, note = start + timeout, start + WAIT_NOTE_AFTER
         self._waiting_on, self._waiting_since = peer, start
         try:
             while True:
-                progress = self._peer_progress(peer)
-                deadline = max(start, progress if progress is not None else start) + timeout
                 try:
-                    data = box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-                    self._progress_at[peer] = time.monotonic()
-                    return data
+                    return box.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     failure = self._failure()
                     if failure is not None:
@@ -195,6 +190,8 @@ class Channel(ABC):
                             return box.get_nowait()
                         except queue.Empty:
                             raise ProtocolError(f"{self.party}: {peer} {ended} without sending {tag}") from None
+                    progress = self._peer_progress(peer)
+                    deadline = max(start, progress or start) + timeout
                     now = time.monotonic()
                     if now >= deadline:
                         still = "" if progress is None else (f" of no progress (neither {peer} nor a party it "

@@ -56,8 +56,13 @@ _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that i
 
 
 class _FirstCall:
-    """A first message to a peer, tried until it is delivered, the handshake fails, or ``limit`` seconds have
-    passed; a note every so often says which peer is awaited.  ``result()`` waits and answers like a call."""
+    """A first message to a peer, delivered in the background: tried at once and then every ``_RETRY_EVERY``
+    seconds while the peer is not up yet, each try failing fast, until it is delivered, the handshake fails, or
+    ``limit`` seconds have passed; a note every so often says which peer is awaited.  A TLS handshake that fails
+    (certificates of another federation) is so reported as soon as the peer answers, whether it was up before
+    this party or started after it (a call that waits for the peer to be ready retries a failed handshake in
+    silence until the limit, then blames a peer that was up all along).  ``result()`` waits and answers like a
+    call."""
 
     def __init__(self, channel: GrpcChannel, peer: str, env, limit: float):
         self.ack, self.error = None, None
@@ -142,6 +147,7 @@ class GrpcChannel(Channel):
         self._lock = threading.Lock()
         self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
         self._ended: set[str] = set()    # peers that closed their channels
+        self._progress_at: dict[str, float] = {}  # when each peer last made progress: its messages and beats
         limit = self.max_bytes + 4096
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
@@ -244,7 +250,7 @@ class GrpcChannel(Channel):
                 calls.append((peer, limit, self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)))
             else:
                 limit = max(self.connect_timeout, self.startup_timeout)
-                calls.append((peer, limit, self._first_call(peer, env, limit)))
+                calls.append((peer, limit, _FirstCall(self, peer, env, limit)))
         failure = None
         for peer, limit, call in calls:  # wait for every call, then report the first failure
             try:
@@ -269,14 +275,6 @@ class GrpcChannel(Channel):
             self._reached.add(peer)
         if failure is not None:
             raise failure
-
-    def _first_call(self, peer, env, limit):
-        """A first message to ``peer``, delivered in the background: tried at once and then every
-        ``_RETRY_EVERY`` seconds while ``peer`` is not up yet, each try failing fast, so that a TLS handshake that
-        fails (certificates of another federation) is reported as soon as ``peer`` answers, whether it was up
-        before this party or started after it (a call that waits for the peer to be ready retries a failed
-        handshake in silence until the limit, then blames a peer that was up all along)."""
-        return _FirstCall(self, peer, env, limit)
 
     def _handshake_error(self, peer, details: str) -> ProtocolError:
         reason = details.split("last error: ", 1)[-1]
@@ -313,6 +311,9 @@ class GrpcChannel(Channel):
                 call.result()
             except grpc.RpcError:
                 pass
+
+    def _peer_progress(self, peer):
+        return self._progress_at.get(peer)
 
     def _peer_ended(self, peer):
         return "ended" if peer in self._ended else None
