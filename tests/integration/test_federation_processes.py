@@ -89,6 +89,57 @@ def test_same_seed_same_model_in_process_and_over_grpc(tmp_path):
         assert sim.read_bytes() == grpc_run.read_bytes()
 
 
+def test_messages_over_grpc_in_pieces_give_the_simulated_model(tmp_path, monkeypatch):
+    # the encrypted gradients (400 rows, about 100 kB) and the encrypted histograms travel in pieces of 4 kB,
+    # several in flight at once and put together by the receiver: the same model files as in one process
+    import threading
+
+    from fedgrove.runner.config import load_party
+    from fedgrove.runner.run import run_party
+    from fedgrove.transport import grpc_backend
+    from fedgrove.cli.main import main
+
+    names = _setup(tmp_path)
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    monkeypatch.setattr(grpc_backend, "CHUNK_BYTES", 4096)
+    pieces = []
+    add_piece = grpc_backend.GrpcChannel._add_piece
+    monkeypatch.setattr(grpc_backend.GrpcChannel, "_add_piece",
+                        lambda self, env: pieces.append(env.size) or add_piece(self, env))
+    errors = {}
+
+    def party(name):
+        try:
+            run_party(*load_party(tmp_path / f"{name}.toml"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors[name] = exc
+
+    threads = [threading.Thread(target=party, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors
+    assert len(pieces) > 100 and max(pieces) > 90_000
+    for n in names:
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
+
+
+def test_a_message_over_the_configured_limit_stops_the_run_naming_the_setting(tmp_path, capsys):
+    from fedgrove.cli.main import main
+
+    _setup(tmp_path, trees=1, rows=5000)  # the encrypted gradients: about 1.3 MB
+    cfg = tmp_path / "federation.toml"
+    cfg.write_text(cfg.read_text().replace("timeout = 30", "timeout = 30\nmax_message_mb = 1"))
+    assert main(["simulate", str(cfg)]) == 5
+    err = " ".join(capsys.readouterr().err.split())
+    assert "party0: refusing to send" in err and "over the limit of 1048576 bytes (1 MB); raise [federation] " \
+                                                 "max_message_mb in every party's config" in err, err
+    cfg.write_text(cfg.read_text().replace("max_message_mb = 1", "max_message_mb = 2"))
+    assert main(["simulate", str(cfg)]) == 0
+
+
 def _start_resume(tmp_path, name):
     return subprocess.Popen([sys.executable, "-m", "fedgrove.cli.main", "party", str(tmp_path / f"{name}.toml"),
                              "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

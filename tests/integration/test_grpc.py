@@ -37,12 +37,15 @@ def _two_federations(tmp_path):
     return ours, theirs
 
 
-def _alice_and_bob(d, timeout):
-    """alice and bob, each serving on its own port, with certificates of one federation CA."""
+def _alice_and_bob(d, timeout, alice=None, bob=None):
+    """alice and bob, each serving on its own port, with certificates of one federation CA (``alice``, ``bob``:
+    their channels' other settings)."""
     create_federation_certs(d, ["alice", "bob"])
     pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(d, "alice"), timeout=timeout)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(d, "bob"), timeout=timeout)
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(d, "alice"), timeout=timeout,
+                    **(alice or {}))
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(d, "bob"), timeout=timeout,
+                    **(bob or {}))
     return a, b
 
 
@@ -312,6 +315,98 @@ def test_tampered_and_truncated_payloads_are_rejected_naming_peer_and_stage(pair
                 b.recv("alice", "ping", Ping)
         a._send_bytes("bob", "tree=2/ping", good)                          # the receiver is still fine
         np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(4.0))
+
+
+def test_a_message_larger_than_a_piece_travels_in_pieces_and_arrives_whole_and_in_order(tmp_path, monkeypatch):
+    # a single call was capped by gRPC's message size: a vertical federation of 1.1 million rows failed at its
+    # first tree (299 MB of encrypted gradients against a 256 MB limit)
+    pieces = []
+    add_piece = GrpcChannel._add_piece
+    monkeypatch.setattr(GrpcChannel, "_add_piece", lambda self, env: pieces.append(env.part) or add_piece(self, env))
+    a, b = _alice_and_bob(tmp_path, 10, alice={"chunk_bytes": 1000})
+    try:
+        big = [np.arange(float(n)) for n in (5000, 3, 800)]  # 40 kB in 41 pieces, one whole, 6.4 kB in 7 pieces
+        with a.scope(tree=1):
+            for x in big:  # the same tag: the mailbox keeps them in the order sent
+                a.send("bob", "grad", Ping(x))
+        with b.scope(tree=1):
+            for x in big:
+                np.testing.assert_array_equal(b.recv("alice", "grad", Ping).data, x)
+        assert len(pieces) == 41 + 7 and sorted(pieces) == sorted([*range(41), *range(7)])
+        assert a.stats.bytes_sent["bob"] == b.stats.bytes_received["alice"] > 46_400
+        b.send("alice", "back", Ping(np.arange(3000.0)))  # bob's own pieces are its default size: one call
+        np.testing.assert_array_equal(a.recv("bob", "back", Ping).data, np.arange(3000.0))
+        assert len(pieces) == 48 and not b._partial
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_message_over_the_receivers_limit_is_refused_naming_it_and_the_setting(tmp_path):
+    a, b = _alice_and_bob(tmp_path, 10, alice={"chunk_bytes": 1000}, bob={"max_bytes": 20_000})
+    try:
+        with pytest.raises(ProtocolError, match=r"bob refused the message at big: INVALID_ARGUMENT a message of "
+                                                r"\d+ bytes is over bob's limit of 20000 bytes \(\[federation\] "
+                                                r"max_message_mb\)"):
+            a.send("bob", "big", Ping(np.arange(4000.0)))
+        with pytest.raises(ProtocolError, match=r"bob: refusing to send \d+ bytes to alice at big: over the limit "
+                                                r"of 20000 bytes .* raise \[federation\] max_message_mb"):
+            b.send("alice", "big", Ping(np.arange(4000.0)))
+        a.send("bob", "small", Ping(np.arange(100.0)))  # bob still takes what fits
+        np.testing.assert_array_equal(b.recv("alice", "small", Ping).data, np.arange(100.0))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_pieces_that_do_not_fit_together_are_refused_and_nothing_reaches_the_mailbox(pair):
+    import grpc
+
+    from fedgrove.transport.grpc_backend import Envelope
+
+    a, b = pair
+    a.send("bob", "hello", Ping(np.arange(1.0)))  # alice has reached bob
+    b.recv("alice", "hello", Ping)
+    stub = a._stubs["bob"]
+
+    def piece(**kw):
+        return Envelope(**{"sender": "alice", "receiver": "bob", "tag": "x", "payload": b"abcd", "message": 7,
+                           "part": 0, "parts": 2, "size": 8, **kw})
+
+    for bad in ({"parts": 1}, {"part": 2}, {"size": 3}):  # one piece; past the last; more bytes than announced
+        with pytest.raises(grpc.RpcError) as err:
+            stub(piece(**bad))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    stub(piece())
+    with pytest.raises(grpc.RpcError):
+        stub(piece(tag="y", part=1))  # another tag under the same message number
+    stub(piece(message=8))
+    with pytest.raises(grpc.RpcError):
+        stub(piece(message=8, part=1, payload=b"abc"))  # fewer bytes than announced
+    assert not b._partial and not any(box.qsize() for box in b._boxes.values())
+
+
+def test_a_message_that_takes_longer_than_the_timeout_to_cross_a_slow_link_is_delivered(tmp_path, monkeypatch):
+    # each piece is a call with its own deadline: a link that keeps delivering is not given up on (one call
+    # carrying the whole message had to finish within the timeout)
+    add_piece = GrpcChannel._add_piece
+
+    def slow(self, env):
+        time.sleep(0.3)
+        return add_piece(self, env)
+
+    monkeypatch.setattr(GrpcChannel, "_add_piece", slow)
+    a, b = _alice_and_bob(tmp_path, 1.0, alice={"chunk_bytes": 1000})
+    try:
+        a.send("bob", "hello", Ping(np.arange(1.0)))
+        b.recv("alice", "hello", Ping)
+        t0 = time.monotonic()
+        a.send("bob", "big", Ping(np.arange(5000.0)))  # 41 pieces, 8 at a time: 6 x 0.3 s
+        assert time.monotonic() - t0 > 1.5
+        np.testing.assert_array_equal(b.recv("alice", "big", Ping).data, np.arange(5000.0))
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_broadcast_reaches_the_live_peers_and_names_the_one_that_is_down(tmp_path):

@@ -39,12 +39,20 @@ def test_timeouts_default_and_read(tmp_path):
     assert (cfg.timeout, cfg.startup_timeout) == (5.0, 30.0)
 
 
+def test_the_message_limit_defaults_to_2_gb_and_is_read(tmp_path):
+    assert _load(tmp_path, "").max_message_mb == 2048
+    assert _load(tmp_path, "max_message_mb = 8192").max_message_mb == 8192
+
+
 @pytest.mark.parametrize("extra, message", [
     ("startup_timeout = 0", "federation.startup_timeout must be a positive number of seconds, got 0"),
     ("startup_timeout = \"long\"", "federation.startup_timeout must be a positive number"),
     ("timeout = -1", "federation.timeout must be a positive number of seconds, got -1"),
     ("timout = 5", r"\[federation\]: unknown keys \['timout'\]"),
     ("timeout = true", "federation.timeout must be a positive number of seconds, got True"),
+    ("max_message_mb = 0", "federation.max_message_mb must be a number of megabytes from 1 to 65536, got 0"),
+    ("max_message_mb = true", "federation.max_message_mb must be a number of megabytes from 1 to 65536, got True"),
+    ('max_message_mb = "2GB"', "federation.max_message_mb must be a number of megabytes"),
     ('seed = "a"', "federation.seed must be a non-negative integer, got 'a'"),   # was a ValueError
     ("seed = -1", "federation.seed must be a non-negative integer, got -1"),
     ("[output]\ndir = 3", r"\[output\] dir must be a directory name, got 3"),        # was a TypeError

@@ -9,6 +9,8 @@
     timeout = 60                 # seconds a party waits for a peer
     startup_timeout = 300        # party mode: seconds a party waits for a peer it has not heard from yet (the
                                  # parties start at different times); at least timeout
+    max_message_mb = 2048        # the largest message a party sends or takes (a vertical federation's encrypted
+                                 # gradients take about 272 bytes a row under OU); over gRPC it travels in pieces
     predict = true               # predict the test data after training (default: when parties list test files;
                                  # a party config of a role without data, master or aggregator, must say so)
     classes = ["no", "yes"]      # class names of text labels, in the order of their codes 0, 1, ...; every
@@ -63,6 +65,7 @@ from fedgrove.crypto.certs import check_party_name
 from fedgrove.crypto.he import KEY_BITS, SCHEMES
 from fedgrove.crypto.packing import MAX_ROWS
 from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.transport.channel import MESSAGE_LIMIT_MB
 
 PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl", "fvtree")
 ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client"), "hybridtree": ("host", "guest"),
@@ -71,6 +74,7 @@ ROLES = {"vertical": ("active", "passive"), "horizontal": ("aggregator", "client
 LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", "federated-forest": "master",
         "simfl": None, "fvtree": None}
 NO_DATA = ("aggregator", "master")  # roles that hold no data file
+MAX_MESSAGE_MB = 65536  # the largest [federation] max_message_mb taken
 
 
 @dataclass
@@ -101,6 +105,7 @@ class FederationConfig:
     fvtree: dict = field(default_factory=dict)            # FVTreeOptions (and [fvtree.dp])
     horizontal: dict = field(default_factory=dict)        # contributions
     startup_timeout: float = 300.0                        # party mode: wait for a peer not yet heard from
+    max_message_mb: float = MESSAGE_LIMIT_MB              # largest message sent or taken
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
     classes: list[str] | None = None                      # class names of text labels, code order
@@ -291,10 +296,10 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"{source}: unknown table{'s' if len(unknown) > 1 else ''} or key "
                                     f"{', '.join(hints)}; expected some of {', '.join(f'[{t}]' for t in TABLES)}")
     fed = d.get("federation", {})
-    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "predict", "classes"}
+    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict", "classes"}
     if unknown:
         raise InvalidParameterError(f"[federation]: unknown keys {sorted(unknown)}; expected protocol, seed, "
-                                    f"timeout, startup_timeout, predict, classes")
+                                    f"timeout, startup_timeout, max_message_mb, predict, classes")
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -306,6 +311,10 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidParameterError(f"federation.seed must be a non-negative integer, got {seed!r}")
     timeout, startup = _seconds(fed, "timeout", 60), _seconds(fed, "startup_timeout", 300)
+    max_mb = fed.get("max_message_mb", MESSAGE_LIMIT_MB)
+    if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not 1 <= max_mb <= MAX_MESSAGE_MB:
+        raise InvalidParameterError(f"federation.max_message_mb must be a number of megabytes from 1 to "
+                                    f"{MAX_MESSAGE_MB}, got {max_mb!r}")
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
     unknown = set(he) - {"scheme", "key_bits", "backend", "rows_per_ciphertext"}
     if unknown:
@@ -365,7 +374,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
-                           startup_timeout=float(startup), classes=classes)
+                           startup_timeout=float(startup), max_message_mb=float(max_mb), classes=classes)
     if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
         raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
     cfg.make_params()

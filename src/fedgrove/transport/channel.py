@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from fedgrove.exceptions import PeerTimeoutError, ProtocolError
 from fedgrove.log import logger
-from fedgrove.transport.codec import DEFAULT_MAX_BYTES, Message, decode, encode
+from fedgrove.transport.codec import Message, decode, encode
 
 WAIT_NOTE_AFTER = 15.0  # seconds of waiting for one message before a note is logged, then one every
 WAIT_NOTE_EVERY = 60.0
+MESSAGE_LIMIT_MB = 2048  # the largest message a party sends or takes, by default ([federation] max_message_mb)
 
 
 @dataclass
@@ -52,8 +53,8 @@ class CommStats:
 class Channel(ABC):
     """One party's view of the federation."""
 
-    def __init__(self, party: str, peers: list[str], timeout: float = 60.0, max_bytes: int = DEFAULT_MAX_BYTES,
-                 startup_timeout: float | None = None):
+    def __init__(self, party: str, peers: list[str], timeout: float = 60.0,
+                 max_bytes: int = MESSAGE_LIMIT_MB * 2**20, startup_timeout: float | None = None):
         if party in peers:
             raise ValueError("a party is not its own peer")
         self.party = party
@@ -95,8 +96,9 @@ class Channel(ABC):
         full = self._tag(tag)
         data = encode(message)
         if len(data) > self.max_bytes:
-            raise ProtocolError(f"refusing to send {len(data)} bytes to {', '.join(peers)} at {full}: over the "
-                                f"{self.max_bytes}-byte message limit")
+            raise ProtocolError(f"{self.party}: refusing to send {len(data)} bytes to {', '.join(peers)} at {full}: "
+                                f"over the limit of {self.max_bytes} bytes ({self.max_bytes / 2**20:g} MB); raise "
+                                f"[federation] max_message_mb in every party's config")
         for peer in peers:
             for obs in self.observers:
                 obs("send", peer, full, message)

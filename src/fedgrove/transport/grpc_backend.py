@@ -3,6 +3,12 @@
 Each party serves ``fedgrove.Federation/Exchange`` and calls its peers'.  An
 envelope (sender, receiver, tag, payload) lands in the receiver's mailbox,
 one FIFO queue per (sender, tag), where :meth:`GrpcChannel.recv` waits for it.
+A message larger than :attr:`GrpcChannel.chunk_bytes` travels as numbered
+pieces (message number, piece, pieces, total size), a few in flight at once,
+each a call of its own with its own deadline, and is put together by the
+receiver before it reaches the mailbox: a single call was capped by gRPC's
+message size, held the whole message in memory several times over, and had to
+finish within one timeout however slow the link.
 The server accepts only clients whose certificate is signed by the
 federation's CA, and only envelopes whose sender is the name in that
 certificate.  The envelope types are built at run time from the definition
@@ -11,6 +17,8 @@ in ``federation.proto`` (no generated code).
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import queue
 import threading
@@ -38,8 +46,11 @@ def _build_types():
     fdp = descriptor_pb2.FileDescriptorProto(name="fedgrove/federation.proto", package="fedgrove", syntax="proto3")
     env = fdp.message_type.add(name="Envelope")
     F = descriptor_pb2.FieldDescriptorProto
+    # message, part, parts, size: a piece of a message sent in ``parts`` pieces (parts = 0: a whole message)
     for num, (name, typ) in enumerate([("sender", F.TYPE_STRING), ("receiver", F.TYPE_STRING),
-                                       ("tag", F.TYPE_STRING), ("payload", F.TYPE_BYTES)], start=1):
+                                       ("tag", F.TYPE_STRING), ("payload", F.TYPE_BYTES),
+                                       ("message", F.TYPE_UINT64), ("part", F.TYPE_UINT32),
+                                       ("parts", F.TYPE_UINT32), ("size", F.TYPE_UINT64)], start=1):
         env.field.add(name=name, number=num, type=typ, label=F.LABEL_OPTIONAL)
     ack = fdp.message_type.add(name="Ack")
     ack.field.add(name="error", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
@@ -53,6 +64,8 @@ Envelope, Ack = _build_types()
 
 
 _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
+CHUNK_BYTES = 4 * 1024 * 1024  # a larger message travels in pieces of this size
+WINDOW = 8  # pieces of one message in flight to a peer at once
 
 
 class _FirstCall:
@@ -135,11 +148,18 @@ class GrpcChannel(Channel):
     listen : "host:port" to serve on
     peers : {peer name: "host:port"}
     tls : TLSFiles
+    chunk_bytes : a message larger than this travels in pieces of this size (default ``CHUNK_BYTES``)
     """
 
     def __init__(self, party: str, listen: str, peers: dict[str, str], tls: TLSFiles, timeout: float = 60.0,
-                 connect_timeout: float | None = None, **kw):
+                 connect_timeout: float | None = None, chunk_bytes: int | None = None, **kw):
         super().__init__(party, list(peers), timeout, **kw)
+        chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes}")
+        self.chunk_bytes = chunk_bytes
+        self._message_numbers = itertools.count(1)
+        self._partial: dict[tuple[str, int], dict] = {}  # (sender, message number) -> the pieces so far
         self.addresses = dict(peers)
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self._reached: set[str] = set()  # peers that took a message: before that, the startup timeout applies
@@ -148,7 +168,7 @@ class GrpcChannel(Channel):
         self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
         self._ended: set[str] = set()    # peers that closed their channels
         self._progress_at: dict[str, float] = {}  # when each peer last made progress: its messages and beats
-        limit = self.max_bytes + 4096
+        limit = min(self.max_bytes, chunk_bytes) + 65536  # a piece and its envelope
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
                                             require_client_auth=True)
@@ -233,48 +253,110 @@ class GrpcChannel(Channel):
                 if self.failure is None:
                     self.failure = f"party {env.sender} failed: {bytes(env.payload)[:1000].decode(errors='replace')}"
             return Ack(error="")
-        self._box(env.sender, env.tag).put(bytes(env.payload))
+        if env.parts:
+            refused = self._add_piece(env)
+            if refused:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused)
+        else:
+            self._box(env.sender, env.tag).put(bytes(env.payload))
         return Ack(error="")
+
+    def _add_piece(self, env) -> str | None:
+        """Keep a piece of a message sent in pieces; the last one to arrive puts the whole message in the
+        mailbox (before its call is answered, so the sender's next message comes after it).  Returns why a
+        piece is refused: one that does not fit the pieces before it, or a message over this party's limit."""
+        key = (env.sender, env.message)
+        with self._lock:
+            whole = self._partial.get(key)
+            if whole is None:
+                if env.size > self.max_bytes:
+                    return (f"a message of {env.size} bytes is over {self.party}'s limit of {self.max_bytes} "
+                            f"bytes ([federation] max_message_mb)")
+                if env.parts < 2 or env.size < env.parts - 1:
+                    return f"a message in {env.parts} pieces of {env.size} bytes in all"
+                whole = self._partial[key] = {"tag": env.tag, "parts": env.parts, "size": env.size, "pieces": {},
+                                              "bytes": 0}
+            piece = bytes(env.payload)
+            if (env.tag, env.parts, env.size) != (whole["tag"], whole["parts"], whole["size"]) \
+                    or env.part >= env.parts or env.part in whole["pieces"] \
+                    or whole["bytes"] + len(piece) > whole["size"]:
+                del self._partial[key]
+                return f"piece {env.part} of message {env.message} does not fit the pieces before it"
+            whole["pieces"][env.part] = piece
+            whole["bytes"] += len(piece)
+            if len(whole["pieces"]) < whole["parts"]:
+                return None
+            del self._partial[key]
+            if whole["bytes"] != whole["size"]:
+                return f"message {env.message} holds {whole['bytes']} bytes, not the {whole['size']} announced"
+            data = b"".join(whole["pieces"][k] for k in range(whole["parts"]))
+        self._box(env.sender, whole["tag"]).put(data)
+        return None
 
     # -- client side ---------------------------------------------------------------------
     def _send_bytes(self, peer, tag, data):
         self._send_bytes_to([peer], tag, data)
 
     def _send_bytes_to(self, peers, tag, data):
-        """All peers' calls are in flight at once: a broadcast waits for the slowest peer, not for the sum."""
-        calls = []
+        """All peers' calls are in flight at once: a broadcast waits for the slowest peer, not for the sum.  A
+        message over ``chunk_bytes`` goes in pieces: the first to every peer (a first call waits for a peer not
+        up yet), then the others, up to ``WINDOW`` in flight to each peer; each call has its own deadline, so a
+        slow link that keeps delivering is not given up on."""
+        size, step = len(data), self.chunk_bytes
+        parts = -(-size // step) if size > step else 0
+        number = next(self._message_numbers) if parts else 0
+
+        def envelope(peer, k):
+            payload = data[k * step:(k + 1) * step] if parts else data
+            return Envelope(sender=self.party, receiver=peer, tag=tag, payload=payload, message=number, part=k,
+                            parts=parts, size=size if parts else 0)
+
+        calls, failures = [], {}
         for peer in peers:
-            env = Envelope(sender=self.party, receiver=peer, tag=tag, payload=data)
             if peer in self._reached:
                 limit = self.connect_timeout
-                calls.append((peer, limit, self._stubs[peer].future(env, timeout=limit, wait_for_ready=True)))
+                calls.append((peer, limit, self._stubs[peer].future(envelope(peer, 0), timeout=limit,
+                                                                    wait_for_ready=True)))
             else:
                 limit = max(self.connect_timeout, self.startup_timeout)
-                calls.append((peer, limit, _FirstCall(self, peer, env, limit)))
-        failure = None
+                calls.append((peer, limit, _FirstCall(self, peer, envelope(peer, 0), limit)))
         for peer, limit, call in calls:  # wait for every call, then report the first failure
-            try:
-                ack = call.result()
-            except grpc.RpcError as exc:
-                code = exc.code()
-                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    err = PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within "
-                                           f"{limit:g} s; {peer} is down or unreachable")
-                else:
-                    err = ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} "
-                                        f"{exc.details()}")
-                failure = failure or err
-                continue
-            except ProtocolError as exc:  # a first call's verdict (handshake, peer never up, a peer failed)
-                failure = failure or exc
-                continue
-            if ack.error:
-                failure = failure or ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: "
-                                                   f"{ack.error}")
-                continue
-            self._reached.add(peer)
+            failures[peer] = self._answer(peer, tag, limit, call)
+            if failures[peer] is None:
+                self._reached.add(peer)
+        live = [peer for peer in peers if failures[peer] is None]
+        in_flight = {peer: collections.deque() for peer in live}
+        for k in range(1, parts):
+            for peer in list(live):
+                window = in_flight[peer]
+                window.append(self._stubs[peer].future(envelope(peer, k), timeout=self.connect_timeout,
+                                                       wait_for_ready=True))
+                if len(window) >= WINDOW:
+                    failures[peer] = self._answer(peer, tag, self.connect_timeout, window.popleft())
+                    if failures[peer] is not None:
+                        live.remove(peer)
+        for peer in live:
+            for call in in_flight[peer]:
+                failures[peer] = failures[peer] or self._answer(peer, tag, self.connect_timeout, call)
+        failure = next((failures[peer] for peer in peers if failures[peer] is not None), None)
         if failure is not None:
             raise failure
+
+    def _answer(self, peer, tag, limit, call) -> Exception | None:
+        """Wait for a call; None when the peer took the message, else the error to report."""
+        try:
+            ack = call.result()
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within {limit:g} s; "
+                                        f"{peer} is down or unreachable")
+            return ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} {exc.details()}")
+        except ProtocolError as exc:  # a first call's verdict (handshake, peer never up, a peer failed)
+            return exc
+        if ack.error:
+            return ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: {ack.error}")
+        return None
 
     def _handshake_error(self, peer, details: str) -> ProtocolError:
         reason = details.split("last error: ", 1)[-1]

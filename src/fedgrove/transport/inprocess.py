@@ -79,14 +79,15 @@ class InProcessChannel(Channel):
         return self.hub.ended.get(peer)
 
 
-def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0) -> tuple[dict, dict]:
-    """Run ``roles[party](channel)`` for every party in its own thread.
+def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel_options) -> tuple[dict, dict]:
+    """Run ``roles[party](channel)`` for every party in its own thread (``channel_options``: the channels'
+    other settings, such as ``max_bytes``).
 
     Returns (results, channels) keyed by party.  When a party fails the others
     stop waiting at once; the first failure is re-raised after all threads end.
     """
     results, errors = {}, {}
-    channels = {p: hub.channel(p, timeout) for p in roles}
+    channels = {p: hub.channel(p, timeout, **channel_options) for p in roles}
 
     def target(party, fn):
         try:
