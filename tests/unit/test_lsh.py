@@ -38,6 +38,41 @@ def test_similar_instance_is_the_most_colliding_with_ties_to_the_lowest_id(rng):
         assert b == dup[np.argmin(ids[dup])]
 
 
+def test_similar_instances_in_blocks_of_query_rows_report_progress_and_give_the_same_answer(rng, monkeypatch):
+    from fedgrove.protocols.simfl import lsh
+
+    H_other = rng.integers(0, 4, size=(80, 6))
+    H_query = rng.integers(0, 4, size=(45, 6))
+    ids = rng.permutation(500)[:80]
+    whole = similar_instances(H_query, H_other, ids)
+    monkeypatch.setattr(lsh, "QUERY_BLOCK", 7)
+    seen = []
+    np.testing.assert_array_equal(similar_instances(H_query, H_other, ids, progress=lambda d, n: seen.append((d, n))),
+                                  whole)
+    assert seen == [(d, 45) for d in (7, 14, 21, 28, 35, 42, 45)]
+    np.testing.assert_array_equal(whole, similar_instances_reference(H_query, H_other, ids))
+
+
+def test_a_long_similarity_search_is_noted_with_its_progress(monkeypatch, caplog):
+    # 2 x 500,000 rows took 100 s on this 2-core machine with nothing said
+    import logging
+    from types import SimpleNamespace
+
+    from fedgrove.protocols.simfl import party
+
+    clock = [1000.0]
+    monkeypatch.setattr(party.time, "monotonic", lambda: clock[0])
+    me = SimpleNamespace(ch=SimpleNamespace(party="party0"))
+    note = party.SimFLParty._similarity_note(me, "party1", 500_000)
+    with caplog.at_level(logging.INFO, logger="fedgrove"):
+        for t, done in ((10, 50_000), (16, 100_000), (30, 150_000), (47, 250_000), (60, 499_000), (80, 500_000)):
+            clock[0] = 1000.0 + t
+            note(done, 500_000)
+    assert [r.getMessage() for r in caplog.records] == [
+        "party0: similar instances among party1's 500000: 100000 of 500000 rows done (16 s so far)",
+        "party0: similar instances among party1's 500000: 250000 of 500000 rows done (47 s so far)"]
+
+
 def test_more_hash_functions_than_features_are_refused_unless_forced():
     with pytest.raises(InvalidParameterError, match="L < d"):
         LSHParams(n_hashes=8).resolve(8)

@@ -25,6 +25,7 @@ from fedgrove.engine.params import Flag
 from fedgrove.exceptions import InvalidParameterError
 
 DISTRIBUTIONS = ("cauchy", "gaussian")
+QUERY_BLOCK = 10_000  # query rows per kernel call of similar_instances, at least (progress between calls)
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,13 @@ def hash_values_reference(X_bins, a, b, r):
     return out
 
 
-def similar_instances(H_query: np.ndarray, H_other: np.ndarray, ids_other: np.ndarray) -> np.ndarray:
+def similar_instances(H_query: np.ndarray, H_other: np.ndarray, ids_other: np.ndarray, progress=None) -> np.ndarray:
     """For each row of ``H_query``, the row of ``H_other`` sharing the most hash values (same table, same
-    value), ties to the lowest of ``ids_other``; ``-1`` where no row shares any.  Returns row positions."""
+    value), ties to the lowest of ``ids_other``; ``-1`` where no row shares any.  Returns row positions.
+
+    Its cost is the number of (query, other) pairs that share a bucket: quadratic in the rows, since binned
+    features leave each table a bounded number of buckets (2 x 400,000 rows of 10 normal features: 6.4e9
+    pairs, 29 s on 2 threads).  ``progress(rows_done, rows)`` is called after each block of query rows."""
     H_query = np.ascontiguousarray(H_query, dtype=np.int64)
     H_other = np.ascontiguousarray(H_other, dtype=np.int64)
     ids_other = np.ascontiguousarray(ids_other, dtype=np.int64)
@@ -144,7 +149,14 @@ def similar_instances(H_query: np.ndarray, H_other: np.ndarray, ids_other: np.nd
         o = np.lexsort((ids_other, H_other[:, k]))
         order[:, k] = o
         keys[:, k] = H_other[o, k]
-    return _most_collisions(H_query, keys, order, ids_other)
+    n = len(H_query)
+    block = max(QUERY_BLOCK, -(-n // 50))
+    out = np.empty(n, dtype=np.int64)
+    for start in range(0, n, block):
+        out[start:start + block] = _most_collisions(H_query[start:start + block], keys, order, ids_other)
+        if progress is not None:
+            progress(min(n, start + block), n)
+    return out
 
 
 @njit(parallel=True, cache=True)

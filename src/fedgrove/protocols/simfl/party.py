@@ -32,6 +32,7 @@ from fedgrove.engine.model import GBDTModel, atomic_write_text, names_of
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.log import logger
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.protocols.simfl import messages as m
 from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
@@ -183,7 +184,7 @@ class SimFLParty:
             if seen.intersection(t.ids.tolist()):
                 raise ProtocolError(f"{p} uses instance IDs that another party uses too: IDs must be global")
             seen.update(t.ids.tolist())
-            similar[p] = similar_instances(H, t.hashes, t.ids)
+            similar[p] = similar_instances(H, t.hashes, t.ids, progress=self._similarity_note(p, len(t.ids)))
         after = ch.stats.as_dict()
         self.similarity = Similarity(self.parties, self.sizes, similar, key, self._data_digest(),
                                      time.perf_counter() - t0, after["total_sent"] - before["total_sent"],
@@ -192,6 +193,20 @@ class SimFLParty:
             self.similarity.save(self.cache)
         self.timings["preprocess_reused"] = False
         return self.similarity
+
+    def _similarity_note(self, peer: str, n_peer: int):
+        """A progress callback that notes, after 15 s and then every 30 s, how far the search for this party's
+        instances' similar ones among ``peer``'s has come (quadratic in the rows: minutes on millions)."""
+        start = time.monotonic()
+        state = {"next": start + 15.0}
+
+        def note(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now >= state["next"] and done < total:
+                state["next"] = now + 30.0
+                logger.info("%s: similar instances among %s's %d: %d of %d rows done (%.0f s so far)",
+                            self.ch.party, peer, n_peer, done, total, now - start)
+        return note
 
     def _feature_ranges(self):
         """The federation's per-feature minimum and maximum, from each party's own (NaN: no value)."""
