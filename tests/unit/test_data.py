@@ -69,6 +69,17 @@ def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp
     assert feature_columns(tmp_path / "t.parquet") == ["a", "b", "y"]
 
 
+def test_numbers_with_decimal_commas_are_named_as_such(tmp_path):
+    # a European spreadsheet's export: ';' between fields is read, '17,99' was called text
+    p = tmp_path / "t.csv"
+    p.write_text("a;b;y\n1;17,99;1\n2;3,5;0\n")
+    with pytest.raises(DataError, match=r"column 'b' .* non-numeric value '17,99' \(data row 1\); .* decimal "
+                                        r"comma: write it with a decimal point"):
+        load_table(p, label="y")
+    p.write_text("a;b;y\n1;17.99;1\n2;3.5;0\n")
+    np.testing.assert_array_equal(load_table(p, label="y").X[:, 1], [17.99, 3.5])
+
+
 def test_text_columns_become_categories_when_asked(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("colour,zip,x,y\nred,1010,0.5,1\nblue,2020,,0\n,1010,1.5,1\ngreen,3030,2.5,0\n")

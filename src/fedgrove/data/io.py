@@ -10,6 +10,7 @@ message that names the file, the column and the bad value.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from fedgrove.log import logger
 
 ID_COLUMN = "_id"
 FORMATS = ("csv", "parquet", "libsvm")
+_DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+(e[+-]?\d+)?", re.IGNORECASE)  # 17,99 or 1,5E-3
 _EXTENSIONS = {
     ".csv": "csv", ".tsv": "csv", ".txt": "csv", ".data": "csv", ".parquet": "parquet", ".pq": "parquet",
     ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm",
@@ -298,10 +300,13 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             continue
         if bad.any():
             row = int(np.nonzero(bad.to_numpy())[0][0])
+            value = values.iloc[row]
             hint = (" (this model was trained without it as a category)" if isinstance(categorical, dict) else
                     "; or encode text columns as categories: --categorical on the command line, "
                     "categorical='auto' in Python")
-            raise DataError(f"column {col!r} of {source!r} has a non-numeric value {values.iloc[row]!r} "
+            if isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):  # a European spreadsheet's
+                hint = "; it looks like a number written with a decimal comma: write it with a decimal point"
+            raise DataError(f"column {col!r} of {source!r} has a non-numeric value {value!r} "
                             f"(data row {row + 1}); features must be numbers (empty or '?' for missing){hint}")
         X[:, j] = numeric.to_numpy(dtype=np.float64)
     if np.isinf(X).any():
