@@ -7,8 +7,7 @@ A message larger than :attr:`GrpcChannel.chunk_bytes` travels as numbered
 pieces (message number, piece, pieces, total size), a few in flight at once,
 each a call of its own with its own deadline, and is put together by the
 receiver before it reaches the mailbox: a single call was capped by gRPC's
-message size, held the whole message in memory several times over, and had to
-finish within one timeout however slow the link.
+message size and had to finish within one timeout however slow the link.
 The server accepts only clients whose certificate is signed by the
 federation's CA, and only envelopes whose sender is the name in that
 certificate.  The envelope types are built at run time from the definition
@@ -168,7 +167,7 @@ class GrpcChannel(Channel):
         self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
         self._ended: set[str] = set()    # peers that closed their channels
         self._progress_at: dict[str, float] = {}  # when each peer last made progress: its messages and beats
-        limit = min(self.max_bytes, chunk_bytes) + 65536  # a piece and its envelope
+        limit = chunk_bytes + 65536  # a piece and its envelope (a whole message's own limit: max_bytes)
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
                                             require_client_auth=True)
