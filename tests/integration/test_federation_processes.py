@@ -401,6 +401,11 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     capsys.readouterr()
     assert main(["bag", str(preds[0]), str(preds[1]), str(again)]) == 2
     assert "is given twice" in capsys.readouterr().err
+    # one file: passed through, saying so
+    assert main(["bag", str(preds[0]), "-o", str(tmp_path / "one.csv")]) == 0
+    assert "one prediction file: its predictions are passed through unchanged" in capsys.readouterr().err
+    one = pd.read_csv(tmp_path / "one.csv")
+    assert (one["prediction"].to_numpy() == a.set_index("_id").loc[one["_id"], "prediction"].to_numpy()).all()
 
 
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):

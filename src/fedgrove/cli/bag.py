@@ -46,6 +46,9 @@ def bag(
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"{path}: not a readable CSV file ({exc})") from None
     df = bag_prediction_files(frames, vote)
+    if len(frames) == 1:  # nothing to vote over: the one host's predictions pass through
+        console.print(f"note: one prediction file: its predictions are passed through unchanged; bagging "
+                      f"combines several hosts' files ({next(iter(frames))} and the others')")
     if truth is not None:
         _score(df, load_input(truth, label, fmt, split="test"), truth)
     if output is None:
