@@ -165,3 +165,66 @@ def test_test_files_holding_other_instances_are_refused_at_prediction():
         hub = InProcessHub(["party0", "party1"])
         run_parties(hub, {"party0": lambda ch: predict_active(ch, ["party1"], model, X[:, :2]),
                           "party1": lambda ch: answer_predict(ch, "party0", part, X[1:, 2:])}, timeout=10)
+
+
+def test_align_psi_trains_on_the_instances_every_party_holds_as_if_given_only_those(tmp_path, capsys):
+    # parties whose files hold overlapping sets of instances: refused before ("align the parties' data by ID
+    # first", which would have meant showing each other the IDs); with align = "psi" the federation keeps the
+    # rows all hold, found without an ID in the clear, and trains and predicts as on files holding only those
+    import pandas as pd
+
+    from fedgrove.cli.main import main
+
+    rng = np.random.default_rng(4)
+    n = 400
+    X = rng.normal(size=(n, 4))
+    y = (X[:, 0] - X[:, 2] > 0).astype(int)
+    frames = {"a": pd.DataFrame({"_id": np.arange(n) * 7, "x0": X[:, 0], "x1": X[:, 1], "label": y}),
+              "b": pd.DataFrame({"_id": np.arange(n) * 7, "x2": X[:, 2], "x3": X[:, 3]})}
+    held = {"a": rng.random(n) < 0.9, "b": rng.random(n) < 0.8}
+    train = np.arange(n) < 300
+    both = held["a"] & held["b"]
+    config = """[federation]
+protocol = "vertical"
+{align}
+[he]
+scheme = "ou"
+[params]
+objective = "binary"
+n_estimators = 3
+max_depth = 3
+[[party]]
+name = "a"
+role = "active"
+data = "{d}/a.csv"
+test = "{d}/a-test.csv"
+label = "label"
+[[party]]
+name = "b"
+role = "passive"
+data = "{d}/b.csv"
+test = "{d}/b-test.csv"
+[output]
+dir = "{d}/out"
+"""
+    for d, rows, align in (("psi", held, 'align = "psi"'), ("exact", {"a": both, "b": both}, "")):
+        (tmp_path / d).mkdir()
+        for name, df in frames.items():
+            df[train & rows[name]].sample(frac=1, random_state=2).to_csv(tmp_path / d / f"{name}.csv", index=False)
+            df[~train & rows[name]].to_csv(tmp_path / d / f"{name}-test.csv", index=False)
+        (tmp_path / d / "fed.toml").write_text(config.format(align=align, d=tmp_path / d))
+    assert main(["simulate", str(tmp_path / "exact" / "fed.toml")]) == 0
+    cfg = tmp_path / "psi" / "fed.toml"
+    cfg.write_text(cfg.read_text().replace('align = "psi"', ""))
+    assert main(["simulate", str(cfg)]) == 5  # the same IDs are required without it
+    assert "align the parties' data by ID first" in capsys.readouterr().err
+    cfg.write_text(cfg.read_text().replace('protocol = "vertical"', 'protocol = "vertical"\nalign = "psi"'))
+    assert main(["simulate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"a: {int((train & both).sum())} instances are held by every party" in err
+    for name in ("a", "b"):
+        psi_run, exact_run = (tmp_path / d / "out" / f"{name}.model.json" for d in ("psi", "exact"))
+        assert psi_run.read_bytes() == exact_run.read_bytes()
+    preds = [pd.read_csv(tmp_path / d / "out" / "a.predictions.csv") for d in ("psi", "exact")]
+    pd.testing.assert_frame_equal(preds[0], preds[1])
+    assert sorted(preds[0]["_id"]) == sorted(frames["a"]["_id"][~train & both])

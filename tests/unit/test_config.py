@@ -39,6 +39,15 @@ def test_timeouts_default_and_read(tmp_path):
     assert (cfg.timeout, cfg.startup_timeout) == (5.0, 30.0)
 
 
+def test_align_psi_is_read_for_vertical_and_refused_where_parties_hold_other_instances(tmp_path):
+    assert _load(tmp_path, "").align == "exact" and _load(tmp_path, 'align = "psi"').align == "psi"
+    path = tmp_path / "federation.toml"
+    path.write_text(_peer_config("simfl").replace('protocol = "simfl"', 'protocol = "simfl"\nalign = "psi"'))
+    with pytest.raises(InvalidParameterError, match=r'federation.align = "psi" is for the vertical protocol.*the '
+                                                    r'simfl protocol does not align instances'):
+        load_federation(path)
+
+
 def test_the_message_limit_defaults_to_2_gb_and_is_read(tmp_path):
     assert _load(tmp_path, "").max_message_mb == 2048
     assert _load(tmp_path, "max_message_mb = 8192").max_message_mb == 8192
@@ -51,6 +60,7 @@ def test_the_message_limit_defaults_to_2_gb_and_is_read(tmp_path):
     ("timout = 5", r"\[federation\]: unknown keys \['timout'\]"),
     ("timeout = true", "federation.timeout must be a positive number of seconds, got True"),
     ("max_message_mb = 0", "federation.max_message_mb must be a number of megabytes from 1 to 65536, got 0"),
+    ('align = "intersect"', "federation.align must be one of 'exact', 'psi', got 'intersect'"),
     ("max_message_mb = true", "federation.max_message_mb must be a number of megabytes from 1 to 65536, got True"),
     ('max_message_mb = "2GB"', "federation.max_message_mb must be a number of megabytes"),
     ('seed = "a"', "federation.seed must be a non-negative integer, got 'a'"),   # was a ValueError

@@ -9,6 +9,8 @@
     timeout = 60                 # seconds a party waits for a peer
     startup_timeout = 300        # party mode: seconds a party waits for a peer it has not heard from yet (the
                                  # parties start at different times); at least timeout
+    align = "psi"                # vertical only: keep the instances every party holds, found by private set
+                                 # intersection of the _id columns (default "exact": every party holds the same)
     max_message_mb = 2048        # the largest message a party sends or takes (a vertical federation's encrypted
                                  # gradients take about 272 bytes a row under OU); over gRPC it travels in pieces
     predict = true               # predict the test data after training (default: when parties list test files;
@@ -75,6 +77,8 @@ LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", 
         "simfl": None, "fvtree": None}
 NO_DATA = ("aggregator", "master")  # roles that hold no data file
 MAX_MESSAGE_MB = 65536  # the largest [federation] max_message_mb taken
+ALIGN = ("exact", "psi")  # [federation] align: the parties hold the same IDs | keep those all hold (PSI)
+PSI_PROTOCOLS = ("vertical",)
 
 
 @dataclass
@@ -106,6 +110,7 @@ class FederationConfig:
     horizontal: dict = field(default_factory=dict)        # contributions
     startup_timeout: float = 300.0                        # party mode: wait for a peer not yet heard from
     max_message_mb: float = MESSAGE_LIMIT_MB              # largest message sent or taken
+    align: str = "exact"                                  # "psi": train on the IDs every party holds
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
     classes: list[str] | None = None                      # class names of text labels, code order
@@ -159,7 +164,7 @@ class FederationConfig:
             section = {"hybridtree": self.hybridtree, "federated-forest": self.forest,
                        "horizontal": self.horizontal}.get(self.protocol)
         params = {k: v for k, v in self.make_params().to_dict().items() if k != "n_threads"}
-        settings = {"federation.protocol": self.protocol, "federation.seed": self.seed,
+        settings = {"federation.protocol": self.protocol, "federation.seed": self.seed, "federation.align": self.align,
                     "federation.classes": self.classes, "federation.predict": self.predict,
                     "roles": {p.name: p.role for p in self.parties}, **{f"params.{k}": v for k, v in params.items()}}
         if section is not None:
@@ -296,10 +301,11 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"{source}: unknown table{'s' if len(unknown) > 1 else ''} or key "
                                     f"{', '.join(hints)}; expected some of {', '.join(f'[{t}]' for t in TABLES)}")
     fed = d.get("federation", {})
-    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict", "classes"}
+    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict", "classes",
+                          "align"}
     if unknown:
         raise InvalidParameterError(f"[federation]: unknown keys {sorted(unknown)}; expected protocol, seed, "
-                                    f"timeout, startup_timeout, max_message_mb, predict, classes")
+                                    f"timeout, startup_timeout, max_message_mb, predict, classes, align")
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -311,6 +317,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidParameterError(f"federation.seed must be a non-negative integer, got {seed!r}")
     timeout, startup = _seconds(fed, "timeout", 60), _seconds(fed, "startup_timeout", 300)
+    align = fed.get("align", "exact")
+    if align not in ALIGN:
+        raise InvalidParameterError(f"federation.align must be one of {', '.join(map(repr, ALIGN))}, got {align!r}")
+    if align == "psi" and protocol not in PSI_PROTOCOLS:
+        raise InvalidParameterError(f"federation.align = \"psi\" is for the {', '.join(PSI_PROTOCOLS)} protocol, "
+                                    f"whose parties hold the same instances; the {protocol} protocol does not "
+                                    f"align instances: remove it")
     max_mb = fed.get("max_message_mb", MESSAGE_LIMIT_MB)
     if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not 1 <= max_mb <= MAX_MESSAGE_MB:
         raise InvalidParameterError(f"federation.max_message_mb must be a number of megabytes from 1 to "
@@ -374,7 +387,8 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
-                           startup_timeout=float(startup), max_message_mb=float(max_mb), classes=classes)
+                           startup_timeout=float(startup), max_message_mb=float(max_mb), classes=classes,
+                           align=align)
     if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
         raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
     cfg.make_params()

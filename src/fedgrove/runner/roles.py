@@ -29,6 +29,7 @@ from fedgrove.protocols.forest.master import ForestMaster
 from fedgrove.protocols.fvtree.party import FVTreeParty
 from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
 from fedgrove.protocols.horizontal.client import HorizontalClient
+from fedgrove.protocols.psi import common_rows
 from fedgrove.protocols.hybridtree.guest import HybridGuest
 from fedgrove.protocols.hybridtree.host import HybridHost, HybridHostModel, predict_hybrid
 from fedgrove.protocols.simfl.party import SimFLParty
@@ -96,6 +97,22 @@ class RoleContext:
             if table.y is not None:
                 table.y = table.y[order]
         return table
+
+    def common(self, table, others: list[str], test: bool = False):
+        """With ``[federation] align = "psi"``, the table's rows whose instance ID every party holds, found by
+        private set intersection with the lead (``others``: the other parties with data, for the lead); else
+        the table as it is."""
+        if self.cfg.align != "psi":
+            return table
+        path = self.spec.test if test else self.spec.data
+        if table.ids is None:
+            raise DataError(f"party {self.spec.name}: federation.align = \"psi\" intersects the parties' instance "
+                            f"IDs: {path} needs an _id column")
+        rows = common_rows(self.channel, table.ids, self.cfg.lead, others)
+        if len(rows) < table.n_samples:
+            logger.info("party %s: %d of the %d rows of %s are held by every party; the others are left out",
+                        self.spec.name, len(rows), table.n_samples, path)
+        return table.subset(rows)
 
     def _label_codes(self, y: np.ndarray, path) -> np.ndarray:
         """Labels as numbers: text labels become their class's position in ``federation.classes`` (which every
@@ -207,7 +224,7 @@ def schema(table) -> list[str] | None:
 # ------------------------------------------------------------------------------ vertical
 def _vertical_active(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
-    table = ctx.data(with_label=True)
+    table = ctx.common(ctx.data(with_label=True), ctx.others("passive"))
     role = VerticalActive(ctx.channel, table.X, table.y, ctx.others("passive"), params, ctx.key_pair(),
                           ids=table.ids, rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"))
     model = role.fit(ctx.checkpoint, ctx.resume, ctx.progress)
@@ -222,7 +239,7 @@ def _vertical_active(ctx: RoleContext) -> dict:
 
 def _vertical_passive(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
-    table = ctx.data(with_label=False)
+    table = ctx.common(ctx.data(with_label=False), [])
     role = VerticalPassive(ctx.channel, table.X, ctx.cfg.lead, params.max_bins, params.seed, ids=table.ids)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
     pmodel.feature_names = names(table)  # for fedgrove info, and test frames matched by name
@@ -232,13 +249,13 @@ def _vertical_passive(ctx: RoleContext) -> dict:
 
 def _vertical_active_predict(ctx: RoleContext) -> dict:
     model = load_model(ctx.model_path)
-    table = ctx.data(with_label=True, test=True)
+    table = ctx.common(ctx.data(with_label=True, test=True), ctx.others("passive"), test=True)
     raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X, table.ids)
     return write_predictions(ctx, _gbdt_output(model, raw), model.classes, table)
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
-    table = ctx.data(False, test=True)
+    table = ctx.common(ctx.data(False, test=True), [], test=True)
     answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
     return {}
 

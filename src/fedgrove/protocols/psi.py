@@ -1,0 +1,84 @@
+"""The instances every party holds, found by private set intersection (:mod:`fedgrove.crypto.psi`).
+
+Messages, all under ``stage=psi``: every other party sends the lead ``a``
+(its blinded IDs); the lead sends every other party ``b`` (its own blinded
+IDs), then ``ab`` (that party's, blinded again); the other party sends back
+``ba`` (the lead's, blinded again); the lead sends ``keep`` (which of that
+party's rows, in the order of its ``a``, every party holds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgrove.crypto.psi import Blinder, hash_ids, matches, pack, shuffled, unpack
+from fedgrove.exceptions import DataError, ProtocolError
+from fedgrove.log import logger
+from fedgrove.transport.codec import Message, array_field, register
+
+
+@register
+class BlindedIDs(Message):
+    points: bytes = b""  # 32 bytes each
+
+
+@register
+class Kept(Message):
+    keep: np.ndarray = array_field("|b1", 1)
+
+
+def common_rows(channel, ids: np.ndarray, lead: str, others: list[str]) -> np.ndarray:
+    """Positions (ascending) of this party's rows whose ID every party holds: ``lead`` intersects with each
+    of ``others`` (the other parties with data; for them, ``others`` is not used).  Refuses an empty
+    intersection, naming the parties."""
+    ids = np.asarray(ids, dtype=np.int64)
+    blinder = Blinder()
+    with channel.scope(stage="psi"):
+        if channel.party == lead:
+            rows = _lead(channel, blinder, ids, others)
+        else:
+            rows = _other(channel, blinder, ids, lead)
+    if len(rows) == 0:
+        raise DataError(f"{channel.party}: no instance ID is held by every party ({', '.join([lead, *others])} "
+                        f"for the lead); check that the parties' _id columns number the same instances")
+    return rows
+
+
+def _lead(channel, blinder: Blinder, ids: np.ndarray, others: list[str]) -> np.ndarray:
+    mine, order = shuffled(blinder.blind(hash_ids(ids)))  # mine[k] is row order[k]'s
+    channel.broadcast("b", BlindedIDs(pack(mine)), others)
+    again = {}
+    for p in others:
+        theirs = unpack(channel.recv(p, "a", BlindedIDs).points, what=f"blinded IDs from {p}")
+        again[p] = blinder.blind(theirs)
+        channel.send(p, "ab", BlindedIDs(pack(again[p])))
+    held = np.ones(len(ids), dtype=bool)
+    back = {}
+    for p in others:
+        back[p] = unpack(channel.recv(p, "ba", BlindedIDs).points, len(mine), what=f"blinded IDs from {p}")
+        theirs_held = np.zeros(len(ids), dtype=bool)
+        theirs_held[order[matches(back[p], again[p])]] = True
+        logger.info("%s: %d of its %d instances are held by %s (%d rows)", channel.party,
+                    int(theirs_held.sum()), len(ids), p, len(again[p]))
+        held &= theirs_held
+    kept_at = held[order]  # in the shuffled order of ``mine``, hence of every ``back[p]``
+    for p in others:
+        common = {v for v, k in zip(back[p], kept_at) if k}
+        channel.send(p, "keep", Kept(np.fromiter((v in common for v in again[p]), dtype=bool,
+                                                 count=len(again[p]))))
+    logger.info("%s: %d instances are held by every party", channel.party, int(held.sum()))
+    return np.nonzero(held)[0]
+
+
+def _other(channel, blinder: Blinder, ids: np.ndarray, lead: str) -> np.ndarray:
+    mine, order = shuffled(blinder.blind(hash_ids(ids)))
+    channel.send(lead, "a", BlindedIDs(pack(mine)))
+    theirs = unpack(channel.recv(lead, "b", BlindedIDs).points, what=f"blinded IDs from {lead}")
+    again = unpack(channel.recv(lead, "ab", BlindedIDs).points, len(mine), what=f"blinded IDs from {lead}")
+    back = blinder.blind(theirs)
+    channel.send(lead, "ba", BlindedIDs(pack(back)))
+    at_lead = matches(again, back)
+    keep = channel.recv(lead, "keep", Kept).keep
+    if keep.shape != (len(mine),) or np.any(keep & ~at_lead):
+        raise ProtocolError(f"{channel.party}: {lead} named rows to keep that it does not hold")
+    return np.sort(order[keep])
