@@ -17,6 +17,10 @@ from fedgrove.log import logger
 from fedgrove.transport.codec import Message, array_field, register
 
 
+ALIGN_HINT = ("or set [federation] align = \"psi\" in every party's config to train on the instances all of "
+              "them hold (private set intersection)")
+
+
 @register
 class BlindedIDs(Message):
     points: bytes = b""  # 32 bytes each

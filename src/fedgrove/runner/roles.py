@@ -98,17 +98,17 @@ class RoleContext:
                 table.y = table.y[order]
         return table
 
-    def common(self, table, others: list[str], test: bool = False):
-        """With ``[federation] align = "psi"``, the table's rows whose instance ID every party holds, found by
-        private set intersection with the lead (``others``: the other parties with data, for the lead); else
-        the table as it is."""
+    def common(self, table, lead: str, others: list[str], test: bool = False):
+        """With ``[federation] align = "psi"``, the table's rows whose instance ID every party with data holds,
+        found by private set intersection around ``lead`` (``others``: the other parties with data, for the
+        lead); else the table as it is."""
         if self.cfg.align != "psi":
             return table
         path = self.spec.test if test else self.spec.data
         if table.ids is None:
             raise DataError(f"party {self.spec.name}: federation.align = \"psi\" intersects the parties' instance "
                             f"IDs: {path} needs an _id column")
-        rows = common_rows(self.channel, table.ids, self.cfg.lead, others)
+        rows = common_rows(self.channel, table.ids, lead, others)
         if len(rows) < table.n_samples:
             logger.info("party %s: %d of the %d rows of %s are held by every party; the others are left out",
                         self.spec.name, len(rows), table.n_samples, path)
@@ -224,7 +224,7 @@ def schema(table) -> list[str] | None:
 # ------------------------------------------------------------------------------ vertical
 def _vertical_active(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
-    table = ctx.common(ctx.data(with_label=True), ctx.others("passive"))
+    table = ctx.common(ctx.data(with_label=True), ctx.cfg.lead, ctx.others("passive"))
     role = VerticalActive(ctx.channel, table.X, table.y, ctx.others("passive"), params, ctx.key_pair(),
                           ids=table.ids, rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"))
     model = role.fit(ctx.checkpoint, ctx.resume, ctx.progress)
@@ -239,7 +239,7 @@ def _vertical_active(ctx: RoleContext) -> dict:
 
 def _vertical_passive(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
-    table = ctx.common(ctx.data(with_label=False), [])
+    table = ctx.common(ctx.data(with_label=False), ctx.cfg.lead, [])
     role = VerticalPassive(ctx.channel, table.X, ctx.cfg.lead, params.max_bins, params.seed, ids=table.ids)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
     pmodel.feature_names = names(table)  # for fedgrove info, and test frames matched by name
@@ -249,13 +249,13 @@ def _vertical_passive(ctx: RoleContext) -> dict:
 
 def _vertical_active_predict(ctx: RoleContext) -> dict:
     model = load_model(ctx.model_path)
-    table = ctx.common(ctx.data(with_label=True, test=True), ctx.others("passive"), test=True)
+    table = ctx.common(ctx.data(with_label=True, test=True), ctx.cfg.lead, ctx.others("passive"), test=True)
     raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X, table.ids)
     return write_predictions(ctx, _gbdt_output(model, raw), model.classes, table)
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
-    table = ctx.common(ctx.data(False, test=True), [], test=True)
+    table = ctx.common(ctx.data(False, test=True), ctx.cfg.lead, [], test=True)
     answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
     return {}
 
@@ -355,7 +355,7 @@ def _forest_master(ctx: RoleContext) -> dict:
 def _forest_client(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     holder = ctx.spec.label is not None
-    table = ctx.data(with_label=holder)
+    table = ctx.common(ctx.data(with_label=holder), *_forest_psi(ctx))
     he = ctx.key_pair() if ctx.holds_key else None
     role = ForestClient(ctx.channel, table.X, ctx.cfg.lead, y=table.y if holder else None, he=he,
                         max_bins=params.max_bins, seed=params.seed, ids=table.ids,
@@ -364,6 +364,13 @@ def _forest_client(ctx: RoleContext) -> dict:
     pmodel.feature_names = names(table)  # for fedgrove info, and test frames matched by name
     ctx.save_json(pmodel.to_dict())
     return {"owned_splits": len(pmodel.splits)}
+
+
+def _forest_psi(ctx: RoleContext) -> tuple[str, list[str]]:
+    """The clients' private set intersection: around the first client by name (every client can tell which
+    that is, whatever its config lists), with the others."""
+    clients = sorted([ctx.spec.name, *ctx.others("client")])
+    return clients[0], (clients[1:] if ctx.spec.name == clients[0] else [])
 
 
 def _forest_master_predict(ctx: RoleContext) -> dict:
@@ -375,7 +382,8 @@ def _forest_master_predict(ctx: RoleContext) -> dict:
 
 
 def _forest_client_predict(ctx: RoleContext) -> dict:
-    table = ctx.data(with_label=False, test=True)  # the label holder's test labels, when its test file has them
+    # the label holder's test labels, when its test file has them
+    table = ctx.common(ctx.data(with_label=False, test=True), *_forest_psi(ctx), test=True)
     out = answer_predictions(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids,
                              wants_scores=table.y is not None)
     if out is None:

@@ -22,6 +22,7 @@ from fedgrove.engine.splitter import CARTScorer
 from fedgrove.engine.tree import LEAF
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.forest import messages as m
+from fedgrove.protocols.psi import ALIGN_HINT
 
 MAX_PREDICT_BYTES = 32 * 1024 * 1024  # one-round prediction: leaf-set bytes per client per message
 
@@ -57,7 +58,7 @@ class ForestMaster:
         digests = {hello[c].ids_digest for c in self.clients if hello[c].ids_digest}
         if len(n) != 1 or len(digests) > 1:
             raise ProtocolError(f"the clients hold different sets of instances ({_sizes(hello)}): align them by ID "
-                                f"first")
+                                f"first, {ALIGN_HINT}")
         self.n_samples = n.pop()
         self.n_features = [hello[c].n_features for c in self.clients]
         self.first = np.concatenate([[0], np.cumsum(self.n_features)]).astype(np.int64)

@@ -19,6 +19,7 @@ from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_m
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
 from fedgrove.protocols import instance_ids, refuse_unsupported
+from fedgrove.protocols.psi import ALIGN_HINT
 
 
 class _Remote:
@@ -271,7 +272,7 @@ class VerticalActive:
             mine = m.ids_digest(self.ids)
             if layout.n_samples != n or (mine and layout.ids_digest and layout.ids_digest != mine):
                 raise ProtocolError(f"{name} holds a different set of instances ({layout.n_samples} rows) than "
-                                    f"{ch.party} ({n} rows): align the parties' data by ID first")
+                                    f"{ch.party} ({n} rows): align the parties' data by ID first, {ALIGN_HINT}")
             self.remotes.append(_Remote(name, layout.n_value_bins, feat, bins))
             feat += len(layout.n_value_bins)
             bins += self.remotes[-1].n_bins

@@ -1,0 +1,75 @@
+"""[federation] align = "psi": parties whose files hold overlapping sets of instances train and predict on those
+every party holds, found by private set intersection, exactly as on files holding only those."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgrove.cli.main import main
+
+HEAD = {"vertical": """[federation]
+protocol = "vertical"
+{align}
+[he]
+scheme = "ou"
+[params]
+objective = "binary"
+n_estimators = 3
+max_depth = 3
+""", "federated-forest": """[federation]
+protocol = "federated-forest"
+{align}
+[he]
+scheme = "ou"
+[params]
+n_estimators = 4
+max_depth = 4
+max_bins = 16
+[[party]]
+name = "master"
+role = "master"
+"""}
+ROLES = {"vertical": ("active", "passive"), "federated-forest": ("client", "client")}
+
+
+@pytest.mark.parametrize("protocol", ["vertical", "federated-forest"])
+def test_align_psi_trains_on_the_instances_every_party_holds_as_if_given_only_those(tmp_path, capsys, protocol):
+    # parties whose files hold overlapping sets of instances were refused ("align the parties' data by ID
+    # first", which meant showing each other the IDs); with align = "psi" the federation keeps the rows all
+    # hold, found without an ID in the clear, and trains and predicts as on files holding only those
+    rng = np.random.default_rng(4)
+    n = 400
+    X = rng.normal(size=(n, 4))
+    y = (X[:, 0] - X[:, 2] > 0).astype(int)
+    frames = {"a": pd.DataFrame({"_id": np.arange(n) * 7, "x0": X[:, 0], "x1": X[:, 1], "label": y}),
+              "b": pd.DataFrame({"_id": np.arange(n) * 7, "x2": X[:, 2], "x3": X[:, 3]})}
+    held = {"a": rng.random(n) < 0.9, "b": rng.random(n) < 0.8}
+    train = np.arange(n) < 300
+    both = held["a"] & held["b"]
+    config = HEAD[protocol] + "".join(
+        f'[[party]]\nname = "{name}"\nrole = "{role}"\ndata = "{{d}}/{name}.csv"\ntest = "{{d}}/{name}-test.csv"\n'
+        + ('label = "label"\n' if name == "a" else "") for name, role in zip("ab", ROLES[protocol])) \
+        + '[output]\ndir = "{d}/out"\n'
+    for d, rows, align in (("psi", held, 'align = "psi"'), ("exact", {"a": both, "b": both}, "")):
+        (tmp_path / d).mkdir()
+        for name, df in frames.items():
+            df[train & rows[name]].sample(frac=1, random_state=2).to_csv(tmp_path / d / f"{name}.csv", index=False)
+            df[~train & rows[name]].to_csv(tmp_path / d / f"{name}-test.csv", index=False)
+        (tmp_path / d / "fed.toml").write_text(config.format(align=align, d=tmp_path / d))
+    assert main(["simulate", str(tmp_path / "exact" / "fed.toml")]) == 0
+    cfg = tmp_path / "psi" / "fed.toml"
+    cfg.write_text(cfg.read_text().replace('align = "psi"', ""))
+    assert main(["simulate", str(cfg)]) == 5  # without it the parties must hold the same instances
+    assert 'by ID first, or set [federation] align = "psi" in every party\'s config' in \
+        " ".join(capsys.readouterr().err.split())
+    cfg.write_text(cfg.read_text().replace(f'protocol = "{protocol}"', f'protocol = "{protocol}"\nalign = "psi"'))
+    assert main(["simulate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"a: {int((train & both).sum())} instances are held by every party" in err
+    lead = "a" if protocol == "vertical" else "master"
+    for name in ("a", "b", lead):
+        psi_run, exact_run = (tmp_path / d / "out" / f"{name}.model.json" for d in ("psi", "exact"))
+        assert psi_run.read_bytes() == exact_run.read_bytes()
+    preds = [pd.read_csv(tmp_path / d / "out" / f"{lead}.predictions.csv") for d in ("psi", "exact")]
+    pd.testing.assert_frame_equal(preds[0], preds[1])
+    assert sorted(preds[0]["_id"]) == sorted(frames["a"]["_id"][~train & both])
