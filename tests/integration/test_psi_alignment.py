@@ -73,3 +73,61 @@ def test_align_psi_trains_on_the_instances_every_party_holds_as_if_given_only_th
     preds = [pd.read_csv(tmp_path / d / "out" / f"{lead}.predictions.csv") for d in ("psi", "exact")]
     pd.testing.assert_frame_equal(preds[0], preds[1])
     assert sorted(preds[0]["_id"]) == sorted(frames["a"]["_id"][~train & both])
+
+
+def test_hybridtree_guests_keep_the_instances_the_host_holds_without_naming_the_others(tmp_path, monkeypatch):
+    # guests holding instances of other hosts too told this host their IDs (GuestLayout) and the host kept those
+    # it holds (shared_only); with align = "psi" each guest keeps the rows the host holds, found by PSI, and
+    # names only those: the same model files as guests given only those rows
+    from fedgrove.protocols.hybridtree import messages as hm
+    from fedgrove.transport.inprocess import InProcessHub
+
+    rng = np.random.default_rng(5)
+    n = 500
+    X = rng.normal(size=(n, 6))
+    y = (X[:, 0] + X[:, 3] - X[:, 5] > 0).astype(int)
+    ids = np.arange(n) * 3 + 1
+    mine = rng.random(n) < 0.7  # the host's instances; the guests also hold others (another host's)
+    config = """[federation]
+protocol = "hybridtree"
+{align}
+[hybridtree]
+host_depth = 2
+guest_depth = 1
+[he]
+scheme = "ou"
+[params]
+objective = "binary"
+n_estimators = 3
+max_bins = 16
+[[party]]
+name = "host"
+role = "host"
+data = "{d}/host.csv"
+label = "label"
+""" + "".join(f'[[party]]\nname = "guest{u}"\nrole = "guest"\ndata = "{{d}}/guest{u}.csv"\n' for u in range(2)) \
+        + '[output]\ndir = "{d}/out"\n'
+    host = pd.DataFrame({"_id": ids, "h0": X[:, 0], "h1": X[:, 1], "h2": X[:, 2], "label": y})[mine]
+    guests = [pd.DataFrame({"_id": ids, "g3": X[:, 3], "g4": X[:, 4], "g5": X[:, 5]})[np.arange(n) % 2 == u]
+              for u in range(2)]
+    for d, align in (("psi", 'align = "psi"'), ("exact", "")):
+        (tmp_path / d).mkdir()
+        host.to_csv(tmp_path / d / "host.csv", index=False)
+        for u, g in enumerate(guests):
+            (g if d == "psi" else g[g["_id"].isin(host["_id"])]).to_csv(tmp_path / d / f"guest{u}.csv", index=False)
+        (tmp_path / d / "fed.toml").write_text(config.format(align=align, d=tmp_path / d))
+    named = []
+    channel = InProcessHub.channel
+
+    def watched(hub, party, *a, **kw):
+        ch = channel(hub, party, *a, **kw)
+        ch.observers.append(lambda d, peer, tag, msg: d == "send" and isinstance(msg, hm.GuestLayout)
+                            and named.extend(msg.ids.tolist()))
+        return ch
+    monkeypatch.setattr(InProcessHub, "channel", watched)
+    assert main(["simulate", str(tmp_path / "psi" / "fed.toml")]) == 0
+    assert sorted(named) == sorted(host["_id"]) and len(named) < sum(len(g) for g in guests)
+    assert main(["simulate", str(tmp_path / "exact" / "fed.toml")]) == 0
+    for name in ("host", "guest0", "guest1"):
+        psi_run, exact_run = (tmp_path / d / "out" / f"{name}.model.json" for d in ("psi", "exact"))
+        assert psi_run.read_bytes() == exact_run.read_bytes()

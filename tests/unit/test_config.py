@@ -43,9 +43,9 @@ def test_align_psi_is_read_for_vertical_and_refused_where_parties_hold_other_ins
     assert _load(tmp_path, "").align == "exact" and _load(tmp_path, 'align = "psi"').align == "psi"
     path = tmp_path / "federation.toml"
     path.write_text(_peer_config("simfl").replace('protocol = "simfl"', 'protocol = "simfl"\nalign = "psi"'))
-    with pytest.raises(InvalidParameterError, match=r'federation.align = "psi" is for the vertical and '
-                                                    r'federated-forest protocols.*the simfl protocol does not '
-                                                    r'align instances'):
+    with pytest.raises(InvalidParameterError, match=r'federation.align = "psi" is for the vertical, '
+                                                    r'federated-forest, hybridtree protocols.*the simfl protocol '
+                                                    r'does not align instances'):
         load_federation(path)
 
 

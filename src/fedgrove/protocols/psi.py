@@ -31,24 +31,28 @@ class Kept(Message):
     keep: np.ndarray = array_field("|b1", 1)
 
 
-def common_rows(channel, ids: np.ndarray, lead: str, others: list[str]) -> np.ndarray:
+def common_rows(channel, ids: np.ndarray, lead: str, others: list[str], everyone: bool = True) -> np.ndarray:
     """Positions (ascending) of this party's rows whose ID every party holds: ``lead`` intersects with each
-    of ``others`` (the other parties with data; for them, ``others`` is not used).  Refuses an empty
-    intersection, naming the parties."""
+    of ``others`` (the other parties with data; for them, ``others`` is not used).  With ``everyone`` false,
+    pairs only: each other party keeps its rows the lead holds, and the lead keeps all of its own (HybridTree's
+    guests).  Refuses an empty intersection, naming the parties."""
     ids = np.asarray(ids, dtype=np.int64)
     blinder = Blinder()
     with channel.scope(stage="psi"):
         if channel.party == lead:
-            rows = _lead(channel, blinder, ids, others)
+            rows = _lead(channel, blinder, ids, others, everyone)
         else:
             rows = _other(channel, blinder, ids, lead)
-    if len(rows) == 0:
+    if len(rows) == 0 and everyone:
         raise DataError(f"{channel.party}: no instance ID is held by every party ({', '.join([lead, *others])} "
                         f"for the lead); check that the parties' _id columns number the same instances")
+    if len(rows) == 0:
+        raise DataError(f"{channel.party}: none of its instance IDs is held by {lead}; check that the parties' _id "
+                        f"columns number the same instances")
     return rows
 
 
-def _lead(channel, blinder: Blinder, ids: np.ndarray, others: list[str]) -> np.ndarray:
+def _lead(channel, blinder: Blinder, ids: np.ndarray, others: list[str], everyone: bool) -> np.ndarray:
     mine, order = shuffled(blinder.blind(hash_ids(ids)))  # mine[k] is row order[k]'s
     channel.broadcast("b", BlindedIDs(pack(mine)), others)
     again = {}
@@ -65,6 +69,10 @@ def _lead(channel, blinder: Blinder, ids: np.ndarray, others: list[str]) -> np.n
         logger.info("%s: %d of its %d instances are held by %s (%d rows)", channel.party,
                     int(theirs_held.sum()), len(ids), p, len(again[p]))
         held &= theirs_held
+    if not everyone:  # each other party keeps its rows this one holds; this one keeps all of its own
+        for p in others:
+            channel.send(p, "keep", Kept(matches(again[p], back[p])))
+        return np.arange(len(ids))
     kept_at = held[order]  # in the shuffled order of ``mine``, hence of every ``back[p]``
     for p in others:
         common = {v for v, k in zip(back[p], kept_at) if k}

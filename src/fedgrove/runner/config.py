@@ -11,7 +11,7 @@
                                  # parties start at different times); at least timeout
     align = "psi"                # vertical, federated-forest: keep the instances every party holds, found by
                                  # private set intersection of the _id columns (default "exact": every party
-                                 # holds the same)
+                                 # holds the same); hybridtree: each guest keeps the instances the host holds
     max_message_mb = 2048        # the largest message a party sends or takes (a vertical federation's encrypted
                                  # gradients take about 272 bytes a row under OU); over gRPC it travels in pieces
     predict = true               # predict the test data after training (default: when parties list test files;
@@ -79,7 +79,7 @@ LEAD = {"vertical": "active", "horizontal": "aggregator", "hybridtree": "host", 
 NO_DATA = ("aggregator", "master")  # roles that hold no data file
 MAX_MESSAGE_MB = 65536  # the largest [federation] max_message_mb taken
 ALIGN = ("exact", "psi")  # [federation] align: the parties hold the same IDs | keep those all hold (PSI)
-PSI_PROTOCOLS = ("vertical", "federated-forest")
+PSI_PROTOCOLS = ("vertical", "federated-forest", "hybridtree")
 
 
 @dataclass
@@ -322,7 +322,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if align not in ALIGN:
         raise InvalidParameterError(f"federation.align must be one of {', '.join(map(repr, ALIGN))}, got {align!r}")
     if align == "psi" and protocol not in PSI_PROTOCOLS:
-        raise InvalidParameterError(f"federation.align = \"psi\" is for the {' and '.join(PSI_PROTOCOLS)} protocols, "
+        raise InvalidParameterError(f"federation.align = \"psi\" is for the {', '.join(PSI_PROTOCOLS)} protocols, "
                                     f"whose parties hold the same instances; the {protocol} protocol does not "
                                     f"align instances: remove it")
     max_mb = fed.get("max_message_mb", MESSAGE_LIMIT_MB)

@@ -98,7 +98,7 @@ class RoleContext:
                 table.y = table.y[order]
         return table
 
-    def common(self, table, lead: str, others: list[str], test: bool = False):
+    def common(self, table, lead: str, others: list[str], test: bool = False, everyone: bool = True):
         """With ``[federation] align = "psi"``, the table's rows whose instance ID every party with data holds,
         found by private set intersection around ``lead`` (``others``: the other parties with data, for the
         lead); else the table as it is."""
@@ -108,10 +108,10 @@ class RoleContext:
         if table.ids is None:
             raise DataError(f"party {self.spec.name}: federation.align = \"psi\" intersects the parties' instance "
                             f"IDs: {path} needs an _id column")
-        rows = common_rows(self.channel, table.ids, lead, others)
+        rows = common_rows(self.channel, table.ids, lead, others, everyone)
         if len(rows) < table.n_samples:
-            logger.info("party %s: %d of the %d rows of %s are held by every party; the others are left out",
-                        self.spec.name, len(rows), table.n_samples, path)
+            logger.info("party %s: %d of the %d rows of %s are held by %s; the others are left out",
+                        self.spec.name, len(rows), table.n_samples, path, "every party" if everyone else lead)
         return table.subset(rows)
 
     def _label_codes(self, y: np.ndarray, path) -> np.ndarray:
@@ -297,7 +297,7 @@ def _save_horizontal(ctx, model, params) -> dict:
 # ---------------------------------------------------------------------------- hybridtree
 def _hybrid_host(ctx: RoleContext) -> dict:
     params, ht = ctx.cfg.make_params(), ctx.cfg.hybridtree
-    table = ctx.data(with_label=True)
+    table = ctx.common(ctx.data(with_label=True), ctx.spec.name, ctx.others("guest"), everyone=False)
     hmodel = HybridHost(ctx.channel, table.X, table.y, ctx.others("guest"), params, ctx.key_pair(),
                         ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"],
                         shared_only=ht["shared_only"]).fit(
@@ -310,6 +310,7 @@ def _hybrid_host(ctx: RoleContext) -> dict:
 def _hybrid_guest(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = _with_ids(ctx, ctx.data(with_label=False), "a guest's file needs an _id column linking it to the host")
+    table = ctx.common(table, ctx.cfg.lead, [], everyone=False)  # align = "psi": the rows the host holds
     role = HybridGuest(ctx.channel, table.X, table.ids, ctx.cfg.lead, params.max_bins, params.seed)
     role.fit(ctx.checkpoint, ctx.resume)
     role.model.feature_names = names(table)  # for fedgrove info, and test frames matched by name
