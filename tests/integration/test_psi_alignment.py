@@ -73,6 +73,11 @@ def test_align_psi_trains_on_the_instances_every_party_holds_as_if_given_only_th
     preds = [pd.read_csv(tmp_path / d / "out" / f"{lead}.predictions.csv") for d in ("psi", "exact")]
     pd.testing.assert_frame_equal(preds[0], preds[1])
     assert sorted(preds[0]["_id"]) == sorted(frames["a"]["_id"][~train & both])
+    # a party without IDs cannot take part, and is told so
+    pd.read_csv(tmp_path / "psi" / "b.csv").drop(columns="_id").to_csv(tmp_path / "psi" / "b.csv", index=False)
+    capsys.readouterr()
+    assert main(["simulate", str(cfg)]) == 3
+    assert 'federation.align = "psi" intersects the parties\' instance IDs' in capsys.readouterr().err
 
 
 def test_hybridtree_guests_keep_the_instances_the_host_holds_without_naming_the_others(tmp_path, monkeypatch):

@@ -76,8 +76,9 @@ def unpack(data: bytes, n: int | None = None, what: str = "blinded IDs") -> list
 
 def shuffled(points: list[bytes]) -> tuple[list[bytes], np.ndarray]:
     """The points in a secret random order, and that order (``out[k] = points[order[k]]``)."""
-    order = np.array(sorted(range(len(points)), key=lambda _: secrets.randbits(64)), dtype=np.int64)
-    return [points[k] for k in order], order
+    order = list(range(len(points)))
+    secrets.SystemRandom().shuffle(order)
+    return [points[k] for k in order], np.array(order, dtype=np.int64)
 
 
 def matches(mine: list[bytes], theirs: list[bytes]) -> np.ndarray:
