@@ -89,13 +89,33 @@ def test_same_seed_same_model_in_process_and_over_grpc(tmp_path):
         assert sim.read_bytes() == grpc_run.read_bytes()
 
 
-def test_messages_over_grpc_in_pieces_give_the_simulated_model(tmp_path, monkeypatch):
-    # the encrypted gradients (400 rows, about 100 kB) and the encrypted histograms travel in pieces of 4 kB,
-    # several in flight at once and put together by the receiver: the same model files as in one process
+def _parties_over_grpc_in_threads(tmp_path, names) -> None:
+    """Each party's config run by run_party in a thread of this process (so that a test can patch the
+    transport), over gRPC with mutual TLS; fails with the parties' errors."""
     import threading
 
     from fedgrove.runner.config import load_party
     from fedgrove.runner.run import run_party
+
+    errors = {}
+
+    def party(name):
+        try:
+            run_party(*load_party(tmp_path / f"{name}.toml"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors[name] = exc
+
+    threads = [threading.Thread(target=party, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors
+
+
+def test_messages_over_grpc_in_pieces_give_the_simulated_model(tmp_path, monkeypatch):
+    # the encrypted gradients (400 rows, about 100 kB) and the encrypted histograms travel in pieces of 4 kB,
+    # several in flight at once and put together by the receiver: the same model files as in one process
     from fedgrove.transport import grpc_backend
     from fedgrove.cli.main import main
 
@@ -106,20 +126,7 @@ def test_messages_over_grpc_in_pieces_give_the_simulated_model(tmp_path, monkeyp
     add_piece = grpc_backend.GrpcChannel._add_piece
     monkeypatch.setattr(grpc_backend.GrpcChannel, "_add_piece",
                         lambda self, env: pieces.append(env.size) or add_piece(self, env))
-    errors = {}
-
-    def party(name):
-        try:
-            run_party(*load_party(tmp_path / f"{name}.toml"))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[name] = exc
-
-    threads = [threading.Thread(target=party, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    assert not errors, errors
+    _parties_over_grpc_in_threads(tmp_path, names)
     assert len(pieces) > 100 and max(pieces) > 90_000
     for n in names:
         sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
@@ -129,11 +136,7 @@ def test_messages_over_grpc_in_pieces_give_the_simulated_model(tmp_path, monkeyp
 def test_align_psi_over_grpc_gives_the_simulated_model(tmp_path):
     # parties holding overlapping instances, each dropping rows of its own: the private set intersection runs
     # the same messages over gRPC as in one process, and the models are the same
-    import threading
-
     from fedgrove.cli.main import main
-    from fedgrove.runner.config import load_party
-    from fedgrove.runner.run import run_party
 
     names = _setup(tmp_path)
     for k, n in enumerate(names):
@@ -142,20 +145,7 @@ def test_align_psi_over_grpc_gives_the_simulated_model(tmp_path):
     for f in [tmp_path / "federation.toml", *(tmp_path / f"{n}.toml" for n in names)]:
         f.write_text(f.read_text().replace('protocol = "vertical"', 'protocol = "vertical"\nalign = "psi"'))
     assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
-    errors = {}
-
-    def party(name):
-        try:
-            run_party(*load_party(tmp_path / f"{name}.toml"))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[name] = exc
-
-    threads = [threading.Thread(target=party, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    assert not errors, errors
+    _parties_over_grpc_in_threads(tmp_path, names)
     for n in names:
         sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
         assert sim.read_bytes() == grpc_run.read_bytes()
