@@ -117,6 +117,11 @@ class FederationConfig:
     classes: list[str] | None = None                      # class names of text labels, code order
 
     @property
+    def max_message_bytes(self) -> int:
+        """``max_message_mb`` in bytes: the channels' message limit."""
+        return int(self.max_message_mb * 2**20)
+
+    @property
     def lead(self) -> str:
         """Name of the party that coordinates (and writes the predictions); for peer protocols the first."""
         role = LEAD[self.protocol]

@@ -109,9 +109,10 @@ class RoleContext:
             raise DataError(f"party {self.spec.name}: federation.align = \"psi\" intersects the parties' instance "
                             f"IDs: {path} needs an _id column")
         rows = common_rows(self.channel, table.ids, lead, others, everyone)
-        if len(rows) < table.n_samples:
-            logger.info("party %s: %d of the %d rows of %s are held by %s; the others are left out",
-                        self.spec.name, len(rows), table.n_samples, path, "every party" if everyone else lead)
+        if len(rows) == table.n_samples:  # every row kept (always so for HybridTree's host)
+            return table
+        logger.info("party %s: %d of the %d rows of %s are held by %s; the others are left out",
+                    self.spec.name, len(rows), table.n_samples, path, "every party" if everyone else lead)
         return table.subset(rows)
 
     def _label_codes(self, y: np.ndarray, path) -> np.ndarray:

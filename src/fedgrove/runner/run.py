@@ -114,7 +114,7 @@ def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict
     roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch, resume=resume, progress=progress,
                                                         predict_only=predict_only)))(p)
              for p in cfg.parties}
-    results, _ = run_parties(hub, roles, cfg.timeout, max_bytes=int(cfg.max_message_mb * 2**20))
+    results, _ = run_parties(hub, roles, cfg.timeout, max_bytes=cfg.max_message_bytes)
     return results
 
 
@@ -133,7 +133,7 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
     check_party_certs(*paths, spec.name)
     tls = TLSFiles(*paths)
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
-                          startup_timeout=cfg.startup_timeout, max_bytes=int(cfg.max_message_mb * 2**20))
+                          startup_timeout=cfg.startup_timeout, max_bytes=cfg.max_message_bytes)
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
     try:
         # compiled before the first message, while the peers wait under startup_timeout: compiling mid-protocol
