@@ -138,20 +138,37 @@ class FixedPoint128:
         self.frac_bits = frac_bits
 
     def encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``round(x * 2**frac_bits)`` as 128-bit two's complement words, exactly."""
         x = np.asarray(x, dtype=np.float64).ravel()
         if not np.all(np.isfinite(x)):
             raise ProtocolError("cannot aggregate non-finite values")
         scaled = np.rint(np.ldexp(x, self.frac_bits))  # exact power-of-two scaling, then integer
         if np.any(np.abs(scaled) >= 2.0 ** 126):
             raise ProtocolError("values too large for 128-bit fixed point")
-        hi = np.floor(scaled / _TWO64)
-        lo = scaled - hi * _TWO64          # in [0, 2**64), exact
-        return hi.astype(np.int64).view(np.uint64), _float_to_u64(lo)
+        # below 2**63 in magnitude the integer is an int64, whose two's complement is the low word (the high
+        # word: its sign).  Splitting by floats instead loses a negative value's low bits: 2**64 - 1 is no
+        # float64, and -1 became -2**64.
+        small = np.abs(scaled) < 2.0 ** 63
+        as_int = np.where(small, scaled, 0.0).astype(np.int64)
+        hi = np.where(as_int < 0, -1, 0).astype(np.int64)
+        lo = as_int.view(np.uint64).copy()
+        if not small.all():  # at least 2**63: multiples of 2**11, so both words are exact in float64
+            big = scaled[~small]
+            big_hi = np.floor(big / _TWO64)
+            hi[~small] = big_hi.astype(np.int64)
+            lo[~small] = _float_to_u64(big - big_hi * _TWO64)
+        return hi.view(np.uint64), lo
 
     def decode(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-        signed_hi = hi.view(np.int64).astype(np.float64)
-        lo_f = (lo >> np.uint64(11)).astype(np.float64) * 2048.0 + (lo & np.uint64(2047)).astype(np.float64)
-        return np.ldexp(signed_hi, 64 - self.frac_bits) + np.ldexp(lo_f, -self.frac_bits)
+        """The floats nearest the 128-bit values over ``2**frac_bits`` (one rounding: a negative value is
+        decoded from its magnitude, not as a large high word plus a large low word)."""
+        negative = hi.view(np.int64) < 0
+        n_hi, n_lo = neg128(hi, lo)
+        m_hi = np.where(negative, n_hi, hi)
+        m_lo = np.where(negative, n_lo, lo)
+        lo_f = (m_lo >> np.uint64(11)).astype(np.float64) * 2048.0 + (m_lo & np.uint64(2047)).astype(np.float64)
+        magnitude = np.ldexp(m_hi.astype(np.float64), 64 - self.frac_bits) + np.ldexp(lo_f, -self.frac_bits)
+        return np.where(negative, -magnitude, magnitude)
 
     @staticmethod
     def add(a, b):

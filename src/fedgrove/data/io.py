@@ -302,8 +302,8 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             row = int(np.nonzero(bad.to_numpy())[0][0])
             value = values.iloc[row]
             hint = (" (this model was trained without it as a category)" if isinstance(categorical, dict) else
-                    "; or encode text columns as categories: --categorical on the command line, "
-                    "categorical='auto' in Python")
+                    "; or encode text columns as categories: --categorical auto (or the column names) on the "
+                    "command line, categorical='auto' in Python")
             if isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):  # a European spreadsheet's
                 hint = "; it looks like a number written with a decimal comma: write it with a decimal point"
             raise DataError(f"column {col!r} of {source!r} has a non-numeric value {value!r} "
