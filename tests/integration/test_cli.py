@@ -458,3 +458,11 @@ def test_version_prints_the_version_and_exits_0(capsys):
 
     code, out, err = run(["--version"], capsys)
     assert code == 0 and out.strip() == fedgrove.__version__, err  # it said "Missing command", exit 2
+
+
+def test_an_unknown_dataset_name_lists_the_names_and_how_to_name_a_test_part(tmp_path, capsys):
+    # "dataset:a9a.t" (the test file's name) is no dataset; the error says how to ask for a9a's test part
+    code, _, err = run(["train", "dataset:a9a.t", "-m", tmp_path / "m.json"], capsys)
+    assert code == 3
+    assert "unknown dataset 'a9a.t'; available: a9a," in err and "dataset:NAME:test" in err
+    assert not (tmp_path / "m.json").exists()

@@ -11,7 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedgrove.data.datasets import load_dataset
+from fedgrove.data.datasets import available_datasets, load_dataset
 from fedgrove.data.io import Table, load_table
 from fedgrove.exceptions import DataError, InvalidParameterError
 
@@ -36,9 +36,12 @@ def load_input(source: str, label, fmt: str | None = None, split: str = "train",
         spec = source[len(DATASET_PREFIX):]
         name, _, part = spec.partition(":")
         part = part or split
-        ds = load_dataset(name)
         if part not in ("train", "test"):
             raise DataError(f"dataset part must be train or test, got {part!r}")
+        if name not in available_datasets():
+            raise DataError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())} "
+                            f"(a dataset's test part: {DATASET_PREFIX}NAME:test)")
+        ds = load_dataset(name)
         table = ds.train if part == "train" else ds.test
         if table is None:
             raise DataError(f"dataset {name!r} has no separate test part")
