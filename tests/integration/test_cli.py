@@ -466,3 +466,19 @@ def test_an_unknown_dataset_name_lists_the_names_and_how_to_name_a_test_part(tmp
     assert code == 3
     assert "unknown dataset 'a9a.t'; available: a9a," in err and "dataset:NAME:test" in err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_progress_is_written_as_lines_where_stderr_is_no_terminal(csv, tmp_path, capsys, monkeypatch):
+    import fedgrove.cli.common as common
+
+    # a quick run says nothing between its start and its result
+    code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "-l", "label", "-n", "30"], capsys)
+    assert code == 0 and "boosting:" not in err
+    # a long one (here: every update counts as late) notes its progress in plain lines, which a log keeps
+    monkeypatch.setattr(common, "PROGRESS_FIRST", 0.0)
+    monkeypatch.setattr(common, "PROGRESS_EVERY", 0.0)
+    code, _, err = run(["train", csv, "-m", tmp_path / "m.json", "-l", "label", "-n", "30"], capsys)
+    assert code == 0, err
+    lines = [x for x in err.splitlines() if x.startswith("boosting: ")]
+    assert lines[0].startswith("boosting: 1/30 (0:00:") and lines[-1].startswith("boosting: 29/30 ")
+    assert "\x1b[" not in err  # no terminal codes in the log

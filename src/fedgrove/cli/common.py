@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -115,16 +116,39 @@ def check_output_dir(path: Path, option: str) -> None:
         raise InvalidParameterError(f"{option} '{path}': directory '{existing}' is not writable")
 
 
+#: where stderr is no terminal (a log file, a service), a progress line after this many seconds, then every
+#: PROGRESS_EVERY seconds: a bar is drawn on terminals only
+PROGRESS_FIRST = 15.0
+PROGRESS_EVERY = 60.0
+
+
 @contextlib.contextmanager
 def progress_bar(description: str, total: int, enabled: bool = True):
-    """Yields ``update(done, total)``; draws a bar on stderr."""
+    """Yields ``update(done, total)``; draws a bar on stderr, or where stderr is no terminal writes
+    ``description: done/total (elapsed)`` lines now and then (nothing for work done within PROGRESS_FIRST s)."""
     if not enabled:
         yield lambda done, tot: None
+        return
+    if not console.is_terminal:
+        start = time.monotonic()
+        due = [start + PROGRESS_FIRST]
+
+        def note(done, tot):
+            now = time.monotonic()
+            if now >= due[0] and done < tot:
+                due[0] = now + PROGRESS_EVERY
+                console.print(f"{description}: {done}/{tot} ({_elapsed(now - start)})")
+        yield note
         return
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as prog:
         task = prog.add_task(description, total=total)
         yield lambda done, tot: prog.update(task, completed=done, total=tot)
+
+
+def _elapsed(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def infer_objective(y: np.ndarray) -> str:
