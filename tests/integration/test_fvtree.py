@@ -11,7 +11,7 @@ import pytest
 from fedgrove.data.partition import horizontal_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.exceptions import InvalidParameterError, LedgerError, PrivacyBudgetError
-from fedgrove.ledger.verify import verify_ledger
+from fedgrove.ledger.verify import compare_replicas, verify_ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions
 from fedgrove.protocols.fvtree.privacy import DPOptions
 from fedgrove.protocols.fvtree.simulate import run_fvtree
@@ -93,6 +93,24 @@ def test_replicas_agree_and_verify(ledger_file):
     assert summary.kinds["ContributionRecord"] > 0 and summary.kinds["Endorsement"] > 0
     total = sum(c["shapley"] for c in summary.contributions.values())
     assert total > 0
+
+
+def test_records_cut_from_a_replicas_end_are_found_by_comparing_replicas(ledger_file, tmp_path, capsys):
+    # what remains of a replica whose last records were deleted is a whole chain: alone it verifies; beside
+    # another party's replica, `fedgrove ledger verify` names the cut; two runs' ledgers are not replicas
+    from fedgrove.cli.main import main
+
+    n = verify_ledger(ledger_file).n_records
+    cut = _tampered(ledger_file, tmp_path, f"DELETE FROM records WHERE seq > {n - 3}")
+    assert verify_ledger(cut).n_records == n - 3
+    others = [str(ledger_file.parent / f"party{k}.ledger.sqlite") for k in (0, 2)]
+    assert main(["ledger", "verify", *others, str(ledger_file)]) == 0
+    assert "the 3 replicas hold the same records" in capsys.readouterr().out
+    assert main(["ledger", "verify", others[0], str(cut)]) == 8
+    assert f"copy.sqlite holds {n - 3} records" in capsys.readouterr().err
+    edited = _tampered(ledger_file, tmp_path, "UPDATE records SET body = body || x'00' WHERE seq = 5")
+    with pytest.raises(LedgerError, match="differ from record 5 on"):
+        compare_replicas([ledger_file, edited])
 
 
 @pytest.mark.parametrize("sql,message", [

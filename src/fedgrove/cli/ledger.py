@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -14,13 +14,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 
 @app.command()
-def verify(ledger: Path = typer.Argument(..., help="A party's ledger file (<party>.ledger.sqlite)")):
-    """Check every hash and signature and recompute every contribution; exit 8 naming the first bad record."""
-    from fedgrove.ledger.verify import verify_ledger
+def verify(ledgers: List[Path] = typer.Argument(..., help="A party's ledger file (<party>.ledger.sqlite); "
+                                               "several: the parties' replicas, which must also agree")):
+    """Check every hash and signature and recompute every contribution; with several replicas, check that they
+    hold the same records (one file alone cannot show records cut from its end).  Exit 8 naming the first bad
+    record."""
+    from fedgrove.ledger.verify import compare_replicas, verify_ledger
 
-    s = verify_ledger(ledger)
-    kinds = ", ".join(f"{n} {k}" for k, n in s.kinds.items())
-    out.print(f"{ledger}: {s.n_records} records verified ({kinds}); head {s.head.hex()[:16]}")
+    for ledger in ledgers:
+        s = verify_ledger(ledger)
+        kinds = ", ".join(f"{n} {k}" for k, n in s.kinds.items())
+        out.print(f"{ledger}: {s.n_records} records verified ({kinds}); head {s.head.hex()[:16]}")
+    if len(ledgers) > 1:
+        compare_replicas(ledgers)
+        out.print(f"the {len(ledgers)} replicas hold the same records")
 
 
 @app.command()

@@ -203,3 +203,25 @@ def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uplo
             raise bad(f"node {node}: the voters listed do not match the vote records")
         if not np.allclose(c.vote[j], vote_contributions(float(split.gains[j]), voters), rtol=1e-9, atol=1e-9):
             raise bad(f"node {node}: the voting contributions do not recompute")
+
+
+def compare_replicas(paths) -> None:
+    """Check that the ledger files are replicas of one ledger: the same records, byte for byte.
+
+    One file alone cannot show that records were removed from its end (what remains is a valid chain);
+    another party's replica can.  Each file should have passed :func:`verify_ledger` first.  Raises
+    :class:`~fedgrove.exceptions.LedgerError` naming the replicas and the first record where they part."""
+    chains = {str(p): [(r.seq, r.kind, r.author, bytes(r.body), bytes(r.signature), bytes(r.prev_hash),
+                        bytes(r.hash)) for r in open_records(p)] for p in paths}
+    names = list(chains)
+    longest = max(names, key=lambda n: len(chains[n]))
+    for name in names:
+        a, b = chains[name], chains[longest]
+        same = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if same is not None:
+            raise LedgerError(f"{name} and {longest} differ from record {same + 1} on: they are not replicas of "
+                              f"one ledger (one was rewritten, or they come from different runs)")
+        if len(a) < len(b):
+            raise LedgerError(f"{name} holds {len(a)} records, {longest} {len(b)}: its records are the first "
+                              f"{len(a)} of {longest}'s, so records {len(a) + 1}-{len(b)} were removed from its "
+                              f"end, or its party stopped before the others")
