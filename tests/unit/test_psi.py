@@ -67,3 +67,25 @@ def test_a_lead_that_names_rows_the_other_does_not_hold_is_refused():
 
     with pytest.raises(ProtocolError, match="P1: L named rows to keep that it does not hold"):
         _run({"L": np.arange(0, 10), "P1": np.arange(5, 15)}, roles={"L": lying_lead})
+
+
+def test_long_blinding_notes_its_progress_and_gives_the_same_rows(rng, monkeypatch, caplog):
+    import logging
+
+    ids = {"L": rng.permutation(300)[:200], "P1": rng.permutation(300)[:250]}
+    with caplog.at_level(logging.INFO, logger="fedgrove"):
+        quiet, _ = _run(ids)
+    assert "held by every party" in caplog.text and "blinding" not in caplog.text  # a short run: no note
+    caplog.clear()
+    # every block counts as late: each party notes its blinding block by block
+    monkeypatch.setattr(psi, "BLOCK", 64)
+    monkeypatch.setattr(psi, "NOTE_FIRST", 0.0)
+    monkeypatch.setattr(psi, "NOTE_EVERY", 0.0)
+    with caplog.at_level(logging.INFO, logger="fedgrove"):
+        noted, _ = _run(ids)
+    assert "L: private set intersection: blinding its IDs, 64 of 200 done" in caplog.text
+    assert "L: private set intersection: blinding P1's IDs, 192 of 250 done" in caplog.text
+    assert "P1: private set intersection: blinding L's IDs, 128 of 200 done" in caplog.text
+    assert "of 250 done" in caplog.text and "250 of 250" not in caplog.text  # none once done
+    for n in ids:
+        np.testing.assert_array_equal(noted[n], quiet[n])
