@@ -160,8 +160,9 @@ class FixedPoint128:
         return hi.view(np.uint64), lo
 
     def decode(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-        """The floats nearest the 128-bit values over ``2**frac_bits`` (one rounding: a negative value is
-        decoded from its magnitude, not as a large high word plus a large low word)."""
+        """The 128-bit values over ``2**frac_bits`` as floats: exact where the value is one (every encoded value
+        is), else within a unit in the last place.  A negative value is decoded from its magnitude: as a high
+        word of -1 plus a low word near 2**64 it lost its low bits to cancellation."""
         negative = hi.view(np.int64) < 0
         n_hi, n_lo = neg128(hi, lo)
         m_hi = np.where(negative, n_hi, hi)
