@@ -101,3 +101,17 @@ def test_more_hash_functions_than_features_are_refused_unless_forced():
     assert LSHParams().resolve(123) == 40 and LSHParams().resolve(9) == 8
     with pytest.raises(InvalidParameterError, match="distribution"):
         LSHParams(distribution="laplace")
+
+
+def test_rows_are_grouped_exactly_even_when_their_digests_collide(rng):
+    # distinct rows are told apart by comparing them in full within a run of equal digests: with every digest
+    # made equal, the groups are still exactly the sets of equal rows
+    from fedgrove.protocols.simfl.lsh import _distinct_rows, _groups_by_digest
+
+    H = rng.integers(-2, 2, size=(300, 3))
+    expected = np.unique(H, axis=0, return_inverse=True)[1].reshape(-1)
+    for group, n_groups in (_distinct_rows(H), _groups_by_digest(H, np.zeros(300, dtype=np.uint64),
+                                                                  np.arange(300))):
+        assert n_groups == len(np.unique(expected))
+        pairs = set(zip(group.tolist(), expected.tolist()))
+        assert len(pairs) == n_groups  # one to one with numpy's grouping

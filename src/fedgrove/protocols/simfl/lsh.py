@@ -151,8 +151,8 @@ def similar_instances(H_query: np.ndarray, H_other: np.ndarray, ids_other: np.nd
         return np.full(n, -1, dtype=np.int64)
     rep = _lowest_of_each_distinct_row(H_other, ids_other)  # positions in H_other
     H_other, ids_distinct = H_other[rep], ids_other[rep]
-    H_query, where = np.unique(H_query, axis=0, return_inverse=True)
-    where = where.reshape(-1)
+    where, n_distinct = _distinct_rows(H_query)
+    H_query = H_query[_lowest_per_group(where, n_distinct, np.arange(n))]  # each distinct row's first
     covered = np.cumsum(np.bincount(where, minlength=len(H_query)))  # query rows done after each distinct row
     L = H_other.shape[1]
     order = np.empty(H_other.shape, dtype=np.int64)
@@ -173,12 +173,68 @@ def similar_instances(H_query: np.ndarray, H_other: np.ndarray, ids_other: np.nd
 
 def _lowest_of_each_distinct_row(H: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Position of the lowest-ID row among each set of equal rows of ``H`` (one per distinct row)."""
-    _, group = np.unique(H, axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    by_group = np.lexsort((ids, group))  # each group's rows together, lowest ID first
-    first = np.ones(len(by_group), dtype=bool)
-    first[1:] = group[by_group[1:]] != group[by_group[:-1]]
-    return by_group[first]
+    group, n_groups = _distinct_rows(H)
+    return _lowest_per_group(group, n_groups, ids)
+
+
+def _distinct_rows(H: np.ndarray) -> tuple[np.ndarray, int]:
+    """A group number per row of ``H``, equal exactly for equal rows, and the number of groups: rows sorted
+    by a 64-bit digest, then compared in full within each run of equal digests."""
+    digest = _row_digests(H)
+    return _groups_by_digest(H, digest, np.argsort(digest, kind="stable"))
+
+
+@njit(cache=True)
+def _row_digests(H):
+    n, L = H.shape
+    out = np.empty(n, dtype=np.uint64)
+    for i in range(n):
+        h = np.uint64(14695981039346656037)
+        for k in range(L):
+            h = (h ^ np.uint64(H[i, k])) * np.uint64(1099511628211)
+            h ^= h >> np.uint64(29)
+        out[i] = h
+    return out
+
+
+@njit(cache=True)
+def _groups_by_digest(H, digest, order):
+    n, L = H.shape
+    group = np.empty(n, dtype=np.int64)
+    heads = np.empty(n, dtype=np.int64)  # a row of each group of the current run of equal digests
+    n_groups = 0
+    run_start = 0  # first group of the current run
+    for j in range(n):
+        i = order[j]
+        if j > 0 and digest[i] != digest[order[j - 1]]:
+            run_start = n_groups
+        g = -1
+        for q in range(run_start, n_groups):
+            r = heads[q]
+            same = True
+            for k in range(L):
+                if H[i, k] != H[r, k]:
+                    same = False
+                    break
+            if same:
+                g = q
+                break
+        if g < 0:
+            g = n_groups
+            heads[g] = i
+            n_groups += 1
+        group[i] = g
+    return group, n_groups
+
+
+@njit(cache=True)
+def _lowest_per_group(group, n_groups, ids):
+    best = np.full(n_groups, -1, dtype=np.int64)
+    for i in range(group.shape[0]):
+        g = group[i]
+        if best[g] < 0 or ids[i] < ids[best[g]]:
+            best[g] = i
+    return best
 
 
 @njit(parallel=True, cache=True)
