@@ -731,3 +731,32 @@ def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_e
         run(3, True)
     longer = run(6, True)
     assert longer.n_trees == 6 and longer.params["n_estimators"] == 6
+
+
+def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys):
+    # [horizontal] contributions = true: the aggregator's split Shapley values were only in its JSON files
+    r = np.random.default_rng(1)
+    X = r.normal(size=(600, 4))
+    y = (X[:, 0] > 0).astype(int)
+    noisy = r.integers(0, 2, 300)  # c1's labels carry no signal: it contributes less
+    for k, labels in ((0, y[0::2]), (1, noisy)):
+        df = pd.DataFrame(X[k::2], columns=list("abcd"))
+        df["label"] = labels
+        df.to_csv(tmp_path / f"c{k}.csv", index=False)
+    (tmp_path / "fed.toml").write_text(
+        '[federation]\nprotocol = "horizontal"\n[horizontal]\ncontributions = true\n'
+        '[params]\nn_estimators = 3\nmax_depth = 3\n'
+        '[[party]]\nname = "agg"\nrole = "aggregator"\n'
+        '[[party]]\nname = "c0"\nrole = "client"\ndata = "c0.csv"\nlabel = "label"\n'
+        '[[party]]\nname = "c1"\nrole = "client"\ndata = "c1.csv"\nlabel = "label"\n[output]\ndir = "out"\n')
+    from fedgrove.cli.main import main
+    from fedgrove.engine.model import load_model
+
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0
+    shapley = load_model(tmp_path / "out" / "agg.model.json").metadata["contributions"]
+    assert shapley["c0"]["shapley"] > 0 > shapley["c1"]["shapley"]  # noise hurts the splits it is in
+    printed = capsys.readouterr().out
+    line = next(x for x in printed.splitlines() if x.startswith("agg: contributions (split Shapley): "))
+    assert line.index("c0 ") < line.index("c1 ") and "%)" in line  # largest first, with shares
+    assert main(["info", str(tmp_path / "out" / "agg.model.json")]) == 0
+    assert "contributions" in capsys.readouterr().out

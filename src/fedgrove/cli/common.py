@@ -151,6 +151,15 @@ def _elapsed(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def contributions_text(contributions: dict) -> str:
+    """``party0 5.33e+05 (33.6%), ...`` from a model's recorded contributions (FV-tree's total, else the split
+    Shapley value), largest first."""
+    value = {q: float(c.get("total", c.get("shapley", 0.0))) for q, c in contributions.items()}
+    total = sum(value.values())
+    share = (lambda v: f" ({100 * v / total:.1f}%)") if total > 0 else (lambda v: "")
+    return ", ".join(f"{q} {v:.4g}{share(v)}" for q, v in sorted(value.items(), key=lambda kv: -kv[1]))
+
+
 def infer_objective(y: np.ndarray) -> str:
     """binary for two label values, multiclass for text labels or at most 100 integers, else regression."""
     y = np.asarray(y)

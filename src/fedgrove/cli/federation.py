@@ -7,7 +7,7 @@ from typing import List
 
 import typer
 
-from fedgrove.cli.common import check_output_dir, console, progress_bar
+from fedgrove.cli.common import check_output_dir, console, contributions_text, progress_bar
 
 
 PREDICT_HELP = ("Only predict: every party loads its model file from the output directory and the federation "
@@ -115,7 +115,14 @@ def _report(results: dict, out_dir) -> None:
             out.print(f"warning: histogram uploads refused by the parties' endorsements: {text} (overlap distance "
                       f"above the threshold {s['threshold']:g}; honest parties with few instances per bin reach it "
                       f"too: use fewer bins ([params] max_bins) or a higher [fvtree] threshold)")
+    said = set()
     for name, s in results.items():
+        text = contributions_text(s["contributions"]) if s.get("contributions") else None
+        if text and text not in said:  # every FV-tree party holds the same; the horizontal aggregator alone
+            said.add(text)
+            kind = "contributions (split Shapley + voting)" if "total" in next(iter(s["contributions"].values())) \
+                else "contributions (split Shapley)"
+            out.print(f"{name}: {kind}: {text}")
         if s.get("privacy"):
             out.print(f"{name}: {s['privacy']}")
         if "ledger" in s:

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table as RichTable
 
-from fedgrove.cli.common import categorical_option, load_input, out
+from fedgrove.cli.common import categorical_option, contributions_text, load_input, out
 
 
 def info(
@@ -85,6 +85,8 @@ def info(
         if "protocol" in m.metadata:
             held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
             rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
+        if m.metadata.get("contributions"):
+            rows.append(("contributions", contributions_text(m.metadata["contributions"])))
         if any(t.foreign_splits for t in m.trees):
             rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
         gain, splits, labels = m.feature_importance("gain"), m.feature_importance("split"), m.feature_labels()
