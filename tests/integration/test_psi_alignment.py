@@ -136,3 +136,34 @@ label = "label"
     for name in ("host", "guest0", "guest1"):
         psi_run, exact_run = (tmp_path / d / "out" / f"{name}.model.json" for d in ("psi", "exact"))
         assert psi_run.read_bytes() == exact_run.read_bytes()
+
+
+def test_text_instance_ids_train_and_predict_like_numbers(tmp_path):
+    # an _id column of text (cust-17) stopped the federation with "invalid literal for int()"; now every party
+    # codes it alike, intersects by it, and the predictions name the instances by their text
+    rng = np.random.default_rng(6)
+    n = 300
+    X = rng.normal(size=(n, 4))
+    y = (X[:, 0] - X[:, 2] > 0).astype(int)
+    held = {"a": rng.random(n) < 0.9, "b": rng.random(n) < 0.85}
+    train = np.arange(n) < 220
+    preds = {}
+    for kind, ids in (("numbers", np.arange(n) * 7), ("text", np.array([f"cust-{7 * k}" for k in range(n)]))):
+        d = tmp_path / kind
+        d.mkdir()
+        frames = {"a": pd.DataFrame({"_id": ids, "x0": X[:, 0], "x1": X[:, 1], "label": y}),
+                  "b": pd.DataFrame({"_id": ids, "x2": X[:, 2], "x3": X[:, 3]})}
+        for name, df in frames.items():
+            df[train & held[name]].to_csv(d / f"{name}.csv", index=False)
+            df[~train & held[name]].to_csv(d / f"{name}-test.csv", index=False)
+        (d / "fed.toml").write_text(HEAD["vertical"].format(align='align = "psi"') + "".join(
+            f'[[party]]\nname = "{name}"\nrole = "{role}"\ndata = "{d}/{name}.csv"\ntest = "{d}/{name}-test.csv"\n'
+            + ('label = "label"\n' if name == "a" else "") for name, role in zip("ab", ROLES["vertical"]))
+            + f'[output]\ndir = "{d}/out"\n')
+        assert main(["simulate", str(d / "fed.toml")]) == 0
+        preds[kind] = pd.read_csv(d / "out" / "a.predictions.csv")
+    both = ~train & held["a"] & held["b"]
+    assert sorted(preds["text"]["_id"]) == sorted(f"cust-{7 * k}" for k in np.nonzero(both)[0])
+    by_number = preds["numbers"].set_index("_id")
+    again = preds["text"].assign(_id=[int(v.removeprefix("cust-")) for v in preds["text"]["_id"]]).set_index("_id")
+    np.testing.assert_allclose(again.loc[by_number.index, "p_1"], by_number["p_1"], rtol=0, atol=1e-9)

@@ -268,3 +268,27 @@ def test_a_csv_with_a_written_dataframe_index_is_warned_about(tmp_path, caplog):
         assert load_table(tmp_path / "with_index.csv", label="y").X.shape == (4, 2)
     assert len(caplog.records) == 1
     assert "first column has no name and holds the row numbers 0..3" in caplog.records[0].getMessage()
+
+
+def test_text_instance_ids_are_coded_alike_everywhere_and_written_back_as_text(tmp_path):
+    # an _id column of text (cust-17) stopped every command with "invalid literal for int()"
+    from fedgrove.data.io import id_codes, text_id_code
+
+    codes, text = id_codes(np.array(["cust-17", "007", "x", "-3"], dtype=object))
+    assert text.tolist() == ["cust-17", "007", "x", "-3"]
+    # whole numbers keep their value (another party's file may hold them as numbers); other text its digest
+    assert codes.tolist() == [text_id_code("cust-17"), 7, text_id_code("x"), -3]
+    assert text_id_code("cust-17") == text_id_code("cust-17") != text_id_code("cust-18") >= 0
+    assert id_codes(np.array([4, 9]))[1] is None and id_codes(np.array([4.0, 9.0]))[0].tolist() == [4, 9]
+    df = pd.DataFrame({"_id": ["b-2", "a-1", "c-3"], "x": [1.0, 2.0, 3.0], "label": [0, 1, 0]})
+    df.to_csv(tmp_path / "t.csv", index=False)
+    t = load_table(tmp_path / "t.csv", label="label")
+    assert t.ids.tolist() == [text_id_code(v) for v in ("b-2", "a-1", "c-3")]
+    sub = t.subset([2, 0])
+    assert sub.id_labels.tolist() == ["c-3", "b-2"]
+    write_table(sub, tmp_path / "out.csv")
+    assert pd.read_csv(tmp_path / "out.csv")["_id"].tolist() == ["c-3", "b-2"]
+    df.loc[2, "_id"] = "a-1"
+    df.to_csv(tmp_path / "dup.csv", index=False)
+    with pytest.raises(DataError, match="unique"):
+        load_table(tmp_path / "dup.csv", label="label")

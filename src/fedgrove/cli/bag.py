@@ -66,11 +66,14 @@ def _score(df, table, source: str) -> None:
         raise DataError(f"{source}: no label column to score against")
     y = np.asarray(table.y)
     if "_id" in df.columns and table.ids is not None:
+        from fedgrove.data.io import id_codes
+
         pos = {int(i): k for k, i in enumerate(table.ids)}
-        try:
-            y = y[[pos[int(i)] for i in df["_id"]]]
-        except KeyError as exc:
-            raise DataError(f"{source}: test ID {exc.args[0]} of the predictions is missing") from None
+        codes, _ = id_codes(df["_id"].to_numpy(), source)
+        missing = [v for v, c in zip(df["_id"], codes) if int(c) not in pos]
+        if missing:
+            raise DataError(f"{source}: test ID {missing[0]} of the predictions is missing")
+        y = y[[pos[int(c)] for c in codes]]
     elif len(y) != len(df):
         raise DataError(f"{source}: {len(y)} rows for {len(df)} predictions")
     pred = df["prediction"].to_numpy()

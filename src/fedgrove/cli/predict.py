@@ -62,7 +62,7 @@ def predict(
         pred = m.predict(X)
         df = pd.DataFrame({"prediction": np.asarray(m.classes, dtype=object)[pred] if classification else pred})
     if table.ids is not None:
-        df.insert(0, "_id", table.ids)
+        df.insert(0, "_id", table.id_labels)
     if output is None:
         write_data(df.to_csv(index=False))
     else:

@@ -9,6 +9,8 @@ message that names the file, the column and the bad value.
 
 from __future__ import annotations
 
+import hashlib
+
 import os
 import re
 from dataclasses import dataclass, field
@@ -40,6 +42,13 @@ class Table:
     named: bool = True  # feature names come from the file (False: headerless CSV or LIBSVM, names made up)
     categories: dict = field(default_factory=dict)  # {column: its categories}: the column holds their codes
     unseen: dict = field(default_factory=dict)  # {column: values not among given categories (now missing)}
+    # text instance IDs as the file wrote them (``ids`` then holds their 63-bit digests, see :func:`id_codes`)
+    id_text: np.ndarray | None = None
+
+    @property
+    def id_labels(self) -> np.ndarray | None:
+        """The instance IDs as the file wrote them: text IDs as text, numbers as numbers (for output files)."""
+        return self.id_text if self.id_text is not None else self.ids
 
     @property
     def n_samples(self) -> int:
@@ -56,7 +65,8 @@ class Table:
         return Table(self.X[rows][:, feats], self.y[rows] if (with_label and self.y is not None) else None,
                      names, self.label_name if with_label else None,
                      None if self.ids is None else self.ids[rows], named=self.named,
-                     categories={c: v for c, v in self.categories.items() if c in names})
+                     categories={c: v for c, v in self.categories.items() if c in names},
+                     id_text=None if self.id_text is None else self.id_text[rows])
 
     def features_as(self, names, source: str = "the data") -> tuple[np.ndarray, list[str]]:
         """The feature matrix with its columns in the order of ``names`` (a model's features), and the
@@ -266,17 +276,47 @@ def _resolve_label(columns: list[str], label, source: str) -> str | None:
     raise DataError(f"label column index {label} is out of range for {source!r}, which has {len(columns)} columns")
 
 
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def text_id_code(value: str) -> int:
+    """A text instance ID's 63-bit code: the first 8 bytes of its SHA-256 (domain-tagged), so that every party
+    gives the same ID the same code."""
+    digest = hashlib.sha256(b"fedgrove/id/v1|" + value.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def id_codes(values, source: str = "table") -> tuple[np.ndarray, np.ndarray | None]:
+    """Instance IDs as int64 codes, and the text IDs (None when the IDs are whole numbers).  Whole numbers, as
+    numbers or as text, are their own codes; any other ID (``cust-17``, ``17.5``) is coded by
+    :func:`text_id_code` of its text.  The protocols align, intersect and sort by the codes; output files keep
+    the text."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64), None
+    if values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values)) \
+            and np.all(np.abs(values) < 2.0 ** 63):
+        return values.astype(np.int64), None
+    text = np.array([str(v) for v in values.tolist()], dtype=object)
+    # a whole number written as text (another party's file may hold it as a number) keeps its value
+    codes = np.fromiter((int(v) if _WHOLE.fullmatch(v) and abs(int(v)) < 2 ** 63 else text_id_code(v)
+                         for v in text), dtype=np.int64, count=len(text))
+    if len(np.unique(codes)) != len(codes):  # two IDs with one 63-bit digest: never seen, but refused
+        raise DataError(f"column {ID_COLUMN!r} of {source!r}: two text IDs share a digest; rename one")
+    return codes, text
+
+
 def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: bool = True,
                      categorical=None) -> Table:
     df = df.copy()
     df.columns = [str(c) for c in df.columns]
     label_name = _resolve_label(list(df.columns), label, source)
-    id_values = None
+    id_values = id_text = None
     if ids and ID_COLUMN in df.columns and label_name != ID_COLUMN:
         id_values = df.pop(ID_COLUMN).to_numpy()
-        if pd.isna(id_values).any() or len(np.unique(id_values)) != len(id_values):
+        if pd.isna(id_values).any() or len(pd.unique(id_values)) != len(id_values):
             raise DataError(f"column {ID_COLUMN!r} of {source!r} must hold unique, non-empty instance IDs")
-        id_values = id_values.astype(np.int64)
+        id_values, id_text = id_codes(id_values, source)
     y = None
     if label_name is not None:
         y = df.pop(label_name).to_numpy()
@@ -312,7 +352,8 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
     if np.isinf(X).any():
         j = int(np.nonzero(np.isinf(X).any(axis=0))[0][0])
         raise DataError(f"column {df.columns[j]!r} of {source!r} has an infinite value")
-    return Table(X, y, list(df.columns), label_name, id_values, named=bool(df.attrs.get("named", True)),
+    return Table(X, y, list(df.columns), label_name, id_values, id_text=id_text,
+                 named=bool(df.attrs.get("named", True)),
                  categories=categories, unseen=unseen)
 
 
@@ -371,7 +412,7 @@ def write_table(table: Table, path, format: str | None = None) -> None:
     fmt = format or detect_format(path)
     df = pd.DataFrame(table.X, columns=table.feature_names)
     if table.ids is not None:
-        df.insert(0, ID_COLUMN, table.ids)
+        df.insert(0, ID_COLUMN, table.id_labels)
     if table.y is not None:
         df[table.label_name or "label"] = table.y
     tmp = path.with_name(f".{path.name}.tmp")

@@ -201,7 +201,8 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     for s, name in zip(partition.shards, file_names(partition, format)):
         feats = s.features if (partition.scheme != "horizontal") else np.arange(table.n_features)
         part = Table(table.X[s.rows][:, feats], table.y[s.rows] if (s.has_label and table.y is not None) else None,
-                     [table.feature_names[j] for j in feats], table.label_name or "label", ids[s.rows])
+                     [table.feature_names[j] for j in feats], table.label_name or "label", ids[s.rows],
+                     id_text=None if table.id_text is None else table.id_text[s.rows])
         path = out_dir / name
         write_table(part, path, format)
         written.append(path)
@@ -244,7 +245,8 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
     names = file_names(partition, format, test=True)[len(partition.shards):]
     if partition.scheme == "horizontal":
         path = out_dir / names[0]
-        write_table(Table(test.X, test.y, test.feature_names, test.label_name or "label", ids), path, format)
+        write_table(Table(test.X, test.y, test.feature_names, test.label_name or "label", ids,
+                          id_text=test.id_text), path, format)
         manifest["test_file"] = path.name
         written.append(path)
     else:
@@ -254,7 +256,8 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
         for s, entry, name in zip(partition.shards, manifest["parties"], names):
             rows = np.sort(shares[s.name]) if s.name in shares else np.arange(n)
             part = Table(test.X[rows][:, s.features], test.y[rows] if s.has_label and test.y is not None else None,
-                         [test.feature_names[j] for j in s.features], test.label_name or "label", ids[rows])
+                         [test.feature_names[j] for j in s.features], test.label_name or "label", ids[rows],
+                         id_text=None if test.id_text is None else test.id_text[rows])
             path = out_dir / name
             write_table(part, path, format)
             entry["test_file"] = path.name
@@ -315,9 +318,13 @@ def join_partition(directory, test: bool = False) -> Table:
     labels = [t.y for t in tables if t.y is not None]
     text = any(np.asarray(v).dtype.kind not in "fiub" for v in labels)
     y = np.full(len(ids), None, dtype=object) if text else np.full(len(ids), np.nan)
+    id_text = np.empty(len(ids), dtype=object) if any(t.id_text is not None for t in tables) else None
     for t in tables:
         rows = np.searchsorted(ids, np.asarray(t.ids))
         X[np.ix_(rows, [col[f] for f in t.feature_names])] = t.X
         if t.y is not None:
             y[rows] = t.y
-    return Table(X, y, names, manifest["label"], ids, categories=dict(manifest.get("categories") or {}))
+        if id_text is not None:
+            id_text[rows] = [str(v) for v in t.id_labels]
+    return Table(X, y, names, manifest["label"], ids, categories=dict(manifest.get("categories") or {}),
+                 id_text=id_text)

@@ -94,6 +94,8 @@ class RoleContext:
         if table.ids is not None:  # align by instance ID: every party sorts its rows the same way
             order = np.argsort(table.ids, kind="stable")
             table.X, table.ids = table.X[order], table.ids[order]
+            if table.id_text is not None:
+                table.id_text = table.id_text[order]
             if table.y is not None:
                 table.y = table.y[order]
         return table
@@ -467,6 +469,10 @@ class _Rows:
     ids: np.ndarray | None
     y: np.ndarray | None
 
+    @property
+    def id_labels(self):  # the Federated Forest master, holding no file, knows text IDs by their codes only
+        return self.ids
+
 
 # ----------------------------------------------------------------------------- outputs
 def write_predictions(ctx: RoleContext, out: np.ndarray, classes, table) -> dict:
@@ -482,7 +488,7 @@ def write_predictions(ctx: RoleContext, out: np.ndarray, classes, table) -> dict
     else:
         df = pd.DataFrame({"prediction": out})
     if table.ids is not None:
-        df.insert(0, "_id", table.ids)
+        df.insert(0, "_id", table.id_labels)
     path = ctx.out_dir / f"{ctx.spec.name}.predictions.csv"
     atomic_write_text(path, df.to_csv(index=False))
     result = {"predictions": str(path), "n_test": len(df)}
