@@ -292,3 +292,5 @@ def test_text_instance_ids_are_coded_alike_everywhere_and_written_back_as_text(t
     df.to_csv(tmp_path / "dup.csv", index=False)
     with pytest.raises(DataError, match="unique"):
         load_table(tmp_path / "dup.csv", label="label")
+    with pytest.raises(DataError, match="IDs '7' and '007' name one instance"):
+        id_codes(np.array(["a", "7", "007"], dtype=object))

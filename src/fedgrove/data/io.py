@@ -10,7 +10,6 @@ message that names the file, the column and the bad value.
 from __future__ import annotations
 
 import hashlib
-
 import os
 import re
 from dataclasses import dataclass, field
@@ -301,8 +300,12 @@ def id_codes(values, source: str = "table") -> tuple[np.ndarray, np.ndarray | No
     # a whole number written as text (another party's file may hold it as a number) keeps its value
     codes = np.fromiter((int(v) if _WHOLE.fullmatch(v) and abs(int(v)) < 2 ** 63 else text_id_code(v)
                          for v in text), dtype=np.int64, count=len(text))
-    if len(np.unique(codes)) != len(codes):  # two IDs with one 63-bit digest: never seen, but refused
-        raise DataError(f"column {ID_COLUMN!r} of {source!r}: two text IDs share a digest; rename one")
+    uniq, counts = np.unique(codes, return_counts=True)
+    if (counts > 1).any():  # 7 and 007 (one number written two ways), or a shared digest (never seen)
+        code = uniq[np.argmax(counts > 1)]
+        a, b = text[np.nonzero(codes == code)[0][:2]]
+        raise DataError(f"column {ID_COLUMN!r} of {source!r}: IDs {a!r} and {b!r} name one instance (the same "
+                        f"whole number, or text with the same digest); give each instance one ID")
     return codes, text
 
 
