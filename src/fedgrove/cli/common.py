@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fedgrove.data.datasets import available_datasets, load_dataset
 from fedgrove.data.io import Table, load_table
 from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.log import NoteTimer
 
 # markup off: messages carry user text (file names, "[output] dir"); styled lines opt in with markup=True
 console = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
@@ -130,14 +130,11 @@ def progress_bar(description: str, total: int, enabled: bool = True):
         yield lambda done, tot: None
         return
     if not console.is_terminal:
-        start = time.monotonic()
-        due = [start + PROGRESS_FIRST]
+        timer = NoteTimer(PROGRESS_FIRST, PROGRESS_EVERY)
 
         def note(done, tot):
-            now = time.monotonic()
-            if now >= due[0] and done < tot:
-                due[0] = now + PROGRESS_EVERY
-                console.print(f"{description}: {done}/{tot} ({_elapsed(now - start)})")
+            if done < tot and (elapsed := timer.due()) is not None:
+                console.print(f"{description}: {done}/{tot} ({_elapsed(elapsed)})")
         yield note
         return
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

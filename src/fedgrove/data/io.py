@@ -61,7 +61,8 @@ class Table:
         rows = slice(None) if rows is None else rows
         feats = np.arange(self.n_features) if features is None else np.asarray(features)
         names = [self.feature_names[j] for j in feats]
-        return Table(self.X[rows][:, feats], self.y[rows] if (with_label and self.y is not None) else None,
+        X = self.X[rows] if features is None else self.X[rows][:, feats]
+        return Table(X, self.y[rows] if (with_label and self.y is not None) else None,
                      names, self.label_name if with_label else None,
                      None if self.ids is None else self.ids[rows], named=self.named,
                      categories={c: v for c, v in self.categories.items() if c in names},

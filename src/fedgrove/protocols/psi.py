@@ -9,13 +9,12 @@ party's rows, in the order of its ``a``, every party holds).
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
 from fedgrove.crypto.psi import Blinder, hash_ids, matches, pack, shuffled, unpack
 from fedgrove.exceptions import DataError, ProtocolError
-from fedgrove.log import logger
+from fedgrove.log import NoteTimer, logger
 from fedgrove.transport.codec import Message, array_field, register
 
 
@@ -32,16 +31,13 @@ NOTE_EVERY = 30.0
 
 def _blind(channel, blinder: Blinder, points: list, what: str) -> list:
     """``blinder.blind(points)`` in blocks, noting the progress of a long run."""
-    start = time.monotonic()
-    due = start + NOTE_FIRST
+    timer = NoteTimer(NOTE_FIRST, NOTE_EVERY)
     out = []
     for k in range(0, len(points), BLOCK):
         out += blinder.blind(points[k:k + BLOCK])
-        now = time.monotonic()
-        if now >= due and len(out) < len(points):
-            due = now + NOTE_EVERY
+        if len(out) < len(points) and (elapsed := timer.due()) is not None:
             logger.info("%s: private set intersection: blinding %s, %d of %d done (%.0f s so far)", channel.party,
-                        what, len(out), len(points), now - start)
+                        what, len(out), len(points), elapsed)
     return out
 
 

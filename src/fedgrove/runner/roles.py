@@ -92,12 +92,7 @@ class RoleContext:
         if table.y is not None:
             table.y = self._label_codes(table.y, path)
         if table.ids is not None:  # align by instance ID: every party sorts its rows the same way
-            order = np.argsort(table.ids, kind="stable")
-            table.X, table.ids = table.X[order], table.ids[order]
-            if table.id_text is not None:
-                table.id_text = table.id_text[order]
-            if table.y is not None:
-                table.y = table.y[order]
+            table = table.subset(np.argsort(table.ids, kind="stable"))
         return table
 
     def common(self, table, lead: str, others: list[str], test: bool = False, everyone: bool = True):

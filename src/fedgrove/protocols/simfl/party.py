@@ -32,7 +32,7 @@ from fedgrove.engine.model import GBDTModel, atomic_write_text, names_of
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
-from fedgrove.log import logger
+from fedgrove.log import NoteTimer, logger
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.protocols.simfl import messages as m
 from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
@@ -197,15 +197,12 @@ class SimFLParty:
     def _similarity_note(self, peer: str, n_peer: int):
         """A progress callback that notes, after 15 s and then every 30 s, how far the search for this party's
         instances' similar ones among ``peer``'s has come (quadratic in the rows: minutes on millions)."""
-        start = time.monotonic()
-        state = {"next": start + 15.0}
+        timer = NoteTimer(15.0, 30.0)
 
         def note(done: int, total: int) -> None:
-            now = time.monotonic()
-            if now >= state["next"] and done < total:
-                state["next"] = now + 30.0
+            if done < total and (elapsed := timer.due()) is not None:
                 logger.info("%s: similar instances among %s's %d: %d of %d rows done (%.0f s so far)",
-                            self.ch.party, peer, n_peer, done, total, now - start)
+                            self.ch.party, peer, n_peer, done, total, elapsed)
         return note
 
     def _feature_ranges(self):
