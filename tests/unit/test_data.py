@@ -294,3 +294,12 @@ def test_text_instance_ids_are_coded_alike_everywhere_and_written_back_as_text(t
         load_table(tmp_path / "dup.csv", label="label")
     with pytest.raises(DataError, match="IDs '7' and '007' name one instance"):
         id_codes(np.array(["a", "7", "007"], dtype=object))
+
+
+def test_a_whole_id_in_a_column_of_decimal_ids_gets_the_code_another_party_gives_it():
+    # [1.0, 2.5] as floats: 1.0 was coded by the digest of "1.0", another party's 1 by its value
+    from fedgrove.data.io import id_codes, text_id_code
+
+    codes, text = id_codes(np.array([1.0, 2.5]))
+    assert codes.tolist() == [1, text_id_code("2.5")] and text.tolist() == ["1", "2.5"]
+    assert id_codes(np.array([1, "2.5"], dtype=object))[0].tolist() == codes.tolist()

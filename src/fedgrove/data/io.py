@@ -297,7 +297,9 @@ def id_codes(values, source: str = "table") -> tuple[np.ndarray, np.ndarray | No
     if values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values)) \
             and np.all(np.abs(values) < 2.0 ** 63):
         return values.astype(np.int64), None
-    text = np.array([str(v) for v in values.tolist()], dtype=object)
+    # a whole float (1.0 beside 2.5 in one column) is written as the whole number, as another party writes it
+    text = np.array([str(int(v)) if isinstance(v, float) and v.is_integer() and abs(v) < 2.0 ** 63 else str(v)
+                     for v in values.tolist()], dtype=object)
     # a whole number written as text (another party's file may hold it as a number) keeps its value
     codes = np.fromiter((int(v) if _WHOLE.fullmatch(v) and abs(int(v)) < 2 ** 63 else text_id_code(v)
                          for v in text), dtype=np.int64, count=len(text))
