@@ -406,10 +406,12 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     a, b = (pd.read_csv(p) for p in preds)
     bagged = pd.read_csv(tmp_path / "bagged.csv")
     assert (bagged["_id"] == a["_id"]).all() and len(bagged) == 114
-    # majority of two: both agree, or the tie goes to the lower class
+    # majority of two: both agree, or the tie goes to the class of the higher mean probability
     agree = a["prediction"] == b["prediction"]
+    assert (~agree).any()
     assert (bagged["prediction"][agree] == a["prediction"][agree]).all()
-    assert (bagged["prediction"][~agree] == 0).all()
+    higher = np.where(a["p_1"] + b["p_1"] > a["p_0"] + b["p_0"], 1, 0)
+    assert (bagged["prediction"][~agree] == higher[~agree]).all()
     assert (bagged["votes"] == np.where(agree, 2, 1)).all()
     np.testing.assert_allclose(bagged["p_1"], (a["p_1"] + b["p_1"]) / 2)
     truth = pd.read_csv(tmp_path / "parts" / "host0-test.csv").set_index("_id")["target"]

@@ -75,8 +75,15 @@ def test_bagging_majority_soft_and_mean():
     raws = [np.array([[0.1], [-3.0]]), np.array([[0.1], [-3.0]]), np.array([[-5.0], [3.0]])]
     np.testing.assert_array_equal(bag_predictions(raws, "binary"), [1, 0])
     np.testing.assert_array_equal(bag_predictions(raws, "binary", vote="soft"), [0, 0])
-    multi = [np.array([[2.0, 0, 0]]), np.array([[0, 2.0, 0]])]  # a tie goes to the lowest class
-    np.testing.assert_array_equal(bag_predictions(multi, "multiclass"), [0])
+    # a tie (two hosts that disagree) goes to the tied class with the higher mean probability, not the lowest
+    # class: with two hosts, ties to class 0 made the bagged accuracy fall below either host's
+    multi = [np.array([[2.0, 0, 0]]), np.array([[0, 3.0, 0]])]
+    np.testing.assert_array_equal(bag_predictions(multi, "multiclass"), [1])
+    np.testing.assert_array_equal(bag_predictions([np.array([[-0.5]]), np.array([[2.0]])], "binary"), [1])
+    np.testing.assert_array_equal(bag_predictions([np.array([[-2.0]]), np.array([[0.5]])], "binary"), [0])
+    # exactly equal: the lowest class
+    np.testing.assert_array_equal(bag_predictions([np.array([[2.0, 0, 0]]), np.array([[0, 2.0, 0]])],
+                                                  "multiclass"), [0])
     np.testing.assert_allclose(bag_predictions([np.array([1.0, 2.0]), np.array([3.0, 6.0])], "regression"), [2, 4])
     with pytest.raises(InvalidParameterError, match="vote"):
         bag_predictions(raws, "binary", vote="median")

@@ -16,8 +16,9 @@ def bag_predictions(raws: list[np.ndarray], objective: str, n_classes: int | Non
     """Combine the raw scores of several hosts' models.
 
     Regression: the mean prediction.  Classification: ``majority`` (the
-    paper's choice) takes the class most hosts predict, ties to the lowest
-    class; ``soft`` takes the class with the highest mean probability.
+    paper's choice) takes the class most hosts predict, a tie to the tied
+    class with the highest mean probability; ``soft`` takes the class with the
+    highest mean probability.
     Returns predicted values (regression) or class codes.
     """
     if vote not in VOTES:
@@ -33,17 +34,20 @@ def bag_predictions(raws: list[np.ndarray], objective: str, n_classes: int | Non
 
 def vote_classes(probas: np.ndarray, vote: str = "majority") -> np.ndarray:
     """Class codes from per-host class probabilities ``(hosts, n, classes)``: ``majority`` counts each host's
-    most probable class (ties to the lowest class), ``soft`` takes the highest mean probability."""
+    most probable class (a tie, as two hosts that disagree make, goes to the tied class with the highest mean
+    probability, then to the lowest class), ``soft`` takes the highest mean probability."""
     if vote not in VOTES:
         raise InvalidParameterError(f"vote must be one of {VOTES}, got {vote!r}")
     probas = np.asarray(probas, dtype=np.float64)
+    mean = probas.mean(axis=0)
     if vote == "soft":
-        return probas.mean(axis=0).argmax(axis=1)
+        return mean.argmax(axis=1)
     votes = probas.argmax(axis=2)  # (hosts, n)
     counts = np.zeros(probas.shape[1:], dtype=np.int64)
     for v in votes:
         counts[np.arange(len(v)), v] += 1
-    return counts.argmax(axis=1)
+    most = counts == counts.max(axis=1, keepdims=True)
+    return np.where(most, mean, -np.inf).argmax(axis=1)
 
 
 def bag_prediction_files(frames: dict, vote: str = "majority"):
