@@ -1,4 +1,4 @@
-"""Print the README's benchmark tables from bench/results/*.json (markdown)."""
+"""Print the benchmark tables of docs/benchmarks.md from bench/results/*.json (markdown)."""
 
 from __future__ import annotations
 
@@ -185,4 +185,7 @@ TABLES = {"engine": engine_table, "vertical": vertical_table, "forest": forest_t
 if __name__ == "__main__":
     import sys
 
-    print(TABLES[sys.argv[1] if len(sys.argv) > 1 else "engine"]())
+    name = sys.argv[1] if len(sys.argv) > 1 else "engine"
+    if name not in TABLES:
+        sys.exit(f"no tables for {name!r}: give one of {', '.join(TABLES)}")
+    print(TABLES[name]())
