@@ -429,6 +429,22 @@ def test_a_partition_replaces_the_one_before_it_and_no_other_file(csv, tmp_path,
     assert (mine / "party0.csv").read_text().startswith("_id,")
 
 
+def test_partition_format_options_are_told_apart(csv, tmp_path, capsys):
+    # --format is the input's format and --file-format the party files': a user who wanted Parquet party files
+    # and wrote --format parquet got only "cannot read as Parquet"; a bad --file-format came after reading the data
+    out = tmp_path / "parts"
+    code, _, err = run(["partition", csv, "-l", "label", "-o", out, "--scheme", "vertical", "--format", "parquet"],
+                       capsys)
+    assert code == 3 and "as Parquet" in err and "the party files' format is --file-format" in err
+    code, _, err = run(["partition", tmp_path / "no-such.csv", "-l", "label", "-o", out, "--scheme", "vertical",
+                        "--file-format", "xlsx"], capsys)
+    assert code == 2 and "--file-format (the party files' format) must be csv or parquet, got 'xlsx'" in err
+    assert not out.exists()
+    code, _, err = run(["partition", tmp_path / "no-such.csv", "-l", "label", "-o", out, "--scheme", "vertical"],
+                       capsys)
+    assert code != 0 and "--file-format" not in err  # no hint without --format
+
+
 def test_long_messages_stay_on_one_line(csv, tmp_path, capsys):
     # rich wraps at 80 columns without a terminal: a path or a metric broken across lines defeats grep
     parts = tmp_path / ("a-folder-whose-name-is-long-enough-to-push-the-line-past-eighty-columns" * 2)

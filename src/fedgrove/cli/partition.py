@@ -47,8 +47,20 @@ def partition(
                                          vertical_partition, write_partition, write_test_files)
     from fedgrove.exceptions import DataError
 
+    from fedgrove.exceptions import InvalidParameterError
+
+    if file_format not in ("csv", "parquet"):  # before reading the data, which may take a while
+        raise InvalidParameterError(f"--file-format (the party files' format) must be csv or parquet, got "
+                                    f"{file_format!r}")
     check_output_dir(out_dir, "--out")
-    table = load_input(data, label if label is not None else -1, fmt, categorical=categorical_option(categorical))
+    try:
+        table = load_input(data, label if label is not None else -1, fmt,
+                           categorical=categorical_option(categorical))
+    except DataError as exc:
+        if fmt is not None and not data.startswith("dataset:") and fmt != _format_of(data):
+            raise type(exc)(f"{exc} (--format names the format of the data you give; the party files' format "
+                            f"is --file-format)") from None
+        raise
     if table.y is None:
         raise DataError("the data has no label column; pass --label")
     report_categories(table)
@@ -104,3 +116,14 @@ def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool)
         (out_dir / n).unlink()
     if earlier:
         console.print(f"replaced the partition that was in {out_dir} ({len(earlier)} party files)")
+
+
+def _format_of(path: str) -> str | None:
+    """The format a file's extension names, if any."""
+    from fedgrove.data.io import detect_format
+    from fedgrove.exceptions import DataError
+
+    try:
+        return detect_format(path)
+    except DataError:
+        return None
