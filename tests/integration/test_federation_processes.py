@@ -735,6 +735,47 @@ def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_e
     assert longer.n_trees == 6 and longer.params["n_estimators"] == 6
 
 
+def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_difference(tmp_path):
+    # a federation of other settings, data or protocol in the same output folder: --resume went on from its
+    # checkpoints (a model of mixed trees) or failed on what it found in them with a message about something else
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.engine.model import load_model
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import simulate
+
+    r = np.random.default_rng(1)
+    for k in range(2):
+        pd.DataFrame({"a": r.normal(size=80), "b": r.normal(size=80), "y": r.integers(0, 2, 80)}) \
+            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    path = tmp_path / "f.toml"
+
+    def run(resume, trees=3, extra="", text=None):
+        path.write_text(text or SIMFL_PAIR.format(trees=trees, schedule="round-robin", threads=1, extra=extra))
+        simulate(load_federation(path), resume=resume)
+
+    run(False)
+    with pytest.raises(InvalidParameterError, match=r"p[01].checkpoint.json was written by another run "
+                                                    r"\(params.learning_rate: 0.1 there, 0.5 here\)"):
+        run(True, extra="learning_rate = 0.5")
+    horizontal = ('[federation]\nprotocol = "horizontal"\nseed = 0\ntimeout = 20\n[params]\nn_estimators = 3\n'
+                  '[[party]]\nname = "agg"\nrole = "aggregator"\n'
+                  '[[party]]\nname = "p0"\nrole = "client"\ndata = "p0.csv"\nlabel = "y"\n'
+                  '[[party]]\nname = "p1"\nrole = "client"\ndata = "p1.csv"\nlabel = "y"\n[output]\ndir = "runs"\n')
+    with pytest.raises(InvalidParameterError, match="role 'party' there, 'client' here; federation.protocol: "
+                                                    "'simfl' there, 'horizontal' here"):
+        run(True, text=horizontal)
+    pd.read_csv(tmp_path / "p1.csv").iloc[::-1].to_csv(tmp_path / "p1.csv", index=False)  # the same rows, reordered
+    with pytest.raises(InvalidParameterError, match="p1.checkpoint.json was written by another run \\(the data "
+                                                    "file .*p1.csv has changed since\\)"):
+        run(True)
+    r2 = np.random.default_rng(1)
+    for k in range(2):  # the data back as it was: more trees resume, and a changed timeout is each party's own
+        pd.DataFrame({"a": r2.normal(size=80), "b": r2.normal(size=80), "y": r2.integers(0, 2, 80)}) \
+            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    run(True, trees=5, extra="")
+    assert load_model(tmp_path / "runs" / "p0.model.json").n_trees == 5
+
+
 def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys):
     # [horizontal] contributions = true: the aggregator's split Shapley values were only in its JSON files
     r = np.random.default_rng(1)

@@ -47,6 +47,7 @@ class CheckpointStore:
         self._log_end = 0                 # its bytes that the state file vouches for
         self._chunks: dict[str, list] = {}          # sha256 of a text -> [offset, length, sha256]
         self._seen: dict[int, tuple] = {}           # id(FrozenJSON) -> (the object, its reference)
+        self.run: dict | None = None  # the run that saves (party, role, settings, data digest), kept in each state
 
     def save(self, state: dict, array: np.ndarray | None = None) -> None:
         if self._log is None:  # a fresh run (a resumed one has loaded its state): a new log
@@ -61,6 +62,8 @@ class CheckpointStore:
                 for data in pending:
                     fh.write(data)
         skeleton["tree_log"] = {"file": self._log.name, "bytes": self._log_end}
+        if self.run is not None:
+            skeleton["run"] = self.run
         if array is not None:
             buf = io.BytesIO()
             np.save(buf, np.ascontiguousarray(array), allow_pickle=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = RoleContext(cfg, spec, channel, he, resume, progress,
                       CheckpointStore(out_dir / f"{spec.name}.checkpoint.json"))
+    if not predict_only:  # every checkpoint names the run that wrote it, so that --resume can tell another's
+        ctx.checkpoint.run = run_record(cfg, spec)
     predict = PREDICT.get((cfg.protocol, spec.role))
     if (predict_only or cfg.predict) and predict is None:  # said before training, not after it
         raise InvalidParameterError(f"the {cfg.protocol} protocol has no federated prediction: every party holds "
@@ -53,10 +56,57 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
     return stats
 
 
+#: settings a resumed run may change: more trees, and whether test data is predicted
+RESUMABLE = ("params.n_estimators", "federation.predict")
+
+
+def run_record(cfg: FederationConfig, spec: PartySpec) -> dict:
+    """What a checkpoint must have been written under to be resumed: the party, its role, the federation's
+    shared settings (but :data:`RESUMABLE`) and the SHA-256 of the party's data file."""
+    settings = {k: v for k, v in canonical(cfg.shared_settings()).items() if k not in RESUMABLE}
+    record = {"party": spec.name, "role": spec.role,
+              "settings": json.loads(json.dumps(settings, sort_keys=True, default=str))}
+    data = Path(str(spec.data)) if spec.data is not None else None
+    if data is not None and data.is_file():
+        digest = hashlib.sha256()
+        with open(data, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        record["data_sha256"] = digest.hexdigest()
+    return record
+
+
+def _differences(before: dict, now: dict, data) -> list[str]:
+    """How the run that wrote a checkpoint (``before``) differs from this one, in words."""
+    def shown(v):  # settings hold every number as a float
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    out = [f"{k} {before.get(k)!r} there, {now.get(k)!r} here" for k in ("party", "role")
+           if before.get(k) != now.get(k)]
+    a, b = before.get("settings") or {}, now["settings"]
+    keys = sorted(a.keys() | b.keys())
+    if a.get("federation.protocol") != b.get("federation.protocol"):  # the rest follows from it
+        keys = ["federation.protocol"]
+    out += [f"{k}: {shown(a.get(k))!r} there, {shown(b.get(k))!r} here" for k in keys
+            if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
+    if before.get("data_sha256") != now.get("data_sha256"):
+        out.append(f"the data file {data} has changed since")
+    return out
+
+
 def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
-    """Refuse to resume from a checkpoint that holds more rounds than the config asks for: the model would keep
-    them all while its parameters said fewer (a run is extended by raising n_estimators, not shortened)."""
+    """Refuse to resume from a checkpoint that another run wrote (another protocol, role, settings or data), or
+    that holds more rounds than the config asks for: the model would keep them all while its parameters said
+    fewer (a run is extended by raising n_estimators, not shortened)."""
     state = ctx.checkpoint.load()
+    before = None if state is None else state.get("run")
+    if isinstance(before, dict) and ctx.checkpoint.run is not None:  # (checkpoints before 2026-11-24 name none)
+        diffs = _differences(before, ctx.checkpoint.run, ctx.spec.data)
+        if diffs:
+            shown = "; ".join(diffs[:6]) + ("; ..." if len(diffs) > 6 else "")
+            raise InvalidParameterError(f"--resume: {ctx.checkpoint.path} was written by another run ({shown}); "
+                                        f"resume with the settings and data it was trained on, or train anew "
+                                        f"(without --resume, or into another output directory)")
     rounds = None if state is None else ctx.checkpoint.rounds(state)
     wanted = cfg.make_params().n_estimators
     if rounds is not None and rounds > wanted:
