@@ -498,3 +498,30 @@ def test_progress_is_written_as_lines_where_stderr_is_no_terminal(csv, tmp_path,
     lines = [x for x in err.splitlines() if x.startswith("boosting: ")]
     assert lines[0].startswith("boosting: 1/30 (0:00:") and lines[-1].startswith("boosting: 29/30 ")
     assert "\x1b[" not in err  # no terminal codes in the log
+
+
+def test_info_describes_a_checkpoint_and_a_party_statistics_file(tmp_path, capsys):
+    # both sit in every run's output directory; info called them "not a fedgrove model file"
+    import json
+
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    store = CheckpointStore(tmp_path / "party0.checkpoint.json")
+    store.run = {"party": "party0", "role": "active", "data_sha256": "ab" * 32,
+                 "settings": {"federation.protocol": "vertical", "federation.seed": 0.0, "params.max_depth": 4.0}}
+    store.save({"trees_done": 7, "model": {}})
+    code, out, err = run(["info", tmp_path / "party0.checkpoint.json"], capsys)
+    assert code == 0, err
+    text = " ".join((out + err).split())
+    for shown in ("party party0, active", "protocol │ vertical", "trees done │ 7", "params.max_depth │ 4 ",
+                  "--resume"):
+        assert shown in text, shown
+    (tmp_path / "party0.stats.json").write_text(json.dumps(
+        {"party": "party0", "role": "active", "seconds": 3.2, "total_sent": 2_500_000, "total_received": 10_000,
+         "messages_sent": 16, "rounds": 30}))
+    code, out, err = run(["info", tmp_path / "party0.stats.json"], capsys)
+    assert code == 0, err
+    assert "│ party0 │ active │ 3.2" in out + err and "2.50" in out + err
+    (tmp_path / "other.checkpoint.json").write_text("[1, 2]")
+    code, _, err = run(["info", tmp_path / "other.checkpoint.json"], capsys)
+    assert code != 0 and "not a fedgrove checkpoint" in err

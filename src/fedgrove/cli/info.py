@@ -35,6 +35,12 @@ def info(
                                     f"{importance!r}")
     if p.suffix.lower() == ".json" and not p.exists():
         raise ModelFormatError(f"model file {path!r} does not exist")
+    if p.is_file() and p.name.endswith(".checkpoint.json"):
+        return _checkpoint_info(p)
+    if p.is_file() and p.name.endswith((".stats.json", ".predict-stats.json")) and (runs := _run_stats_file(p)):
+        from fedgrove.cli.federation import _report
+
+        return _report(runs, p.parent)
     is_model = p.is_file() and _looks_like_model(p)
     if importance is not None and not is_model:
         raise InvalidParameterError(f"--importance is for a model file; {path} is not one")
@@ -145,6 +151,51 @@ def info(
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
+
+
+def _checkpoint_info(p: Path) -> None:
+    """What a party's checkpoint holds: whose it is, under which protocol, and how far the run had come."""
+    from fedgrove.exceptions import DataError
+
+    try:
+        state = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"checkpoint {p} cannot be read: {exc}") from None
+    if not isinstance(state, dict) or "trees_done" not in state:
+        raise DataError(f"{p} is not a fedgrove checkpoint (no trees_done field)")
+    run = state.get("run") if isinstance(state.get("run"), dict) else {}
+    settings = run.get("settings") or {}
+    shown = (lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
+    rows = [("checkpoint of", f"party {run.get('party', p.name.removesuffix('.checkpoint.json'))}"
+             + (f", {run['role']}" if run.get("role") else "")),
+            ("protocol", str(settings.get("federation.protocol") or state.get("protocol") or "unknown")),
+            ("trees done", str(state["trees_done"]))]
+    rows += [(k, shown(settings[k])) for k in ("federation.seed", "params.max_depth", "params.learning_rate")
+             if k in settings]
+    if run.get("data_sha256"):
+        rows.append(("data file SHA-256", run["data_sha256"][:16] + "..."))
+    if not run:
+        rows.append(("run", "not named (written before 2026-11-24): --resume cannot check it was this run's"))
+    rows.append(("resume", "`fedgrove simulate CONFIG --resume` (or `fedgrove party CONFIG --resume` on every "
+                           "party) continues from it, with the same settings and data; more n_estimators grow the "
+                           "model on"))
+    t = RichTable(title=str(p), show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    for k, v in rows:
+        t.add_row(k, v)
+    out.print(t)
+
+
+def _run_stats_file(p: Path) -> dict:
+    """One party's statistics file, as :func:`_run_stats` gives a directory's."""
+    try:
+        s = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(s, dict) or not {"role", "seconds", "total_sent"} <= s.keys():
+        return {}
+    return {str(s.get("party", p.name.split(".")[0])): s}
 
 
 def _partition_party(p: Path) -> dict | None:
