@@ -69,6 +69,19 @@ def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp
     assert feature_columns(tmp_path / "t.parquet") == ["a", "b", "y"]
 
 
+def test_a_text_last_column_read_as_a_feature_is_suggested_as_the_label(tmp_path):
+    # fedgrove info data.csv (no --label) on a file whose last column holds class names said only "encode text
+    # columns as categories"
+    pd.DataFrame({"a": [1, 2], "income": ["<=50K", ">50K"]}).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(DataError, match="if it is the label column, name it: --label income"):
+        load_table(tmp_path / "t.csv")
+    pd.DataFrame({"kind": ["x", "y"], "b": [1, 2]}).to_csv(tmp_path / "u.csv", index=False)
+    with pytest.raises(DataError) as err:  # not the last column: no such guess
+        load_table(tmp_path / "u.csv")
+    assert "label" not in str(err.value)
+    assert load_table(tmp_path / "t.csv", label="income").y.tolist() == ["<=50K", ">50K"]
+
+
 def test_numbers_with_decimal_commas_are_named_as_such(tmp_path):
     # a European spreadsheet's export: ';' between fields is read, '17,99' was called text
     p = tmp_path / "t.csv"

@@ -352,6 +352,9 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
                     "command line, categorical='auto' in Python")
             if isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):  # a European spreadsheet's
                 hint = "; it looks like a number written with a decimal comma: write it with a decimal point"
+            elif label_name is None and col == df.columns[-1] and not isinstance(categorical, dict):
+                hint += (f"; if it is the label column, name it: --label {col} on the command line, "
+                         f"label={col!r} in Python")
             raise DataError(f"column {col!r} of {source!r} has a non-numeric value {value!r} "
                             f"(data row {row + 1}); features must be numbers (empty or '?' for missing){hint}")
         X[:, j] = numeric.to_numpy(dtype=np.float64)
