@@ -803,3 +803,21 @@ def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys
     assert line.index("c0 ") < line.index("c1 ") and "%)" in line  # largest first, with shares
     assert main(["info", str(tmp_path / "out" / "agg.model.json")]) == 0
     assert "contributions" in capsys.readouterr().out
+
+
+def test_a_party_whose_port_is_taken_says_so_in_one_line(tmp_path, monkeypatch):
+    # gRPC's C core printed its own "E1124 ... add_port.cc:83] Failed to add port ..." above fedgrove's message
+    import re
+    import socket
+
+    _setup(tmp_path)
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)  # as a user's shell has it (this process's gRPC set it)
+    port = int(re.search(r'listen = "127.0.0.1:(\d+)"', (tmp_path / "party1.toml").read_text()).group(1))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        proc = _start(tmp_path, "party1")
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 5
+    assert f"cannot listen on 127.0.0.1:{port}: another process holds the port" in err
+    assert "add_port" not in err and err.strip().count("\n") == 0, err

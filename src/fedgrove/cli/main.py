@@ -86,6 +86,9 @@ def _show_log(level: str) -> None:
         logger.removeHandler(h)
     logger.addHandler(_ConsoleLog())
     logger.setLevel(level.upper())
+    if level != "debug":  # gRPC's C core logs its own errors ("E1124 ... add_port.cc:83] Failed to add port"),
+        # which fedgrove states in words; --log-level debug (or GRPC_VERBOSITY set by hand) keeps them
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def main(argv: list[str] | None = None) -> int:
