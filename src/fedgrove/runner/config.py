@@ -209,13 +209,24 @@ def canonical(v):
     return str(v)
 
 
+def check_keys(where: str, given, known) -> None:
+    """Refuse keys of ``given`` not in ``known`` (a misspelt key would otherwise be ignored without a word),
+    naming each with the known key closest to it and every key ``where`` takes."""
+    import difflib
+
+    known = list(known)
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    shown = ", ".join(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(
+        k, known, 1)) else "") for k in unknown)
+    raise InvalidParameterError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {shown}; expected some of "
+                                f"{', '.join(known)}")
+
+
 def _build(cls, values: dict, table: str):
     """``cls(**values)``, with an unknown key named together with the keys ``table`` takes."""
-    known = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise InvalidParameterError(f"{table}: unknown key{'s' if len(unknown) > 1 else ''} {unknown}; expected "
-                                    f"some of {', '.join(known)}")
+    check_keys(table, values, [f.name for f in dataclasses.fields(cls) if f.init])
     try:
         return cls(**values)
     except InvalidParameterError as exc:
@@ -244,10 +255,7 @@ PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categ
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
-    unknown = sorted(set(d) - set(PARTY_KEYS))
-    if unknown:  # a misspelt key (tset = ...) would otherwise be ignored without a word
-        raise InvalidParameterError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {unknown}; expected "
-                                    f"some of {', '.join(PARTY_KEYS)}")
+    check_keys(where, d, PARTY_KEYS)
     for key in ("name", "role"):
         if key not in d:
             raise InvalidParameterError(f"{where}: missing {key!r}")
@@ -307,11 +315,8 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"{source}: unknown table{'s' if len(unknown) > 1 else ''} or key "
                                     f"{', '.join(hints)}; expected some of {', '.join(f'[{t}]' for t in TABLES)}")
     fed = d.get("federation", {})
-    unknown = set(fed) - {"protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict", "classes",
-                          "align"}
-    if unknown:
-        raise InvalidParameterError(f"[federation]: unknown keys {sorted(unknown)}; expected protocol, seed, "
-                                    f"timeout, startup_timeout, max_message_mb, predict, classes, align")
+    check_keys("[federation]", fed, ("protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict",
+                                     "classes", "align"))
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -335,10 +340,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"federation.max_message_mb must be a number of megabytes from 1 to "
                                     f"{MAX_MESSAGE_MB}, got {max_mb!r}")
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
-    unknown = set(he) - {"scheme", "key_bits", "backend", "rows_per_ciphertext"}
-    if unknown:
-        raise InvalidParameterError(f"[he]: unknown keys {sorted(unknown)}; expected scheme, key_bits, backend, "
-                                    f"rows_per_ciphertext")
+    check_keys("[he]", he, ("scheme", "key_bits", "backend", "rows_per_ciphertext"))
     if he["scheme"] not in SCHEMES:
         raise InvalidParameterError(f"[he] scheme must be one of {', '.join(SCHEMES)}, got {he['scheme']!r}")
     if isinstance(he["key_bits"], bool) or he["key_bits"] not in KEY_BITS:
@@ -354,16 +356,12 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     params.setdefault("seed", seed)
     classes = _classes(fed.get("classes"), params, protocol)
     output = d.get("output", {})
-    if set(output) - {"dir"}:
-        raise InvalidParameterError(f"[output]: unknown keys {sorted(set(output) - {'dir'})}; expected dir")
+    check_keys("[output]", output, ("dir",))
     out = output.get("dir", "fedgrove-run")
     if not isinstance(out, str) or not out:
         raise InvalidParameterError(f"[output] dir must be a directory name, got {out!r}")
     hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", "shared_only": False, **d.get("hybridtree", {})}
-    unknown = set(hybrid) - {"host_depth", "guest_depth", "mode", "shared_only"}
-    if unknown:
-        raise InvalidParameterError(f"[hybridtree]: unknown keys {sorted(unknown)}; expected host_depth, "
-                                    f"guest_depth, mode, shared_only")
+    check_keys("[hybridtree]", hybrid, ("host_depth", "guest_depth", "mode", "shared_only"))
     if not isinstance(hybrid["shared_only"], bool):
         raise InvalidParameterError(f"[hybridtree] shared_only must be true or false, got {hybrid['shared_only']!r}")
     if hybrid["mode"] not in ("hessian", "count"):
@@ -372,9 +370,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         if isinstance(hybrid[key], bool) or not isinstance(hybrid[key], int) or hybrid[key] < least:
             raise InvalidParameterError(f"[hybridtree] {key} must be an integer >= {least}, got {hybrid[key]!r}")
     forest = {"label_mode": "encrypted", "prediction": "one-round", **d.get("forest", {})}
-    unknown = set(forest) - {"label_mode", "prediction"}
-    if unknown:
-        raise InvalidParameterError(f"[forest]: unknown keys {sorted(unknown)}; expected label_mode, prediction")
+    check_keys("[forest]", forest, ("label_mode", "prediction"))
     if forest["label_mode"] not in ("encrypted", "shared"):
         raise InvalidParameterError(f"[forest] label_mode must be 'encrypted' or 'shared' (labels in plaintext "
                                     f"at every client), got {forest['label_mode']!r}")
@@ -385,10 +381,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if not isinstance(predict, bool):
         raise InvalidParameterError(f"federation.predict must be true or false, got {predict!r}")
     simfl = dict(d.get("simfl", {}))
-    unknown = set(simfl) - {"n_hashes", "r", "distribution", "n_bins", "force", "schedule"}
-    if unknown:
-        raise InvalidParameterError(f"[simfl]: unknown keys {sorted(unknown)}; expected n_hashes, r, distribution, "
-                                    f"n_bins, force, schedule")
+    check_keys("[simfl]", simfl, ("n_hashes", "r", "distribution", "n_bins", "force", "schedule"))
     cfg = FederationConfig(protocol, seed, float(timeout), he, params, parties, base / out,
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
