@@ -165,13 +165,14 @@ def _checkpoint_info(p: Path) -> None:
         raise DataError(f"{p} is not a fedgrove checkpoint (no trees_done field)")
     run = state.get("run") if isinstance(state.get("run"), dict) else {}
     settings = run.get("settings") or {}
-    shown = (lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
+    from fedgrove.runner.config import shown_setting
+
     rows = [("checkpoint of", f"party {run.get('party', p.name.removesuffix('.checkpoint.json'))}"
              + (f", {run['role']}" if run.get("role") else "")),
             ("protocol", str(settings.get("federation.protocol") or state.get("protocol") or "unknown")),
             ("trees done", str(state["trees_done"]))]
-    rows += [(k, shown(settings[k])) for k in ("federation.seed", "params.max_depth", "params.learning_rate")
-             if k in settings]
+    rows += [(k, str(shown_setting(settings[k])))
+             for k in ("federation.seed", "params.max_depth", "params.learning_rate") if k in settings]
     if run.get("data_sha256"):
         rows.append(("data file SHA-256", run["data_sha256"][:16] + "..."))
     if not run:

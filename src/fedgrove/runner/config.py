@@ -209,6 +209,11 @@ def canonical(v):
     return str(v)
 
 
+def shown_setting(v):
+    """A :func:`canonical` value as written: a whole number without its ``.0``."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def check_keys(where: str, given, known) -> None:
     """Refuse keys of ``given`` not in ``known`` (a misspelt key would otherwise be ignored without a word),
     naming each with the known key closest to it and every key ``where`` takes."""

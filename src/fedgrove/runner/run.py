@@ -10,7 +10,7 @@ from pathlib import Path
 from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
-from fedgrove.runner.config import FederationConfig, PartySpec, canonical
+from fedgrove.runner.config import FederationConfig, PartySpec, canonical, shown_setting
 
 
 def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False,
@@ -78,16 +78,13 @@ def run_record(cfg: FederationConfig, spec: PartySpec) -> dict:
 
 def _differences(before: dict, now: dict, data) -> list[str]:
     """How the run that wrote a checkpoint (``before``) differs from this one, in words."""
-    def shown(v):  # settings hold every number as a float
-        return int(v) if isinstance(v, float) and v.is_integer() else v
-
     out = [f"{k} {before.get(k)!r} there, {now.get(k)!r} here" for k in ("party", "role")
            if before.get(k) != now.get(k)]
     a, b = before.get("settings") or {}, now["settings"]
     keys = sorted(a.keys() | b.keys())
     if a.get("federation.protocol") != b.get("federation.protocol"):  # the rest follows from it
         keys = ["federation.protocol"]
-    out += [f"{k}: {shown(a.get(k))!r} there, {shown(b.get(k))!r} here" for k in keys
+    out += [f"{k}: {shown_setting(a.get(k))!r} there, {shown_setting(b.get(k))!r} here" for k in keys
             if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
     if before.get("data_sha256") != now.get("data_sha256"):
         out.append(f"the data file {data} has changed since")
