@@ -710,6 +710,14 @@ def test_parties_given_different_settings_refuse_to_start_and_say_which(tmp_path
     assert set(results) == {"p0", "p1"}
 
 
+def _simfl_pair_data(tmp_path) -> None:
+    """p0.csv and p1.csv for SIMFL_PAIR: 80 rows each, two features, random labels (the same every call)."""
+    r = np.random.default_rng(1)
+    for k in range(2):
+        pd.DataFrame({"a": r.normal(size=80), "b": r.normal(size=80), "y": r.integers(0, 2, 80)}) \
+            .to_csv(tmp_path / f"p{k}.csv", index=False)
+
+
 def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_extends_it(tmp_path):
     # before, the resumed model kept every checkpointed tree while its parameters said fewer
     from fedgrove.exceptions import InvalidParameterError
@@ -717,10 +725,7 @@ def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_e
     from fedgrove.runner.config import load_federation
     from fedgrove.runner.run import simulate
 
-    r = np.random.default_rng(1)
-    for k in range(2):
-        pd.DataFrame({"a": r.normal(size=80), "b": r.normal(size=80), "y": r.integers(0, 2, 80)}) \
-            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    _simfl_pair_data(tmp_path)
     path = tmp_path / "f.toml"
 
     def run(trees, resume):
@@ -743,10 +748,7 @@ def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_differ
     from fedgrove.runner.config import load_federation
     from fedgrove.runner.run import simulate
 
-    r = np.random.default_rng(1)
-    for k in range(2):
-        pd.DataFrame({"a": r.normal(size=80), "b": r.normal(size=80), "y": r.integers(0, 2, 80)}) \
-            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    _simfl_pair_data(tmp_path)
     path = tmp_path / "f.toml"
 
     def run(resume, trees=3, extra="", text=None):
@@ -768,10 +770,7 @@ def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_differ
     with pytest.raises(InvalidParameterError, match="p1.checkpoint.json was written by another run \\(the data "
                                                     "file .*p1.csv has changed since\\)"):
         run(True)
-    r2 = np.random.default_rng(1)
-    for k in range(2):  # the data back as it was: more trees resume, and a changed timeout is each party's own
-        pd.DataFrame({"a": r2.normal(size=80), "b": r2.normal(size=80), "y": r2.integers(0, 2, 80)}) \
-            .to_csv(tmp_path / f"p{k}.csv", index=False)
+    _simfl_pair_data(tmp_path)  # the data back as it was: more trees resume
     run(True, trees=5, extra="")
     assert load_model(tmp_path / "runs" / "p0.model.json").n_trees == 5
 
