@@ -91,6 +91,13 @@ def test_numbers_with_decimal_commas_are_named_as_such(tmp_path):
         load_table(p, label="y")
     p.write_text("a;b;y\n1;17.99;1\n2;3.5;0\n")
     np.testing.assert_array_equal(load_table(p, label="y").X[:, 1], [17.99, 3.5])
+    # thousands separators got no hint (1,234 was called a decimal comma)
+    p.write_text('a,b,y\n1,"1,234,567",1\n2,3,0\n')
+    with pytest.raises(DataError, match=r"non-numeric value '1,234,567' .* thousands separators"):
+        load_table(p, label="y")
+    p.write_text('a,b,y\n1,"1,234",1\n2,3,0\n')
+    with pytest.raises(DataError, match=r"thousands separators \(or, with one comma, a decimal comma\)"):
+        load_table(p, label="y")
 
 
 def test_text_columns_become_categories_when_asked(tmp_path):

@@ -24,6 +24,7 @@ from fedgrove.log import logger
 ID_COLUMN = "_id"
 FORMATS = ("csv", "parquet", "libsvm")
 _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+(e[+-]?\d+)?", re.IGNORECASE)  # 17,99 or 1,5E-3
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")  # 1,234,567 or 12,345.5 (or 1,234: either)
 _EXTENSIONS = {
     ".csv": "csv", ".tsv": "csv", ".txt": "csv", ".data": "csv", ".parquet": "parquet", ".pq": "parquet",
     ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm",
@@ -350,7 +351,10 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             hint = (" (this model was trained without it as a category)" if isinstance(categorical, dict) else
                     "; or encode text columns as categories: --categorical auto (or the column names) on the "
                     "command line, categorical='auto' in Python")
-            if isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):  # a European spreadsheet's
+            if isinstance(value, str) and _THOUSANDS.fullmatch(value.strip()):
+                hint = ("; it looks like a number written with thousands separators (or, with one comma, a "
+                        "decimal comma): write it without separators and with a decimal point")
+            elif isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):  # a European spreadsheet's
                 hint = "; it looks like a number written with a decimal comma: write it with a decimal point"
             elif label_name is None and col == df.columns[-1] and not isinstance(categorical, dict):
                 hint += (f"; if it is the label column, name it: --label {col} on the command line, "
