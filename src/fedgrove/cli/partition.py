@@ -45,9 +45,7 @@ def partition(
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
     from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition,
                                          vertical_partition, write_partition, write_test_files)
-    from fedgrove.exceptions import DataError
-
-    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.exceptions import DataError, InvalidParameterError
 
     if file_format not in ("csv", "parquet"):  # before reading the data, which may take a while
         raise InvalidParameterError(f"--file-format (the party files' format) must be csv or parquet, got "
