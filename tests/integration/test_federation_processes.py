@@ -253,7 +253,8 @@ def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path, capsys
         df.to_csv(tmp_path / f"c{k}.csv", index=False)
 
     def config(trees, out):
-        return ('[federation]\nprotocol = "horizontal"\n[params]\nobjective = "multiclass"\nn_classes = 3\n'
+        return ('[federation]\nprotocol = "horizontal"\n[horizontal]\ncontributions = true\n'
+                '[params]\nobjective = "multiclass"\nn_classes = 3\n'
                 f'n_estimators = {trees}\nmax_depth = 3\n[[party]]\nname = "agg"\nrole = "aggregator"\n'
                 + "".join(f'[[party]]\nname = "c{k}"\nrole = "client"\ndata = "c{k}.csv"\nlabel = "label"\n'
                           for k in range(3)) + f'[output]\ndir = "{out}"\n')
@@ -270,6 +271,10 @@ def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path, capsys
         full = json.loads((tmp_path / "full" / f"{n}.model.json").read_text())
         res = json.loads((tmp_path / "res" / f"{n}.model.json").read_text())
         assert full["trees"] == res["trees"] and len(full["trees"]) == 18
+    # the contributions too: the resumed run lost those of the trees before its checkpoint
+    full, res = (json.loads((tmp_path / d / "agg.model.json").read_text())["metadata"]["contributions"]
+                 for d in ("full", "res"))
+    assert full == res and all(c["shapley"] > 0 for c in full.values())
     (tmp_path / "fresh.toml").write_text(config(2, "fresh"))  # nothing to resume from: said, then trained
     capsys.readouterr()
     assert main(["simulate", str(tmp_path / "fresh.toml"), "--resume"]) == 0
@@ -775,7 +780,7 @@ def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_differ
     assert load_model(tmp_path / "runs" / "p0.model.json").n_trees == 5
 
 
-def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys):
+def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys, monkeypatch):
     # [horizontal] contributions = true: the aggregator's split Shapley values were only in its JSON files
     r = np.random.default_rng(1)
     X = r.normal(size=(600, 4))
@@ -802,6 +807,17 @@ def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys
     assert line.index("c0 ") < line.index("c1 ") and "%)" in line  # largest first, with shares
     assert main(["info", str(tmp_path / "out" / "agg.model.json")]) == 0
     assert "contributions" in capsys.readouterr().out
+    # with more clients than are valued exactly (here: made one), the sampled totals come with their standard
+    # errors, which were dropped, and cover the exact values
+    from fedgrove.ledger import contributions
+
+    monkeypatch.setattr(contributions, "EXACT_MAX", 1)
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0
+    sampled = load_model(tmp_path / "out" / "agg.model.json").metadata["contributions"]
+    for c in ("c0", "c1"):
+        assert 0 < sampled[c]["shapley_se"] and "shapley_se" not in shapley[c]
+        assert abs(sampled[c]["shapley"] - shapley[c]["shapley"]) < 4 * sampled[c]["shapley_se"] + 1e-6
+    assert f"c0 {sampled['c0']['shapley']:.4g} ± " in capsys.readouterr().out
 
 
 def test_a_party_whose_port_is_taken_says_so_in_one_line(tmp_path, monkeypatch):

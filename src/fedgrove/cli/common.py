@@ -150,11 +150,13 @@ def _elapsed(seconds: float) -> str:
 
 def contributions_text(contributions: dict) -> str:
     """``party0 5.33e+05 (33.6%), ...`` from a model's recorded contributions (FV-tree's total, else the split
-    Shapley value), largest first."""
+    Shapley value, ``± its standard error`` where it was estimated by sampling), largest first."""
     value = {q: float(c.get("total", c.get("shapley", 0.0))) for q, c in contributions.items()}
+    error = {q: f" ± {float(c['shapley_se']):.2g}" if "shapley_se" in c and "total" not in c else ""
+             for q, c in contributions.items()}
     total = sum(value.values())
     share = (lambda v: f" ({100 * v / total:.1f}%)") if total > 0 else (lambda v: "")
-    return ", ".join(f"{q} {v:.4g}{share(v)}" for q, v in sorted(value.items(), key=lambda kv: -kv[1]))
+    return ", ".join(f"{q} {v:.4g}{error[q]}{share(v)}" for q, v in sorted(value.items(), key=lambda kv: -kv[1]))
 
 
 def infer_objective(y: np.ndarray) -> str:

@@ -14,7 +14,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.splitter import GBDTScorer, resolve_missing_direction
-from fedgrove.exceptions import ProtocolError
+from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols import check_same_features
 from fedgrove.protocols.horizontal import messages as m
 from fedgrove.protocols.horizontal.common import base_score, check_params, label_stats_length
@@ -127,6 +127,8 @@ class HorizontalAggregator:
         self.codec = FixedPoint128()
         self.contributions = contributions
         self.shapley = np.zeros(len(self.clients))
+        self.shapley_var = np.zeros(len(self.clients))  # summed squared standard errors of sampled estimates
+        self.sampled = False  # some split had more clients than are valued exactly
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
         """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it.
@@ -165,6 +167,14 @@ class HorizontalAggregator:
             saved = model_from_dict(state["model"], source=str(checkpoint.path))
             for t, c in zip(saved.trees, saved.tree_class):
                 model.add_tree(t, c)
+            if self.contributions:  # the earlier trees' contributions, which the model file gets at the end
+                if "shapley" not in state:
+                    raise InvalidParameterError(f"--resume: {checkpoint.path} holds no contributions (it was "
+                                                f"written without [horizontal] contributions, or before they were "
+                                                f"checkpointed): train anew")
+                self.shapley = np.array(state["shapley"], dtype=np.float64)
+                self.shapley_var = np.array(state["shapley_var"], dtype=np.float64)
+                self.sampled = bool(state["shapley_sampled"])
         ch.broadcast("start", m.Start(model.n_trees), self.clients)
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         k = 3 if scorer.hist_needs_count else 2
@@ -187,13 +197,18 @@ class HorizontalAggregator:
                 model.add_tree(tree, c)
                 tree_id += 1
                 if checkpoint is not None and c == objective.n_outputs - 1:
-                    checkpoint.save({"trees_done": tree_id, "model": model.to_dict()})
+                    checkpoint.save({"trees_done": tree_id, "model": model.to_dict(),
+                                     **({"shapley": self.shapley.tolist(), "shapley_var": self.shapley_var.tolist(),
+                                         "shapley_sampled": self.sampled} if self.contributions else {})})
                 if progress is not None:
                     progress(tree_id, p.n_estimators * objective.n_outputs)
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.clients)
-        if self.contributions:
-            model.metadata["contributions"] = {c: {"shapley": float(v)} for c, v in zip(self.clients, self.shapley)}
+        if self.contributions:  # with more clients than are valued exactly, each total with its standard error
+            se = np.sqrt(self.shapley_var)
+            model.metadata["contributions"] = {c: {"shapley": float(v), **({"shapley_se": float(e)} if self.sampled
+                                                                              else {})}
+                                               for c, v, e in zip(self.clients, self.shapley, se)}
         return model
 
     def _contributions(self, tree_id: int, tree) -> None:
@@ -209,6 +224,8 @@ class HorizontalAggregator:
                 raise ProtocolError(f"split sums from {c} do not match tree {tree_id}")
             per_client.append(msg.sums)
         sums = np.stack(per_client, axis=1)  # (nodes, clients, 4)
-        for k in range(len(nodes)):
-            phi, _, _ = shapley_values(sums[k], p.reg_lambda, p.gamma, seed=p.seed + tree_id)
+        for k in range(len(nodes)):  # each split its own permutations, so that the errors of the sum add up
+            phi, se, method = shapley_values(sums[k], p.reg_lambda, p.gamma, seed=[int(p.seed), tree_id, k])
             self.shapley += phi
+            self.shapley_var += se ** 2
+            self.sampled |= method == "sampled"
