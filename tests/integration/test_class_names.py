@@ -63,6 +63,12 @@ def test_horizontal_text_labels_need_the_class_list_and_then_keep_the_names(tmp_
                  "-o", str(out)]) == 0
     got = pd.read_csv(out)["prediction"]
     assert set(got) <= set(GRADES) and (got.to_numpy() == df.iloc[300:]["grade"].to_numpy()).mean() > 0.8
+    # without -l: the party's model names its label column (before, the column was taken for a feature and its
+    # text refused)
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "runs" / "party0.model.json"), str(tmp_path / "test.csv")]) == 0
+    assert "accuracy" in capsys.readouterr().err
+    assert json.loads((tmp_path / "runs" / "aggregator.model.json").read_text())["metadata"].get("label") is None
 
 
 def test_a_label_outside_the_class_list_is_named(tmp_path, capsys):

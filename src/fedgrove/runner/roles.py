@@ -205,10 +205,13 @@ def names(table) -> list[str] | None:
 
 
 def keep_names(model, table) -> None:
-    """A whole-model party's model keeps its feature names and categories, for ``fedgrove predict``."""
+    """A whole-model party's model keeps its feature names, categories and label column, for ``fedgrove
+    predict`` (which scores a file holding that column, and would otherwise take it for a feature)."""
     model.feature_names = names(table)
     if table.categories:
         model.metadata["categories"] = table.categories
+    if table.label_name is not None and table.named:
+        model.metadata["label"] = table.label_name
 
 
 def schema(table) -> list[str] | None:
