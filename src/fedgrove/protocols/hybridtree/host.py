@@ -130,10 +130,11 @@ class HybridHost:
             if not known.all():
                 if not self.shared_only:
                     raise ProtocolError(f"{u} holds instance {int(layout.ids[~known][0])} that the host does not "
-                                        f"have (with several hosts set shared_only / [hybridtree] shared_only = "
-                                        f"true; or [federation] align = \"psi\" in every party's config, so "
+                                        f"have; where guests also hold other hosts' instances, keep those both hold: "
+                                        f"[hybridtree] shared_only = true in the config (shared_only=True in "
+                                        f"Python), or [federation] align = \"psi\" in every party's config, so "
                                         f"that each guest keeps, by private set intersection, the instances the "
-                                        f"host holds, and names no other)")
+                                        f"host holds, and names no other")
                 layout.ids = layout.ids[known]
                 self._cut.add(u)
                 logger.info("%s: %d of its instances are held by this host, %d ignored", u, int(known.sum()),
