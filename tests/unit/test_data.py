@@ -323,3 +323,15 @@ def test_a_whole_id_in_a_column_of_decimal_ids_gets_the_code_another_party_gives
     codes, text = id_codes(np.array([1.0, 2.5]))
     assert codes.tolist() == [1, text_id_code("2.5")] and text.tolist() == ["1", "2.5"]
     assert id_codes(np.array([1, "2.5"], dtype=object))[0].tolist() == codes.tolist()
+
+
+def test_columns_a_parquet_file_declares_categorical_are_categories_without_asking(tmp_path):
+    # a pandas category column saved to Parquet was refused as text unless --categorical named it
+    df = pd.DataFrame({"kind": pd.Categorical(["b", "a", None, "b"], categories=["b", "a", "c"]),
+                       "x": [1.0, 2.0, 3.0, 4.0], "y": [0, 1, 0, 1]})
+    df.to_parquet(tmp_path / "t.parquet")
+    t = load_table(tmp_path / "t.parquet", label="y")
+    assert t.categories == {"kind": ["a", "b", "c"]}  # the declared categories, sorted as text
+    np.testing.assert_array_equal(t.X[:, 0], [1, 0, np.nan, 1])
+    again = load_table(tmp_path / "t.parquet", label="y", categorical={"kind": ["b", "c"]})  # a model's: kept
+    np.testing.assert_array_equal(again.X[:, 0], [0, np.nan, np.nan, 0])

@@ -340,6 +340,10 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             if n_unseen:
                 unseen[col] = n_unseen
             continue
+        if isinstance(values.dtype, pd.CategoricalDtype) and not isinstance(categorical, dict):
+            # a column the file itself declares categorical (Parquet, pandas): its categories, sorted as text
+            X[:, j], categories[col], _ = _encode(values, sorted({_as_text(c) for c in values.cat.categories}))
+            continue
         numeric = pd.to_numeric(values, errors="coerce")
         bad = numeric.isna() & values.notna()
         if bad.any() and categorical == "auto":
