@@ -525,3 +525,9 @@ def test_info_describes_a_checkpoint_and_a_party_statistics_file(tmp_path, capsy
     (tmp_path / "other.checkpoint.json").write_text("[1, 2]")
     code, _, err = run(["info", tmp_path / "other.checkpoint.json"], capsys)
     assert code != 0 and "not a fedgrove checkpoint" in err
+    # a run's folder with checkpoints but no statistics (a run stopped before its end) is named as such
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (tmp_path / "party0.checkpoint.json").rename(stopped / "party0.checkpoint.json")
+    code, _, err = run(["info", stopped], capsys)
+    assert code != 0 and "holds checkpoints of party0 but no run's statistics" in " ".join(err.split())

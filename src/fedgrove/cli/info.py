@@ -121,6 +121,11 @@ def info(
     if p.is_dir():
         from fedgrove.exceptions import DataError
 
+        held = sorted(f.name.removesuffix(".checkpoint.json") for f in p.glob("*.checkpoint.json"))
+        if held:  # a run stopped before it wrote its statistics
+            raise DataError(f"{path} holds checkpoints of {', '.join(held)} but no run's statistics: a run that "
+                            f"stopped before its end; `fedgrove info {p / (held[0] + '.checkpoint.json')}` shows "
+                            f"how far it came, and --resume continues it")
         raise DataError(f"{path} is a directory that holds neither a partition (manifest.json) nor a federation "
                         f"run's statistics (<party>.stats.json); give a model, data or ledger file, a partition or "
                         f"a run's output directory")
