@@ -37,10 +37,10 @@ def info(
         raise ModelFormatError(f"model file {path!r} does not exist")
     if p.is_file() and p.name.endswith(".checkpoint.json"):
         return _checkpoint_info(p)
-    if p.is_file() and p.name.endswith((".stats.json", ".predict-stats.json")) and (runs := _run_stats_file(p)):
+    if p.is_file() and p.name.endswith((".stats.json", ".predict-stats.json")) and (one := _stats_file(p)):
         from fedgrove.cli.federation import _report
 
-        return _report(runs, p.parent)
+        return _report(dict([one]), p.parent)
     is_model = p.is_file() and _looks_like_model(p)
     if importance is not None and not is_model:
         raise InvalidParameterError(f"--importance is for a model file; {path} is not one")
@@ -193,15 +193,17 @@ def _checkpoint_info(p: Path) -> None:
     out.print(t)
 
 
-def _run_stats_file(p: Path) -> dict:
-    """One party's statistics file, as :func:`_run_stats` gives a directory's."""
+def _stats_file(f: Path) -> tuple[str, dict] | None:
+    """A party's ``<party>.stats.json`` as (its party, the statistics a run report shows), or None where the
+    file is not one."""
     try:
-        s = json.loads(p.read_text())
+        s = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    if not isinstance(s, dict) or not {"role", "seconds", "total_sent"} <= s.keys():
-        return {}
-    return {str(s.get("party", p.name.split(".")[0])): s}
+        return None
+    keys = ("role", "seconds", "total_sent", "total_received", "messages_sent", "rounds")
+    if not isinstance(s, dict) or not all(k in s for k in keys):
+        return None
+    return str(s.get("party", f.name.split(".")[0])), s
 
 
 def _partition_party(p: Path) -> dict | None:
@@ -346,14 +348,10 @@ def _run_stats(d: Path) -> dict:
     name order): the newest file names its federation's parties, and another run's files left in the directory
     (parties not among them) are left out, with a note."""
     runs, newest = {}, None
-    keys = ("role", "seconds", "total_sent", "total_received", "messages_sent", "rounds")
     for f in sorted(d.glob("*.stats.json")):
-        try:
-            s = json.loads(f.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        if isinstance(s, dict) and all(k in s for k in keys):
-            runs[str(s.get("party", f.name.removesuffix(".stats.json")))] = s
+        if (one := _stats_file(f)) is not None:
+            party, s = one
+            runs[party] = s
             if newest is None or f.stat().st_mtime > newest[0]:
                 newest = (f.stat().st_mtime, s.get("federation"))
     members = newest[1] if newest is not None else None

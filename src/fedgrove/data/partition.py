@@ -196,13 +196,11 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     if format not in ("csv", "parquet"):
         raise InvalidParameterError(f"format must be csv or parquet, got {format!r}")
     written = []
-    ids = table.ids if table.ids is not None else np.arange(table.n_samples)
+    with_ids = _with_ids(table)
     entries = []
     for s, name in zip(partition.shards, file_names(partition, format)):
         feats = s.features if (partition.scheme != "horizontal") else np.arange(table.n_features)
-        part = Table(table.X[s.rows][:, feats], table.y[s.rows] if (s.has_label and table.y is not None) else None,
-                     [table.feature_names[j] for j in feats], table.label_name or "label", ids[s.rows],
-                     id_text=None if table.id_text is None else table.id_text[s.rows])
+        part = with_ids.subset(s.rows, feats, with_label=s.has_label)
         path = out_dir / name
         write_table(part, path, format)
         written.append(path)
@@ -225,11 +223,15 @@ def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table
     n_test = int(round(fraction * n))
     if not 1 <= n_test < n:
         raise InvalidParameterError(f"a test fraction of {fraction} leaves no test or no training rows of {n}")
-    ids = table.ids if table.ids is not None else np.arange(n)
     order = np.random.default_rng([seed, 7]).permutation(n)
     test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
-    with_ids = dataclasses.replace(table, ids=ids)
+    with_ids = _with_ids(table)
     return with_ids.subset(train), with_ids.subset(test)
+
+
+def _with_ids(table: Table) -> Table:
+    """``table`` with instance IDs: its own, else the row numbers 0..n-1 (every party file carries IDs)."""
+    return table if table.ids is not None else dataclasses.replace(table, ids=np.arange(table.n_samples))
 
 
 def write_test_files(partition: Partition, test: Table, out_dir, format: str = "csv", seed: int = 0) -> list[Path]:
@@ -241,12 +243,11 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
     written = []
     manifest = read_manifest(out_dir)
     n = test.n_samples
-    ids = test.ids if test.ids is not None else np.arange(n)
+    test = _with_ids(test)
     names = file_names(partition, format, test=True)[len(partition.shards):]
     if partition.scheme == "horizontal":
         path = out_dir / names[0]
-        write_table(Table(test.X, test.y, test.feature_names, test.label_name or "label", ids,
-                          id_text=test.id_text), path, format)
+        write_table(test, path, format)
         manifest["test_file"] = path.name
         written.append(path)
     else:
@@ -255,9 +256,7 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
                           if guests else []))
         for s, entry, name in zip(partition.shards, manifest["parties"], names):
             rows = np.sort(shares[s.name]) if s.name in shares else np.arange(n)
-            part = Table(test.X[rows][:, s.features], test.y[rows] if s.has_label and test.y is not None else None,
-                         [test.feature_names[j] for j in s.features], test.label_name or "label", ids[rows],
-                         id_text=None if test.id_text is None else test.id_text[rows])
+            part = test.subset(rows, s.features, with_label=s.has_label)
             path = out_dir / name
             write_table(part, path, format)
             entry["test_file"] = path.name

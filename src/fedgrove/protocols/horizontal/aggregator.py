@@ -128,7 +128,6 @@ class HorizontalAggregator:
         self.contributions = contributions
         self.shapley = np.zeros(len(self.clients))
         self.shapley_var = np.zeros(len(self.clients))  # summed squared standard errors of sampled estimates
-        self.sampled = False  # some split had more clients than are valued exactly
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> GBDTModel:
         """Train; with a ``checkpoint`` store, save after every round and (``resume``) continue from it.
@@ -174,7 +173,6 @@ class HorizontalAggregator:
                                                 f"checkpointed): train anew")
                 self.shapley = np.array(state["shapley"], dtype=np.float64)
                 self.shapley_var = np.array(state["shapley_var"], dtype=np.float64)
-                self.sampled = bool(state["shapley_sampled"])
         ch.broadcast("start", m.Start(model.n_trees), self.clients)
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         k = 3 if scorer.hist_needs_count else 2
@@ -198,15 +196,18 @@ class HorizontalAggregator:
                 tree_id += 1
                 if checkpoint is not None and c == objective.n_outputs - 1:
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict(),
-                                     **({"shapley": self.shapley.tolist(), "shapley_var": self.shapley_var.tolist(),
-                                         "shapley_sampled": self.sampled} if self.contributions else {})})
+                                     **({"shapley": self.shapley.tolist(), "shapley_var": self.shapley_var.tolist()}
+                                        if self.contributions else {})})
                 if progress is not None:
                     progress(tree_id, p.n_estimators * objective.n_outputs)
         with ch.scope(tree=tree_id):
             ch.broadcast(m.CONTROL, m.TrainingDone(tree_id), self.clients)
         if self.contributions:  # with more clients than are valued exactly, each total with its standard error
+            from fedgrove.ledger import contributions
+
+            sampled = len(self.clients) > contributions.EXACT_MAX
             se = np.sqrt(self.shapley_var)
-            model.metadata["contributions"] = {c: {"shapley": float(v), **({"shapley_se": float(e)} if self.sampled
+            model.metadata["contributions"] = {c: {"shapley": float(v), **({"shapley_se": float(e)} if sampled
                                                                               else {})}
                                                for c, v, e in zip(self.clients, self.shapley, se)}
         return model
@@ -225,7 +226,6 @@ class HorizontalAggregator:
             per_client.append(msg.sums)
         sums = np.stack(per_client, axis=1)  # (nodes, clients, 4)
         for k in range(len(nodes)):  # each split its own permutations, so that the errors of the sum add up
-            phi, se, method = shapley_values(sums[k], p.reg_lambda, p.gamma, seed=[int(p.seed), tree_id, k])
+            phi, se, _ = shapley_values(sums[k], p.reg_lambda, p.gamma, seed=[int(p.seed), tree_id, k])
             self.shapley += phi
             self.shapley_var += se ** 2
-            self.sampled |= method == "sampled"
