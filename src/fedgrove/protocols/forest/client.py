@@ -26,7 +26,7 @@ from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms
-from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms
+from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, follow_trees
 
 
 def label_packer(task: str, y: np.ndarray, n_classes: int) -> VectorPacker:
@@ -142,26 +142,10 @@ class ForestClient:
     # -- training --------------------------------------------------------------------------
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
         """Train; with a ``checkpoint`` store, save after every tree and (``resume``) continue from it."""
-        ch = self.ch
         self._setup()
-        tree = ch.recv(self.master, "start", m.Start).tree
-        if tree > 0:
-            from fedgrove.runner.checkpoint import CheckpointStore
-
-            state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.master)
-            self.model = PassiveModel.from_dict(state["model"]).before(tree)
-        while True:
-            with ch.scope(tree=tree):
-                first = ch.recv(self.master, m.CONTROL)
-                if isinstance(first, m.TrainingDone):
-                    return self.model
-                if not isinstance(first, m.TreeStart) or first.tree != tree:
-                    raise ProtocolError(f"{ch.party}: expected the start of tree {tree} from {self.master}, got "
-                                        f"{type(first).__name__}")
-                _TreeState(self, first).run()
-            tree += 1
-            if checkpoint is not None:
-                checkpoint.save({"trees_done": tree, "model": self.model.to_dict()})
+        for _, first in follow_trees(self, self.master, m.TreeStart, "the start", checkpoint, resume):
+            _TreeState(self, first).run()
+        return self.model
 
     # -- prediction ------------------------------------------------------------------------
     def predict(self, X_test, test_ids=None) -> None:

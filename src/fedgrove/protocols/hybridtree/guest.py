@@ -10,7 +10,7 @@ from fedgrove.engine.model import names_of
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.hybridtree import messages as m
-from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, packer_from_key
+from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, follow_trees, packer_from_key
 
 
 class HybridGuest:
@@ -39,28 +39,16 @@ class HybridGuest:
         self._check_setup(masking)
         if self.setup.subset:
             self._keep(self.setup.kept)
-        tree = ch.recv(self.host, "start", m.Start).tree
-        if tree > 0:
-            from fedgrove.runner.checkpoint import CheckpointStore
-
-            state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.host)
-            self.model = PassiveModel.from_dict(state["model"]).before(tree)
-        while True:
-            with ch.scope(tree=tree):
-                first = ch.recv(self.host, m.CONTROL)
-                if isinstance(first, m.TrainingDone):
-                    return self.model
-                if not isinstance(first, m.NodeGradients) or first.tree != tree or len(first.nodes) != len(self.X):
-                    raise ProtocolError(f"{ch.party}: expected the gradients of tree {tree} for {len(self.X)} "
-                                        f"instances from {self.host}")
-                ct = he.deserialize(first.ciphertexts)
-                if ct.size != len(self.X):
-                    raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(self.X)} instances")
-                rows = {int(n): np.nonzero(first.nodes == n)[0] for n in np.unique(first.nodes)}
-                self._grow(tree, rows, ct, he, packer)
-            tree += 1
-            if checkpoint is not None:
-                checkpoint.save({"trees_done": tree, "model": self.model_dict()})
+        for tree, first in follow_trees(self, self.host, m.NodeGradients, "the gradients", checkpoint, resume):
+            if len(first.nodes) != len(self.X):
+                raise ProtocolError(f"{ch.party}: the gradients of tree {tree} from {self.host} are for "
+                                    f"{len(first.nodes)} instances, {ch.party} holds {len(self.X)}")
+            ct = he.deserialize(first.ciphertexts)
+            if ct.size != len(self.X):
+                raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(self.X)} instances")
+            rows = {int(n): np.nonzero(first.nodes == n)[0] for n in np.unique(first.nodes)}
+            self._grow(tree, rows, ct, he, packer)
+        return self.model
 
     def _check_setup(self, masking) -> None:
         st = self.setup

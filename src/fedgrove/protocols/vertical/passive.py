@@ -118,28 +118,14 @@ class VerticalPassive:
         he = public_context(key.key)
         packer = packer_from_key(key, ch.party, self.active)
         self.row_packing = row_packing_from_key(key, packer, he, ch.party, self.active)
-        tree = ch.recv(self.active, "start", m.Start).tree
-        if tree > 0:
-            from fedgrove.runner.checkpoint import CheckpointStore
-
-            state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, self.active)
-            self.model = PassiveModel.from_dict(state["model"]).before(tree)
-        while True:
-            with ch.scope(tree=tree):
-                first = ch.recv(self.active, m.CONTROL)
-                if isinstance(first, m.TrainingDone):
-                    return self.model
-                if not isinstance(first, m.EncryptedGradients) or first.tree != tree:
-                    raise ProtocolError(f"{ch.party}: expected the encrypted gradients of tree {tree} from "
-                                        f"{self.active}, got {type(first).__name__}")
-                ct = he.deserialize(first.ciphertexts)
-                if ct.size != self.row_packing.n_ciphertexts(len(self.X)):
-                    raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {len(self.X)} "
-                                        f"instances, {self.row_packing.rows} a ciphertext")
-                self._grow(tree, ct, he, packer)
-            tree += 1
-            if checkpoint is not None:
-                checkpoint.save({"trees_done": tree, "model": self.model.to_dict()})
+        for tree, first in follow_trees(self, self.active, m.EncryptedGradients, "the encrypted gradients",
+                                        checkpoint, resume):
+            ct = he.deserialize(first.ciphertexts)
+            if ct.size != self.row_packing.n_ciphertexts(len(self.X)):
+                raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {len(self.X)} "
+                                    f"instances, {self.row_packing.rows} a ciphertext")
+            self._grow(tree, ct, he, packer)
+        return self.model
 
     def _grow(self, tree, ct, he, packer) -> None:
         ch = self.ch
@@ -178,6 +164,33 @@ class VerticalPassive:
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
         answer_predict(self.ch, self.active, self.model, X)
+
+
+def follow_trees(party, leader: str, expected: type, what: str, checkpoint=None, resume: bool = False):
+    """A feature holder's side of training, tree by tree: yields ``(tree, first)`` for each tree the
+    ``leader`` opens with an ``expected`` message (``what`` names it in the error for anything else), inside
+    the channel's scope of that tree, until the leader says training is done.  ``party`` is the protocol's
+    party object: its ``ch`` and ``model`` (a :class:`PassiveModel`); a resumed run restores the model from
+    the checkpoint at the tree the leader resumes at, and after every tree the model is saved there."""
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    ch = party.ch
+    tree = ch.recv(leader, "start", m.Start).tree
+    if tree > 0:
+        state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, leader)
+        party.model = PassiveModel.from_dict(state["model"]).before(tree)
+    while True:
+        with ch.scope(tree=tree):
+            first = ch.recv(leader, m.CONTROL)
+            if isinstance(first, m.TrainingDone):
+                return
+            if not isinstance(first, expected) or first.tree != tree:
+                raise ProtocolError(f"{ch.party}: expected {what} of tree {tree} from {leader}, got "
+                                    f"{type(first).__name__}")
+            yield tree, first
+        tree += 1
+        if checkpoint is not None:
+            checkpoint.save({"trees_done": tree, "model": party.model.to_dict()})
 
 
 def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids=None) -> None:
