@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,19 @@ from fedgrove.log import NoteTimer
 # markup off: messages carry user text (file names, "[output] dir"); styled lines opt in with markup=True
 console = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 out = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def listed(app, name: str | None = None):
+    """Register a function as a command of the Typer ``app``, summarised in the command list by the first
+    paragraph of its docstring on one line (Typer keeps that paragraph's line breaks there, which the list
+    then shows as broken lines)."""
+
+    def register(fn):
+        first = inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0]
+        app.command(name, short_help=" ".join(first.split()))(fn)
+        return fn
+
+    return register
 
 
 def write_data(text: str) -> None:

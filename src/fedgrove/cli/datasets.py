@@ -7,13 +7,13 @@ from typing import List, Optional
 
 import typer
 
-from fedgrove.cli.common import check_output_dir, console, out
+from fedgrove.cli.common import check_output_dir, console, listed, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="List the named datasets (dataset:NAME) and download missing ones with a checksum check.")
 
 
-@app.command("list")
+@listed(app, "list")
 def list_(directory: Optional[Path] = typer.Option(None, "--dir", help="Data directory (default: FEDGROVE_DATA_DIR, "
                                                                        "../shared/data or ~/.cache/fedgrove/data)")):
     """Each named dataset's files: where they were found, or where to get them."""
@@ -33,7 +33,7 @@ def list_(directory: Optional[Path] = typer.Option(None, "--dir", help="Data dir
             out.print(f"  {name:<11} {f.name:<23} {status}")
 
 
-@app.command()
+@listed(app)
 def download(names: List[str] = typer.Argument(..., help="Dataset names (see `fedgrove datasets list`)"),
              directory: Optional[Path] = typer.Option(None, "--dir", help="Data directory (default: as `list`)"),
              base_url: Optional[str] = typer.Option(None, "--base-url",

@@ -7,13 +7,13 @@ from typing import List, Optional
 
 import typer
 
-from fedgrove.cli.common import check_output_file, console, out
+from fedgrove.cli.common import check_output_file, console, listed, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check an FGBDT-Chain ledger (SQLite) and summarise the parties' contributions.")
 
 
-@app.command()
+@listed(app)
 def verify(ledgers: List[Path] = typer.Argument(..., help="A party's ledger file (<party>.ledger.sqlite); "
                                                "several: the parties' replicas, which must also agree")):
     """Check every hash and signature and recompute every contribution; with several replicas, check that they
@@ -30,7 +30,7 @@ def verify(ledgers: List[Path] = typer.Argument(..., help="A party's ledger file
         out.print(f"the {len(ledgers)} replicas hold the same records")
 
 
-@app.command()
+@listed(app)
 def show(ledger: Path = typer.Argument(..., help="A party's ledger file (<party>.ledger.sqlite)"),
          png: Optional[Path] = typer.Option(None, "--png", help="Also draw the contributions as a bar chart here")):
     """Verify the ledger, then print each party's contributions (split Shapley, voting, total) and uploads."""

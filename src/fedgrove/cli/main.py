@@ -23,19 +23,20 @@ from fedgrove.cli import partition as partition_cmd
 from fedgrove.cli import predict as predict_cmd
 from fedgrove.cli import reproduce as reproduce_cmd
 from fedgrove.cli import train as train_cmd
+from fedgrove.cli.common import listed
 from fedgrove.exceptions import FedgroveError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fedgrove: federated gradient-boosted trees and random forests.")
-app.command()(train_cmd.train)
-app.command()(predict_cmd.predict)
-app.command()(partition_cmd.partition)
-app.command()(info_cmd.info)
-app.command()(federation_cmd.simulate)
-app.command()(federation_cmd.party)
-app.command()(federation_cmd.certs)
-app.command()(reproduce_cmd.reproduce)
-app.command()(bag_cmd.bag)
+listed(app)(train_cmd.train)
+listed(app)(predict_cmd.predict)
+listed(app)(partition_cmd.partition)
+listed(app)(info_cmd.info)
+listed(app)(federation_cmd.simulate)
+listed(app)(federation_cmd.party)
+listed(app)(federation_cmd.certs)
+listed(app)(reproduce_cmd.reproduce)
+listed(app)(bag_cmd.bag)
 app.add_typer(ledger_cmd.app, name="ledger")
 app.add_typer(datasets_cmd.app, name="datasets")
 
