@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fedgrove.data import datasets
-from fedgrove.data.io import column_order, feature_columns, load_table, write_table
+from fedgrove.data.io import Table, column_order, feature_columns, load_table, write_table
 from fedgrove.exceptions import DataError
 
 
@@ -152,6 +152,18 @@ def test_write_table_round_trip(frame, tmp_path):
     back = load_table(tmp_path / "out.parquet", label="y")
     np.testing.assert_array_equal(back.X, t.X)
     np.testing.assert_array_equal(back.ids, t.ids)
+
+
+def test_write_table_csv_reads_back_every_float_exactly_in_shortest_form(tmp_path):
+    # party files were written with 17 significant digits: 0.6 as 0.59999999999999998
+    r = np.random.default_rng(0)
+    X = np.column_stack([r.normal(size=2000) * 10.0 ** r.integers(-300, 300, 2000), r.normal(size=2000),
+                         np.r_[[0.6, 1 / 3, 5e-324, -0.0, np.nan], np.round(r.normal(size=1995), 2)]])
+    t = Table(X, (X[:, 1] > 0).astype(float), ["a", "b", "c"], "y", named=True)
+    write_table(t, tmp_path / "out.csv")
+    back = load_table(tmp_path / "out.csv", label="y")
+    np.testing.assert_array_equal(back.X, X)
+    assert pd.read_csv(tmp_path / "out.csv", dtype=str)["c"].iloc[:2].tolist() == ["0.6", "0.3333333333333333"]
 
 
 def _csv(frame, tmp_path, name="t.csv"):

@@ -437,7 +437,7 @@ def write_table(table: Table, path, format: str | None = None) -> None:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)
         elif fmt == "csv":
-            df.to_csv(tmp, index=False, float_format="%.17g")
+            df.to_csv(tmp, index=False)  # each float as the shortest text that reads back as the same float
         else:
             raise DataError(f"cannot write format {fmt!r}; use csv or parquet")
         os.replace(tmp, path)
