@@ -555,3 +555,18 @@ def test_command_list_shows_each_summary_on_one_line(group, monkeypatch, capsys)
     for c in commands:
         summary = " ".join(inspect.cleandoc(c.callback.__doc__).split("\n\n")[0].split())
         assert summary in out, (c.callback.__name__, out)
+
+
+def test_info_counts_a_multiclass_models_trees_in_rounds(tmp_path, capsys, monkeypatch):
+    # -n 4 on three classes gives 12 trees; info said "trees 12" beside the 4 the user asked for
+    r = np.random.default_rng(1)
+    X = r.normal(size=(300, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["label"] = np.digitize(X[:, 0], [-0.5, 0.5])
+    df.to_csv(tmp_path / "t.csv", index=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    code, _, err = run(["train", tmp_path / "t.csv", "-m", tmp_path / "m.json", "-l", "label", "-n", "4", "-q"],
+                       capsys)
+    assert code == 0, err
+    code, out, _ = run(["info", tmp_path / "m.json"], capsys)
+    assert code == 0 and "12 (4 rounds of 3, a tree a class)" in out

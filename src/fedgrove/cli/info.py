@@ -79,7 +79,8 @@ def info(
     if is_model:
         m = load_model(p)
         depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
-        rows = [("kind", m.kind), ("trees", str(m.n_trees)), ("deepest tree", str(depth)),
+        per_round = m.n_outputs if m.kind == "gbdt" else 1
+        rows = [("kind", m.kind), ("trees", _trees_text(m.n_trees, per_round)), ("deepest tree", str(depth)),
                 ("features", _model_features(m)), ("classes", str(m.classes)),
                 ("saved by fedgrove", m.written_by or "unknown")]
         if m.kind == "gbdt":
@@ -313,9 +314,23 @@ def _federated_part(p: Path):
     if d.get("format") == "fedgrove-hybridtree-host":
         guests = sorted({g for values in d.get("guest_values", []) if isinstance(values, dict) for g in values})
         return [("role", "HybridTree host"), ("objective", str(d.get("objective"))),
-                ("trees", str(len(d.get("host_trees", [])))),
+                ("trees", _trees_text(len(d.get("host_trees", [])), _classes_of(d.get("tree_class")))),
                 ("guests with leaves", ", ".join(guests) or "none")], _host_importance(d, p)
     return None
+
+
+def _trees_text(n: int, per_round: int) -> str:
+    """A model's tree count; a multiclass model's with its rounds (one tree a class each), which is what
+    ``n_estimators`` counts."""
+    if per_round <= 1:
+        return str(n)
+    return f"{n} ({n // per_round} rounds of {per_round}, a tree a class)"
+
+
+def _classes_of(tree_class) -> int:
+    """Trees a round in a HybridTree host's file: one a class (``tree_class``: each tree's class)."""
+    ok = isinstance(tree_class, list) and all(isinstance(c, int) for c in tree_class)
+    return max(tree_class, default=0) + 1 if ok else 1
 
 
 def _head(p: Path, n: int) -> bytes:
