@@ -570,3 +570,28 @@ def test_info_counts_a_multiclass_models_trees_in_rounds(tmp_path, capsys, monke
     assert code == 0, err
     code, out, _ = run(["info", tmp_path / "m.json"], capsys)
     assert code == 0 and "12 (4 rounds of 3, a tree a class)" in out
+
+
+def test_training_again_in_a_run_folder_leaves_nothing_that_reads_as_this_runs(csv, tmp_path, capsys):
+    # an earlier model's predictions would sit beside the new model as if they were its; an FV-tree ledger
+    # (append-only: kept) beside a SimFL model is named as the earlier run's
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", csv, "-l", "label", "--scheme", "horizontal", "--parties", "2", "-o", parts],
+                       capsys)
+    assert code == 0, err
+    config = tmp_path / "federation.toml"
+    config.write_text("[federation]\nprotocol = \"simfl\"\nclasses = [\"no\", \"yes\"]\n[params]\nn_estimators = 3\n"
+                      "max_depth = 2\n" + "".join(f'[[party]]\nname = "p{k}"\nrole = "party"\n'
+                                                  f'data = "{(parts / f"party{k}.csv").as_posix()}"\n'
+                                                  'label = "label"\n' for k in range(2))
+                      + f'[output]\ndir = "{(tmp_path / "run").as_posix()}"\n')
+    (tmp_path / "run").mkdir()
+    stale = tmp_path / "run" / "p0.predictions.csv"
+    stale.write_text("_id,prediction\n1,yes\n")
+    ledger = tmp_path / "run" / "p1.ledger.sqlite"
+    ledger.write_bytes(b"an earlier run's")
+    code, _, err = run(["simulate", config], capsys)
+    assert code == 0, err
+    assert not stale.exists() and f"p0: removed {stale}, which an earlier model wrote" in " ".join(err.split())
+    assert ledger.read_bytes() == b"an earlier run's"
+    assert f"p1: {ledger} is an earlier FV-tree run's ledger, not this simfl run's" in " ".join(err.split())

@@ -45,6 +45,10 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
             if f.exists():
                 f.unlink()
                 logger.info("%s: removed %s, which an earlier model wrote", spec.name, f)
+        ledger = out_dir / f"{spec.name}.ledger.sqlite"
+        if cfg.protocol != "fvtree" and ledger.exists():  # kept (append-only, an audit record), but not this run's
+            logger.info("%s: %s is an earlier FV-tree run's ledger, not this %s run's (which keeps none); the "
+                        "model files here are now this run's", spec.name, ledger, cfg.protocol)
     if predict_only or cfg.predict:
         with channel.scope(stage="predict"):
             summary.update(predict(ctx))
