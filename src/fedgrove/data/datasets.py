@@ -122,12 +122,9 @@ def find_file(directory: Path, f: RemoteFile) -> Path | None:
 
 
 def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def download_file(f: RemoteFile, directory: Path, url: str | None = None) -> Path:

@@ -9,7 +9,6 @@ party's rows, in the order of its ``a``, every party holds).
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from fedgrove.crypto.psi import Blinder, hash_ids, matches, pack, shuffled, unpack

@@ -72,11 +72,8 @@ def run_record(cfg: FederationConfig, spec: PartySpec) -> dict:
               "settings": json.loads(json.dumps(settings, sort_keys=True, default=str))}
     data = Path(str(spec.data)) if spec.data is not None else None
     if data is not None and data.is_file():
-        digest = hashlib.sha256()
         with open(data, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        record["data_sha256"] = digest.hexdigest()
+            record["data_sha256"] = hashlib.file_digest(fh, "sha256").hexdigest()
     return record
 
 
