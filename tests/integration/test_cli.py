@@ -233,6 +233,30 @@ def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path
     assert code == 0 and "categories of colour (codes 0..2): blue, green, red" in out
 
 
+def test_predict_refuses_text_in_a_column_its_model_took_as_numbers(tmp_path, capsys):
+    """A model trained on category codes (a party's file written by partition --categorical) knows no
+    categories: text in that column, even a Parquet column declared categorical, is refused, where it was
+    coded by the test file's own categories (here green 0, red 1 against the training's blue 0, green 1,
+    red 2: silently wrong), and the message does not point to a --categorical that predict does not have."""
+    r = np.random.default_rng(3)
+    code = r.integers(0, 3, 300)  # blue, green, red
+    df = pd.DataFrame({"colour": code, "x": r.normal(size=300), "label": (code == 2).astype(int)})
+    df.to_csv(tmp_path / "coded.csv", index=False)
+    model = tmp_path / "m.json"
+    assert run(["train", tmp_path / "coded.csv", "-m", model, "-l", "label", "-n", "10", "-q"], capsys)[0] == 0
+    test = pd.DataFrame({"colour": pd.Categorical(["green", "red"] * 10), "x": 0.0, "label": [0, 1] * 10})
+    test.to_parquet(tmp_path / "test.parquet")
+    test.assign(colour=test.colour.astype(str)).to_csv(tmp_path / "test.csv", index=False)
+    for name in ("test.parquet", "test.csv"):
+        code, out, err = run(["predict", model, tmp_path / name, "-o", tmp_path / "p.csv"], capsys)
+        assert code == 3 and "column 'colour'" in err and "non-numeric value 'green'" in err, err
+        assert "trained without it as a category" in err and "--categorical" not in err
+        assert not (tmp_path / "p.csv").exists()
+    test.assign(colour=np.where(test.colour == "red", 2, 1)).to_csv(tmp_path / "codes.csv", index=False)
+    code, _, err = run(["predict", model, tmp_path / "codes.csv"], capsys)  # the codes it was trained on
+    assert code == 0 and "accuracy 1.0000" in err
+
+
 def test_a_data_file_without_a_known_extension_needs_format(csv, tmp_path, capsys):
     odd = tmp_path / "train.export"
     odd.write_bytes(csv.read_bytes())

@@ -106,7 +106,8 @@ def test_a_federation_encodes_text_columns_as_the_configs_say_and_predicts_with_
 
     colours = [["red", "green", "blue"]] * 2
     assert main(["simulate", str(_categorical_federation(tmp_path, protocol, colours, None, "plain"))]) != 0
-    assert "non-numeric value" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "non-numeric value" in err and 'categorical = "auto" in a federation party\'s [[party]] table' in err
     assert main(["simulate", str(_categorical_federation(tmp_path, protocol, colours, '"auto"', "auto"))]) == 0
     capsys.readouterr()
     holder = "p1" if protocol == "vertical" else "p0"

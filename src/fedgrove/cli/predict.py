@@ -48,7 +48,7 @@ def predict(
     own_label = m.metadata.get("label") if label is None else None
     table = load_input(data, label if own_label is None else own_label, fmt, split="test",
                        label_required=own_label is None, n_features=m.n_features,
-                       categorical=m.metadata.get("categories") or None)
+                       categorical=m.metadata.get("categories") or {})  # {}: no column is one
     report_categories(table, encoded=False)
     X = model_features(table, m.feature_names, data)
     classification = m.classes is not None

@@ -354,7 +354,8 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             value = values.iloc[row]
             hint = (" (this model was trained without it as a category)" if isinstance(categorical, dict) else
                     "; or encode text columns as categories: --categorical auto (or the column names) on the "
-                    "command line, categorical='auto' in Python")
+                    "command line, categorical = \"auto\" in a federation party's [[party]] table, "
+                    "categorical='auto' in Python")
             if isinstance(value, str) and _THOUSANDS.fullmatch(value.strip()):
                 hint = ("; it looks like a number written with thousands separators (or, with one comma, a "
                         "decimal comma): write it without separators and with a decimal point")
