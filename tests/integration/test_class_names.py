@@ -32,7 +32,8 @@ def _party_block(name, role, data=None, test=None, label=None):
 def _config(tmp_path, protocol, parties, classes=None, params="", extra=""):
     head = [f'[federation]\nprotocol = "{protocol}"\nseed = 0\ntimeout = 60']
     if classes is not None:
-        head.append("classes = [" + ", ".join(f'"{c}"' for c in classes) + "]")
+        head.append("classes = [" + ", ".join(f'"{c}"' if isinstance(c, str) else str(c).lower()
+                                              for c in classes) + "]")
     text = "\n".join(head) + f"\n\n[params]\n{params}\n\n{extra}\n\n" + "\n\n".join(parties) + \
         '\n\n[output]\ndir = "runs"\n'
     path = tmp_path / "federation.toml"
@@ -86,7 +87,10 @@ def test_a_label_outside_the_class_list_is_named(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("classes, params, message", [
-    (["a"], "", "two or more class names"),
+    (["a"], "", "two or more classes"),
+    (["a", 1], "", "not both"),
+    ([True, False], "", "by label (numbers"),
+    ([-1, -1.0], "", "lists a class twice"),
     (["a", "a"], "", "lists a class twice"),
     (["a", "b", "c"], "", "objective is 'binary'"),
     (["a", "b"], 'objective = "regression"', "for classification"),
@@ -147,6 +151,88 @@ def test_test_files_in_a_horizontal_config_are_refused_before_training(tmp_path,
     assert main(["simulate", str(cfg)]) != 0
     assert "no federated prediction" in capsys.readouterr().err
     assert not list((tmp_path / "runs").glob("*.model.json"))
+
+
+def _signs(n=360, seed=2):
+    """LIBSVM's binary labels, -1 and 1."""
+    df = _grades(n, seed).drop(columns="grade")
+    df["y"] = np.where(df["a"] + df["b"] > 0, 1, -1)
+    return df
+
+
+def test_numeric_labels_that_are_not_class_codes_need_the_class_list(tmp_path, capsys):
+    # before, the engine refused them with "binary objective needs labels 0/1", without saying what to do
+    df = _signs()
+    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[180:300].to_csv(tmp_path / "p1.csv", index=False)
+    df.iloc[300:].to_csv(tmp_path / "test.csv", index=False)
+    parties = [_party_block("aggregator", "aggregator"),
+               _party_block("party0", "client", "p0.csv", label="y"),
+               _party_block("party1", "client", "p1.csv", label="y")]
+    params = "n_estimators = 10\nmax_depth = 3"
+    assert main(["simulate", str(_config(tmp_path, "horizontal", parties, params=params))]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds the labels -1, 1, but a binary model takes its classes as the codes 0, 1" in err
+    assert "[federation] classes = [-1, 1]" in err and 'objective = "regression"' in err
+    assert main(["simulate", str(_config(tmp_path, "horizontal", parties, ["no", "yes"], params))]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds numbers, but federation.classes lists class names" in err and "classes = [-1, 1]" in err
+    assert main(["simulate", str(_config(tmp_path, "horizontal", parties, [1, -1], params))]) == 0  # 1 is code 0
+    capsys.readouterr()
+    model = json.loads((tmp_path / "runs" / "party0.model.json").read_text())
+    assert model["classes"] == [1, -1]
+    out = tmp_path / "pred.csv"
+    assert main(["predict", str(tmp_path / "runs" / "party0.model.json"), str(tmp_path / "test.csv"), "-o",
+                 str(out), "--proba"]) == 0
+    assert "accuracy" in capsys.readouterr().err
+    p = pd.read_csv(out)
+    assert list(p.columns) == ["p_1", "p_-1"]
+    assert (np.where(p["p_1"] > 0.5, 1, -1) == df.iloc[300:]["y"].to_numpy()).mean() > 0.85
+    # multiclass labels 1, 2, 3: the codes would be 0, 1, 2
+    df["y"] = np.select([df["a"] < -0.5, df["a"] < 0.5], [1, 2], 3)
+    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[180:300].to_csv(tmp_path / "p1.csv", index=False)
+    params = 'objective = "multiclass"\nn_classes = 3\nn_estimators = 5\nmax_depth = 3'
+    assert main(["simulate", str(_config(tmp_path, "horizontal", parties, params=params))]) != 0
+    assert "[federation] classes = [1, 2, 3]" in " ".join(capsys.readouterr().err.split())
+    assert main(["simulate", str(_config(tmp_path, "horizontal", parties, [1, 2, 3], params))]) == 0
+    assert json.loads((tmp_path / "runs" / "party1.model.json").read_text())["classes"] == [1, 2, 3]
+
+
+def test_a_vertical_federation_predicts_numeric_classes_as_listed(tmp_path, capsys):
+    df = _signs(300)
+    df.insert(0, "_id", np.arange(len(df)))
+    df.iloc[:240][["_id", "a", "y"]].to_csv(tmp_path / "active.csv", index=False)
+    df.iloc[:240][["_id", "b", "c"]].to_csv(tmp_path / "passive.csv", index=False)
+    df.iloc[240:][["_id", "a", "y"]].to_csv(tmp_path / "active_test.csv", index=False)
+    df.iloc[240:][["_id", "b", "c"]].to_csv(tmp_path / "passive_test.csv", index=False)
+    parties = [_party_block("active", "active", "active.csv", "active_test.csv", "y"),
+               _party_block("passive", "passive", "passive.csv", "passive_test.csv")]
+    cfg = _config(tmp_path, "vertical", parties, classes=[-1, 1], params="n_estimators = 10\nmax_depth = 3",
+                  extra='[he]\nbackend = "plain"')
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    pred = pd.read_csv(tmp_path / "runs" / "active.predictions.csv")
+    assert list(pred.columns) == ["_id", "prediction", "p_-1", "p_1"]
+    truth = df.set_index("_id").loc[pred["_id"], "y"].to_numpy()
+    assert set(pred["prediction"]) <= {-1, 1} and (pred["prediction"].to_numpy() == truth).mean() > 0.85
+    stats = json.loads((tmp_path / "runs" / "active.stats.json").read_text())
+    assert stats["test_accuracy"] == pytest.approx((pred["prediction"].to_numpy() == truth).mean())
+
+
+@pytest.mark.parametrize("labels, note", [([-1, 1], "classes = [-1, 1]"), ([1, 2, 3], "classes = [1, 2, 3]"),
+                                          ([0, 1], None), ([0.5, 1.5, 2.25], None)])
+def test_partition_of_numeric_labels_that_are_not_codes_says_which_class_list(tmp_path, capsys, labels, note):
+    df = _signs(120).drop(columns="y")
+    df["y"] = np.resize(labels, len(df))
+    df.to_csv(tmp_path / "d.csv", index=False)
+    assert main(["partition", str(tmp_path / "d.csv"), "-l", "y", "--scheme", "horizontal", "-p", "2",
+                 "-o", str(tmp_path / "parts")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    if note is None:
+        assert "classes =" not in err
+    else:
+        assert f"the labels are not the class codes 0, 1, ...: for classification, a federation on these files " \
+               f"needs, in every party's config, [federation] {note}" in err
 
 
 def test_partition_of_text_labels_says_which_class_list_the_federation_needs(tmp_path, capsys):

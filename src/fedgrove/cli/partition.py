@@ -83,11 +83,24 @@ def partition(
                       f"{'  + label' if s.has_label else ''}")
     console.print(f"wrote {len(files) - 1} party files and manifest.json to {out_dir}"
                   + (f" ({test.n_samples} test rows held out)" if test is not None else ""))
-    if np.asarray(table.y).dtype.kind not in "fiub":  # class names: the federation's configs must list them
-        from fedgrove.runner.config import classes_setting
+    _note_classes(np.asarray(table.y))
 
+
+def _note_classes(y: np.ndarray) -> None:
+    """Labels that are not class codes (names, or numbers such as LIBSVM's -1 and 1): the class list a
+    federation's configs must give."""
+    from fedgrove.cli.common import infer_objective
+    from fedgrove.runner.config import classes_setting
+
+    if y.dtype.kind not in "fiub":
         console.print(f"the labels are class names: a federation on these files needs, in every party's config, "
-                      f"{classes_setting(table.y.tolist())} (the order gives the codes 0, 1, ...)")
+                      f"{classes_setting(y)} (the order gives the codes 0, 1, ...)")
+        return
+    values = np.unique(y)
+    if infer_objective(y) != "regression" and not np.array_equal(values, np.arange(len(values))):
+        console.print(f"the labels are not the class codes 0, 1, ...: for classification, a federation on these "
+                      f"files needs, in every party's config, {classes_setting(y)} (the order gives the "
+                      f"codes 0, 1, ...)")
 
 
 def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool) -> None:

@@ -16,8 +16,9 @@
                                  # gradients take about 272 bytes a row under OU); over gRPC it travels in pieces
     predict = true               # predict the test data after training (default: when parties list test files;
                                  # a party config of a role without data, master or aggregator, must say so)
-    classes = ["no", "yes"]      # class names of text labels, in the order of their codes 0, 1, ...; every
-                                 # party must give the same list (needed when label columns hold text)
+    classes = ["no", "yes"]      # the classes in the order of their codes 0, 1, ...: text labels' names, or
+                                 # numeric labels that are not already the codes (LIBSVM's [-1, 1]); every
+                                 # party must give the same list (needed when label columns hold either)
     [he]
     scheme = "ou"                # ou | paillier
     key_bits = 2048
@@ -403,13 +404,16 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     return cfg
 
 
-def _classes(value, params: dict, protocol: str) -> list[str] | None:
-    """``federation.classes``: two or more distinct class names (text labels' codes 0, 1, ... in this order);
-    a multiclass objective without ``n_classes`` takes their number."""
+def _classes(value, params: dict, protocol: str) -> list | None:
+    """``federation.classes``: two or more distinct class names (text labels' codes 0, 1, ... in this order),
+    or numbers (numeric labels' codes, such as LIBSVM's -1 and 1); a multiclass objective without
+    ``n_classes`` takes their number."""
     if value is None:
         return None
-    if not (isinstance(value, list) and len(value) >= 2 and all(isinstance(v, str) and v for v in value)):
-        raise InvalidParameterError(f"federation.classes must list two or more class names (text), got {value!r}")
+    if not (isinstance(value, list) and len(value) >= 2
+            and (all(isinstance(v, str) and v for v in value) or all(_is_label_number(v) for v in value))):
+        raise InvalidParameterError(f"federation.classes must list two or more classes, by name (text) or by "
+                                    f"label (numbers, such as [-1, 1]), not both, got {value!r}")
     if len(set(value)) != len(value):
         raise InvalidParameterError(f"federation.classes lists a class twice: {value!r}")
     if protocol == "federated-forest":
@@ -432,12 +436,23 @@ def _classes(value, params: dict, protocol: str) -> list[str] | None:
 
 
 def classes_setting(labels, limit: int | None = None) -> str:
-    """The ``[federation] classes = [...]`` line for text labels: their distinct values sorted (the first
-    ``limit``, then "...")."""
-    seen = sorted({str(v) for v in labels})
+    """The ``[federation] classes = [...]`` line for labels that are not class codes: their distinct values
+    sorted, names as text and numbers as numbers (the first ``limit``, then "...")."""
+    import json
+
+    import numpy as np
+
+    y = np.asarray(labels)
+    if y.dtype.kind in "fiub":
+        seen = [str(int(v)) if float(v).is_integer() else repr(float(v)) for v in np.unique(y.astype(np.float64))]
+    else:
+        seen = [json.dumps(v, ensure_ascii=False) for v in sorted({str(v) for v in y.tolist()})]
     shown = seen if limit is None else seen[:limit]
-    return "[federation] classes = [" + ", ".join(f'"{v}"' for v in shown) + \
-        (", ...]" if len(shown) < len(seen) else "]")
+    return "[federation] classes = [" + ", ".join(shown) + (", ...]" if len(shown) < len(seen) else "]")
+
+
+def _is_label_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def load_federation(path) -> FederationConfig:

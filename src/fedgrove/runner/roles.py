@@ -113,27 +113,56 @@ class RoleContext:
         return table.subset(rows)
 
     def _label_codes(self, y: np.ndarray, path) -> np.ndarray:
-        """Labels as numbers: text labels become their class's position in ``federation.classes`` (which every
-        party lists alike, so codes mean the same everywhere); numeric labels pass through."""
+        """Labels as numbers: a label becomes its class's position in ``federation.classes`` (which every party
+        lists alike, so codes mean the same everywhere), by name for text labels and by value for numeric ones;
+        numeric labels without ``classes`` pass through, and must then be class codes for classification."""
         y = np.asarray(y)
         where = f"party {self.spec.name}: label column {self.spec.label!r} of {str(path)!r}"
         classes = self.cfg.classes
-        if y.dtype.kind in "fiub":
-            if classes is not None:
-                raise DataError(f"{where} holds numbers, but federation.classes lists class names {classes}; "
-                                f"remove classes (numeric labels are used as they are) or give the names in the file")
-            return y
+        numeric = y.dtype.kind in "fiub"
         if classes is None:
-            raise DataError(f"{where} holds text; list the classes in the order of their codes 0, 1, ... in the "
-                            f"federation's config, the same in every party's: {classes_setting(y.tolist(), 10)}")
-        names, inverse = np.unique(np.array([str(v) for v in y.tolist()]), return_inverse=True)
-        code = {c: k for k, c in enumerate(classes)}
-        outside = [k for k, n in enumerate(names) if n not in code]
+            if not numeric:
+                raise DataError(f"{where} holds text; list the classes in the order of their codes 0, 1, ... in "
+                                f"the federation's config, the same in every party's: {classes_setting(y, 10)}")
+            self._check_codes(y, where)
+            return y
+        if numeric != (not isinstance(classes[0], str)):
+            raise DataError(f"{where} holds {'numbers' if numeric else 'text'}, but federation.classes lists "
+                            f"{'class names' if numeric else 'numbers'} {classes}; list the labels as the file "
+                            f"holds them: {classes_setting(y, 10)}")
+        values, inverse = np.unique(y.astype(np.float64) if numeric else np.array([str(v) for v in y.tolist()]),
+                                    return_inverse=True)
+        code = {(float(c) if numeric else c): k for k, c in enumerate(classes)}
+        outside = [k for k, v in enumerate(values.tolist()) if v not in code]
         if outside:
             row = int(np.argmax(np.isin(inverse, outside)))
-            raise DataError(f"{where} holds {str(names[inverse[row]])!r} (data row {row + 1}), which is not in "
+            raise DataError(f"{where} holds {y.tolist()[row]!r} (data row {row + 1}), which is not in "
                             f"federation.classes {classes}")
-        return np.array([code[n] for n in names], dtype=np.float64)[inverse]
+        return np.array([code[v] for v in values.tolist()], dtype=np.float64)[inverse]
+
+    def _check_codes(self, y: np.ndarray, where: str) -> None:
+        """Numeric labels without ``classes``: a classification model takes the codes 0, 1, ... (binary: 0 and
+        1); other labels (LIBSVM's -1 and 1) must be listed as classes."""
+        params = self.cfg.params
+        if self.cfg.protocol == "federated-forest":
+            if params.get("task", "classification") != "classification":
+                return
+            objective = "classification"
+        else:
+            objective = params.get("objective", "binary")
+            if objective not in ("binary", "multiclass"):
+                return
+        values = np.unique(y.astype(np.float64))
+        top = 1 if objective == "binary" else (params.get("n_classes") or np.inf) - 1
+        if np.all((values >= 0) & (values <= top) & (values == np.round(values))):
+            return
+        regression = 'task = "regression"' if objective == "classification" else 'objective = "regression"'
+        shown = ", ".join(str(int(v)) if v.is_integer() else repr(v) for v in values[:10].tolist()) + (
+            " ..." if len(values) > 10 else "")
+        raise DataError(f"{where} holds the labels {shown}, but a {objective} model takes its classes as the codes "
+                        f"0{', 1' if objective == 'binary' else ', 1, ...'}; list the labels in the order of their "
+                        f"codes in the federation's config, the same in every party's: {classes_setting(y, 10)} "
+                        f"(or, for numeric targets, set [params] {regression})")
 
     def class_names(self, n_classes: int) -> list:
         """The classes a model's outputs stand for: ``federation.classes`` when given, else 0..K-1."""
