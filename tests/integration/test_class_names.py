@@ -41,14 +41,19 @@ def _config(tmp_path, protocol, parties, classes=None, params="", extra=""):
     return path
 
 
+def _horizontal(tmp_path, df, label, test_from=300):
+    """Two clients (rows 0-179 and 180 to ``test_from``) and an aggregator; rows from ``test_from`` on are
+    written to test.csv.  Returns the [[party]] blocks."""
+    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[180:test_from].to_csv(tmp_path / "p1.csv", index=False)
+    df.iloc[test_from:].to_csv(tmp_path / "test.csv", index=False)
+    return [_party_block("aggregator", "aggregator"), _party_block("party0", "client", "p0.csv", label=label),
+            _party_block("party1", "client", "p1.csv", label=label)]
+
+
 def test_horizontal_text_labels_need_the_class_list_and_then_keep_the_names(tmp_path, capsys):
     df = _grades()
-    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
-    df.iloc[180:300].to_csv(tmp_path / "p1.csv", index=False)
-    df.iloc[300:].to_csv(tmp_path / "test.csv", index=False)
-    parties = [_party_block("aggregator", "aggregator"),
-               _party_block("party0", "client", "p0.csv", label="grade"),
-               _party_block("party1", "client", "p1.csv", label="grade")]
+    parties = _horizontal(tmp_path, df, "grade")
     params = 'objective = "multiclass"\nn_estimators = 8\nmax_depth = 3'
     cfg = _config(tmp_path, "horizontal", parties, params=params + "\nn_classes = 3")
     assert main(["simulate", str(cfg)]) != 0
@@ -75,11 +80,7 @@ def test_horizontal_text_labels_need_the_class_list_and_then_keep_the_names(tmp_
 def test_a_label_outside_the_class_list_is_named(tmp_path, capsys):
     df = _grades()
     df.loc[7, "grade"] = "top"
-    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
-    df.iloc[180:].to_csv(tmp_path / "p1.csv", index=False)
-    parties = [_party_block("aggregator", "aggregator"),
-               _party_block("party0", "client", "p0.csv", label="grade"),
-               _party_block("party1", "client", "p1.csv", label="grade")]
+    parties = _horizontal(tmp_path, df, "grade", test_from=len(df))
     cfg = _config(tmp_path, "horizontal", parties, classes=GRADES, params='objective = "multiclass"')
     assert main(["simulate", str(cfg)]) != 0
     err = capsys.readouterr().err
@@ -103,9 +104,10 @@ def test_bad_class_lists_are_refused_before_anything_runs(tmp_path, capsys, clas
     assert message in capsys.readouterr().err
 
 
-def test_vertical_predictions_carry_the_class_names(tmp_path, capsys):
+@pytest.mark.parametrize("classes", [["no", "yes"], [-1, 1]])  # names, and numbers other than the codes
+def test_vertical_predictions_carry_the_classes(tmp_path, capsys, classes):
     df = _grades(300)
-    df["ok"] = np.where(df["a"] + df["b"] > 0, "yes", "no")
+    df["ok"] = np.where(df["a"] + df["b"] > 0, classes[1], classes[0])
     df.insert(0, "_id", np.arange(len(df)))
     df.iloc[:240][["_id", "a", "ok"]].to_csv(tmp_path / "active.csv", index=False)
     df.iloc[:240][["_id", "b", "c"]].to_csv(tmp_path / "passive.csv", index=False)
@@ -113,13 +115,13 @@ def test_vertical_predictions_carry_the_class_names(tmp_path, capsys):
     df.iloc[240:][["_id", "b", "c"]].to_csv(tmp_path / "passive_test.csv", index=False)
     parties = [_party_block("active", "active", "active.csv", "active_test.csv", "ok"),
                _party_block("passive", "passive", "passive.csv", "passive_test.csv")]
-    cfg = _config(tmp_path, "vertical", parties, classes=["no", "yes"], params="n_estimators = 10\nmax_depth = 3",
+    cfg = _config(tmp_path, "vertical", parties, classes=classes, params="n_estimators = 10\nmax_depth = 3",
                   extra='[he]\nbackend = "plain"')
     assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
     pred = pd.read_csv(tmp_path / "runs" / "active.predictions.csv")
-    assert list(pred.columns) == ["_id", "prediction", "p_no", "p_yes"]
+    assert list(pred.columns) == ["_id", "prediction"] + [f"p_{c}" for c in classes]
     truth = df.set_index("_id").loc[pred["_id"], "ok"].to_numpy()
-    assert (pred["prediction"].to_numpy() == truth).mean() > 0.85
+    assert set(pred["prediction"]) <= set(classes) and (pred["prediction"].to_numpy() == truth).mean() > 0.85
     stats = json.loads((tmp_path / "runs" / "active.stats.json").read_text())
     assert stats["test_accuracy"] == pytest.approx((pred["prediction"].to_numpy() == truth).mean())
 
@@ -163,12 +165,7 @@ def _signs(n=360, seed=2):
 def test_numeric_labels_that_are_not_class_codes_need_the_class_list(tmp_path, capsys):
     # before, the engine refused them with "binary objective needs labels 0/1", without saying what to do
     df = _signs()
-    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
-    df.iloc[180:300].to_csv(tmp_path / "p1.csv", index=False)
-    df.iloc[300:].to_csv(tmp_path / "test.csv", index=False)
-    parties = [_party_block("aggregator", "aggregator"),
-               _party_block("party0", "client", "p0.csv", label="y"),
-               _party_block("party1", "client", "p1.csv", label="y")]
+    parties = _horizontal(tmp_path, df, "y")
     params = "n_estimators = 10\nmax_depth = 3"
     assert main(["simulate", str(_config(tmp_path, "horizontal", parties, params=params))]) != 0
     err = " ".join(capsys.readouterr().err.split())
@@ -190,33 +187,12 @@ def test_numeric_labels_that_are_not_class_codes_need_the_class_list(tmp_path, c
     assert (np.where(p["p_1"] > 0.5, 1, -1) == df.iloc[300:]["y"].to_numpy()).mean() > 0.85
     # multiclass labels 1, 2, 3: the codes would be 0, 1, 2
     df["y"] = np.select([df["a"] < -0.5, df["a"] < 0.5], [1, 2], 3)
-    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
-    df.iloc[180:300].to_csv(tmp_path / "p1.csv", index=False)
+    _horizontal(tmp_path, df, "y")
     params = 'objective = "multiclass"\nn_classes = 3\nn_estimators = 5\nmax_depth = 3'
     assert main(["simulate", str(_config(tmp_path, "horizontal", parties, params=params))]) != 0
     assert "[federation] classes = [1, 2, 3]" in " ".join(capsys.readouterr().err.split())
     assert main(["simulate", str(_config(tmp_path, "horizontal", parties, [1, 2, 3], params))]) == 0
     assert json.loads((tmp_path / "runs" / "party1.model.json").read_text())["classes"] == [1, 2, 3]
-
-
-def test_a_vertical_federation_predicts_numeric_classes_as_listed(tmp_path, capsys):
-    df = _signs(300)
-    df.insert(0, "_id", np.arange(len(df)))
-    df.iloc[:240][["_id", "a", "y"]].to_csv(tmp_path / "active.csv", index=False)
-    df.iloc[:240][["_id", "b", "c"]].to_csv(tmp_path / "passive.csv", index=False)
-    df.iloc[240:][["_id", "a", "y"]].to_csv(tmp_path / "active_test.csv", index=False)
-    df.iloc[240:][["_id", "b", "c"]].to_csv(tmp_path / "passive_test.csv", index=False)
-    parties = [_party_block("active", "active", "active.csv", "active_test.csv", "y"),
-               _party_block("passive", "passive", "passive.csv", "passive_test.csv")]
-    cfg = _config(tmp_path, "vertical", parties, classes=[-1, 1], params="n_estimators = 10\nmax_depth = 3",
-                  extra='[he]\nbackend = "plain"')
-    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
-    pred = pd.read_csv(tmp_path / "runs" / "active.predictions.csv")
-    assert list(pred.columns) == ["_id", "prediction", "p_-1", "p_1"]
-    truth = df.set_index("_id").loc[pred["_id"], "y"].to_numpy()
-    assert set(pred["prediction"]) <= {-1, 1} and (pred["prediction"].to_numpy() == truth).mean() > 0.85
-    stats = json.loads((tmp_path / "runs" / "active.stats.json").read_text())
-    assert stats["test_accuracy"] == pytest.approx((pred["prediction"].to_numpy() == truth).mean())
 
 
 @pytest.mark.parametrize("labels, note", [([-1, 1], "classes = [-1, 1]"), ([1, 2, 3], "classes = [1, 2, 3]"),
