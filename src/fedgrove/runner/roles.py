@@ -136,7 +136,9 @@ class RoleContext:
         outside = [k for k, v in enumerate(values.tolist()) if v not in code]
         if outside:
             row = int(np.argmax(np.isin(inverse, outside)))
-            raise DataError(f"{where} holds {y.tolist()[row]!r} (data row {row + 1}), which is not in "
+            label = y[row].item() if hasattr(y[row], "item") else y[row]
+            label = int(label) if isinstance(label, float) and label.is_integer() else label  # -1, not -1.0
+            raise DataError(f"{where} holds {label!r} (data row {row + 1}), which is not in "
                             f"federation.classes {classes}")
         return np.array([code[v] for v in values.tolist()], dtype=np.float64)[inverse]
 
