@@ -195,6 +195,34 @@ def test_predict_reads_a_libsvm_file_that_never_mentions_the_last_feature(tmp_pa
     assert set(out.split()[1:]) == {"-1", "1"}
 
 
+def test_predict_leaves_out_libsvm_features_beyond_those_of_the_training_file(tmp_path, capsys):
+    # before, the file was refused ("n_features was set to 2, but input file contains 4 features"); a training
+    # file without values in features 3 and 4 gives the model it would give with those columns, all zero
+    from sklearn.datasets import dump_svmlight_file
+
+    from fedgrove.data.io import load_table
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+
+    r = np.random.default_rng(1)
+    X = r.normal(size=(200, 4))
+    y = np.where(X[:, 0] + X[:, 3] > 0, 1, 0)
+    dump_svmlight_file(np.where(np.arange(4) < 2, X, 0), y, str(tmp_path / "train.svm"))  # ends at feature 2
+    dump_svmlight_file(X, y, str(tmp_path / "test.svm"))
+    outs = []
+    for width in (None, 4):
+        t = load_table(tmp_path / "train.svm", n_features=width)
+        assert t.n_features == (width or 2)
+        model = tmp_path / f"m{width}.json"
+        fitted = train_gbdt(GBDTParams(n_estimators=5, objective="binary"), t.X, t.y)
+        fitted.classes = [0, 1]  # as fedgrove train keeps them
+        fitted.save(model)
+        code, out, err = run(["predict", model, tmp_path / "test.svm", "--proba"], capsys)
+        assert code == 0, err
+        assert ("left out: f3, f4" in err) == (width is None) and "accuracy" in err
+        outs.append(out)
+    assert outs[0] == outs[1]
+
+
 def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path, capsys):
     import json
 

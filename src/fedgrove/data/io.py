@@ -44,6 +44,9 @@ class Table:
     unseen: dict = field(default_factory=dict)  # {column: values not among given categories (now missing)}
     # text instance IDs as the file wrote them (``ids`` then holds their 63-bit digests, see :func:`id_codes`)
     id_text: np.ndarray | None = None
+    # a LIBSVM file's features beyond the ``n_features`` asked for (a model's), left out: a training file
+    # without values there gives the same model as one that has those columns, all zero
+    left_out: list = field(default_factory=list)
 
     @property
     def id_labels(self) -> np.ndarray | None:
@@ -74,9 +77,9 @@ class Table:
         columns left out.  See :func:`column_order`."""
         order = column_order(self.feature_names, names, source) if self.named else None
         if order is None:
-            return self.X, []
+            return self.X, list(self.left_out)
         left_out = sorted(set(self.feature_names) - set(names), key=self.feature_names.index)
-        return self.X[:, order], left_out
+        return self.X[:, order], list(self.left_out) + left_out
 
 
 def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
@@ -415,13 +418,20 @@ def _load_libsvm(path: Path, n_features: int | None) -> Table:
     from sklearn.datasets import load_svmlight_file
 
     try:
-        X, y = load_svmlight_file(str(path), n_features=n_features)
+        X, y = load_svmlight_file(str(path))  # as wide as the file's largest feature index
     except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
     if X.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
+    names = [f"f{j + 1}" for j in range(max(X.shape[1], n_features or 0))]
+    left_out = []
+    if n_features is not None and X.shape[1] > n_features:  # values where a model's training file had none
+        left_out = [names[j] for j in np.unique(X[:, n_features:].nonzero()[1]) + n_features]
+        X = X[:, :n_features]
     X = X.toarray()
-    return Table(X, np.asarray(y, dtype=np.float64), [f"f{j + 1}" for j in range(X.shape[1])], "label", named=False)
+    if n_features is not None and X.shape[1] < n_features:  # a file that does not mention the last features
+        X = np.hstack([X, np.zeros((X.shape[0], n_features - X.shape[1]))])
+    return Table(X, np.asarray(y, dtype=np.float64), names[:X.shape[1]], "label", named=False, left_out=left_out)
 
 
 def write_table(table: Table, path, format: str | None = None) -> None:
