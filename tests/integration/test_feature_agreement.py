@@ -42,6 +42,67 @@ def test_parties_whose_columns_differ_in_order_or_name_are_refused(tmp_path, cap
         assert "feature columns differ in names or order" in err and "c0 | c1" in err and "Traceback" not in err
 
 
+def _libsvm_federation(tmp_path, protocol, width=None, test=False):
+    """Two parties with LIBSVM files: c0's rows reach feature 4, c1's only feature 3 (LIBSVM leaves zeros out);
+    ``width``: their n_features; ``test``: each also predicts a test file whose rows end at feature 2."""
+    from sklearn.datasets import dump_svmlight_file
+
+    lead, role, extra = PROTOCOLS[protocol]
+    extra = extra.replace("n_hashes = 3", "n_hashes = 2")  # below every width here
+    r = np.random.default_rng(4)
+    X = r.normal(size=(400, 4))
+    y = (X[:, 0] - X[:, 2] > 0).astype(int)
+    dump_svmlight_file(X[:150], y[:150], str(tmp_path / "c0.svm"))
+    dump_svmlight_file(np.where(np.arange(4) < 3, X[150:300], 0), y[150:300], str(tmp_path / "c1.svm"))
+    dump_svmlight_file(np.where(np.arange(4) < 2, X[300:], 0), y[300:], str(tmp_path / "t.svm"))
+    parties = (f'[[party]]\nname = "agg"\nrole = "{lead}"\n' if lead else "") + "".join(
+        f'[[party]]\nname = "c{k}"\nrole = "{role}"\ndata = "c{k}.svm"\n'
+        + (f"n_features = {width}\n" if width else "") + ('test = "t.svm"\n' if test else "") for k in range(2))
+    cfg = tmp_path / "fed.toml"
+    cfg.write_text(f'[federation]\nprotocol = "{protocol}"\n[params]\nn_estimators = 2\nmax_depth = 2\n'
+                   f'max_bins = 8\n{extra}{parties}[output]\ndir = "out"\n')
+    return cfg
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_parties_with_libsvm_files_of_other_widths_are_told_to_give_n_features(tmp_path, capsys, protocol):
+    assert main(["simulate", str(_libsvm_federation(tmp_path, protocol))]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the parties hold different numbers of features: {'c0': 4, 'c1': 3}" in err
+    assert "same n_features = ... in their [[party]] tables" in err and "Traceback" not in err
+    assert main(["simulate", str(_libsvm_federation(tmp_path, protocol, width=4))]) == 0, capsys.readouterr().err
+
+
+def test_libsvm_parties_read_their_files_at_n_features_and_test_files_at_the_training_width(tmp_path, capsys):
+    import json
+
+    assert main(["simulate", str(_libsvm_federation(tmp_path, "simfl", width=3))]) != 0  # c0 has feature 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "has values in features beyond n_features = 3: f4; raise n_features" in err
+    # a test file narrower than the training files (before: "X must have shape (n_samples, 4), got (100, 2)")
+    assert main(["simulate", str(_libsvm_federation(tmp_path, "simfl", width=4, test=True))]) == 0, \
+        capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "c1.stats.json").read_text())["n_test"] == 100
+    cfg = tmp_path / "fed.toml"  # without n_features, each reads the test file as wide as its own training file
+    (tmp_path / "c2.svm").write_bytes((tmp_path / "c0.svm").read_bytes())
+    cfg.write_text(cfg.read_text().replace('data = "c1.svm"', 'data = "c2.svm"').replace("n_features = 4\n", ""))
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    for bad, message in (("0", "n_features must be a whole number >= 1, got 0"),
+                         ('"4"', "n_features must be a whole number >= 1, got '4'")):
+        cfg.write_text(cfg.read_text().replace('data = "c0.svm"\n', f'data = "c0.svm"\nn_features = {bad}\n', 1))
+        assert main(["simulate", str(cfg)]) != 0
+        assert message in capsys.readouterr().err
+        cfg.write_text(cfg.read_text().replace(f"n_features = {bad}\n", ""))
+
+
+def test_n_features_is_refused_for_files_whose_columns_are_named(tmp_path, capsys):
+    cfg = _federation(tmp_path, "simfl")
+    cfg.write_text(cfg.read_text().replace('data = "c0.csv"\n', 'data = "c0.csv"\nn_features = 4\n'))
+    assert main(["simulate", str(cfg)]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "n_features is for LIBSVM files" in err and "data = 'c0.csv' is csv" in err
+
+
 def test_over_grpc_the_parties_waiting_on_the_refusing_one_stop_at_once_with_its_reason(tmp_path):
     # the aggregator refuses the clients' features; the clients, waiting for its cut points, are told why at
     # once instead of waiting out the timeout

@@ -414,6 +414,16 @@ def _as_text(v) -> str:
     return str(v)
 
 
+def libsvm_width(path) -> int:
+    """How many features a LIBSVM file's rows span: its largest feature index (read without densifying)."""
+    from sklearn.datasets import load_svmlight_file
+
+    try:
+        return int(load_svmlight_file(str(path))[0].shape[1])
+    except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
+
+
 def _load_libsvm(path: Path, n_features: int | None) -> Table:
     from sklearn.datasets import load_svmlight_file
 

@@ -55,6 +55,15 @@ def features_digest(names) -> bytes:
     return hashlib.sha256("\x1f".join(str(n) for n in names).encode()).digest()
 
 
+def check_same_width(widths: dict) -> None:
+    """Refuse parties meant to hold the same features that hold different numbers of them (``widths``: party ->
+    its number of features)."""
+    if len(set(widths.values())) > 1:
+        raise ProtocolError(f"the parties hold different numbers of features: {dict(sorted(widths.items()))}; a "
+                            f"LIBSVM file is as wide as its largest feature index (it leaves zeros out), so give "
+                            f"parties with LIBSVM files the same n_features = ... in their [[party]] tables")
+
+
 def check_same_features(digests: dict) -> None:
     """Refuse parties whose feature names differ, in names or in order (parties without names pass): their
     columns would be mixed up feature by feature without any other sign."""

@@ -50,6 +50,8 @@
     label = "label"
     test = "party0-test.csv"     # optional: after training, predict these rows (every data party lists its
                                  # part of the same test instances); the lead party writes the predictions
+    # categorical = "auto"       # text columns as categories (or a list of columns, or {column = [...]})
+    # n_features = 123           # LIBSVM files: read them at this width (else each at its largest index)
     [output]
     dir = "runs/vertical"
 
@@ -93,6 +95,7 @@ class PartySpec:
     certs: Path | None = None
     test: Path | None = None
     categorical: object = None  # None, "auto", [column, ...] or {column: [category, ...]}: see load_table
+    n_features: int | None = None  # LIBSVM data: the width to read its files at (else its largest feature index)
 
 
 @dataclass
@@ -257,7 +260,7 @@ def _read(path) -> tuple[dict, Path]:
         raise InvalidParameterError(f"{str(path)!r} is not valid TOML: {exc}") from None
 
 
-PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical")
+PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features")
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
@@ -274,7 +277,27 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
                      d.get("listen"), base / certs if certs else None, base / test if test else None,
-                     _categorical(d.get("categorical"), where))
+                     _categorical(d.get("categorical"), where), _n_features(d, where))
+
+
+def _n_features(d: dict, where: str) -> int | None:
+    """A party's ``n_features``: the width its LIBSVM files are read at (a whole number >= 1)."""
+    value = d.get("n_features")
+    if value is None:
+        return None
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise InvalidParameterError(f"{where}: n_features must be a whole number >= 1, got {value!r}")
+    from fedgrove.data.io import detect_format
+
+    for key in ("data", "test"):
+        try:
+            fmt = detect_format(d[key]) if key in d else "libsvm"
+        except DataError:  # said when the file is read
+            continue
+        if fmt != "libsvm":
+            raise InvalidParameterError(f"{where}: n_features is for LIBSVM files (as wide as their largest feature "
+                                        f"index), but {key} = {d[key]!r} is {fmt}, whose columns it names")
+    return value
 
 
 def _categorical(value, where: str):

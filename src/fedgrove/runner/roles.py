@@ -20,7 +20,7 @@ import numpy as np
 # concurrent first imports of one package's modules can deadlock
 from fedgrove import metrics
 from fedgrove.crypto.he import keygen
-from fedgrove.data.io import feature_columns, load_table
+from fedgrove.data.io import detect_format, feature_columns, libsvm_width, load_table
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError
 from fedgrove.log import logger
@@ -68,7 +68,18 @@ class RoleContext:
             raise DataError(f"party {self.spec.name}: no test data configured (test = ...)")
         # a test file may lack the label column: it is then only predicted, not scored
         label = self.spec.label if (with_label or test) else None
-        table = load_table(path, label=label, label_required=not test, categorical=self._categories(test))
+        width = self.spec.n_features
+        if test and width is None and detect_format(path) == "libsvm" and detect_format(self.spec.data) == "libsvm":
+            width = libsvm_width(self.spec.data)  # a LIBSVM test file is read as wide as the training file
+        table = load_table(path, label=label, label_required=not test, categorical=self._categories(test),
+                           n_features=width)
+        if table.left_out:  # a LIBSVM file with values beyond the width
+            shown = ", ".join(table.left_out[:10]) + (" ..." if len(table.left_out) > 10 else "")
+            if not test:
+                raise DataError(f"party {self.spec.name}: {str(path)!r} has values in features beyond n_features = "
+                                f"{width}: {shown}; raise n_features, the same at every party")
+            logger.info("party %s: features of %s beyond the %d of its training data, left out: %s",
+                        self.spec.name, path, width, shown)
         if table.categories and not test:  # kept for prediction, which must encode with the same categories
             atomic_write_text(self.categories_path, json.dumps(table.categories))
             if not isinstance(self.spec.categorical, dict):  # found in the data: parties may disagree

@@ -51,7 +51,8 @@ from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy, DPOptions, No
 from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.transport.codec import decode, encode
-from fedgrove.protocols import NEEDS_N_CLASSES, check_same_features, features_digest, refuse_unsupported
+from fedgrove.protocols import (NEEDS_N_CLASSES, check_same_features, check_same_width,
+                                 features_digest, refuse_unsupported)
 
 
 @dataclass
@@ -239,9 +240,7 @@ class FVTreeParty:
         mine = m.Hello(n, d, self.key.public_bytes(), lo, hi, features_digest(self.schema))
         ch.broadcast("hello", mine, self.others)
         hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
-        if {h.n_features for h in hello.values()} != {d}:
-            raise ProtocolError(f"the parties hold different numbers of features: "
-                                f"{ {p: h.n_features for p, h in hello.items()} }")
+        check_same_width({p: h.n_features for p, h in hello.items()})
         check_same_features({p: h.features_digest for p, h in hello.items()})
         self.peers = {p: _Peer(p, h.key, h.n_samples) for p, h in hello.items()}
         self.n_total = sum(h.n_samples for h in hello.values())

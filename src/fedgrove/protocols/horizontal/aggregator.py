@@ -15,7 +15,7 @@ from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.splitter import GBDTScorer, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
-from fedgrove.protocols import check_same_features
+from fedgrove.protocols import check_same_features, check_same_width
 from fedgrove.protocols.horizontal import messages as m
 from fedgrove.protocols.horizontal.common import base_score, check_params, label_stats_length
 
@@ -137,9 +137,7 @@ class HorizontalAggregator:
         session = os.urandom(16)
         ch.broadcast("keys", m.MaskingKeys(list(keys), list(keys.values()), session), self.clients)
         sketches = [ch.recv(c, "sketch", m.Sketches) for c in self.clients]
-        n_features = len(sketches[0].lengths)
-        if any(len(s.lengths) != n_features for s in sketches):
-            raise ProtocolError("clients disagree on the number of features")
+        check_same_width({c: len(s.lengths) for c, s in zip(self.clients, sketches)})
         check_same_features({c: s.features_digest for c, s in zip(self.clients, sketches)})
         merged = None
         for s in sketches:

@@ -38,7 +38,8 @@ from fedgrove.protocols.simfl import messages as m
 from fedgrove.protocols.simfl.lsh import LSHFamily, LSHParams, quantize, similar_instances
 from fedgrove.protocols.tfl import tree_schedule
 from fedgrove.protocols.vertical.messages import Start, ids_digest
-from fedgrove.protocols import NEEDS_N_CLASSES, check_same_features, features_digest, instance_ids, refuse_unsupported
+from fedgrove.protocols import (NEEDS_N_CLASSES, check_same_features, check_same_width,
+                                 features_digest, instance_ids, refuse_unsupported)
 
 SCHEDULES = {"blocks": "blocks", "round-robin": "round_robin"}
 
@@ -139,9 +140,7 @@ class SimFLParty:
         mine = m.Hello(len(self.X), self.X.shape[1], ids_digest(self.ids), features_digest(self.schema))
         ch.broadcast("hello", mine, self.others)
         hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
-        if {h.n_features for h in hello.values()} != {self.X.shape[1]}:
-            raise ProtocolError(f"the parties hold different numbers of features: "
-                                f"{ {p: h.n_features for p, h in hello.items()} }")
+        check_same_width({p: h.n_features for p, h in hello.items()})
         check_same_features({p: h.features_digest for p, h in hello.items()})
         self.sizes = [hello[p].n_samples for p in self.parties]
         fed = {"lsh": self.options.lsh.to_dict(),
