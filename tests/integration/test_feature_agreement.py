@@ -15,7 +15,6 @@ PROTOCOLS = {
 
 
 def _federation(tmp_path, protocol, change_c1=lambda df: df, out="out"):
-    lead, role, extra = PROTOCOLS[protocol]
     r = np.random.default_rng(4)
     X = r.normal(size=(300, 4))
     y = (X[:, 0] - X[:, 2] > 0).astype(int)
@@ -23,8 +22,15 @@ def _federation(tmp_path, protocol, change_c1=lambda df: df, out="out"):
         df = pd.DataFrame(X[k::2], columns=list("abcd"))
         df["label"] = y[k::2]
         (change_c1(df) if k == 1 else df).to_csv(tmp_path / f"c{k}.csv", index=False)
+    return _config(tmp_path, protocol, [f'data = "c{k}.csv"\nlabel = "label"\n' for k in range(2)],
+                   PROTOCOLS[protocol][2], out)
+
+
+def _config(tmp_path, protocol, tables, extra, out="out"):
+    """fed.toml: the protocol's lead (if it has one) and parties c0, c1, ... with the keys ``tables`` gives."""
+    lead, role, _ = PROTOCOLS[protocol]
     parties = (f'[[party]]\nname = "agg"\nrole = "{lead}"\n' if lead else "") + "".join(
-        f'[[party]]\nname = "c{k}"\nrole = "{role}"\ndata = "c{k}.csv"\nlabel = "label"\n' for k in range(2))
+        f'[[party]]\nname = "c{k}"\nrole = "{role}"\n{keys}' for k, keys in enumerate(tables))
     cfg = tmp_path / "fed.toml"
     cfg.write_text(f'[federation]\nprotocol = "{protocol}"\n[params]\nn_estimators = 2\nmax_depth = 2\n'
                    f'max_bins = 8\n{extra}{parties}[output]\ndir = "{out}"\n')
@@ -47,21 +53,16 @@ def _libsvm_federation(tmp_path, protocol, width=None, test=False):
     ``width``: their n_features; ``test``: each also predicts a test file whose rows end at feature 2."""
     from sklearn.datasets import dump_svmlight_file
 
-    lead, role, extra = PROTOCOLS[protocol]
-    extra = extra.replace("n_hashes = 3", "n_hashes = 2")  # below every width here
     r = np.random.default_rng(4)
     X = r.normal(size=(400, 4))
     y = (X[:, 0] - X[:, 2] > 0).astype(int)
     dump_svmlight_file(X[:150], y[:150], str(tmp_path / "c0.svm"))
     dump_svmlight_file(np.where(np.arange(4) < 3, X[150:300], 0), y[150:300], str(tmp_path / "c1.svm"))
     dump_svmlight_file(np.where(np.arange(4) < 2, X[300:], 0), y[300:], str(tmp_path / "t.svm"))
-    parties = (f'[[party]]\nname = "agg"\nrole = "{lead}"\n' if lead else "") + "".join(
-        f'[[party]]\nname = "c{k}"\nrole = "{role}"\ndata = "c{k}.svm"\n'
-        + (f"n_features = {width}\n" if width else "") + ('test = "t.svm"\n' if test else "") for k in range(2))
-    cfg = tmp_path / "fed.toml"
-    cfg.write_text(f'[federation]\nprotocol = "{protocol}"\n[params]\nn_estimators = 2\nmax_depth = 2\n'
-                   f'max_bins = 8\n{extra}{parties}[output]\ndir = "out"\n')
-    return cfg
+    tables = [f'data = "c{k}.svm"\n' + (f"n_features = {width}\n" if width else "")
+              + ('test = "t.svm"\n' if test else "") for k in range(2)]
+    extra = PROTOCOLS[protocol][2].replace("n_hashes = 3", "n_hashes = 2")  # SimFL's L below every width here
+    return _config(tmp_path, protocol, tables, extra)
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
