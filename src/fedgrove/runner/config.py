@@ -291,10 +291,10 @@ def _n_features(d: dict, where: str) -> int | None:
 
     for key in ("data", "test"):
         try:
-            fmt = detect_format(d[key]) if key in d else "libsvm"
+            fmt = detect_format(d[key]) if key in d else None
         except DataError:  # said when the file is read
             continue
-        if fmt != "libsvm":
+        if fmt not in (None, "libsvm"):
             raise InvalidParameterError(f"{where}: n_features is for LIBSVM files (as wide as their largest feature "
                                         f"index), but {key} = {d[key]!r} is {fmt}, whose columns it names")
     return value
@@ -439,15 +439,10 @@ def _classes(value, params: dict, protocol: str) -> list | None:
                                     f"label (numbers, such as [-1, 1]), not both, got {value!r}")
     if len(set(value)) != len(value):
         raise InvalidParameterError(f"federation.classes lists a class twice: {value!r}")
-    if protocol == "federated-forest":
-        if params.get("task", "classification") != "classification":
-            raise InvalidParameterError(f"federation.classes is for classification, but [params] task is "
-                                        f"{params['task']!r}")
-        return list(value)
-    objective = params.get("objective", "binary")
+    key, objective = label_setting(protocol, params)
     if objective == "regression":
-        raise InvalidParameterError("federation.classes is for classification, but [params] objective is "
-                                    "'regression'")
+        raise InvalidParameterError(f"federation.classes is for classification, but [params] {key} is "
+                                    f"'regression'")
     if objective == "binary" and len(value) != 2:
         raise InvalidParameterError(f"federation.classes lists {len(value)} classes, but [params] objective is "
                                     f"'binary' (set objective = \"multiclass\")")
@@ -456,6 +451,19 @@ def _classes(value, params: dict, protocol: str) -> list | None:
             raise InvalidParameterError(f"federation.classes lists {len(value)} classes, [params] n_classes is "
                                         f"{params['n_classes']!r}")
     return list(value)
+
+
+def label_setting(protocol: str, params: dict) -> tuple[str, str]:
+    """The ``[params]`` key that says what the labels are, and its value: Federated Forest's ``task``
+    (classification or regression), the boosting protocols' ``objective`` (binary, multiclass or regression)."""
+    if protocol == "federated-forest":
+        return "task", params.get("task", "classification")
+    return "objective", params.get("objective", "binary")
+
+
+def label_text(v) -> str:
+    """A numeric label as a file or a config writes it: -1, not -1.0."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
 def classes_setting(labels, limit: int | None = None) -> str:
@@ -467,7 +475,7 @@ def classes_setting(labels, limit: int | None = None) -> str:
 
     y = np.asarray(labels)
     if y.dtype.kind in "fiub":
-        seen = [str(int(v)) if float(v).is_integer() else repr(float(v)) for v in np.unique(y.astype(np.float64))]
+        seen = [label_text(v) for v in np.unique(y.astype(np.float64))]
     else:
         seen = [json.dumps(v, ensure_ascii=False) for v in sorted({str(v) for v in y.tolist()})]
     shown = seen if limit is None else seen[:limit]

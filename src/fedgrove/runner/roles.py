@@ -36,7 +36,7 @@ from fedgrove.protocols.simfl.party import SimFLParty
 from fedgrove.protocols.vertical.active import VerticalActive, predict_active
 from fedgrove.protocols.vertical.messages import ids_digest
 from fedgrove.protocols.vertical.passive import PassiveModel, VerticalPassive, answer_predict
-from fedgrove.runner.config import FederationConfig, PartySpec, classes_setting
+from fedgrove.runner.config import FederationConfig, PartySpec, classes_setting, label_setting, label_text
 
 
 @dataclass
@@ -147,9 +147,8 @@ class RoleContext:
         outside = [k for k, v in enumerate(values.tolist()) if v not in code]
         if outside:
             row = int(np.argmax(np.isin(inverse, outside)))
-            label = y[row].item() if hasattr(y[row], "item") else y[row]
-            label = int(label) if isinstance(label, float) and label.is_integer() else label  # -1, not -1.0
-            raise DataError(f"{where} holds {label!r} (data row {row + 1}), which is not in "
+            label = label_text(y[row]) if numeric else repr(str(y[row]))
+            raise DataError(f"{where} holds {label} (data row {row + 1}), which is not in "
                             f"federation.classes {classes}")
         return np.array([code[v] for v in values.tolist()], dtype=np.float64)[inverse]
 
@@ -157,25 +156,18 @@ class RoleContext:
         """Numeric labels without ``classes``: a classification model takes the codes 0, 1, ... (binary: 0 and
         1); other labels (LIBSVM's -1 and 1) must be listed as classes."""
         params = self.cfg.params
-        if self.cfg.protocol == "federated-forest":
-            if params.get("task", "classification") != "classification":
-                return
-            objective = "classification"
-        else:
-            objective = params.get("objective", "binary")
-            if objective not in ("binary", "multiclass"):
-                return
+        key, objective = label_setting(self.cfg.protocol, params)
+        if objective == "regression":
+            return
         values = np.unique(y.astype(np.float64))
         top = 1 if objective == "binary" else (params.get("n_classes") or np.inf) - 1
         if np.all((values >= 0) & (values <= top) & (values == np.round(values))):
             return
-        regression = 'task = "regression"' if objective == "classification" else 'objective = "regression"'
-        shown = ", ".join(str(int(v)) if v.is_integer() else repr(v) for v in values[:10].tolist()) + (
-            " ..." if len(values) > 10 else "")
+        shown = ", ".join(label_text(v) for v in values[:10]) + (" ..." if len(values) > 10 else "")
         raise DataError(f"{where} holds the labels {shown}, but a {objective} model takes its classes as the codes "
                         f"0{', 1' if objective == 'binary' else ', 1, ...'}; list the labels in the order of their "
                         f"codes in the federation's config, the same in every party's: {classes_setting(y, 10)} "
-                        f"(or, for numeric targets, set [params] {regression})")
+                        f"(or, for numeric targets, set [params] {key} = \"regression\")")
 
     def class_names(self, n_classes: int) -> list:
         """The classes a model's outputs stand for: ``federation.classes`` when given, else 0..K-1."""
