@@ -142,20 +142,6 @@ def test_a_forest_keeps_an_output_for_a_listed_class_its_labels_lack(tmp_path, c
     assert model["classes"] == GRADES and model["n_classes"] == 3
 
 
-def test_test_files_in_a_horizontal_config_are_refused_before_training(tmp_path, capsys):
-    # the horizontal protocol has no federated prediction: said at once, not after the whole training
-    df = _grades()
-    df.iloc[:180].to_csv(tmp_path / "p0.csv", index=False)
-    df.iloc[180:].to_csv(tmp_path / "p1.csv", index=False)
-    parties = [_party_block("aggregator", "aggregator"),
-               _party_block("party0", "client", "p0.csv", "p1.csv", "grade"),
-               _party_block("party1", "client", "p1.csv", "p0.csv", "grade")]
-    cfg = _config(tmp_path, "horizontal", parties, classes=GRADES, params='objective = "multiclass"')
-    assert main(["simulate", str(cfg)]) != 0
-    assert "no federated prediction" in capsys.readouterr().err
-    assert not list((tmp_path / "runs").glob("*.model.json"))
-
-
 def _signs(n=360, seed=2):
     """LIBSVM's binary labels, -1 and 1."""
     df = _grades(n, seed).drop(columns="grade")
@@ -220,6 +206,32 @@ def test_partition_of_text_labels_says_which_class_list_the_federation_needs(tmp
     assert main(["partition", str(tmp_path / "grades.csv"), "-l", "grade", "--scheme", "horizontal", "-p", "2",
                  "-o", str(tmp_path / "parts")]) == 0
     assert '[federation] classes = ["high", "low", "mid"]' in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("scheme, labels, note", [
+    ("horizontal", [0, 1, 2], True), ("horizontal", [0, 1], False), ("vertical", [0, 1, 2], False)])
+def test_partition_of_multiclass_codes_by_samples_says_the_number_of_classes(tmp_path, capsys, scheme, labels,
+                                                                             note):
+    # parties holding samples must be given n_classes for multiclass (one may lack a class); the partition says
+    # so, with how many classes each holds, where the federation would otherwise stop on it
+    df = _signs(120).drop(columns="y")
+    df["y"] = np.resize(labels, len(df))
+    df.to_csv(tmp_path / "d.csv", index=False)
+    args = ["partition", str(tmp_path / "d.csv"), "-l", "y", "--scheme", scheme, "-p", "2",
+            "-o", str(tmp_path / "parts")]
+    assert main(args + (["--mode", "dirichlet", "--beta", "0.1"] if scheme == "horizontal" else [])) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    if not note:
+        assert "n_classes" not in err
+        return
+    m = re.search(r"the labels are the codes of 3 classes: a multiclass federation on these files needs, in every "
+                  r"party's config, \[params\] n_classes = 3 \(a party may lack some classes; classes held: "
+                  r"party0 (\d), party1 (\d)\)", err)
+    assert m, err
+    manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
+    for k, held in enumerate(m.groups()):
+        part = pd.read_csv(tmp_path / "parts" / manifest["parties"][k]["file"])
+        assert int(held) == part["y"].nunique()
 
 
 def test_info_on_a_vertical_active_model_counts_every_party_features_and_says_how_it_predicts(tmp_path, capsys):

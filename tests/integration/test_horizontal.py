@@ -129,3 +129,106 @@ def test_a_layer_plan_naming_nodes_the_tree_does_not_have_is_refused():
                          (dict(bins=[]), "lists of lengths")]:
         with pytest.raises(ProtocolError, match=message.replace("[", r"\[").replace("]", r"\]")):
             HorizontalClient._check_plan(me, plan(**bad), finder)
+
+
+def _client_files(tmp_path):
+    """Two clients' files and a test file with the label, of a learnable binary task."""
+    import pandas as pd
+
+    r = np.random.default_rng(4)
+    X = r.normal(size=(300, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["y"] = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    df.insert(0, "_id", np.arange(len(df)))
+    df.iloc[:120].to_csv(tmp_path / "p0.csv", index=False)
+    df.iloc[120:240].to_csv(tmp_path / "p1.csv", index=False)
+    df.iloc[240:].to_csv(tmp_path / "test.csv", index=False)
+    return df.iloc[240:]
+
+
+HORIZONTAL = """[federation]
+protocol = "horizontal"
+seed = 0
+timeout = 60
+[params]
+n_estimators = 6
+max_depth = 3
+"""
+
+
+def test_clients_predict_their_test_files_after_training(tmp_path, capsys):
+    # before, a horizontal config with test files was refused: every client holds the whole model, so each now
+    # predicts its own test file, as SimFL and FV-tree parties do, and again with --predict
+    import json
+
+    import pandas as pd
+
+    from fedgrove.cli.main import main
+    from fedgrove.engine.model import load_model
+
+    test = _client_files(tmp_path)
+    clients = "".join(f'[[party]]\nname = "party{k}"\nrole = "client"\ndata = "p{k}.csv"\nlabel = "y"\n'
+                      f'test = "test.csv"\n' for k in range(2))
+    cfg = tmp_path / "federation.toml"
+    cfg.write_text(HORIZONTAL + '[[party]]\nname = "aggregator"\nrole = "aggregator"\n' + clients +
+                   '[output]\ndir = "runs"\n')
+    for args in (["simulate", str(cfg)], ["simulate", str(cfg), "--predict"]):
+        for f in (tmp_path / "runs").glob("*.predictions.csv"):
+            f.unlink()
+        assert main(args) == 0, capsys.readouterr().err
+        for k in range(2):
+            pred = pd.read_csv(tmp_path / "runs" / f"party{k}.predictions.csv")
+            model = load_model(tmp_path / "runs" / f"party{k}.model.json")
+            np.testing.assert_array_equal(pred["_id"], test["_id"])
+            np.testing.assert_allclose(pred["p_1"], model.predict_proba(test[["a", "b", "c"]].to_numpy())[:, 1])
+            stats = json.loads((tmp_path / "runs" / ("party%d.%s" % (
+                k, "predict-stats.json" if "--predict" in args else "stats.json"))).read_text())
+            accuracy = np.mean(pred["prediction"].to_numpy() == test["y"].to_numpy())
+            assert stats["test_accuracy"] == pytest.approx(accuracy) and accuracy > 0.8
+        assert not (tmp_path / "runs" / "aggregator.predictions.csv").exists()
+
+
+def test_an_aggregator_config_without_predict_is_told_to_say_it(tmp_path):
+    # one config per party: the clients list test files, so prediction is on for them; the aggregator, which has
+    # no data, must say predict = true, and the refusal says so
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.runner.config import load_party
+    from fedgrove.runner.run import run_role
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    _client_files(tmp_path)
+    names = ["aggregator", "party0", "party1"]
+
+    def configs(aggregator_predicts):
+        out = {}
+        for name in names:
+            if name == "aggregator":
+                party = '[party]\nname = "aggregator"\nrole = "aggregator"\n'
+                fed = HORIZONTAL.replace("timeout = 60\n", "timeout = 60\npredict = true\n") \
+                    if aggregator_predicts else HORIZONTAL
+            else:
+                party = f'[party]\nname = "{name}"\nrole = "client"\ndata = "p{name[-1]}.csv"\nlabel = "y"\n' \
+                        f'test = "test.csv"\n'
+                fed = HORIZONTAL
+            port = {n: f'"127.0.0.1:{50300 + k}"' for k, n in enumerate(names)}  # not listened on here
+            peers = "[peers]\n" + "".join(f"{p} = {port[p]}\n" for p in names if p != name)
+            path = tmp_path / f"{name}.toml"
+            roles = "[roles]\n" + "".join(f'{p} = "{"aggregator" if p == "aggregator" else "client"}"\n'
+                                           for p in names if p != name)
+            path.write_text(party + f'listen = {port[name]}\ncerts = "certs"\n' + peers + roles + fed +
+                            '[output]\ndir = "runs"\n')
+            out[name] = load_party(path)
+        return out
+
+    def run(cfg_of):
+        hub = InProcessHub(names)
+        return run_parties(hub, {n: (lambda n: lambda ch: run_role(*cfg_of[n], ch))(n) for n in names},
+                           timeout=30)
+
+    with pytest.raises(InvalidParameterError, match="federation.predict") as err:
+        run(configs(False))
+    assert "predict = true under [federation]" in " ".join(str(err.value).split())
+    assert not list((tmp_path / "runs").glob("*.model.json"))
+    results, _ = run(configs(True))
+    assert results["party0"]["n_test"] == results["party1"]["n_test"] == 60
+    assert (tmp_path / "runs" / "party1.predictions.csv").exists()

@@ -49,7 +49,7 @@ EXAMPLES = sorted(p.parent.name for p in (README.parent / "examples").glob("*/RE
 
 
 def test_every_example_with_a_readme_is_run_below():
-    assert {"forest", "fvtree", "hybridtree", "simfl", "vertical"} <= set(EXAMPLES)
+    assert {"forest", "fvtree", "horizontal", "hybridtree", "simfl", "vertical"} <= set(EXAMPLES)
 
 
 @pytest.mark.slow

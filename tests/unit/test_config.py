@@ -221,6 +221,26 @@ def test_party_addresses_and_roles_are_checked(tmp_path, listen, peers, extra, m
     assert me.listen == "[::1]:50050" and cfg.peers == {"b": "127.0.0.1:50051"}
 
 
+def test_a_party_config_given_to_simulate_and_a_federation_file_given_to_party_are_told_apart(tmp_path):
+    # before, simulate read the [party] table's keys as parties ("[[party]] #0: unknown keys 'a', 'e', 'm', 'n'")
+    # and party said only "missing the [party] table"
+    from fedgrove.runner.config import load_party
+
+    one = tmp_path / "party.toml"
+    one.write_text(PARTY.format(listen="127.0.0.1:50050", peers='b = "127.0.0.1:50051"', extra=""))
+    with pytest.raises(InvalidParameterError, match=r"is one party's config \(a \[party\] table\): run it with "
+                                                    r"`fedgrove party .*party.toml`"):
+        load_federation(one)
+    whole = tmp_path / "federation.toml"
+    whole.write_text(BASE.format(extra=""))
+    with pytest.raises(InvalidParameterError, match=r"is a federation file \(\[\[party\]\] tables, one per party\): "
+                                                    r"run all its parties in one process with `fedgrove simulate"):
+        load_party(whole)
+    whole.write_text('party = 3\n[federation]\nprotocol = "vertical"\n')
+    with pytest.raises(InvalidParameterError, match="party must be \\[\\[party\\]\\] tables, one per party"):
+        load_federation(whole)
+
+
 def test_two_parties_reading_one_file_are_refused(tmp_path):
     # a copied [[party]] table: party b trained on a's file, label column included as a feature, and the run
     # failed only when it predicted

@@ -74,21 +74,22 @@ def partition(
         p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
                              overlap=overlap, drop_features=drop_features)
     _replace_earlier_partition(out_dir, file_names(p, file_format, test=test is not None), overwrite)
-    files = write_partition(p, table, out_dir, file_format)
-    if test is not None:
-        files += write_test_files(p, test, out_dir, file_format, seed)
+    write_partition(p, table, out_dir, file_format)
+    test_files = write_test_files(p, test, out_dir, file_format, seed) if test is not None else []
     for s in p.shards:
         feats = table.n_features if scheme == Scheme.horizontal else len(s.features)
         console.print(f"  {s.name:<8} {s.role:<8} {len(s.rows):>8} samples  {feats:>4} features"
                       f"{'  + label' if s.has_label else ''}")
-    console.print(f"wrote {len(files) - 1} party files and manifest.json to {out_dir}"
-                  + (f" ({test.n_samples} test rows held out)" if test is not None else ""))
-    _note_classes(np.asarray(table.y))
+    held_out = "" if test is None else (f", {len(test_files)} test file{'s' if len(test_files) > 1 else ''} "
+                                        f"({test.n_samples} test rows held out)")
+    console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}")
+    _note_classes(np.asarray(table.y), p)
 
 
-def _note_classes(y: np.ndarray) -> None:
+def _note_classes(y: np.ndarray, partition) -> None:
     """Labels that are not class codes (names, or numbers such as LIBSVM's -1 and 1): the class list a
-    federation's configs must give."""
+    federation's configs must give.  Codes of more than two classes split by samples: the number of classes,
+    which a party lacking some cannot tell."""
     from fedgrove.cli.common import infer_objective
     from fedgrove.runner.config import classes_setting
 
@@ -97,10 +98,17 @@ def _note_classes(y: np.ndarray) -> None:
                       f"{classes_setting(y)} (the order gives the codes 0, 1, ...)")
         return
     values = np.unique(y)
-    if infer_objective(y) != "regression" and not np.array_equal(values, np.arange(len(values))):
+    if infer_objective(y) == "regression":
+        return
+    if not np.array_equal(values, np.arange(len(values))):
         console.print(f"the labels are not the class codes 0, 1, ...: for classification, a federation on these "
                       f"files needs, in every party's config, {classes_setting(y)} (the order gives the "
                       f"codes 0, 1, ...)")
+    elif len(values) > 2 and partition.scheme == "horizontal":
+        held = [f"{s.name} {len(np.unique(y[s.rows]))}" for s in partition.shards]
+        console.print(f"the labels are the codes of {len(values)} classes: a multiclass federation on these files "
+                      f"needs, in every party's config, [params] n_classes = {len(values)} (a party may lack some "
+                      f"classes; classes held: {', '.join(held)})")
 
 
 def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool) -> None:

@@ -488,6 +488,12 @@ def _is_label_number(v) -> bool:
 
 def load_federation(path) -> FederationConfig:
     d, base = _read(path)
+    if isinstance(d.get("party"), dict):  # a [party] table, which tomllib reads as one dict, not a list of them
+        raise InvalidParameterError(f"{path} is one party's config (a [party] table): run it with `fedgrove party "
+                                    f"{path}`; a federation file, for `fedgrove simulate`, has a [[party]] table "
+                                    f"per party")
+    if not isinstance(d.get("party", []), list):
+        raise InvalidParameterError(f"{path}: party must be [[party]] tables, one per party")
     parties = [_party(p, base, f"{path}: [[party]] #{k}") for k, p in enumerate(d.get("party", []))]
     if len(parties) < 2:
         raise InvalidParameterError(f"{path}: a federation needs at least two [[party]] tables")
@@ -551,6 +557,10 @@ def _address(value, where: str) -> None:
 
 def load_party(path) -> tuple[FederationConfig, PartySpec]:
     d, base = _read(path)
+    if isinstance(d.get("party"), list):
+        raise InvalidParameterError(f"{path} is a federation file ([[party]] tables, one per party): run all its "
+                                    f"parties in one process with `fedgrove simulate {path}`; `fedgrove party` "
+                                    f"takes one party's config, with a [party] table")
     if "party" not in d or not isinstance(d["party"], dict):
         raise InvalidParameterError(f"{path}: missing the [party] table")
     me = _party(d["party"], base, f"{path}: [party]")

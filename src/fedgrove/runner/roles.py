@@ -445,10 +445,16 @@ def _simfl_party(ctx: RoleContext) -> dict:
 
 
 def _local_predict(ctx: RoleContext) -> dict:
-    """SimFL and FV-tree: every party holds the whole model and predicts its own test file, no message needed."""
+    """SimFL, FV-tree and the horizontal protocol's clients: every party holds the whole model and predicts its
+    own test file, no message needed."""
     model = load_model(ctx.model_path)
     table = ctx.data(with_label=True, test=True)
     return write_predictions(ctx, _gbdt_output(model, model.predict_raw(table.X)), model.classes, table)
+
+
+def _nothing_to_predict(ctx: RoleContext) -> dict:
+    """The horizontal aggregator holds no test rows: its clients predict theirs on their own."""
+    return {}
 
 
 # ------------------------------------------------------------------------------------ fvtree
@@ -553,6 +559,7 @@ PREDICT = {
     ("vertical", "active"): _vertical_active_predict, ("vertical", "passive"): _vertical_passive_predict,
     ("hybridtree", "host"): _hybrid_host_predict, ("hybridtree", "guest"): _hybrid_guest_predict,
     ("federated-forest", "master"): _forest_master_predict, ("federated-forest", "client"): _forest_client_predict,
+    ("horizontal", "client"): _local_predict, ("horizontal", "aggregator"): _nothing_to_predict,
     ("simfl", "party"): _local_predict,
     ("fvtree", "party"): _local_predict,
 }

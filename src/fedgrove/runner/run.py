@@ -27,11 +27,7 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
                       CheckpointStore(out_dir / f"{spec.name}.checkpoint.json"))
     if not predict_only:  # every checkpoint names the run that wrote it, so that --resume can tell another's
         ctx.checkpoint.run = run_record(cfg, spec)
-    predict = PREDICT.get((cfg.protocol, spec.role))
-    if (predict_only or cfg.predict) and predict is None:  # said before training, not after it
-        raise InvalidParameterError(f"the {cfg.protocol} protocol has no federated prediction: every party holds "
-                                    f"the whole model; predict with `fedgrove predict` and leave test = ... out of "
-                                    f"the config (or set federation.predict = false)")
+    predict = PREDICT[(cfg.protocol, spec.role)]
     if ctx.holds_key and not predict_only:  # before the first message: the peers' timeout is not running yet
         ctx.key_pair()
     check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
@@ -146,10 +142,13 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
         if not keys:
             continue
         shown = "; ".join(f"{k}: {mine_cmp.get(k)!r} here, {other_cmp.get(k)!r} at {peer}" for k in keys[:6])
+        # prediction is on where a party lists test data: a party without data must be told
+        hint = (" (a party without data, such as a master or an aggregator, predicts with the others when its "
+                "config says predict = true under [federation])" if "federation.predict" in keys else "")
         raise InvalidParameterError(f"{spec.name} and {peer} were not given the same federation settings "
                                     f"({shown}{'; ...' if len(keys) > 6 else ''}); give every party the same "
-                                    f"[federation], [params] and protocol tables, and start all of them to train "
-                                    f"or all with --predict")
+                                    f"[federation], [params] and protocol tables{hint}, and start all of them to "
+                                    f"train or all with --predict")
 
 
 def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict_only: bool = False) -> dict:
