@@ -100,6 +100,23 @@ def test_numbers_with_decimal_commas_are_named_as_such(tmp_path):
         load_table(p, label="y")
 
 
+def test_a_title_line_above_the_rows_is_named(tmp_path):
+    # UCI's adult.test begins with "|1x3 Cross validator": read as the header (its '|' taken for the separator),
+    # every row became one text column, and the error named a column 'Unnamed: 0'
+    p = tmp_path / "t.csv"
+    p.write_text("|1x3 Cross validator\n25, Private, 1\n38, Self-emp, 0\n")
+    with pytest.raises(DataError, match=r"the first line of '.*t.csv', '\|1x3 Cross validator', has no ',' where the "
+                                        r"lines below it have 3 fields each: it is neither a header nor a row"):
+        load_table(p, label=-1)
+    p.write_text("25, Private, 1\n38, Self-emp, 0\n")
+    assert load_table(p, label=-1, categorical="auto").X.shape == (2, 2)
+    # a header of one column over rows of one value, and whitespace between fields, are read as before
+    p.write_text("y\n1\n0\n")
+    assert load_table(p).n_features == 1
+    p.write_text("1 2 0\n3 4 1\n")
+    assert load_table(p, label=-1).X.tolist() == [[1, 2], [3, 4]]
+
+
 def test_text_columns_become_categories_when_asked(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("colour,zip,x,y\nred,1010,0.5,1\nblue,2020,,0\n,1010,1.5,1\ngreen,3030,2.5,0\n")

@@ -175,18 +175,51 @@ def _note_index_column(df: pd.DataFrame, path: Path) -> None:
                        "index=False", path, len(df) - 1)
 
 
-def _first_line(path: Path) -> str:
+def _first_lines(path: Path, n: int = 21) -> list[str]:
+    """The first ``n`` lines of a text file that are not blank (at least one)."""
     import gzip
 
     opener = gzip.open if path.name.lower().endswith(".gz") else open
+    lines = []
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
             for line in fh:
                 if line.strip():
-                    return line
+                    lines.append(line)
+                    if len(lines) == n:
+                        break
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {str(path)!r} as text: {exc}") from None
-    raise DataError(f"data file {str(path)!r} is empty")
+    if not lines:
+        raise DataError(f"data file {str(path)!r} is empty")
+    return lines
+
+
+def _separator(path: Path) -> str:
+    """The separator of a CSV file: of ``, tab ; |``, the one its first line holds most often (among those
+    every line holds); whitespace when its first line holds none.  A first line without any, above lines that
+    each hold one in equal numbers (a title line, such as UCI's adult.test begins with), is refused: read as the
+    header, it would make every row one text column."""
+    import csv
+
+    lines = _first_lines(path)
+    first, below = lines[0], lines[1:]
+    seps = [",", "\t", ";", "|"]
+    everywhere = [c for c in seps if all(c in line for line in lines)]
+    if everywhere:
+        return max(everywhere, key=first.count)
+    shared = [c for c in seps if below and all(c in line for line in below)]
+    if shared:
+        sep = max(shared, key=below[0].count)
+        widths = {len(row) for row in csv.reader(below, delimiter=sep)}
+        if sep not in first and len(widths) == 1:
+            raise DataError(f"the first line of {str(path)!r}, {first.strip()[:60]!r}, has no {sep!r} where the "
+                            f"lines below it have {widths.pop()} fields each: it is neither a header nor a row; "
+                            f"remove it")
+    sep = max(seps, key=first.count)
+    if first.count(sep):
+        return sep
+    return r"\s+" if len(first.split()) > 1 else ","
 
 
 def feature_columns(path, label=None, format: str | None = None) -> list[str] | None:
@@ -216,10 +249,7 @@ def feature_columns(path, label=None, format: str | None = None) -> list[str] | 
 
 
 def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.DataFrame:
-    line = _first_line(path)
-    sep = max([",", "\t", ";", "|"], key=line.count)
-    if line.count(sep) == 0:
-        sep = r"\s+" if len(line.split()) > 1 else ","
+    sep = _separator(path)
     try:
         if header is None:
             header = _has_header(pd.read_csv(path, header=None, nrows=50, sep=sep, skipinitialspace=True,
