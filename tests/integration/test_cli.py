@@ -86,6 +86,14 @@ def test_three_text_classes_train_a_multiclass_model_that_predicts_the_names(tmp
     got = pd.read_csv(preds)["prediction"]
     assert set(got) == {"low", "mid", "high"}
     assert (got == df["grade"]).mean() > 0.9
+    if algorithm == "gbdt":  # --valid is the boosting's early stopping
+        # a validation file labelled otherwise (adult.test's '<=50K.' against '<=50K'): the training labels named
+        valid = tmp_path / "valid.csv"
+        df.assign(grade=df["grade"] + ".").to_csv(valid, index=False)
+        code, _, err = run(["train", data, "-m", tmp_path / "v.json", "-l", "grade", "-n", "10", "--valid", valid,
+                            "-q"], capsys)
+        assert code != 0 and not (tmp_path / "v.json").exists()
+        assert "does not occur in the training labels ('high', 'low', 'mid')" in err
     # one text class is not a classification problem: said in one line
     df.assign(grade="low").to_csv(data, index=False)
     code, _, err = run(["train", data, "-m", tmp_path / "one.json", "-l", "grade", "-q"], capsys)

@@ -139,4 +139,6 @@ def _encode_like(y, classes, objective):
     try:
         return np.array([lookup[v.item() if hasattr(v, "item") else v] for v in y], dtype=np.float64)
     except KeyError as exc:
-        raise DataError(f"validation label {exc.args[0]!r} does not occur in the training labels") from None
+        shown = ", ".join(repr(c) for c in list(classes)[:10]) + (" ..." if len(classes) > 10 else "")
+        raise DataError(f"validation label {exc.args[0]!r} does not occur in the training labels ({shown})") \
+            from None
