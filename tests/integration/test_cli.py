@@ -54,6 +54,9 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
                                                        "manifest.json"]
     code, out, _ = run(["info", parts], capsys)
     assert code == 0 and "hybrid partition" in out
+    share = (pd.read_csv(csv)["label"] == "no").mean()  # the host's classes, as the partition printed them
+    mix = f"no {100 * share:.0f}%, yes {100 * (1 - share):.0f}%"
+    assert mix in out and f"+ label ({mix})" in err
     # a party's file is shown as that party's, with its label column (it was taken as a feature)
     code, out, _ = run(["info", parts / "host.csv"], capsys)
     assert code == 0 and "(host's training file, host, of the partition in" in out

@@ -126,3 +126,33 @@ def test_joining_test_files_of_a_partition_without_them_is_refused(table, tmp_pa
     write_partition(vertical_partition(600, 9, 2, seed=1), table, tmp_path)
     with pytest.raises(DataError, match="has no test files; write them with fedgrove partition --test-fraction"):
         join_partition(tmp_path, test=True)
+
+
+def test_the_manifest_counts_each_labelled_partys_classes(table, tmp_path):
+    from fedgrove.data.partition import read_manifest
+
+    p = horizontal_partition(table.y, 3, "dirichlet", beta=0.1, seed=1)
+    write_partition(p, table, tmp_path)
+    entries = read_manifest(tmp_path)["parties"]
+    for s, entry in zip(p.shards, entries):
+        assert entry["label_counts"] == {"0": int((table.y[s.rows] == 0).sum()), "1": int((table.y[s.rows] == 1).sum())}
+    # a numeric target has no classes to count; a party without the label has none either
+    target = Table(table.X, table.X[:, 0] * 0 + np.arange(600) / 7.0, table.feature_names, "target")
+    write_partition(horizontal_partition(target.y, 2, seed=1), target, tmp_path / "r")
+    assert all("label_counts" not in e for e in read_manifest(tmp_path / "r")["parties"])
+    v = vertical_partition(600, 9, 2, seed=1)
+    write_partition(v, table, tmp_path / "v")
+    assert ["label_counts" in e for e in read_manifest(tmp_path / "v")["parties"]] == [True, False]
+
+
+def test_label_counts_and_mix():
+    from fedgrove.data.partition import label_classes, label_counts, label_mix
+
+    assert label_classes(np.array([1.0, -1.0, 1.0])) == [-1.0, 1.0]
+    assert label_classes(np.array(["b", "a"], dtype=object)) == ["a", "b"]
+    assert label_classes(np.array([0.5, 1.5, 2.0])) is None
+    counts = label_counts(np.array([1.0, 1.0, 1.0]), [-1.0, 1.0])  # a class the party lacks is counted as 0
+    assert counts == {"-1": 0, "1": 3}
+    assert label_mix(counts) == "-1 0%, 1 100%"
+    assert label_mix({"<=50K": 3, ">50K": 1}) == "<=50K 75%, >50K 25%"
+    assert label_mix({str(k): n for k, n in enumerate([0, 5, 1, 4])}) == "3 of 4 classes, most 1 50%"

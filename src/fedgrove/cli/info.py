@@ -25,7 +25,7 @@ def info(
                                              "importance, 'gain' (summed split gains) or 'split' (splits)"),
 ):
     """Show what a model, data file or partition holds."""
-    from fedgrove.data.partition import MANIFEST, read_manifest
+    from fedgrove.data.partition import MANIFEST, label_mix, read_manifest
     from fedgrove.engine.model import IMPORTANCE_KINDS, load_model
     from fedgrove.exceptions import InvalidParameterError, ModelFormatError
 
@@ -50,8 +50,10 @@ def info(
         for col in ("party", "role", "samples", "features", "label"):
             t.add_column(col)
         for party in m["parties"]:
+            counts = party.get("label_counts")  # classes only; a manifest before 2026-11-25 has none
+            label = label_mix(counts) if isinstance(counts, dict) and counts else "yes"
             t.add_row(party["name"], party["role"], str(party["n_samples"]), str(len(party["features"])),
-                      "yes" if party["has_label"] else "")
+                      label if party["has_label"] else "")
         out.print(t)
         for col, cats in (m.get("categories") or {}).items():  # the party files hold these columns' codes
             out.print(f"categories of {col} (codes 0..{len(cats) - 1}): {_categories_text(cats)}")

@@ -43,8 +43,9 @@ def partition(
         "kept in the model", "written to the party files, the categories to manifest.json")),
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
-    from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition,
-                                         vertical_partition, write_partition, write_test_files)
+    from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition, label_classes,
+                                         label_counts, label_mix, vertical_partition, write_partition,
+                                         write_test_files)
     from fedgrove.exceptions import DataError, InvalidParameterError
 
     if file_format not in ("csv", "parquet"):  # before reading the data, which may take a while
@@ -76,10 +77,12 @@ def partition(
     _replace_earlier_partition(out_dir, file_names(p, file_format, test=test is not None), overwrite)
     write_partition(p, table, out_dir, file_format)
     test_files = write_test_files(p, test, out_dir, file_format, seed) if test is not None else []
+    classes = label_classes(table.y)
     for s in p.shards:
         feats = table.n_features if scheme == Scheme.horizontal else len(s.features)
+        mix = f" ({label_mix(label_counts(table.y[s.rows], classes))})" if s.has_label and classes else ""
         console.print(f"  {s.name:<8} {s.role:<8} {len(s.rows):>8} samples  {feats:>4} features"
-                      f"{'  + label' if s.has_label else ''}")
+                      f"{'  + label' + mix if s.has_label else ''}")
     held_out = "" if test is None else (f", {len(test_files)} test file{'s' if len(test_files) > 1 else ''} "
                                         f"({test.n_samples} test rows held out)")
     console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}")

@@ -175,6 +175,13 @@ def _note_index_column(df: pd.DataFrame, path: Path) -> None:
                        "index=False", path, len(df) - 1)
 
 
+def label_text(v) -> str:
+    """A label as a file or a config writes it: a number as -1, not -1.0; a class name as itself."""
+    if isinstance(v, (str, bytes)) or not np.issubdtype(type(v), np.number):
+        return str(v)
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
 def _first_lines(path: Path, n: int = 21) -> list[str]:
     """The first ``n`` lines of a text file that are not blank (at least one)."""
     import gzip

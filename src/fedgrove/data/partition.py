@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedgrove.data.io import Table, load_table, write_table
+from fedgrove.data.io import Table, label_text, load_table, write_table
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 MANIFEST = "manifest.json"
@@ -198,6 +198,7 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     written = []
     with_ids = _with_ids(table)
     entries = []
+    classes = label_classes(table.y) if table.y is not None else None
     for s, name in zip(partition.shards, file_names(partition, format)):
         feats = s.features if (partition.scheme != "horizontal") else np.arange(table.n_features)
         part = with_ids.subset(s.rows, feats, with_label=s.has_label)
@@ -206,6 +207,8 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
         written.append(path)
         entries.append({"name": s.name, "role": s.role, "file": path.name, "n_samples": int(len(s.rows)),
                         "features": [table.feature_names[j] for j in feats], "has_label": bool(s.has_label)})
+        if s.has_label and classes:
+            entries[-1]["label_counts"] = label_counts(table.y[s.rows], classes)
     manifest = {"scheme": partition.scheme, "params": partition.params, "n_samples": table.n_samples,
                 "feature_names": table.feature_names, "label": table.label_name or "label", "parties": entries}
     if table.categories:  # the party files hold these columns' codes: a category's code is its position here
@@ -213,6 +216,40 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
     written.append(out_dir / MANIFEST)
     return written
+
+
+def label_classes(y: np.ndarray) -> list | None:
+    """The classes of a label column (text, or at most 100 whole numbers, as ``fedgrove train`` infers a
+    classification); ``None`` for a numeric target."""
+    values = np.unique(np.asarray(y)[~_missing(y)])
+    if values.dtype.kind in "fiub" and not (len(values) <= 100 and np.all(values == np.round(values))):
+        return None
+    return values.tolist()
+
+
+def _missing(y) -> np.ndarray:
+    y = np.asarray(y)
+    return np.isnan(y) if y.dtype.kind == "f" else np.zeros(len(y), dtype=bool)
+
+
+def label_counts(y: np.ndarray, classes: list) -> dict[str, int]:
+    """How many rows of each class (every class of ``classes``, zero where none), by the class as text."""
+    values, counts = np.unique(np.asarray(y)[~_missing(y)], return_counts=True)
+    held = dict(zip(values.tolist(), counts.tolist()))
+    return {label_text(c): int(held.get(c, 0)) for c in classes}
+
+
+def label_mix(counts: dict[str, int]) -> str:
+    """A party's classes in a few words: each share for up to three classes, else how many it holds and the
+    largest."""
+    total = sum(counts.values())
+    if not total:
+        return "no rows"
+    if len(counts) <= 3:
+        return ", ".join(f"{c} {100 * n / total:.0f}%" for c, n in counts.items())
+    top = max(counts, key=counts.get)
+    held = sum(1 for n in counts.values() if n)
+    return f"{held} of {len(counts)} classes, most {top} {100 * counts[top] / total:.0f}%"
 
 
 def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table]:

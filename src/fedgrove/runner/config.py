@@ -461,17 +461,14 @@ def label_setting(protocol: str, params: dict) -> tuple[str, str]:
     return "objective", params.get("objective", "binary")
 
 
-def label_text(v) -> str:
-    """A numeric label as a file or a config writes it: -1, not -1.0."""
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
-
-
 def classes_setting(labels, limit: int | None = None) -> str:
     """The ``[federation] classes = [...]`` line for labels that are not class codes: their distinct values
     sorted, names as text and numbers as numbers (the first ``limit``, then "...")."""
     import json
 
     import numpy as np
+
+    from fedgrove.data.io import label_text
 
     y = np.asarray(labels)
     if y.dtype.kind in "fiub":

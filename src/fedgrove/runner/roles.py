@@ -20,7 +20,7 @@ import numpy as np
 # concurrent first imports of one package's modules can deadlock
 from fedgrove import metrics
 from fedgrove.crypto.he import keygen
-from fedgrove.data.io import detect_format, feature_columns, libsvm_width, load_table
+from fedgrove.data.io import detect_format, feature_columns, label_text, libsvm_width, load_table
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError
 from fedgrove.log import logger
@@ -36,7 +36,7 @@ from fedgrove.protocols.simfl.party import SimFLParty
 from fedgrove.protocols.vertical.active import VerticalActive, predict_active
 from fedgrove.protocols.vertical.messages import ids_digest
 from fedgrove.protocols.vertical.passive import PassiveModel, VerticalPassive, answer_predict
-from fedgrove.runner.config import FederationConfig, PartySpec, classes_setting, label_setting, label_text
+from fedgrove.runner.config import FederationConfig, PartySpec, classes_setting, label_setting
 
 
 @dataclass
