@@ -241,6 +241,24 @@ def test_a_party_config_given_to_simulate_and_a_federation_file_given_to_party_a
         load_federation(whole)
 
 
+def test_a_client_whose_peers_default_to_the_aggregator_is_told_to_name_their_roles(tmp_path):
+    # a client's peer is the aggregator unless [roles] says otherwise: a client that lists another client too made
+    # two aggregators, and the refusal did not say why
+    from fedgrove.runner.config import load_party
+
+    path = tmp_path / "party.toml"
+    text = ('[party]\nname = "c0"\nrole = "client"\ndata = "c0.csv"\nlabel = "y"\nlisten = "127.0.0.1:50050"\n'
+            'certs = "certs"\n[peers]\nagg = "127.0.0.1:50051"\nc1 = "127.0.0.1:50052"\n{roles}'
+            '[federation]\nprotocol = "horizontal"\n')
+    path.write_text(text.format(roles=""))
+    with pytest.raises(InvalidParameterError, match=r"must be the aggregator; the peers \[roles\] does not name "
+                                                    r"\(agg, c1\) are taken as aggregators: name the others' roles"):
+        load_party(path)
+    path.write_text(text.format(roles='[roles]\nc1 = "client"\n'))
+    cfg, me = load_party(path)
+    assert [(p.name, p.role) for p in cfg.parties] == [("c0", "client"), ("agg", "aggregator"), ("c1", "client")]
+
+
 def test_two_parties_reading_one_file_are_refused(tmp_path):
     # a copied [[party]] table: party b trained on a's file, label column included as a feature, and the run
     # failed only when it predicted

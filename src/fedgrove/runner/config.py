@@ -602,7 +602,11 @@ def load_party(path) -> tuple[FederationConfig, PartySpec]:
     cfg = _common(d, base, Path(path), [me] + others, peers)
     lead = LEAD[cfg.protocol]
     if lead is not None and [p.role for p in cfg.parties].count(lead) != 1:
+        unnamed = [n for n in peers if n not in roles]
+        taken = (f"; the peers [roles] does not name ({', '.join(unnamed)}) are taken as "
+                 f"{default.get(me.role, 'passive')}s: name the others' roles in [roles]"
+                 if len(unnamed) > 1 and default.get(me.role) == lead else "")
         raise InvalidParameterError(f"{path}: exactly one party (this one or a peer named in [roles]) must be the "
-                                    f"{lead}")
+                                    f"{lead}{taken}")
     _check_test_files(cfg, [me], path)
     return cfg, me
