@@ -221,6 +221,9 @@ def test_partition_of_multiclass_codes_by_samples_says_the_number_of_classes(tmp
             "-o", str(tmp_path / "parts")]
     assert main(args + (["--mode", "dirichlet", "--beta", "0.1"] if scheme == "horizontal" else [])) == 0
     err = " ".join(capsys.readouterr().err.split())
+    assert "the label column is 'y' (label = \"y\" in a labelled party's config)" in err  # the configs need it
+    assert main(["info", str(tmp_path / "parts")]) == 0
+    assert f"{scheme} partition of 120 samples, label column 'y'" in capsys.readouterr().out
     if not note:
         assert "n_classes" not in err
         return

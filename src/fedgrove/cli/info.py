@@ -46,7 +46,7 @@ def info(
         raise InvalidParameterError(f"--importance is for a model file; {path} is not one")
     if p.is_dir() and (p / MANIFEST).exists():
         m = read_manifest(p)
-        t = RichTable(title=f"{m['scheme']} partition of {m['n_samples']} samples")
+        t = RichTable(title=f"{m['scheme']} partition of {m['n_samples']} samples, label column {m.get('label')!r}")
         for col in ("party", "role", "samples", "features", "label"):
             t.add_column(col)
         for party in m["parties"]:

@@ -44,7 +44,7 @@ def partition(
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
     from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition, label_classes,
-                                         label_counts, label_mix, vertical_partition, write_partition,
+                                         label_column, label_counts, label_mix, vertical_partition, write_partition,
                                          write_test_files)
     from fedgrove.exceptions import DataError, InvalidParameterError
 
@@ -85,7 +85,8 @@ def partition(
                       f"{'  + label' + mix if s.has_label else ''}")
     held_out = "" if test is None else (f", {len(test_files)} test file{'s' if len(test_files) > 1 else ''} "
                                         f"({test.n_samples} test rows held out)")
-    console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}")
+    console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}; the label column "
+                  f"is {label_column(table)!r} (label = \"{label_column(table)}\" in a labelled party's config)")
     _note_classes(np.asarray(table.y), p)
 
 

@@ -210,12 +210,17 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
         if s.has_label and classes:
             entries[-1]["label_counts"] = label_counts(table.y[s.rows], classes)
     manifest = {"scheme": partition.scheme, "params": partition.params, "n_samples": table.n_samples,
-                "feature_names": table.feature_names, "label": table.label_name or "label", "parties": entries}
+                "feature_names": table.feature_names, "label": label_column(table), "parties": entries}
     if table.categories:  # the party files hold these columns' codes: a category's code is its position here
         manifest["categories"] = table.categories
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
     written.append(out_dir / MANIFEST)
     return written
+
+
+def label_column(table: Table) -> str:
+    """The name of the label column in the party files."""
+    return table.label_name or "label"
 
 
 def label_classes(y: np.ndarray) -> list | None:
