@@ -1,6 +1,7 @@
 """The CLI end to end, in-process through ``main(argv)`` (same code path as the
 console script), plus one real subprocess to check the installed command."""
 
+import re
 import subprocess
 import sys
 
@@ -658,3 +659,50 @@ def test_training_again_in_a_run_folder_leaves_nothing_that_reads_as_this_runs(c
     assert not stale.exists() and f"p0: removed {stale}, which an earlier model wrote" in " ".join(err.split())
     assert ledger.read_bytes() == b"an earlier run's"
     assert f"p1: {ledger} is an earlier FV-tree run's ledger, not this simfl run's" in " ".join(err.split())
+
+
+@pytest.mark.parametrize("scheme, protocol", [("vertical", "vertical"), ("vertical", "federated-forest"),
+                                              ("horizontal", "horizontal"), ("horizontal", "simfl"),
+                                              ("horizontal", "fvtree"), ("hybrid", "hybridtree")])
+def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsys, scheme, protocol):
+    # with --protocol the partition's folder holds a config naming every party, its role, files, label column and
+    # what the labels need (here text classes: the class list), so that simulate runs on it as it stands
+    r = np.random.default_rng(3)
+    X = r.normal(size=(400, 6))
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
+    df["outcome"] = np.where(X[:, 0] + X[:, 3] > 0, "up", "down")
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", tmp_path / "d.csv", "-l", "outcome", "--scheme", scheme, "-p", "3",
+                        "--test-fraction", "0.2", "-o", parts, "--protocol", protocol], capsys)
+    assert code == 0, err
+    config = (parts / "federation.toml").read_text()
+    assert f'protocol = "{protocol}"' in config and 'classes = ["down", "up"]' in config
+    code, out, err = run(["simulate", parts / "federation.toml"], capsys)
+    assert code == 0, err
+    scores = [float(a) for a in re.findall(r"accuracy (0\.\d+)", out + err)]
+    assert scores and min(scores) > 0.85, out + err
+
+
+def test_partition_protocol_refusals_and_the_config_goes_with_its_partition(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": np.arange(60.0), "y": np.arange(60) % 2}).to_csv(data, index=False)
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", data, "-l", "y", "--scheme", "vertical", "-o", parts, "--protocol", "simfl"],
+                       capsys)
+    assert code == 2 and "--protocol 'simfl' does not run on a vertical partition; expected vertical or " \
+                         "federated-forest" in err and not parts.exists()
+    code, _, err = run(["partition", data, "-l", "y", "--scheme", "hybrid", "--hosts", "2", "-o", parts,
+                        "--protocol", "hybridtree"], capsys)
+    assert code == 2 and "write a config per host" in err and not parts.exists()
+    code, _, err = run(["partition", data, "-l", "y", "--scheme", "horizontal", "-o", parts, "--protocol", "simfl"],
+                       capsys)
+    assert code == 0 and (parts / "federation.toml").exists()
+    # a partition written over it without --protocol takes the config away with the files it named
+    code, _, err = run(["partition", data, "-l", "y", "--scheme", "horizontal", "-p", "3", "-o", parts], capsys)
+    assert code == 0 and not (parts / "federation.toml").exists()
+    # a federation.toml that no partition wrote is not written over
+    (parts / "federation.toml").write_text("# mine\n")
+    code, _, err = run(["partition", data, "-l", "y", "--scheme", "horizontal", "-o", parts, "--protocol", "simfl"],
+                       capsys)
+    assert code != 0 and "federation.toml" in err and (parts / "federation.toml").read_text() == "# mine\n"

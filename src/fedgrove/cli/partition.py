@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -41,6 +42,10 @@ def partition(
     fmt: Optional[str] = typer.Option(None, "--format", help="Input format: csv, parquet or libsvm"),
     categorical: Optional[str] = typer.Option(None, help=CATEGORICAL_HELP.replace(
         "kept in the model", "written to the party files, the categories to manifest.json")),
+    protocol: Optional[str] = typer.Option(None, "--protocol", help="Also write federation.toml, a config that "
+                                           "`fedgrove simulate` runs on these files: vertical or federated-forest "
+                                           "(vertical scheme), horizontal, simfl or fvtree (horizontal), hybridtree "
+                                           "(hybrid, one host)"),
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
     from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition, label_classes,
@@ -48,6 +53,13 @@ def partition(
                                          write_test_files)
     from fedgrove.exceptions import DataError, InvalidParameterError
 
+    if protocol is not None and protocol not in FOR_SCHEME[scheme.value]:
+        raise InvalidParameterError(f"--protocol {protocol!r} does not run on a {scheme.value} partition; "
+                                    f"expected {' or '.join(FOR_SCHEME[scheme.value])}")
+    if protocol is not None and hosts > 1:
+        raise InvalidParameterError(f"--protocol writes one federation's config, and --hosts {hosts} makes "
+                                    f"{hosts} federations (one per host): leave --protocol out and write a config "
+                                    f"per host")
     if file_format not in ("csv", "parquet"):  # before reading the data, which may take a while
         raise InvalidParameterError(f"--file-format (the party files' format) must be csv or parquet, got "
                                     f"{file_format!r}")
@@ -74,7 +86,8 @@ def partition(
     else:
         p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
                              overlap=overlap, drop_features=drop_features)
-    _replace_earlier_partition(out_dir, file_names(p, file_format, test=test is not None), overwrite)
+    _replace_earlier_partition(out_dir, file_names(p, file_format, test=test is not None)
+                               + ([CONFIG] if protocol is not None else []), overwrite)
     write_partition(p, table, out_dir, file_format)
     test_files = write_test_files(p, test, out_dir, file_format, seed) if test is not None else []
     classes = label_classes(table.y)
@@ -88,6 +101,71 @@ def partition(
     console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}; the label column "
                   f"is {label_column(table)!r} (label = \"{label_column(table)}\" in a labelled party's config)")
     _note_classes(np.asarray(table.y), p)
+    if protocol is not None:
+        from fedgrove.engine.model import atomic_write_text
+
+        from fedgrove.data.partition import MANIFEST, read_manifest
+
+        config = out_dir / CONFIG
+        atomic_write_text(config, federation_config(protocol, out_dir, np.asarray(table.y), p))
+        manifest = read_manifest(out_dir)  # a later partition here replaces the config with the files
+        manifest["config"] = CONFIG
+        atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2))
+        console.print(f"wrote {config}: `fedgrove simulate {config}` runs it")
+
+
+#: the federation config ``--protocol`` writes beside the party files
+CONFIG = "federation.toml"
+#: the protocols that run on each partition scheme
+FOR_SCHEME = {"vertical": ("vertical", "federated-forest"), "horizontal": ("horizontal", "simfl", "fvtree"),
+              "hybrid": ("hybridtree",)}
+
+
+def federation_config(protocol: str, out_dir: Path, y: np.ndarray, partition) -> str:
+    """A federation config for ``fedgrove simulate`` on the partition written to ``out_dir`` (its files named
+    relative to the config, which goes there too): the parties and their roles, data, label and test files, and
+    what the labels need (the objective, the class list or the number of classes); a few trees."""
+    from fedgrove.cli.common import infer_objective
+    from fedgrove.data.partition import read_manifest
+    from fedgrove.runner.config import classes_setting
+
+    m = read_manifest(out_dir)
+    objective = infer_objective(y)
+    fed = [f'protocol = "{protocol}"', "seed = 0", "timeout = 120"]
+    values = np.unique(y) if y.dtype.kind in "fiub" else None
+    if objective != "regression" and (values is None or not np.array_equal(values, np.arange(len(values)))):
+        fed.append(classes_setting(y).removeprefix("[federation] "))
+    if protocol == "federated-forest":
+        params = [f'task = "{"regression" if objective == "regression" else "classification"}"',
+                  "n_estimators = 20", "max_depth = 6"]
+    else:
+        params = [f'objective = "{objective}"', "n_estimators = 20", "max_depth = 4", "learning_rate = 0.3"]
+        codes = values is not None and np.array_equal(values, np.arange(len(values)))
+        if objective == "multiclass" and codes and protocol in FOR_SCHEME["horizontal"]:
+            params.append(f"n_classes = {len(values)}  # a party may lack some classes")
+    tables = ""
+    if protocol == "fvtree" and min(len(sh.rows) for sh in partition.shards) < 2000:
+        # honest parties with few instances per bin stay apart in the endorsement's overlap distance
+        params.append("max_bins = 8  # few rows per party: few bins (examples/fvtree/README.md)")
+        tables = "[fvtree]\nthreshold = 1.0  # the endorsement's overlap distance; 0.75 by default\n\n"
+    role = {"horizontal": "client", "federated-forest": "client"}.get(protocol)
+    blocks = []
+    if protocol in ("horizontal", "federated-forest"):
+        lead = "aggregator" if protocol == "horizontal" else "master"
+        blocks.append(f'[[party]]\nname = "{lead}"\nrole = "{lead}"')
+    for entry in m["parties"]:
+        lines = [f'name = "{entry["name"]}"', f'role = "{role or entry["role"]}"', f'data = "{entry["file"]}"']
+        if entry["has_label"]:
+            lines.append(f'label = "{m["label"]}"')
+        test = entry.get("test_file") or m.get("test_file")
+        if test:
+            lines.append(f'test = "{test}"')
+        blocks.append("[[party]]\n" + "\n".join(lines))
+    return (f"# {protocol} on the partition in this folder ({m['scheme']}), written by `fedgrove partition "
+            f"--protocol {protocol}`:\n#   fedgrove simulate {out_dir / CONFIG}\n"
+            f"# [params] and the protocol's own table: docs/cli.md\n"
+            "[federation]\n" + "\n".join(fed) + "\n\n" + tables + "[params]\n" + "\n".join(params) + "\n\n"
+            + "\n\n".join(blocks) + '\n\n[output]\ndir = "runs"\n')
 
 
 def _note_classes(y: np.ndarray, partition) -> None:
@@ -129,7 +207,7 @@ def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool)
             raise InvalidParameterError(f"{out_dir / MANIFEST} exists but is not a partition's manifest; give "
                                         f"another --out")
         earlier = [e.get(k) for e in m.get("parties", []) if isinstance(e, dict) for k in ("file", "test_file")]
-        earlier = [n for n in earlier + [m.get("test_file")]
+        earlier = [n for n in earlier + [m.get("test_file"), m.get("config")]
                    if isinstance(n, str) and Path(n).name == n and (out_dir / n).is_file()]
     clash = [n for n in names if (out_dir / n).exists() and n not in earlier]
     if clash and not overwrite:
@@ -138,7 +216,7 @@ def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool)
     for n in earlier:
         (out_dir / n).unlink()
     if earlier:
-        console.print(f"replaced the partition that was in {out_dir} ({len(earlier)} party files)")
+        console.print(f"replaced the partition that was in {out_dir} ({len(earlier)} files)")
 
 
 def _format_of(path: str) -> str | None:
