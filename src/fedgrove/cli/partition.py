@@ -102,9 +102,8 @@ def partition(
                   f"is {label_column(table)!r} (label = \"{label_column(table)}\" in a labelled party's config)")
     _note_classes(np.asarray(table.y), p)
     if protocol is not None:
-        from fedgrove.engine.model import atomic_write_text
-
         from fedgrove.data.partition import MANIFEST, read_manifest
+        from fedgrove.engine.model import atomic_write_text
 
         config = out_dir / CONFIG
         atomic_write_text(config, federation_config(protocol, out_dir, np.asarray(table.y), p))
@@ -154,12 +153,13 @@ def federation_config(protocol: str, out_dir: Path, y: np.ndarray, partition) ->
         lead = "aggregator" if protocol == "horizontal" else "master"
         blocks.append(f'[[party]]\nname = "{lead}"\nrole = "{lead}"')
     for entry in m["parties"]:
-        lines = [f'name = "{entry["name"]}"', f'role = "{role or entry["role"]}"', f'data = "{entry["file"]}"']
+        text = json.dumps  # a TOML basic string: a column name may hold quotes
+        lines = [f'name = "{entry["name"]}"', f'role = "{role or entry["role"]}"', f'data = {text(entry["file"])}']
         if entry["has_label"]:
-            lines.append(f'label = "{m["label"]}"')
+            lines.append(f'label = {text(m["label"])}')
         test = entry.get("test_file") or m.get("test_file")
         if test:
-            lines.append(f'test = "{test}"')
+            lines.append(f'test = {text(test)}')
         blocks.append("[[party]]\n" + "\n".join(lines))
     return (f"# {protocol} on the partition in this folder ({m['scheme']}), written by `fedgrove partition "
             f"--protocol {protocol}`:\n#   fedgrove simulate {out_dir / CONFIG}\n"
