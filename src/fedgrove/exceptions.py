@@ -7,6 +7,14 @@ the CLI exit code it maps to; the codes are documented in ``docs/cli.md``.
 
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
+
+def listing(items: Iterable, limit: int = 10, show: Callable = str) -> str:
+    """The first ``limit`` items for a message, comma-separated, then " ..." when there are more."""
+    items = list(items)
+    return ", ".join(show(v) for v in items[:limit]) + (" ..." if len(items) > limit else "")
+
 
 class FedgroveError(Exception):
     """Base class of all errors raised on purpose by fedgrove."""

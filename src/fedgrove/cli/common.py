@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fedgrove.data.datasets import available_datasets, load_dataset
 from fedgrove.data.io import Table, load_table
-from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.exceptions import DataError, InvalidParameterError, listing
 from fedgrove.log import NoteTimer
 
 # markup off: messages carry user text (file names, "[output] dir"); styled lines opt in with markup=True
@@ -97,7 +97,7 @@ def model_features(table: Table, names, source: str) -> np.ndarray:
     stderr naming the columns the model does not use."""
     X, left_out = table.features_as(names, repr(source))
     if left_out:
-        shown = ", ".join(left_out[:10]) + (" ..." if len(left_out) > 10 else "")
+        shown = listing(left_out)
         console.print(f"note: columns the model does not use, left out: {shown}")
     return X
 
@@ -171,19 +171,6 @@ def contributions_text(contributions: dict) -> str:
     total = sum(value.values())
     share = (lambda v: f" ({100 * v / total:.1f}%)") if total > 0 else (lambda v: "")
     return ", ".join(f"{q} {v:.4g}{error[q]}{share(v)}" for q, v in sorted(value.items(), key=lambda kv: -kv[1]))
-
-
-def infer_objective(y: np.ndarray) -> str:
-    """binary for two label values, multiclass for text labels or at most 100 integers, else regression."""
-    y = np.asarray(y)
-    if y.dtype.kind in "fiub":
-        values = np.unique(y)
-        if len(values) == 2:
-            return "binary"
-        if len(values) <= 100 and np.all(values == np.round(values)):
-            return "multiclass"
-        return "regression"
-    return "binary" if len(set(y.tolist())) == 2 else "multiclass"  # class names: classification
 
 
 def encode_labels(y: np.ndarray, objective: str):

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table as RichTable
 
 from fedgrove.cli.common import categorical_option, contributions_text, load_input, out
+from fedgrove.exceptions import listing
 
 
 def info(
@@ -230,7 +231,7 @@ def _partition_party(p: Path) -> dict | None:
 
 def _categories_text(cats: list) -> str:
     """A column's categories, the first 12 of them, in code order."""
-    return ", ".join(map(str, cats[:12])) + (" ..." if len(cats) > 12 else "")
+    return listing(cats, 12)
 
 
 def _host_importance(d: dict, p: Path) -> tuple:

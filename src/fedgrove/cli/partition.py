@@ -12,6 +12,7 @@ import typer
 
 from fedgrove.cli.common import CATEGORICAL_HELP, categorical_option, check_output_dir, console, load_input, \
     report_categories
+from fedgrove.data.io import infer_objective
 
 
 class Scheme(str, Enum):
@@ -48,8 +49,8 @@ def partition(
                                            "(hybrid, one host)"),
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
-    from fedgrove.data.partition import (file_names, hold_out, horizontal_partition, hybrid_partition, label_classes,
-                                         label_column, label_counts, label_mix, vertical_partition, write_partition,
+    from fedgrove.data.partition import (MANIFEST, file_names, hold_out, horizontal_partition, hybrid_partition,
+                                         label_mix, read_manifest, vertical_partition, write_partition,
                                          write_test_files)
     from fedgrove.exceptions import DataError, InvalidParameterError
 
@@ -90,25 +91,24 @@ def partition(
                                + ([CONFIG] if protocol is not None else []), overwrite)
     write_partition(p, table, out_dir, file_format)
     test_files = write_test_files(p, test, out_dir, file_format, seed) if test is not None else []
-    classes = label_classes(table.y)
-    for s in p.shards:
+    manifest = read_manifest(out_dir)
+    for s, entry in zip(p.shards, manifest["parties"]):
         feats = table.n_features if scheme == Scheme.horizontal else len(s.features)
-        mix = f" ({label_mix(label_counts(table.y[s.rows], classes))})" if s.has_label and classes else ""
+        mix = f" ({label_mix(entry['label_counts'])})" if "label_counts" in entry else ""
         console.print(f"  {s.name:<8} {s.role:<8} {len(s.rows):>8} samples  {feats:>4} features"
                       f"{'  + label' + mix if s.has_label else ''}")
     held_out = "" if test is None else (f", {len(test_files)} test file{'s' if len(test_files) > 1 else ''} "
                                         f"({test.n_samples} test rows held out)")
     console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}; the label column "
-                  f"is {label_column(table)!r} (label = \"{label_column(table)}\" in a labelled party's config)")
-    _note_classes(np.asarray(table.y), p)
+                  f"is {table.label_column!r} (label = \"{table.label_column}\" in a labelled party's config)")
+    y = np.asarray(table.y)
+    _note_classes(y, manifest)
     if protocol is not None:
-        from fedgrove.data.partition import MANIFEST, read_manifest
         from fedgrove.engine.model import atomic_write_text
 
         config = out_dir / CONFIG
-        atomic_write_text(config, federation_config(protocol, out_dir, np.asarray(table.y), p))
-        manifest = read_manifest(out_dir)  # a later partition here replaces the config with the files
-        manifest["config"] = CONFIG
+        atomic_write_text(config, federation_config(protocol, out_dir, manifest, y))
+        manifest["config"] = CONFIG  # a later partition here removes the config with the files
         atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2))
         console.print(f"wrote {config}: `fedgrove simulate {config}` runs it")
 
@@ -120,46 +120,53 @@ FOR_SCHEME = {"vertical": ("vertical", "federated-forest"), "horizontal": ("hori
               "hybrid": ("hybridtree",)}
 
 
-def federation_config(protocol: str, out_dir: Path, y: np.ndarray, partition) -> str:
+def _class_codes(y: np.ndarray) -> np.ndarray | None:
+    """The classes, when the labels are a classification's and already its codes 0, 1, ...; else ``None``."""
+    values = np.unique(y) if y.dtype.kind in "fiub" and infer_objective(y) != "regression" else None
+    return values if values is not None and np.array_equal(values, np.arange(len(values))) else None
+
+
+def _needs_class_list(y: np.ndarray) -> bool:
+    """Class names, or numeric classes other than the codes (LIBSVM's -1 and 1): a federation lists them."""
+    return infer_objective(y) != "regression" and _class_codes(y) is None
+
+
+def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarray) -> str:
     """A federation config for ``fedgrove simulate`` on the partition written to ``out_dir`` (its files named
-    relative to the config, which goes there too): the parties and their roles, data, label and test files, and
-    what the labels need (the objective, the class list or the number of classes); a few trees."""
-    from fedgrove.cli.common import infer_objective
-    from fedgrove.data.partition import read_manifest
+    relative to the config, which goes there too; ``manifest``: the partition's): the parties and their roles,
+    data, label and test files, and what the labels ``y`` need (the objective, the class list or the number of
+    classes); a few trees."""
     from fedgrove.runner.config import classes_setting
 
-    m = read_manifest(out_dir)
+    m = manifest
     objective = infer_objective(y)
     fed = [f'protocol = "{protocol}"', "seed = 0", "timeout = 120"]
-    values = np.unique(y) if y.dtype.kind in "fiub" else None
-    if objective != "regression" and (values is None or not np.array_equal(values, np.arange(len(values)))):
+    if _needs_class_list(y):
         fed.append(classes_setting(y).removeprefix("[federation] "))
     if protocol == "federated-forest":
         params = [f'task = "{"regression" if objective == "regression" else "classification"}"',
                   "n_estimators = 20", "max_depth = 6"]
     else:
         params = [f'objective = "{objective}"', "n_estimators = 20", "max_depth = 4", "learning_rate = 0.3"]
-        codes = values is not None and np.array_equal(values, np.arange(len(values)))
-        if objective == "multiclass" and codes and protocol in FOR_SCHEME["horizontal"]:
-            params.append(f"n_classes = {len(values)}  # a party may lack some classes")
+        codes = _class_codes(y)
+        if objective == "multiclass" and codes is not None and protocol in FOR_SCHEME["horizontal"]:
+            params.append(f"n_classes = {len(codes)}  # a party may lack some classes")
     tables = ""
-    if protocol == "fvtree" and min(len(sh.rows) for sh in partition.shards) < 2000:
+    if protocol == "fvtree" and min(e["n_samples"] for e in m["parties"]) < 2000:
         # honest parties with few instances per bin stay apart in the endorsement's overlap distance
         params.append("max_bins = 8  # few rows per party: few bins (examples/fvtree/README.md)")
         tables = "[fvtree]\nthreshold = 1.0  # the endorsement's overlap distance; 0.75 by default\n\n"
-    role = {"horizontal": "client", "federated-forest": "client"}.get(protocol)
-    blocks = []
-    if protocol in ("horizontal", "federated-forest"):
-        lead = "aggregator" if protocol == "horizontal" else "master"
-        blocks.append(f'[[party]]\nname = "{lead}"\nrole = "{lead}"')
+    lead = {"horizontal": "aggregator", "federated-forest": "master"}.get(protocol)  # a party without data
+    blocks = [f'[[party]]\nname = "{lead}"\nrole = "{lead}"'] if lead else []
     for entry in m["parties"]:
-        text = json.dumps  # a TOML basic string: a column name may hold quotes
-        lines = [f'name = "{entry["name"]}"', f'role = "{role or entry["role"]}"', f'data = {text(entry["file"])}']
+        # file names and the label column as TOML basic strings: a column name may hold quotes
+        lines = [f'name = "{entry["name"]}"', f'role = "{"client" if lead else entry["role"]}"',
+                 f'data = {json.dumps(entry["file"])}']
         if entry["has_label"]:
-            lines.append(f'label = {text(m["label"])}')
+            lines.append(f'label = {json.dumps(m["label"])}')
         test = entry.get("test_file") or m.get("test_file")
         if test:
-            lines.append(f'test = {text(test)}')
+            lines.append(f'test = {json.dumps(test)}')
         blocks.append("[[party]]\n" + "\n".join(lines))
     return (f"# {protocol} on the partition in this folder ({m['scheme']}), written by `fedgrove partition "
             f"--protocol {protocol}`:\n#   fedgrove simulate {out_dir / CONFIG}\n"
@@ -168,28 +175,23 @@ def federation_config(protocol: str, out_dir: Path, y: np.ndarray, partition) ->
             + "\n\n".join(blocks) + '\n\n[output]\ndir = "runs"\n')
 
 
-def _note_classes(y: np.ndarray, partition) -> None:
+def _note_classes(y: np.ndarray, manifest: dict) -> None:
     """Labels that are not class codes (names, or numbers such as LIBSVM's -1 and 1): the class list a
     federation's configs must give.  Codes of more than two classes split by samples: the number of classes,
     which a party lacking some cannot tell."""
-    from fedgrove.cli.common import infer_objective
     from fedgrove.runner.config import classes_setting
 
-    if y.dtype.kind not in "fiub":
-        console.print(f"the labels are class names: a federation on these files needs, in every party's config, "
-                      f"{classes_setting(y)} (the order gives the codes 0, 1, ...)")
+    if _needs_class_list(y):
+        what = ("the labels are class names:" if y.dtype.kind not in "fiub" else
+                "the labels are not the class codes 0, 1, ...: for classification,")
+        console.print(f"{what} a federation on these files needs, in every party's config, {classes_setting(y)} "
+                      f"(the order gives the codes 0, 1, ...)")
         return
-    values = np.unique(y)
-    if infer_objective(y) == "regression":
-        return
-    if not np.array_equal(values, np.arange(len(values))):
-        console.print(f"the labels are not the class codes 0, 1, ...: for classification, a federation on these "
-                      f"files needs, in every party's config, {classes_setting(y)} (the order gives the "
-                      f"codes 0, 1, ...)")
-    elif len(values) > 2 and partition.scheme == "horizontal":
-        held = [f"{s.name} {len(np.unique(y[s.rows]))}" for s in partition.shards]
-        console.print(f"the labels are the codes of {len(values)} classes: a multiclass federation on these files "
-                      f"needs, in every party's config, [params] n_classes = {len(values)} (a party may lack some "
+    codes = _class_codes(y)
+    if codes is not None and len(codes) > 2 and manifest["scheme"] == "horizontal":
+        held = [f"{e['name']} {sum(n > 0 for n in e['label_counts'].values())}" for e in manifest["parties"]]
+        console.print(f"the labels are the codes of {len(codes)} classes: a multiclass federation on these files "
+                      f"needs, in every party's config, [params] n_classes = {len(codes)} (a party may lack some "
                       f"classes; classes held: {', '.join(held)})")
 
 

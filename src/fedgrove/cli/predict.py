@@ -10,7 +10,7 @@ import pandas as pd
 import typer
 
 from fedgrove.cli.common import check_output_file, console, load_input, model_features, report_categories, write_data
-from fedgrove.exceptions import InvalidParameterError
+from fedgrove.exceptions import InvalidParameterError, listing
 
 
 def predict(
@@ -84,7 +84,7 @@ def _report(m, X, y_true, metrics):
         unseen = y < 0
         if unseen.any():  # the other measures need every row's true class among the model's
             values = list(dict.fromkeys(v.item() if hasattr(v, "item") else v for v in y_true[unseen]))
-            shown = ", ".join(repr(v) for v in values[:5]) + (" ..." if len(values) > 5 else "")
+            shown = listing(values, 5, repr)
             line += (f"  ({int(unseen.sum())} of {len(y)} rows have labels the model was not trained on, "
                      f"{shown}: counted as errors; AUC and log loss left out)")
         else:

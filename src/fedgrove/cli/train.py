@@ -9,8 +9,9 @@ from typing import Optional
 import typer
 
 from fedgrove.cli.common import (CATEGORICAL_HELP, categorical_option, check_output_file, console, encode_labels,
-                                 infer_objective, load_input, model_features, progress_bar, report_categories)
-from fedgrove.exceptions import DataError, InvalidParameterError
+                                 load_input, model_features, progress_bar, report_categories)
+from fedgrove.data.io import infer_objective
+from fedgrove.exceptions import DataError, InvalidParameterError, listing
 
 
 class Algorithm(str, Enum):
@@ -139,6 +140,5 @@ def _encode_like(y, classes, objective):
     try:
         return np.array([lookup[v.item() if hasattr(v, "item") else v] for v in y], dtype=np.float64)
     except KeyError as exc:
-        shown = ", ".join(repr(c) for c in list(classes)[:10]) + (" ..." if len(classes) > 10 else "")
-        raise DataError(f"validation label {exc.args[0]!r} does not occur in the training labels ({shown})") \
-            from None
+        raise DataError(f"validation label {exc.args[0]!r} does not occur in the training labels "
+                        f"({listing(classes, show=repr)})") from None

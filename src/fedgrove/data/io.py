@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedgrove.exceptions import DataError
+from fedgrove.exceptions import DataError, listing
 from fedgrove.log import logger
 
 ID_COLUMN = "_id"
@@ -47,6 +47,11 @@ class Table:
     # a LIBSVM file's features beyond the ``n_features`` asked for (a model's), left out: a training file
     # without values there gives the same model as one that has those columns, all zero
     left_out: list = field(default_factory=list)
+
+    @property
+    def label_column(self) -> str:
+        """The name a written file gives the label column."""
+        return self.label_name or "label"
 
     @property
     def id_labels(self) -> np.ndarray | None:
@@ -97,7 +102,7 @@ def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
     if len(missing) == len(names):
         return None
     if missing:
-        shown = ", ".join(repr(n) for n in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        shown = listing(missing, show=repr)
         raise DataError(f"{len(missing)} of the model's {len(names)} features are not columns of {source}: {shown}")
     if len(set(names)) != len(names):
         return None  # a model with repeated names can only be applied by position
@@ -173,6 +178,19 @@ def _note_index_column(df: pd.DataFrame, path: Path) -> None:
         logger.warning("%s: its first column has no name and holds the row numbers 0..%d (a DataFrame index "
                        "written without index=False); it is read as a feature: drop it, or write the file with "
                        "index=False", path, len(df) - 1)
+
+
+def infer_objective(y: np.ndarray) -> str:
+    """binary for two label values, multiclass for text labels or at most 100 integers, else regression."""
+    y = np.asarray(y)
+    if y.dtype.kind in "fiub":
+        values = np.unique(y)
+        if len(values) == 2:
+            return "binary"
+        if len(values) <= 100 and np.all(values == np.round(values)):
+            return "multiclass"
+        return "regression"
+    return "binary" if len(set(y.tolist())) == 2 else "multiclass"  # class names: classification
 
 
 def label_text(v) -> str:
@@ -310,7 +328,7 @@ def _resolve_label(columns: list[str], label, source: str) -> str | None:
         try:
             label = int(label)
         except ValueError:
-            shown = ", ".join(map(str, columns[:20])) + (" ..." if len(columns) > 20 else "")
+            shown = listing(columns, 20)
             raise DataError(f"label column {label!r} not found in {source!r}; columns are: {shown}") from None
     if -len(columns) <= label < len(columns):
         return columns[label]
@@ -489,7 +507,7 @@ def write_table(table: Table, path, format: str | None = None) -> None:
     if table.ids is not None:
         df.insert(0, ID_COLUMN, table.id_labels)
     if table.y is not None:
-        df[table.label_name or "label"] = table.y
+        df[table.label_column] = table.y
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         if fmt == "parquet":

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedgrove.data.io import Table, label_text, load_table, write_table
+from fedgrove.data.io import Table, infer_objective, label_text, load_table, write_table
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 MANIFEST = "manifest.json"
@@ -210,7 +210,7 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
         if s.has_label and classes:
             entries[-1]["label_counts"] = label_counts(table.y[s.rows], classes)
     manifest = {"scheme": partition.scheme, "params": partition.params, "n_samples": table.n_samples,
-                "feature_names": table.feature_names, "label": label_column(table), "parties": entries}
+                "feature_names": table.feature_names, "label": table.label_column, "parties": entries}
     if table.categories:  # the party files hold these columns' codes: a category's code is its position here
         manifest["categories"] = table.categories
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
@@ -218,28 +218,14 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
     return written
 
 
-def label_column(table: Table) -> str:
-    """The name of the label column in the party files."""
-    return table.label_name or "label"
-
-
 def label_classes(y: np.ndarray) -> list | None:
-    """The classes of a label column (text, or at most 100 whole numbers, as ``fedgrove train`` infers a
-    classification); ``None`` for a numeric target."""
-    values = np.unique(np.asarray(y)[~_missing(y)])
-    if values.dtype.kind in "fiub" and not (len(values) <= 100 and np.all(values == np.round(values))):
-        return None
-    return values.tolist()
-
-
-def _missing(y) -> np.ndarray:
-    y = np.asarray(y)
-    return np.isnan(y) if y.dtype.kind == "f" else np.zeros(len(y), dtype=bool)
+    """The classes of a label column, as ``fedgrove train`` takes them; ``None`` for a numeric target."""
+    return None if infer_objective(y) == "regression" else np.unique(y).tolist()
 
 
 def label_counts(y: np.ndarray, classes: list) -> dict[str, int]:
     """How many rows of each class (every class of ``classes``, zero where none), by the class as text."""
-    values, counts = np.unique(np.asarray(y)[~_missing(y)], return_counts=True)
+    values, counts = np.unique(y, return_counts=True)
     held = dict(zip(values.tolist(), counts.tolist()))
     return {label_text(c): int(held.get(c, 0)) for c in classes}
 

@@ -70,7 +70,7 @@ from pathlib import Path
 from fedgrove.crypto.certs import check_party_name
 from fedgrove.crypto.he import KEY_BITS, SCHEMES
 from fedgrove.crypto.packing import MAX_ROWS
-from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.exceptions import DataError, InvalidParameterError, listing
 from fedgrove.transport.channel import MESSAGE_LIMIT_MB
 
 PROTOCOLS = ("vertical", "horizontal", "hybridtree", "federated-forest", "simfl", "fvtree")
@@ -536,7 +536,7 @@ def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> 
             continue  # files without names are matched by position
         absent = [c for c in trained if c not in tested]
         if absent:
-            shown = ", ".join(repr(c) for c in absent[:10]) + (" ..." if len(absent) > 10 else "")
+            shown = listing(absent, show=repr)
             what = f"all {len(trained)}" if len(absent) == len(trained) else f"{len(absent)} of the {len(trained)}"
             raise InvalidParameterError(f"{path}: party {p.name}: its test file {p.test} lacks {what} feature "
                                         f"columns of its data file {p.data}: {shown}; is each file this party's?")

@@ -22,7 +22,7 @@ from fedgrove import metrics
 from fedgrove.crypto.he import keygen
 from fedgrove.data.io import detect_format, feature_columns, label_text, libsvm_width, load_table
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
-from fedgrove.exceptions import DataError, ModelFormatError
+from fedgrove.exceptions import DataError, ModelFormatError, listing
 from fedgrove.log import logger
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
@@ -74,7 +74,7 @@ class RoleContext:
         table = load_table(path, label=label, label_required=not test, categorical=self._categories(test),
                            n_features=width)
         if table.left_out:  # a LIBSVM file with values beyond the width
-            shown = ", ".join(table.left_out[:10]) + (" ..." if len(table.left_out) > 10 else "")
+            shown = listing(table.left_out)
             if not test:
                 raise DataError(f"party {self.spec.name}: {str(path)!r} has values in features beyond n_features = "
                                 f"{width}: {shown}; raise n_features, the same at every party")
@@ -163,7 +163,7 @@ class RoleContext:
         top = 1 if objective == "binary" else (params.get("n_classes") or np.inf) - 1
         if np.all((values >= 0) & (values <= top) & (values == np.round(values))):
             return
-        shown = ", ".join(label_text(v) for v in values[:10]) + (" ..." if len(values) > 10 else "")
+        shown = listing(values, show=label_text)
         raise DataError(f"{where} holds the labels {shown}, but a {objective} model takes its classes as the codes "
                         f"0{', 1' if objective == 'binary' else ', 1, ...'}; list the labels in the order of their "
                         f"codes in the federation's config, the same in every party's: {classes_setting(y, 10)} "
