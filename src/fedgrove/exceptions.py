@@ -69,3 +69,9 @@ class LedgerError(FedgroveError):
     recompute)."""
 
     exit_code = 8
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM: ``kill``, ``docker stop``, a service manager).  It ends as Ctrl-C
+    ends it: a party tells its peers, checkpoints stay as the last finished tree left them, and the command exits
+    143 (128 + the signal's number)."""

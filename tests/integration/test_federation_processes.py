@@ -172,8 +172,9 @@ def _start_resume(tmp_path, name):
                              "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _kill_once_checkpointed(procs: dict, victim: str, ckpt: Path, trees: int = 3) -> None:
-    """SIGKILL ``victim`` mid-training: once its checkpoint holds ``trees`` trees, while it still runs."""
+def _kill_once_checkpointed(procs: dict, victim: str, ckpt: Path, trees: int = 3, signum=signal.SIGKILL) -> None:
+    """SIGKILL (or ``signum``) ``victim`` mid-training: once its checkpoint holds ``trees`` trees, while it still
+    runs."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if ckpt.exists() and json.loads(ckpt.read_text())["trees_done"] >= trees:
@@ -183,7 +184,7 @@ def _kill_once_checkpointed(procs: dict, victim: str, ckpt: Path, trees: int = 3
         errors = {n: p.communicate(timeout=60)[1][-1500:] for n, p in procs.items()}
         raise AssertionError(f"{victim} ended (exit {procs[victim].returncode}) before its checkpoint held "
                              f"{trees} trees: {errors}")
-    procs[victim].send_signal(signal.SIGKILL)
+    procs[victim].send_signal(signum)
 
 
 def _resume_all(tmp_path, names: list[str]) -> None:
@@ -212,6 +213,32 @@ def test_a_killed_party_stops_the_others_and_resume_gives_the_uninterrupted_mode
     # restart everyone with --resume: the result equals an uninterrupted (simulated) run
     done_before = json.loads((tmp_path / "grpc" / "party0.checkpoint.json").read_text())["trees_done"]
     assert 0 < done_before < 30
+    _resume_all(tmp_path, names)
+    from fedgrove.cli.main import main
+
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    for n in names:
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
+
+
+def test_a_party_stopped_by_sigterm_exits_143_and_the_others_stop_at_once_saying_to_resume(tmp_path):
+    # `kill` or `docker stop` sends SIGTERM, which ended the process on the spot: its peers waited out their
+    # timeout (60 s here) to blame it.  It now ends as Ctrl-C does: the peers are told at once, and --resume
+    # continues to the uninterrupted model
+    names = _setup(tmp_path, trees=30, timeout=60, rows=3000)
+    procs = {n: _start(tmp_path, n) for n in names}
+    _kill_once_checkpointed(procs, "party1", tmp_path / "grpc" / "party1.checkpoint.json", signum=signal.SIGTERM)
+    t0 = time.monotonic()
+    results = {n: procs[n].communicate(timeout=120) for n in names}
+    elapsed = time.monotonic() - t0
+    assert procs["party1"].returncode == 143 and "stopped (SIGTERM)" in results["party1"][1], results["party1"][1]
+    for n in ("party0", "party2"):
+        err = " ".join(results[n][1].split())
+        assert procs[n].returncode == 5, err[-2000:]
+        assert "party party1 failed: it was stopped (SIGTERM); restart every party with --resume" in err, err
+    assert "Traceback" not in "".join(r[1] for r in results.values())
+    assert elapsed < 30  # told, not timed out
     _resume_all(tmp_path, names)
     from fedgrove.cli.main import main
 

@@ -508,3 +508,66 @@ def test_a_party_stopped_by_ctrl_c_tells_its_peers_how_to_go_on(pair):
     a.notify_failure(KeyboardInterrupt())
     with pytest.raises(ProtocolError, match=r"alice.*interrupted \(Ctrl-C\); restart every party with --resume"):
         b.recv("alice", "ping", Ping)
+
+
+def test_a_send_to_a_peer_that_died_stops_when_another_party_reports_a_failure(tmp_path):
+    # FV-tree's parties all send to all: with one killed, a survivor caught sending to it waited out its call's
+    # deadline (the timeout, each call in turn: four minutes with the example's 120 s) although the other
+    # survivors had told it at once that they had failed
+    import threading
+
+    create_federation_certs(tmp_path, ["alice", "bob", "carol"])
+    ports = {n: _port() for n in ("alice", "bob", "carol")}
+
+    def channel(name, **kw):
+        peers = {n: f"127.0.0.1:{p}" for n, p in ports.items() if n != name}
+        return GrpcChannel(name, f"127.0.0.1:{ports[name]}", peers, _tls(tmp_path, name), timeout=60, **kw)
+
+    a, b, c = channel("alice"), channel("bob"), channel("carol")
+    try:
+        a.broadcast("hello", Ping(np.arange(2.0)))  # alice has reached both
+        c.close(notify=False)  # carol's process dies, telling nobody
+        threading.Timer(1.0, lambda: b.notify_failure(ProtocolError("bob: lost carol"))).start()
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match="alice: stopped sending to carol at ping: party bob failed: "
+                                                "bob: lost carol"):
+            a.broadcast("ping", Ping(np.arange(3.0)))
+        assert time.monotonic() - t0 < 10  # not the 60 s of the call's deadline
+        np.testing.assert_array_equal(b.recv("alice", "ping", Ping).data, np.arange(3.0))
+    finally:
+        a.close(notify=False)
+        b.close(notify=False)
+
+
+def test_a_party_stopped_by_sigterm_tells_its_peers_so(pair):
+    from fedgrove.exceptions import Terminated
+
+    a, b = pair
+    a.notify_failure(Terminated())
+    with pytest.raises(ProtocolError, match=r"alice.*stopped \(SIGTERM\); restart every party with --resume"):
+        b.recv("alice", "ping", Ping)
+
+
+def test_a_call_dropped_by_a_stopping_peer_is_reported_by_the_failure_it_announced(pair):
+    # a peer stopping on a signal tells the others, then its server drops the calls in flight (CANCELLED): a
+    # party whose call it dropped said "bob refused the message at tree=3/ctl: CANCELLED", not why bob stopped
+    import grpc
+
+    class Dropped(grpc.RpcError):
+        def __init__(self, code):
+            self._code = code
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._code.name
+
+    a, _ = pair
+    for code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):
+        err = a._call_error("bob", "tree=3/ctl", 10, Dropped(code))
+        assert isinstance(err, PeerTimeoutError) and "alice: lost the connection to bob at tree=3/ctl" in str(err)
+    assert "refused the message" in str(a._call_error("bob", "t", 10, Dropped(grpc.StatusCode.INVALID_ARGUMENT)))
+    a.failure = "party bob failed: it was stopped (SIGTERM)"
+    err = a._call_error("bob", "tree=3/ctl", 10, Dropped(grpc.StatusCode.CANCELLED))
+    assert str(err) == "alice: stopped sending to bob at tree=3/ctl: party bob failed: it was stopped (SIGTERM)"

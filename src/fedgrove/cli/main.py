@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 other fedgrove error; 2 bad parameter or usage;
 3 bad input data; 4 bad model file; 5 protocol error; 6 peer timeout;
-7 privacy budget exhausted; 8 ledger verification failed; 130 interrupted.  Errors print one line on
+7 privacy budget exhausted; 8 ledger verification failed; 130 interrupted (Ctrl-C); 143 stopped by SIGTERM
+(``kill``, ``docker stop``: a party tells its peers, as on Ctrl-C).  Errors print one line on
 stderr, never a traceback (set FEDGROVE_DEBUG=1 to see one).
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 
 import typer
 
@@ -24,7 +27,7 @@ from fedgrove.cli import predict as predict_cmd
 from fedgrove.cli import reproduce as reproduce_cmd
 from fedgrove.cli import train as train_cmd
 from fedgrove.cli.common import listed
-from fedgrove.exceptions import FedgroveError
+from fedgrove.exceptions import FedgroveError, Terminated
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fedgrove: federated gradient-boosted trees and random forests.")
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         # typer returns the code of an Exit instead of raising it, and turns Ctrl-C into Exit(130): an interrupted
         # run must not exit 0 as if it had finished (commands themselves return None)
         if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            if code == 130 and _signalled.is_set():
+                console.print("stopped (SIGTERM)")
+                return 128 + signal.SIGTERM
             if code == 130:
                 console.print("interrupted")
             return code
@@ -130,7 +136,18 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
+_signalled = threading.Event()  # SIGTERM arrived: the Ctrl-C exit it became is reported as such
+
+
+def _on_sigterm(signum, frame) -> None:
+    _signalled.set()
+    raise Terminated()
+
+
 def run() -> None:
+    # SIGTERM ends a command as Ctrl-C does, through the same clean-up: a party tells its peers (which stop at
+    # once, where they waited out their timeout) and closes its channel; a checkpoint keeps the last whole tree
+    signal.signal(signal.SIGTERM, _on_sigterm)
     sys.exit(main())
 
 

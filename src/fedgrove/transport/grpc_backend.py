@@ -31,7 +31,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import grpc  # noqa: E402
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from fedgrove.exceptions import PeerTimeoutError, ProtocolError
+from fedgrove.exceptions import PeerTimeoutError, ProtocolError, Terminated
 from fedgrove.log import logger
 from fedgrove.transport.channel import WAIT_NOTE_AFTER, WAIT_NOTE_EVERY, Channel
 
@@ -63,6 +63,7 @@ Envelope, Ack = _build_types()
 
 
 _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
+_SLICE = 0.1  # seconds a send waits for its call before it looks whether another party has failed
 CHUNK_BYTES = 4 * 1024 * 1024  # a larger message travels in pieces of this size
 WINDOW = 8  # pieces of one message in flight to a peer at once
 
@@ -122,8 +123,10 @@ class _FirstCall:
                             peer, channel.addresses[peer], now - start, limit)
             time.sleep(min(_RETRY_EVERY, max(0.0, deadline - now)))
 
-    def result(self):
-        self._thread.join()
+    def result(self, timeout: float | None = None):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise grpc.FutureTimeoutError()
         if self.error is not None:
             raise self.error
         return self.ack
@@ -342,20 +345,41 @@ class GrpcChannel(Channel):
             raise failure
 
     def _answer(self, peer, tag, limit, call) -> Exception | None:
-        """Wait for a call; None when the peer took the message, else the error to report."""
-        try:
-            ack = call.result()
-        except grpc.RpcError as exc:
-            code = exc.code()
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within {limit:g} s; "
-                                        f"{peer} is down or unreachable")
-            return ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} {exc.details()}")
-        except ProtocolError as exc:  # a first call's verdict (handshake, peer never up, a peer failed)
-            return exc
+        """Wait for a call; None when the peer took the message, else the error to report.  It is waited for in
+        slices, so that another party's failure notice stops the wait at once, as it stops a receive: a call
+        to a peer that died waits for it to come back until the call's deadline, and with every peer of an
+        all-to-all protocol (FV-tree) caught in such sends, the survivors took minutes to stop."""
+        while True:
+            try:
+                ack = call.result(timeout=_SLICE)
+                break
+            except grpc.FutureTimeoutError:
+                if self.failure is not None:
+                    if hasattr(call, "cancel"):
+                        call.cancel()
+                    return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
+            except grpc.RpcError as exc:
+                return self._call_error(peer, tag, limit, exc)
+            except ProtocolError as exc:  # a first call's verdict (handshake, peer never up, a peer failed)
+                return exc
         if ack.error:
             return ProtocolError(f"{self.party}: {peer} rejected the message at {tag}: {ack.error}")
         return None
+
+    def _call_error(self, peer, tag, limit, exc: grpc.RpcError) -> Exception:
+        """What a failed call means, in words: first a failure another party reported (a peer that stops on an
+        error or a signal tells the others before its server drops the calls in flight), then the call's own."""
+        if self.failure is not None:
+            return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
+        code = exc.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within {limit:g} s; "
+                                    f"{peer} is down or unreachable")
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):  # the connection broke under the
+            # call, or the peer's server dropped it shutting down: the peer's process ended
+            return PeerTimeoutError(f"{self.party}: lost the connection to {peer} at {tag} ({exc.details()}); "
+                                    f"{peer} stopped, or the network between them failed")
+        return ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} {exc.details()}")
 
     def _handshake_error(self, peer, details: str) -> ProtocolError:
         reason = details.split("last error: ", 1)[-1]
@@ -372,7 +396,8 @@ class GrpcChannel(Channel):
     def notify_failure(self, exc: BaseException, timeout: float = 2.0) -> None:
         """Tell every peer, best effort, that this party has failed and why (a peer that is down is skipped)."""
         if isinstance(exc, KeyboardInterrupt):
-            text = b"it was interrupted (Ctrl-C); restart every party with --resume to continue from the checkpoints"
+            how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            text = f"it was {how}; restart every party with --resume to continue from the checkpoints".encode()
         else:
             text = (str(exc) or type(exc).__name__).encode()[:1000]
         self._tell(self.peers, FAILURE_TAG, text, timeout)
