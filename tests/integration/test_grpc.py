@@ -571,3 +571,28 @@ def test_a_call_dropped_by_a_stopping_peer_is_reported_by_the_failure_it_announc
     a.failure = "party bob failed: it was stopped (SIGTERM)"
     err = a._call_error("bob", "tree=3/ctl", 10, Dropped(grpc.StatusCode.CANCELLED))
     assert str(err) == "alice: stopped sending to bob at tree=3/ctl: party bob failed: it was stopped (SIGTERM)"
+
+
+def test_a_peer_whose_process_ended_without_a_word_is_given_up_on_before_the_timeout(tmp_path):
+    # a party killed outright (SIGKILL, the out-of-memory killer) tells nobody: its peers waited out the whole
+    # timeout (600 s is a fair setting for large encrypted runs).  Its port refuses their progress beats at
+    # once, which a live peer's never does, busy or not: after a few refused beats they stop, naming it
+    a, b = _alice_and_bob(tmp_path, 60)
+    a._beat_every, a._gone_after = 0.2, 1.0  # (60 s of timeout: beats every 5 s, given up on after 15 s)
+    try:
+        a.send("bob", "hello", Ping(np.arange(2.0)))
+        b.recv("alice", "hello", Ping)
+        b.send("alice", "last", Ping(np.arange(1.0)))
+        b.close(notify=False)  # bob's process is killed
+        t0 = time.monotonic()
+        np.testing.assert_array_equal(a.recv("bob", "last", Ping).data, np.arange(1.0))  # what came is read
+        with pytest.raises(PeerTimeoutError, match=r"alice: stopped waiting for bob at next: bob refuses "
+                                                   r"connections at 127\.0\.0\.1:\d+ \(for \d+ s, with no word "
+                                                   r"from it\): its process ended; restart every party with "
+                                                   r"--resume"):
+            a.recv("bob", "next", Ping)
+        with pytest.raises(PeerTimeoutError, match="alice: could not deliver to bob at more: bob refuses"):
+            a.send("bob", "more", Ping(np.arange(3.0)))
+        assert time.monotonic() - t0 < 20
+    finally:
+        a.close(notify=False)

@@ -192,6 +192,13 @@ class Channel(ABC):
                             return box.get_nowait()
                         except queue.Empty:
                             raise ProtocolError(f"{self.party}: {peer} {ended} without sending {tag}") from None
+                    gone = self._peer_gone(peer)
+                    if gone is not None:
+                        try:
+                            return box.get_nowait()
+                        except queue.Empty:
+                            raise PeerTimeoutError(f"{self.party}: stopped waiting for {peer} at {tag}: {peer} "
+                                                   f"{gone}") from None
                     progress = self._peer_progress(peer)
                     deadline = max(start, progress or start) + timeout
                     now = time.monotonic()
@@ -214,6 +221,11 @@ class Channel(ABC):
 
     def _peer_ended(self, peer: str) -> str | None:
         """How ``peer`` ended ("finished", "stopped") when this backend knows it has, else None."""
+        return None
+
+    def _peer_gone(self, peer: str) -> str | None:
+        """Why ``peer``'s process is known to be gone without a word (the gRPC backend: its port refuses
+        connections), else None."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook: only the gRPC backend has resources

@@ -17,6 +17,7 @@ in ``federation.proto`` (no generated code).
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import queue
@@ -170,6 +171,7 @@ class GrpcChannel(Channel):
         self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
         self._ended: set[str] = set()    # peers that closed their channels
         self._progress_at: dict[str, float] = {}  # when each peer last made progress: its messages and beats
+        self._refused_since: dict[str, float] = {}  # reached peers whose port refuses this party's beats, since when
         limit = chunk_bytes + 65536  # a piece and its envelope (a whole message's own limit: max_bytes)
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
@@ -206,6 +208,9 @@ class GrpcChannel(Channel):
         # signs of life: a peer that works for longer than the timeout (encrypting a million gradients) is
         # waited for, one whose process died is not
         self._beat_every = max(0.05, min(5.0, timeout / 4))
+        # a reached peer whose port has refused connections this long has lost its process (killed outright: no
+        # notice came); a peer that is busy, or beyond a broken network, is not refused but waited for
+        self._gone_after = max(3.0, 3 * self._beat_every)
         self._closed = threading.Event()
         self._beats = threading.Thread(target=self._beat, name=f"fedgrove-progress-{party}", daemon=True)
         self._beats.start()
@@ -220,9 +225,33 @@ class GrpcChannel(Channel):
             for peer in sorted(self._reached):
                 env = Envelope(sender=self.party, receiver=peer, tag=PROGRESS_TAG, payload=payload)
                 try:
-                    pending.append(self._stubs[peer].future(env, timeout=2 * self._beat_every))
+                    call = self._stubs[peer].future(env, timeout=2 * self._beat_every)
+                    call.add_done_callback(functools.partial(self._beat_answered, peer))
                 except Exception:  # noqa: BLE001 - closing meanwhile
                     return
+                pending.append(call)
+
+    def _beat_answered(self, peer: str, call) -> None:
+        """Note whether ``peer``'s port refused a beat (its process is gone) or took it (it is there)."""
+        try:
+            call.result()
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and "connection refused" in (exc.details() or "").lower():
+                with self._lock:
+                    self._refused_since.setdefault(peer, time.monotonic())
+            return
+        except Exception:  # noqa: BLE001 - cancelled as the channel closes
+            return
+        with self._lock:
+            self._refused_since.pop(peer, None)
+
+    def _peer_gone(self, peer: str) -> str | None:
+        since = self._refused_since.get(peer)
+        if since is None or time.monotonic() - since < self._gone_after:
+            return None
+        return (f"refuses connections at {self.addresses[peer]} (for {time.monotonic() - since:.0f} s, with no "
+                f"word from it): its process ended; restart every party with --resume to continue from the "
+                f"checkpoints")
 
     # -- server side ---------------------------------------------------------------------
     def _box(self, sender: str, tag: str) -> queue.Queue:
@@ -247,6 +276,7 @@ class GrpcChannel(Channel):
             return Ack(error="")
         with self._lock:
             self._progress_at[env.sender] = now
+            self._refused_since.pop(env.sender, None)  # it is there
         if env.tag == ENDED_TAG:
             self._ended.add(env.sender)
             return Ack(error="")
@@ -354,10 +384,13 @@ class GrpcChannel(Channel):
                 ack = call.result(timeout=_SLICE)
                 break
             except grpc.FutureTimeoutError:
-                if self.failure is not None:
+                gone = self._peer_gone(peer)
+                if self.failure is not None or gone is not None:
                     if hasattr(call, "cancel"):
                         call.cancel()
-                    return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
+                    if self.failure is not None:
+                        return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
+                    return PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag}: {peer} {gone}")
             except grpc.RpcError as exc:
                 return self._call_error(peer, tag, limit, exc)
             except ProtocolError as exc:  # a first call's verdict (handshake, peer never up, a peer failed)
