@@ -364,3 +364,30 @@ def test_columns_a_parquet_file_declares_categorical_are_categories_without_aski
     np.testing.assert_array_equal(t.X[:, 0], [1, 0, np.nan, 1])
     again = load_table(tmp_path / "t.parquet", label="y", categorical={"kind": ["b", "c"]})  # a model's: kept
     np.testing.assert_array_equal(again.X[:, 0], [0, np.nan, np.nan, 0])
+
+
+def test_libsvm_and_parquet_files_without_a_known_extension_are_read_by_their_content(frame, tmp_path):
+    # LIBSVM's own files are named a9a, a9a.t, cod-rna.t(.gz): `fedgrove partition cod-rna.t.gz` said it could
+    # not tell the format from the extension; their rows tell it
+    from fedgrove.data.io import detect_format
+
+    rows = "+1 1:0.5 3:2\n-1 2:1e-3\n\n+1 4:.25\n"
+    (tmp_path / "a1a").write_text(rows)
+    with gzip.open(tmp_path / "a1a.t.gz", "wt") as fh:
+        fh.write(rows)
+    frame.to_parquet(tmp_path / "table.export")
+    assert detect_format(tmp_path / "a1a") == detect_format(tmp_path / "a1a.t.gz") == "libsvm"
+    assert detect_format(tmp_path / "table.export") == "parquet"
+    for name in ("a1a", "a1a.t.gz"):
+        t = load_table(tmp_path / name, n_features=4)
+        np.testing.assert_array_equal(t.X, [[0.5, 0, 2, 0], [0, 1e-3, 0, 0], [0, 0, 0, 0.25]])
+        assert t.y.tolist() == [1, -1, 1]
+    assert load_table(tmp_path / "table.export", label="y").X.shape == (4, 2)
+    # a CSV, a LIBSVM-looking first line above other rows, and a gzip file not named .gz are not guessed
+    (tmp_path / "t.export").write_text("a,b,y\n1,2,0\n")
+    (tmp_path / "mixed.t").write_text("1 1:0.5\n1,2,3\n")
+    with gzip.open(tmp_path / "packed", "wt") as fh:
+        fh.write(rows)
+    for name in ("t.export", "mixed.t", "packed"):
+        with pytest.raises(DataError, match=r"from its extension \(known: .*\) or its first line; give it as one"):
+            detect_format(tmp_path / name)

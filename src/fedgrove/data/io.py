@@ -116,9 +116,45 @@ def detect_format(path: str | os.PathLike) -> str:
     ext = Path(name).suffix
     if ext in _EXTENSIONS:
         return _EXTENSIONS[ext]
+    sniffed = _sniff_format(Path(path))
+    if sniffed is not None:
+        return sniffed
     raise DataError(f"cannot tell the format of {str(path)!r} from its extension (known: "
-                    f"{', '.join(sorted(_EXTENSIONS))}, optionally .gz); give it as one of {', '.join(FORMATS)} "
-                    f"(--format on the command line, format= in Python)")
+                    f"{', '.join(sorted(_EXTENSIONS))}, optionally .gz) or its first line; give it as one of "
+                    f"{', '.join(FORMATS)} (--format on the command line, format= in Python)")
+
+
+# a LIBSVM row: a label, then index:value pairs in increasing order (checked on reading)
+_LIBSVM_ROW = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(\s+\d+:\S+)+\s*")
+
+
+def _sniff_format(path: Path) -> str | None:
+    """The format of a file whose extension does not tell it, from its content: Parquet's magic bytes, or
+    first lines that are LIBSVM rows (LIBSVM's own files are named ``a9a``, ``cod-rna.t``, ``a1a.t``); None
+    when neither (or the file cannot be read here: the caller's error says what to do)."""
+    import gzip
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        if head == b"PAR1":
+            return "parquet"
+        compressed = path.name.lower().endswith(".gz")
+        if (head[:2] == b"\x1f\x8b") != compressed:  # read by its name: gzip only as .gz
+            return None
+        opener = gzip.open if compressed else open
+        lines = []
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    lines.append(line)
+                    if len(lines) == 5:
+                        break
+    except (OSError, UnicodeDecodeError, EOFError):
+        return None
+    if lines and all(_LIBSVM_ROW.fullmatch(line) for line in lines):
+        return "libsvm"
+    return None
 
 
 def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,
