@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedgrove.crypto.certs import create_federation_certs
-from fedgrove.exceptions import PeerTimeoutError, ProtocolError
+from fedgrove.exceptions import PeerTimeoutError, ProtocolError, Terminated
 from fedgrove.transport.codec import Message, array_field, register
 from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
 
@@ -503,10 +503,12 @@ def test_certs_in_a_folder_with_a_ca_keep_it_and_issue_only_the_new_parties(tmp_
     assert "holds ca.pem without ca.key" in capsys.readouterr().err
 
 
-def test_a_party_stopped_by_ctrl_c_tells_its_peers_how_to_go_on(pair):
+@pytest.mark.parametrize("stop, said", [(KeyboardInterrupt, r"interrupted \(Ctrl-C\)"),
+                                         (Terminated, r"stopped \(SIGTERM\)")])
+def test_a_party_stopped_by_ctrl_c_or_sigterm_tells_its_peers_how_to_go_on(pair, stop, said):
     a, b = pair
-    a.notify_failure(KeyboardInterrupt())
-    with pytest.raises(ProtocolError, match=r"alice.*interrupted \(Ctrl-C\); restart every party with --resume"):
+    a.notify_failure(stop())
+    with pytest.raises(ProtocolError, match=rf"alice.*{said}; restart every party with --resume"):
         b.recv("alice", "ping", Ping)
 
 
@@ -537,15 +539,6 @@ def test_a_send_to_a_peer_that_died_stops_when_another_party_reports_a_failure(t
     finally:
         a.close(notify=False)
         b.close(notify=False)
-
-
-def test_a_party_stopped_by_sigterm_tells_its_peers_so(pair):
-    from fedgrove.exceptions import Terminated
-
-    a, b = pair
-    a.notify_failure(Terminated())
-    with pytest.raises(ProtocolError, match=r"alice.*stopped \(SIGTERM\); restart every party with --resume"):
-        b.recv("alice", "ping", Ping)
 
 
 def test_a_call_dropped_by_a_stopping_peer_is_reported_by_the_failure_it_announced(pair):
