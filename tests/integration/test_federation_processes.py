@@ -742,6 +742,31 @@ def test_parties_given_different_settings_refuse_to_start_and_say_which(tmp_path
     assert set(results) == {"p0", "p1"}
 
 
+def test_parties_of_other_fedgrove_versions_refuse_to_start_naming_both(tmp_path):
+    # a party upgraded alone: its messages may differ from its peers', which then failed mid-training on a
+    # message they could not read
+    from fedgrove import __version__
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import check_same_settings
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    (tmp_path / "f.toml").write_text(SIMFL_PAIR.format(trees=4, schedule="blocks", threads=1, extra=""))
+    cfg = load_federation(tmp_path / "f.toml")
+
+    def run(versions):
+        return run_parties(InProcessHub(["p0", "p1"]), {
+            n: (lambda n: lambda ch: check_same_settings(cfg, cfg.party(n), ch, "train", versions[n]))(n)
+            for n in ("p0", "p1")}, timeout=20)
+
+    with pytest.raises(InvalidParameterError, match=r"(p0 runs fedgrove 9\.9\.9 and p1 runs {0}|p1 runs fedgrove "
+                                                    r"{0} and p0 runs 9\.9\.9): their messages may differ; "
+                                                    r"install the same fedgrove version at every party"
+                       .format(__version__.replace(".", r"\."))):
+        run({"p0": "9.9.9", "p1": None})
+    run({"p0": None, "p1": None})  # the same version (this one) starts
+
+
 def _simfl_pair_data(tmp_path) -> None:
     """p0.csv and p1.csv for SIMFL_PAIR: 80 rows each, two features, random labels (the same every call)."""
     r = np.random.default_rng(1)

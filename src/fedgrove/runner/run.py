@@ -109,13 +109,16 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
                                     f"--resume, or into another output directory)")
 
 
-def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: str) -> None:
+def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: str,
+                        version: str | None = None) -> None:
     """Every party sends every other its :meth:`FederationConfig.shared_settings` (and whether it trains or only
-    predicts) and refuses to start, naming the settings, when a peer's differ: parties given other numbers of trees
-    or other schedules would otherwise wait on each other until a timeout blamed a peer for stalling."""
+    predicts, and its fedgrove ``version``) and refuses to start, naming the settings, when a peer's differ:
+    parties given other numbers of trees or other schedules would otherwise wait on each other until a timeout
+    blamed a peer for stalling, and parties of other versions may not read each other's messages."""
+    from fedgrove import __version__
     from fedgrove.runner.messages import Settings
 
-    mine = {**cfg.shared_settings(), "task": task}
+    mine = {**cfg.shared_settings(), "task": task, "fedgrove": version or __version__}
     if task == "predict":  # --predict predicts whatever the configs say
         mine["federation.predict"] = True
     text = json.dumps(mine, sort_keys=True, default=str)
@@ -145,6 +148,10 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
         # prediction is on where a party lists test data: a party without data must be told
         hint = (" (a party without data, such as a master or an aggregator, predicts with the others when its "
                 "config says predict = true under [federation])" if "federation.predict" in keys else "")
+        if "fedgrove" in keys:  # what the settings are does not matter before the versions agree
+            raise InvalidParameterError(f"{spec.name} runs fedgrove {mine['fedgrove']} and {peer} runs "
+                                        f"{other_cmp.get('fedgrove') or 'an older version'}: their messages may "
+                                        f"differ; install the same fedgrove version at every party")
         raise InvalidParameterError(f"{spec.name} and {peer} were not given the same federation settings "
                                     f"({shown}{'; ...' if len(keys) > 6 else ''}); give every party the same "
                                     f"[federation], [params] and protocol tables{hint}, and start all of them to "
