@@ -297,14 +297,17 @@ def test_predict_refuses_text_in_a_column_its_model_took_as_numbers(tmp_path, ca
     assert code == 0 and "accuracy 1.0000" in err
 
 
-def test_a_data_file_without_a_known_extension_needs_format(csv, tmp_path, capsys):
+def test_a_data_file_without_a_known_extension_is_read_by_its_content_or_needs_format(csv, tmp_path, capsys):
     odd = tmp_path / "train.export"
     odd.write_bytes(csv.read_bytes())
-    code, _, err = run(["info", odd, "-l", "label"], capsys)
+    code, out, err = run(["info", odd, "-l", "label"], capsys)  # every line holds four commas: a CSV
+    assert code == 0 and "400 samples x 4 features" in out, err
+    ragged = tmp_path / "notes.export"  # a quoted comma: lines with other numbers of commas
+    ragged.write_text('a,note,label\n1,"x, y",yes\n2,z,no\n')
+    code, _, err = run(["info", ragged, "-l", "label"], capsys)
     assert code == 3 and "cannot tell the format of" in err and "--format" in err
-    code, out, err = run(["info", odd, "-l", "label", "--format", "csv"], capsys)
-    assert code == 0, err
-    assert "400 samples x 4 features" in out
+    code, out, err = run(["info", ragged, "-l", "label", "--format", "csv", "--categorical", "auto"], capsys)
+    assert code == 0 and "2 samples x 2 features" in out, err
 
 
 def _bad_inputs(tmp_path, csv):

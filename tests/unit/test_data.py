@@ -383,8 +383,13 @@ def test_libsvm_and_parquet_files_without_a_known_extension_are_read_by_their_co
         np.testing.assert_array_equal(t.X, [[0.5, 0, 2, 0], [0, 1e-3, 0, 0], [0, 0, 0, 0.25]])
         assert t.y.tolist() == [1, -1, 1]
     assert load_table(tmp_path / "table.export", label="y").X.shape == (4, 2)
-    # a CSV, a LIBSVM-looking first line above other rows, and a gzip file not named .gz are not guessed
-    (tmp_path / "t.export").write_text("a,b,y\n1,2,0\n")
+    # lines with the same number of one separator are a CSV (UCI's kddcup.data_10_percent.gz)
+    (tmp_path / "t.data_10_percent").write_text("a;b;y\n1;2;0\n3;4;1\n")
+    assert detect_format(tmp_path / "t.data_10_percent") == "csv"
+    assert load_table(tmp_path / "t.data_10_percent", label="y").y.tolist() == [0, 1]
+    # ragged separators, a LIBSVM-looking first line above other rows, and a gzip file not named .gz are not
+    # guessed
+    (tmp_path / "t.export").write_text("a,b,y\n1,2\n")
     (tmp_path / "mixed.t").write_text("1 1:0.5\n1,2,3\n")
     with gzip.open(tmp_path / "packed", "wt") as fh:
         fh.write(rows)

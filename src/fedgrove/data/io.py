@@ -129,9 +129,10 @@ _LIBSVM_ROW = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(\s+\d+:\S+)+
 
 
 def _sniff_format(path: Path) -> str | None:
-    """The format of a file whose extension does not tell it, from its content: Parquet's magic bytes, or
-    first lines that are LIBSVM rows (LIBSVM's own files are named ``a9a``, ``cod-rna.t``, ``a1a.t``); None
-    when neither (or the file cannot be read here: the caller's error says what to do)."""
+    """The format of a file whose extension does not tell it, from its content: Parquet's magic bytes, first
+    lines that are LIBSVM rows (LIBSVM's own files are named ``a9a``, ``cod-rna.t``, ``a1a.t``), or first lines
+    that hold the same number of commas, tabs or semicolons (``kddcup.data_10_percent``); None when none of
+    these (or the file cannot be read here: the caller's error says what to do)."""
     import gzip
 
     try:
@@ -154,6 +155,9 @@ def _sniff_format(path: Path) -> str | None:
         return None
     if lines and all(_LIBSVM_ROW.fullmatch(line) for line in lines):
         return "libsvm"
+    for sep in (",", "\t", ";"):  # the same number of one separator on every line: a CSV (UCI's kddcup.data)
+        if lines and lines[0].count(sep) >= 1 and all(line.count(sep) == lines[0].count(sep) for line in lines):
+            return "csv"
     return None
 
 
