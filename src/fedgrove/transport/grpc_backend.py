@@ -64,7 +64,8 @@ Envelope, Ack = _build_types()
 
 
 _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
-_SLICE = 0.1  # seconds a send waits for its call before it looks whether another party has failed
+_SLICE = 0.1  # seconds a send waits for its call before it looks whether a party failed or the peer is gone
+RESUME_HINT = "restart every party with --resume to continue from the checkpoints"
 CHUNK_BYTES = 4 * 1024 * 1024  # a larger message travels in pieces of this size
 WINDOW = 8  # pieces of one message in flight to a peer at once
 
@@ -250,8 +251,7 @@ class GrpcChannel(Channel):
         if since is None or time.monotonic() - since < self._gone_after:
             return None
         return (f"refuses connections at {self.addresses[peer]} (for {time.monotonic() - since:.0f} s, with no "
-                f"word from it): its process ended; restart every party with --resume to continue from the "
-                f"checkpoints")
+                f"word from it): its process ended; {RESUME_HINT}")
 
     # -- server side ---------------------------------------------------------------------
     def _box(self, sender: str, tag: str) -> queue.Queue:
@@ -389,7 +389,7 @@ class GrpcChannel(Channel):
                     if hasattr(call, "cancel"):
                         call.cancel()
                     if self.failure is not None:
-                        return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
+                        return self._stopped_sending(peer, tag)
                     return PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag}: {peer} {gone}")
             except grpc.RpcError as exc:
                 return self._call_error(peer, tag, limit, exc)
@@ -403,7 +403,7 @@ class GrpcChannel(Channel):
         """What a failed call means, in words: first a failure another party reported (a peer that stops on an
         error or a signal tells the others before its server drops the calls in flight), then the call's own."""
         if self.failure is not None:
-            return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
+            return self._stopped_sending(peer, tag)
         code = exc.code()
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return PeerTimeoutError(f"{self.party}: could not deliver to {peer} at {tag} within {limit:g} s; "
@@ -413,6 +413,9 @@ class GrpcChannel(Channel):
             return PeerTimeoutError(f"{self.party}: lost the connection to {peer} at {tag} ({exc.details()}); "
                                     f"{peer} stopped, or the network between them failed")
         return ProtocolError(f"{self.party}: {peer} refused the message at {tag}: {code.name} {exc.details()}")
+
+    def _stopped_sending(self, peer, tag) -> ProtocolError:
+        return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
 
     def _handshake_error(self, peer, details: str) -> ProtocolError:
         reason = details.split("last error: ", 1)[-1]
@@ -430,7 +433,7 @@ class GrpcChannel(Channel):
         """Tell every peer, best effort, that this party has failed and why (a peer that is down is skipped)."""
         if isinstance(exc, KeyboardInterrupt):
             how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-            text = f"it was {how}; restart every party with --resume to continue from the checkpoints".encode()
+            text = f"it was {how}; {RESUME_HINT}".encode()
         else:
             text = (str(exc) or type(exc).__name__).encode()[:1000]
         self._tell(self.peers, FAILURE_TAG, text, timeout)
