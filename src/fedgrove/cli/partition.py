@@ -122,8 +122,10 @@ FOR_SCHEME = {"vertical": ("vertical", "federated-forest"), "horizontal": ("hori
 
 def _class_codes(y: np.ndarray) -> np.ndarray | None:
     """The classes, when the labels are a classification's and already its codes 0, 1, ...; else ``None``."""
-    values = np.unique(y) if y.dtype.kind in "fiub" and infer_objective(y) != "regression" else None
-    return values if values is not None and np.array_equal(values, np.arange(len(values))) else None
+    if y.dtype.kind not in "fiub" or infer_objective(y) == "regression":
+        return None
+    values = np.unique(y)
+    return values if np.array_equal(values, np.arange(len(values))) else None
 
 
 def _needs_class_list(y: np.ndarray) -> bool:

@@ -133,30 +133,20 @@ def _sniff_format(path: Path) -> str | None:
     lines that are LIBSVM rows (LIBSVM's own files are named ``a9a``, ``cod-rna.t``, ``a1a.t``), or first lines
     that hold the same number of commas, tabs or semicolons (``kddcup.data_10_percent``); None when none of
     these (or the file cannot be read here: the caller's error says what to do)."""
-    import gzip
-
     try:
         with open(path, "rb") as fh:
             head = fh.read(4)
         if head == b"PAR1":
             return "parquet"
-        compressed = path.name.lower().endswith(".gz")
-        if (head[:2] == b"\x1f\x8b") != compressed:  # read by its name: gzip only as .gz
+        if (head[:2] == b"\x1f\x8b") != path.name.lower().endswith(".gz"):  # read by its name: gzip only as .gz
             return None
-        opener = gzip.open if compressed else open
-        lines = []
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    lines.append(line)
-                    if len(lines) == 5:
-                        break
-    except (OSError, UnicodeDecodeError, EOFError):
+        lines = _first_lines(path, 5)
+    except (OSError, DataError, EOFError):
         return None
-    if lines and all(_LIBSVM_ROW.fullmatch(line) for line in lines):
+    if all(_LIBSVM_ROW.fullmatch(line) for line in lines):
         return "libsvm"
     for sep in (",", "\t", ";"):  # the same number of one separator on every line: a CSV (UCI's kddcup.data)
-        if lines and lines[0].count(sep) >= 1 and all(line.count(sep) == lines[0].count(sep) for line in lines):
+        if lines[0].count(sep) >= 1 and all(line.count(sep) == lines[0].count(sep) for line in lines):
             return "csv"
     return None
 

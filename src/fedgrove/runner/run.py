@@ -144,14 +144,14 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
         keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         if not keys:
             continue
-        shown = "; ".join(f"{k}: {mine_cmp.get(k)!r} here, {other_cmp.get(k)!r} at {peer}" for k in keys[:6])
-        # prediction is on where a party lists test data: a party without data must be told
-        hint = (" (a party without data, such as a master or an aggregator, predicts with the others when its "
-                "config says predict = true under [federation])" if "federation.predict" in keys else "")
         if "fedgrove" in keys:  # what the settings are does not matter before the versions agree
             raise InvalidParameterError(f"{spec.name} runs fedgrove {mine['fedgrove']} and {peer} runs "
                                         f"{other_cmp.get('fedgrove') or 'an older version'}: their messages may "
                                         f"differ; install the same fedgrove version at every party")
+        shown = "; ".join(f"{k}: {mine_cmp.get(k)!r} here, {other_cmp.get(k)!r} at {peer}" for k in keys[:6])
+        # prediction is on where a party lists test data: a party without data must be told
+        hint = (" (a party without data, such as a master or an aggregator, predicts with the others when its "
+                "config says predict = true under [federation])" if "federation.predict" in keys else "")
         raise InvalidParameterError(f"{spec.name} and {peer} were not given the same federation settings "
                                     f"({shown}{'; ...' if len(keys) > 6 else ''}); give every party the same "
                                     f"[federation], [params] and protocol tables{hint}, and start all of them to "
