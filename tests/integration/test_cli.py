@@ -681,6 +681,11 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
     assert code == 0, err
     config = (parts / "federation.toml").read_text()
     assert f'protocol = "{protocol}"' in config and 'classes = ["down", "up"]' in config
+    if protocol == "hybridtree":  # trees of depth 4, as the others' (its max_depth was ignored: 5 + 2 layers)
+        from fedgrove.runner.config import load_federation
+
+        cfg = load_federation(parts / "federation.toml")
+        assert (cfg.hybridtree["host_depth"], cfg.hybridtree["guest_depth"]) == (2, 2)
     code, out, err = run(["simulate", parts / "federation.toml"], capsys)
     assert code == 0, err
     scores = [float(a) for a in re.findall(r"accuracy (0\.\d+)", out + err)]

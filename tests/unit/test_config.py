@@ -302,3 +302,39 @@ def test_a_party_name_that_is_not_a_plain_file_name_is_refused(tmp_path, name):
     path.write_text(BASE.format(extra="").replace('name = "b"', f'name = "{name}"'))
     with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: party names may hold letters, digits"):
         load_federation(path)
+
+
+def _hybrid(tmp_path, extra):
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra="").replace('"vertical"', '"hybridtree"').replace('"active"', '"host"')
+                    .replace('"passive"', '"guest"') + extra + "\n")
+    return load_federation(path)
+
+
+@pytest.mark.parametrize("extra, host, guest", [
+    ("", 5, 2),                                                    # the paper's
+    ("[params]\nmax_depth = 4", 2, 2),                             # was ignored: the trees grew 5 + 2 deep
+    ("[params]\nmax_depth = 2", 1, 1),
+    ("[params]\nmax_depth = 1", 1, 0),
+    ("[params]\nmax_depth = 6\n[hybridtree]\nguest_depth = 1", 5, 1),
+    ("[params]\nmax_depth = 6\n[hybridtree]\nhost_depth = 3", 3, 3),
+    ("[params]\nmax_depth = 5\n[hybridtree]\nhost_depth = 3\nguest_depth = 2", 3, 2),
+    ("[hybridtree]\nhost_depth = 3", 3, 2),
+])
+def test_hybridtree_depths_follow_max_depth(tmp_path, extra, host, guest):
+    cfg = _hybrid(tmp_path, extra)
+    assert (cfg.hybridtree["host_depth"], cfg.hybridtree["guest_depth"]) == (host, guest)
+    assert cfg.make_params().max_depth == host + guest
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[params]\nmax_depth = 4\n[hybridtree]\nhost_depth = 5\nguest_depth = 2",
+     r"\[params\] max_depth = 4 but \[hybridtree\] host_depth \+ guest_depth = 5 \+ 2 = 7: .*give max_depth = 7, "
+     r"or leave max_depth out"),
+    ("[params]\nmax_depth = 3\n[hybridtree]\nguest_depth = 3",
+     r"\[params\] max_depth = 3 leaves no room for \[hybridtree\] guest_depth = 3"),
+    ("[params]\nmax_depth = 0", r"\[params\] max_depth must be an integer >= 1, got 0"),
+])
+def test_hybridtree_depths_that_do_not_add_up_are_refused(tmp_path, extra, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        _hybrid(tmp_path, extra)

@@ -148,6 +148,8 @@ def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarra
     if protocol == "federated-forest":
         params = [f'task = "{"regression" if objective == "regression" else "classification"}"',
                   "n_estimators = 20", "max_depth = 6"]
+    elif protocol == "hybridtree":  # its depth is the host's layers and the guests'
+        params = [f'objective = "{objective}"', "n_estimators = 20", "learning_rate = 0.3"]
     else:
         params = [f'objective = "{objective}"', "n_estimators = 20", "max_depth = 4", "learning_rate = 0.3"]
         codes = _class_codes(y)
@@ -158,6 +160,9 @@ def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarra
         # honest parties with few instances per bin stay apart in the endorsement's overlap distance
         params.append("max_bins = 8  # few rows per party: few bins (examples/fvtree/README.md)")
         tables = "[fvtree]\nthreshold = 1.0  # the endorsement's overlap distance; 0.75 by default\n\n"
+    if protocol == "hybridtree":
+        tables = ("[hybridtree]\nhost_depth = 2\nguest_depth = 2  # trees of depth 4: 2 layers on the host's "
+                  "features, 2 on the guests'\n\n")
     lead = {"horizontal": "aggregator", "federated-forest": "master"}.get(protocol)  # a party without data
     blocks = [f'[[party]]\nname = "{lead}"\nrole = "{lead}"'] if lead else []
     for entry in m["parties"]:

@@ -28,7 +28,8 @@
     [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams); for federated-forest
     n_estimators = 10            # the random forest's (fedgrove.engine.forest.ForestParams)
     max_depth = 4
-    [hybridtree]                 # hybridtree only: host_depth, guest_depth, mode = "hessian" | "count",
+    [hybridtree]                 # hybridtree only: host_depth, guest_depth (5 + 2, or from [params]
+                                 # max_depth: hybrid_depths), mode = "hessian" | "count",
                                  # shared_only = false (true: guests may hold instances the host lacks, as
                                  # with several hosts; the host keeps the instances both hold)
     [forest]                     # federated-forest only: label_mode = "encrypted" | "shared",
@@ -197,6 +198,41 @@ class FederationConfig:
             if p.name == name:
                 return p
         raise InvalidParameterError(f"no party named {name!r} in {self.source}")
+
+
+def hybrid_depths(table: dict, params: dict) -> dict:
+    """HybridTree's ``host_depth`` and ``guest_depth`` from ``[hybridtree]`` and ``[params] max_depth`` (its trees
+    are ``host_depth + guest_depth`` deep), and ``params["max_depth"]`` set to their sum.
+
+    Whatever is left out follows from the rest: with no depth at all, the paper's 5 + 2; with ``max_depth``
+    alone, ``guest_depth`` 2 (``max_depth - 1`` below 3) and ``host_depth`` the remainder; with one of the
+    two, the other as the remainder of ``max_depth`` (2 guest layers, or 5 host layers, without it).  All
+    three that do not add up are refused, naming them."""
+    for key, least in (("host_depth", 1), ("guest_depth", 0), ("max_depth", 1)):
+        v = (params if key == "max_depth" else table).get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+            where = "[params]" if key == "max_depth" else "[hybridtree]"
+            raise InvalidParameterError(f"{where} {key} must be an integer >= {least}, got {v!r}")
+    host, guest, total = table.get("host_depth"), table.get("guest_depth"), params.get("max_depth")
+    if total is None:
+        host, guest = (5 if host is None else host), (2 if guest is None else guest)
+    elif host is None and guest is None:
+        guest = 2 if total >= 3 else total - 1
+        host = total - guest
+    elif host is None or guest is None:
+        host, guest = (total - guest, guest) if host is None else (host, total - host)
+        if host < 1 or guest < 0:
+            given = "guest_depth" if host < 1 else "host_depth"
+            raise InvalidParameterError(
+                f"[params] max_depth = {total} leaves no room for [hybridtree] {given} = {table[given]}: "
+                f"HybridTree's trees are host_depth (at least 1) + guest_depth (at least 0) deep")
+    elif host + guest != total:
+        raise InvalidParameterError(
+            f"[params] max_depth = {total} but [hybridtree] host_depth + guest_depth = {host} + {guest} = "
+            f"{host + guest}: HybridTree's trees are host_depth + guest_depth deep; give max_depth = "
+            f"{host + guest}, or leave max_depth out")
+    params["max_depth"] = host + guest
+    return {"host_depth": host, "guest_depth": guest}
 
 
 def canonical(v):
@@ -389,15 +425,14 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     out = output.get("dir", "fedgrove-run")
     if not isinstance(out, str) or not out:
         raise InvalidParameterError(f"[output] dir must be a directory name, got {out!r}")
-    hybrid = {"host_depth": 5, "guest_depth": 2, "mode": "hessian", "shared_only": False, **d.get("hybridtree", {})}
+    hybrid = {"mode": "hessian", "shared_only": False, **d.get("hybridtree", {})}
     check_keys("[hybridtree]", hybrid, ("host_depth", "guest_depth", "mode", "shared_only"))
     if not isinstance(hybrid["shared_only"], bool):
         raise InvalidParameterError(f"[hybridtree] shared_only must be true or false, got {hybrid['shared_only']!r}")
     if hybrid["mode"] not in ("hessian", "count"):
         raise InvalidParameterError(f"[hybridtree] mode must be 'hessian' or 'count', got {hybrid['mode']!r}")
-    for key, least in (("host_depth", 1), ("guest_depth", 0)):
-        if isinstance(hybrid[key], bool) or not isinstance(hybrid[key], int) or hybrid[key] < least:
-            raise InvalidParameterError(f"[hybridtree] {key} must be an integer >= {least}, got {hybrid[key]!r}")
+    # another protocol's config may carry a [hybridtree] table: checked, without touching its [params]
+    hybrid.update(hybrid_depths(hybrid, params if protocol == "hybridtree" else {}))
     forest = {"label_mode": "encrypted", "prediction": "one-round", **d.get("forest", {})}
     check_keys("[forest]", forest, ("label_mode", "prediction"))
     if forest["label_mode"] not in ("encrypted", "shared"):

@@ -90,7 +90,8 @@ class HybridHost:
     """``mode="hessian"`` (default): guests' leaves use the hessians, values computed by the host from the
     node totals it holds.  ``mode="count"`` (the paper's Eq. 7-8, h = 1 in the guest layers): guests compute
     Enc(leaf value) by a scalar multiplication and return per-instance encrypted predictions masked so that
-    the host learns only their sum over the guests holding an instance."""
+    the host learns only their sum over the guests holding an instance.  The trees are ``host_depth +
+    guest_depth`` deep; ``params.max_depth`` is not read."""
 
     def __init__(self, channel, X, y, guests: list[str], params: GBDTParams, he: HEContext, host_depth: int,
                  guest_depth: int, ids=None, mode: str = "hessian", shared_only: bool = False):

@@ -16,7 +16,9 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     of the host's rows; with ``shared_only`` guests may hold IDs the host lacks: one host of several).  With
     ``X_test_host`` and ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the
     test set.  Returns the host's model, its training scores ``raw`` and test scores ``test_raw`` (arrays of
-    rows x outputs: one column for binary and regression), the guests' models and channel statistics."""
+    rows x outputs: one column for binary and regression), the guests' models and channel statistics.  The
+    trees are ``host_depth + guest_depth`` deep; ``params.max_depth`` is not read (a federation config's
+    ``max_depth`` sets the two: :func:`fedgrove.runner.config.hybrid_depths`)."""
     check_parts(guests, "guests", "a tuple (X_guest, ids)")
     if (X_test_host is None) != (test_guests is None):
         raise InvalidParameterError("give X_test_host and test_guests together: the host and the guests each hold "
