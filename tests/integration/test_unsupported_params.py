@@ -35,9 +35,11 @@ RUNS = {
 @pytest.mark.parametrize("protocol", list(RUNS))
 @pytest.mark.parametrize("setting, message", [({"subsample": 0.5}, "subsampling is not supported"),
                                               ({"colsample_bytree": 0.5}, "subsampling is not supported"),
-                                              ({"early_stopping_rounds": 3}, "early stopping is not supported")])
+                                              ({"early_stopping_rounds": 3}, "early stopping is not supported"),
+                                              ({"eval_metric": "auc"}, "eval_metric is not used")])
 def test_unsupported_settings_are_refused_by_name(protocol, setting, message):
-    # early stopping ran silently as plain training in every federation; HybridTree ignored subsampling too
+    # early stopping ran silently as plain training in every federation, and eval_metric was ignored; HybridTree
+    # ignored subsampling too
     with pytest.raises(InvalidParameterError, match=f"{message} by {protocol}"):
         RUNS[protocol](GBDTParams(n_estimators=2, max_depth=2, **setting))
 

@@ -81,7 +81,7 @@ def check_same_features(digests: dict) -> None:
 
 def refuse_unsupported(params, protocol: str) -> None:
     """Refuse, by name, the boosting settings a federated protocol does not implement and would otherwise ignore:
-    row/column subsampling, and early stopping (a federation trains without a validation set)."""
+    row/column subsampling, and early stopping and its metric (a federation trains without a validation set)."""
     if params.subsample < 1 or params.colsample_bytree < 1:
         raise InvalidParameterError(f"row/column subsampling is not supported by {protocol} (subsample="
                                     f"{params.subsample}, colsample_bytree={params.colsample_bytree}; use 1)")
@@ -89,3 +89,7 @@ def refuse_unsupported(params, protocol: str) -> None:
         raise InvalidParameterError(f"early stopping is not supported by {protocol}: a federation trains without a "
                                     f"validation set (early_stopping_rounds={params.early_stopping_rounds}; "
                                     f"remove it)")
+    if params.eval_metric is not None:
+        raise InvalidParameterError(f"eval_metric is not used by {protocol}: it scores a validation set, and a "
+                                    f"federation trains without one (eval_metric={params.eval_metric!r}; remove "
+                                    f"it; test predictions are scored by accuracy and AUC, or RMSE)")
