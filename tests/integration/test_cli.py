@@ -676,10 +676,14 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
     df["outcome"] = np.where(X[:, 0] + X[:, 3] > 0, "up", "down")
     df.to_csv(tmp_path / "d.csv", index=False)
     parts = tmp_path / "parts"
-    code, _, err = run(["partition", tmp_path / "d.csv", "-l", "outcome", "--scheme", scheme, "-p", "3",
-                        "--test-fraction", "0.2", "-o", parts, "--protocol", protocol], capsys)
+    code, out, err = run(["partition", tmp_path / "d.csv", "-l", "outcome", "--scheme", scheme, "-p", "3",
+                          "--test-fraction", "0.2", "-o", parts, "--protocol", protocol], capsys)
     assert code == 0, err
     config = (parts / "federation.toml").read_text()
+    # the summary names every party of the config with the config's role (it gave the scheme's: "active" for a
+    # Federated Forest client, and no line for its master)
+    listed = {tuple(line.split()[:2]) for line in (out + err).splitlines() if line.startswith("  ")}
+    assert set(re.findall(r'name = "(\w+)"\nrole = "(\w+)"', config)) == listed, out + err
     assert f'protocol = "{protocol}"' in config and 'classes = ["down", "up"]' in config
     if protocol == "hybridtree":  # trees of depth 4, as the others' (its max_depth was ignored: 5 + 2 layers)
         from fedgrove.runner.config import load_federation

@@ -92,11 +92,15 @@ def partition(
     write_partition(p, table, out_dir, file_format)
     test_files = write_test_files(p, test, out_dir, file_format, seed) if test is not None else []
     manifest = read_manifest(out_dir)
+    lead = LEAD.get(protocol)
+    w = max(8, len(lead or ""), *(len(s.name) for s in p.shards))
+    if lead:  # the roles the config gives, and the party it adds
+        console.print(f"  {lead:<{w}} {lead:<{w}} {'no data':>16}  (in the config only: it coordinates the clients)")
     for s, entry in zip(p.shards, manifest["parties"]):
         feats = table.n_features if scheme == Scheme.horizontal else len(s.features)
         mix = f" ({label_mix(entry['label_counts'])})" if "label_counts" in entry else ""
-        console.print(f"  {s.name:<8} {s.role:<8} {len(s.rows):>8} samples  {feats:>4} features"
-                      f"{'  + label' + mix if s.has_label else ''}")
+        console.print(f"  {s.name:<{w}} {'client' if lead else s.role:<{w}} {len(s.rows):>8} samples  {feats:>4} "
+                      f"features{'  + label' + mix if s.has_label else ''}")
     held_out = "" if test is None else (f", {len(test_files)} test file{'s' if len(test_files) > 1 else ''} "
                                         f"({test.n_samples} test rows held out)")
     console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}; the label column "
@@ -115,6 +119,8 @@ def partition(
 
 #: the federation config ``--protocol`` writes beside the party files
 CONFIG = "federation.toml"
+#: the party without data that a protocol's config adds (its data parties are then "client"s)
+LEAD = {"horizontal": "aggregator", "federated-forest": "master"}
 #: the protocols that run on each partition scheme
 FOR_SCHEME = {"vertical": ("vertical", "federated-forest"), "horizontal": ("horizontal", "simfl", "fvtree"),
               "hybrid": ("hybridtree",)}
@@ -163,7 +169,7 @@ def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarra
     if protocol == "hybridtree":
         tables = ("[hybridtree]\nhost_depth = 2\nguest_depth = 2  # trees of depth 4: 2 layers on the host's "
                   "features, 2 on the guests'\n\n")
-    lead = {"horizontal": "aggregator", "federated-forest": "master"}.get(protocol)  # a party without data
+    lead = LEAD.get(protocol)
     blocks = [f'[[party]]\nname = "{lead}"\nrole = "{lead}"'] if lead else []
     for entry in m["parties"]:
         # file names and the label column as TOML basic strings: a column name may hold quotes
