@@ -6,9 +6,19 @@ checkpoint after each tree as a party does: once with
 JSON appended once to a log, a small state file rewritten) and once by
 rewriting the whole state atomically each time (the earlier scheme, with
 each tree's JSON text cached).  Reports seconds and bytes written for each,
-median of ``--repeats``; writes bench/results/checkpoint.json.
+median of ``--repeats``.
 
-    python bench/checkpoint.py [--trees 300 --repeats 3]
+Then what checkpoints cost a federation whose trees are cheap, as
+``fedgrove simulate`` and ``fedgrove party`` run it (every party
+checkpoints its whole model and scores after every tree): SimFL on a9a (75%
+of the training file), two parties with a balanced partition,
+``--federation-trees`` trees of depth 8, one kernel thread per party, in one
+process, trained without checkpoints and with a checkpoint store per party,
+alternately, ``--repeats`` times: the training seconds (the slower party's)
+of each, median, and their ratio; the models must be equal.  Writes
+bench/results/checkpoint.json.
+
+    python bench/checkpoint.py [--trees 300 --repeats 3 --federation-trees 500]
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trees", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--federation-trees", type=int, default=500, help="SimFL's trees (0: skip that part)")
     args = ap.parse_args()
     from fedgrove import jsontext
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
@@ -73,11 +84,48 @@ def main():
            "mb_written": {k: v / 1e6 for k, v in written.items()},
            "runs": rows}
     out["ratio_rewrite_over_log_seconds"] = out["median_seconds"]["rewrite"] / out["median_seconds"]["log"]
+    if args.federation_trees:
+        out["federation"] = federation(X, y, args.federation_trees, args.repeats)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     write_json(RESULTS, out)
     print(f"{args.trees} checkpoints: tree log {out['median_seconds']['log']:.2f} s, "
           f"{out['mb_written']['log']:.1f} MB written; whole-state rewrite {out['median_seconds']['rewrite']:.2f} s, "
           f"{out['mb_written']['rewrite']:.1f} MB (x{out['ratio_rewrite_over_log_seconds']:.2f} time); wrote {RESULTS}")
+
+
+def federation(X, y, n_trees: int, repeats: int) -> dict:
+    """SimFL's training seconds without and with per-party checkpoints (see the module's docstring)."""
+    import json
+
+    import numba
+
+    from fedgrove.engine.gbdt import GBDTParams
+    from fedgrove.experiments import simfl as exp
+    from fedgrove.protocols.simfl.simulate import run_simfl
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    numba.set_num_threads(1)
+    parts = exp.partition(y, 2, None, 0)
+    params = GBDTParams(n_estimators=n_trees, max_depth=8, learning_rate=0.1, n_threads=1)
+    data = [(X[p], y[p], p) for p in parts]
+    run_simfl(data, GBDTParams(n_estimators=2, max_depth=3))  # compile the kernels
+    rows, models = {"without": [], "with": []}, {}
+    for _ in range(repeats):
+        for kind in rows:
+            with tempfile.TemporaryDirectory() as tmp:
+                stores = {f"party{k}": CheckpointStore(Path(tmp) / f"party{k}.checkpoint.json") for k in (0, 1)} \
+                    if kind == "with" else None
+                out = run_simfl(data, params, checkpoints=stores)
+            rows[kind].append(max(t["train_seconds"] for t in out["timings"].values()))
+            models[kind] = json.dumps(out["model"].to_dict())
+    if models["with"] != models["without"]:
+        raise SystemExit("SimFL with checkpoints grew another model than without")
+    med = {k: float(np.median(v)) for k, v in rows.items()}
+    res = {"protocol": "simfl", "parties": 2, "trees": n_trees, "depth": 8, "threads_per_party": 1,
+           "median_training_seconds": med, "ratio_with_over_without": med["with"] / med["without"], "runs": rows}
+    print(f"SimFL, {n_trees} trees: training {med['without']:.2f} s without checkpoints, {med['with']:.2f} s with "
+          f"one per party after every tree (x{res['ratio_with_over_without']:.2f})")
+    return res
 
 
 if __name__ == "__main__":

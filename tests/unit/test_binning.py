@@ -55,3 +55,19 @@ def test_sketches_of_parties_give_common_cut_points(rng):
     for c1, c2 in zip(common.cuts_, again.cuts_):
         np.testing.assert_array_equal(c1, c2)
     assert all(len(c) == 254 for c in common.cuts_)
+
+
+def test_cut_points_dict_is_reused_while_the_cuts_keep_their_content():
+    # a model's checkpoint after every tree holds its BinMapper: one dict (and JSON text) while nothing changes,
+    # a new one when a cut point does
+    import json
+
+    X = np.random.default_rng(0).normal(size=(500, 3))
+    bm = BinMapper(16).fit(X)
+    first = bm.to_dict()
+    assert bm.to_dict() is first
+    assert json.loads(json.dumps(first)) == {"max_bins": 16, "cuts": [c.tolist() for c in bm.cuts_]}
+    bm.cuts_[1][0] -= 1.0
+    second = bm.to_dict()
+    assert second is not first and second["cuts"][1][0] == first["cuts"][1][0] - 1.0
+    assert BinMapper.from_dict(json.loads(json.dumps(second))).to_dict() == second

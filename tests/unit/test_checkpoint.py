@@ -92,3 +92,86 @@ def test_a_state_without_trees_round_trips(tmp_path):
     path = tmp_path / "p.checkpoint.json"
     CheckpointStore(path).save({"trees_done": 2, "model": {"splits": [[1, 2]]}})
     assert CheckpointStore(path).load() == {"trees_done": 2, "model": {"splits": [[1, 2]]}}
+
+
+def test_the_state_names_each_tree_in_a_few_bytes(trees, tmp_path):
+    # every save rewrites the state with a reference per tree so far: the log's bytes are vouched for by one
+    # SHA-256, carried along as the log grows, not one per tree (which made the state 100 bytes a tree)
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    store.save(_state(trees, 1))
+    one = path.stat().st_size
+    store.save(_state(trees, 12))
+    assert (path.stat().st_size - one) / 11 < 30
+    state = json.loads(path.read_text())
+    (log,) = _logs(tmp_path)
+    import hashlib
+
+    assert state["tree_log"]["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+
+
+def test_a_state_of_the_earlier_layout_loads_and_resumes(trees, tmp_path):
+    # states written before 2026-11-25 named each tree by [offset, length, sha256] and the log by its length
+    import hashlib
+
+    path = tmp_path / "p.checkpoint.json"
+    texts = [json.dumps(t.to_dict()).encode() for t in trees[:3]]
+    (tmp_path / "p.checkpoint.old.trees").write_bytes(b"".join(texts))
+    refs, at = [], 0
+    for text in texts:
+        refs.append({"$chunk": [at, len(text), hashlib.sha256(text).hexdigest()]})
+        at += len(text)
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.full((2, 1), 3.0))  # and the scores in p.checkpoint.npy, which the state did not name
+    (tmp_path / "p.checkpoint.npy").write_bytes(buf.getvalue())
+    path.write_text(json.dumps({"trees_done": 3, "model": {"kind": "test", "trees": refs},
+                                "tree_log": {"file": "p.checkpoint.old.trees", "bytes": at},
+                                "array_sha256": hashlib.sha256(buf.getvalue()).hexdigest()}))
+    store = CheckpointStore(path)
+    back = store.load()
+    assert json.dumps(back["model"]) == json.dumps(_state(trees, 3)["model"]) and back["array"][0, 0] == 3.0
+    for k in range(4, 7):
+        store.save(_state(trees, k))
+    assert json.dumps(CheckpointStore(path).load()["model"]) == json.dumps(_state(trees, 6)["model"])
+    bad = json.loads(path.read_text())
+    del bad["tree_log"]["sha256"]  # a short reference is only as good as the log's digest
+    path.write_text(json.dumps(bad))
+    with pytest.raises(DataError, match="tree log"):
+        CheckpointStore(path).load()
+
+
+def test_scores_go_to_the_file_the_state_does_not_name_so_a_crash_while_writing_them_loses_nothing(trees, tmp_path):
+    # each save writes the array in place into the other of two files, then the state naming it: a half-written
+    # array file (a crash before the state) is the one the standing state does not name
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    named = []
+    for k in range(1, 5):
+        store.save(_state(trees, k), np.full((4, 2), float(k)))
+        named.append(json.loads(path.read_text())["array_file"])
+    assert named == ["p.checkpoint.npy", "p.checkpoint.alt.npy"] * 2
+    (tmp_path / "p.checkpoint.npy").write_bytes(b"\x93NUMPY half")  # the next save's array, cut short
+    back = CheckpointStore(path).load()
+    assert back["trees_done"] == 4 and (back["array"] == 4.0).all()
+    (tmp_path / "p.checkpoint.alt.npy").write_bytes(b"\x93NUMPY half")  # the file the state names: refused
+    with pytest.raises(DataError, match="p.checkpoint.alt.npy"):
+        CheckpointStore(path).load()
+
+
+def test_a_resumed_store_writes_its_scores_beside_the_file_its_state_names(trees, tmp_path):
+    path = tmp_path / "p.checkpoint.json"
+    first = CheckpointStore(path)
+    for k in range(1, 4):
+        first.save(_state(trees, k), np.full((2, 1), float(k)))
+    resumed = CheckpointStore(path)
+    assert resumed.load()["array"][0, 0] == 3.0  # named by the state: p.checkpoint.npy
+    resumed.save(_state(trees, 4), np.full((2, 1), 4.0))
+    assert json.loads(path.read_text())["array_file"] == "p.checkpoint.alt.npy"
+    assert CheckpointStore(path).load()["array"][0, 0] == 4.0
+    bad = json.loads(path.read_text())
+    bad["array_file"] = "../elsewhere.npy"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(DataError, match="names the array file"):
+        CheckpointStore(path).load()

@@ -203,8 +203,19 @@ class BinMapper:
         return self.fit(X).transform(X)
 
     def to_dict(self) -> dict:
+        """The cut points as JSON-ready data: a :class:`~fedgrove.jsontext.FrozenJSON`, the same object while
+        they keep their content (a model's checkpoints, one after every tree, store it once).  Do not modify
+        the returned dict."""
+        from fedgrove.jsontext import FrozenJSON
+
         self._check_fitted()
-        return {"max_bins": self.max_bins, "cuts": [c.tolist() for c in self.cuts_]}
+        key = (self.max_bins, tuple(len(c) for c in self.cuts_), b"".join(c.tobytes() for c in self.cuts_))
+        memo = self.__dict__.get("_dict_memo")
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        d = FrozenJSON(max_bins=self.max_bins, cuts=[c.tolist() for c in self.cuts_])
+        self.__dict__["_dict_memo"] = (key, d)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "BinMapper":

@@ -11,12 +11,19 @@ after every tree and written last, so it vouches for the others):
 * ``<party>.checkpoint.<token>.trees``: an append-only log holding the JSON
   text of every finished tree (every :class:`~fedgrove.jsontext.FrozenJSON`
   in the state) once; the state refers to each by offset, length and
-  SHA-256.  A checkpoint after tree T therefore writes one tree, not T (the
-  whole-state rewrite made a 500-tree run write ~250 times its model).
+  SHA-256 of the log's bytes up to its end.  A checkpoint after tree T
+  therefore writes one tree, not T (the whole-state rewrite made a 500-tree
+  run write ~250 times its model), and a reference of a few bytes per tree
+  (the SHA-256 is carried along as the log grows).  States written before
+  2026-11-25 give each text's own SHA-256 instead; they load as before.
   A fresh run starts a new log (the old checkpoint stays readable until the
   new state replaces it); a resumed run appends to the log its state names.
-* ``<party>.checkpoint.npy``: an optional array (training scores), with its
-  SHA-256 in the state.
+* ``<party>.checkpoint.npy`` and ``<party>.checkpoint.alt.npy``: an optional
+  array (training scores), written in turn to the file the state does not
+  name (the state names the one it vouches for, with its SHA-256), in place:
+  replacing a file by a new one cost 40 times as much on this project's
+  machine (an ext4 volume that discards freed blocks), and a party writes
+  its scores after every tree.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from fedgrove import jsontext
 from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError
 
-CHUNK = "$chunk"  # {"$chunk": [offset, length, sha256]}: a value stored in the tree log
+_SCALARS = (int, float, str, bool, type(None))
+CHUNK = "$chunk"  # {"$chunk": [offset, length]}: a value stored in the tree log (earlier: [offset, length, sha256])
 
 
 class CheckpointStore:
@@ -42,40 +50,61 @@ class CheckpointStore:
 
     def __init__(self, path):
         self.path = Path(path)
-        self.array_path = self.path.with_suffix(".npy")
+        self.array_path = self.path.with_suffix(".npy")  # and ARRAY_ALT beside it: see save
+        self._array_named: Path | None = None  # the array file the last state written or loaded names
         self._log: Path | None = None     # the log this run appends to (None until the first save or load)
         self._log_end = 0                 # its bytes that the state file vouches for
-        self._chunks: dict[str, list] = {}          # sha256 of a text -> [offset, length, sha256]
+        self._log_size = 0                # its bytes on disk (more after a crash while appending)
+        self._chunks: dict[str, list] = {}          # sha256 of a text -> its reference [offset, length]
         self._seen: dict[int, tuple] = {}           # id(FrozenJSON) -> (the object, its reference)
+        self._log_hash = hashlib.sha256()           # of the log's first _log_end bytes
         self.run: dict | None = None  # the run that saves (party, role, settings, data digest), kept in each state
 
+    @property
+    def _alt_array_path(self) -> Path:
+        return self.path.with_suffix(".alt.npy")
+
     def save(self, state: dict, array: np.ndarray | None = None) -> None:
-        if self._log is None:  # a fresh run (a resumed one has loaded its state): a new log
+        fresh = self._log is None
+        if fresh:  # a fresh run (a resumed one has loaded its state): a new log
             self._log = self.path.with_name(f"{self.path.stem}.{uuid.uuid4().hex[:12]}.trees")
-            self._log_end, self._chunks, self._seen = 0, {}, {}
+            self._log_end, self._chunks, self._seen, self._log_hash = 0, {}, {}, hashlib.sha256()
+            self._log_size = 0
         pending: list[bytes] = []
         skeleton = self._externalise(state, pending)
         if pending or not self._log.exists():  # (a state without trees still names its empty log)
             with open(self._log, "r+b" if self._log.exists() else "wb") as fh:
-                fh.truncate(self._log_end - sum(len(b) for b in pending))  # drop a tail no state vouches for
-                fh.seek(0, os.SEEK_END)
+                start = self._log_end - sum(len(b) for b in pending)
+                if self._log_size != start:  # drop a tail no state vouches for (a crash's, before a resume)
+                    fh.truncate(start)
+                fh.seek(start)
                 for data in pending:
                     fh.write(data)
-        skeleton["tree_log"] = {"file": self._log.name, "bytes": self._log_end}
+            self._log_size = self._log_end
+            for data in pending:
+                self._log_hash.update(data)
+        skeleton["tree_log"] = {"file": self._log.name, "bytes": self._log_end, "sha256": self._log_hash.hexdigest()}
         if self.run is not None:
             skeleton["run"] = self.run
+        target = None
         if array is not None:
             buf = io.BytesIO()
             np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
             data = buf.getvalue()
-            tmp = self.array_path.with_name(self.array_path.name + ".tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, self.array_path)
+            # the file the current state does not name, overwritten in place: a crash while writing it leaves
+            # the state and the file it names as they were
+            target = self._alt_array_path if self._array_named == self.array_path else self.array_path
+            with open(target, "r+b" if target.exists() else "wb") as fh:
+                fh.write(data)
+                fh.truncate()
+            skeleton["array_file"] = target.name
             skeleton["array_sha256"] = hashlib.sha256(data).hexdigest()
         atomic_write_text(self.path, json.dumps(skeleton))  # written last: it vouches for the log and array
-        for old in self.path.parent.glob(f"{self.path.stem}.*.trees"):  # an earlier run's log
-            if old.name != self._log.name:
-                old.unlink(missing_ok=True)
+        self._array_named = target
+        if fresh:
+            for old in self.path.parent.glob(f"{self.path.stem}.*.trees"):  # an earlier run's log
+                if old.name != self._log.name:
+                    old.unlink(missing_ok=True)
 
     def _externalise(self, obj, pending: list):
         """``obj`` with every FrozenJSON replaced by a reference into the log (appending texts not yet there)."""
@@ -87,7 +116,7 @@ class CheckpointStore:
             sha = hashlib.sha256(data).hexdigest()
             ref = self._chunks.get(sha)
             if ref is None:
-                ref = self._chunks[sha] = [self._log_end, len(data), sha]
+                ref = self._chunks[sha] = [self._log_end, len(data)]
                 self._log_end += len(data)
                 pending.append(data)
             self._seen[id(obj)] = (obj, ref)
@@ -95,7 +124,16 @@ class CheckpointStore:
         if isinstance(obj, dict):
             return {k: self._externalise(v, pending) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            return [self._externalise(v, pending) for v in obj]
+            # a model's trees (after the first save all but the newest are in the log) and its per-tree lists
+            # of numbers, without a call each: every save walks the whole model
+            seen, out = self._seen, []
+            for v in obj:
+                if type(v) in _SCALARS:
+                    out.append(v)
+                    continue
+                hit = seen.get(id(v)) if type(v) is jsontext.FrozenJSON else None
+                out.append({CHUNK: hit[1]} if hit is not None and hit[0] is v else self._externalise(v, pending))
+            return out
         return obj
 
     @staticmethod
@@ -144,37 +182,50 @@ class CheckpointStore:
             raise DataError(f"checkpoint {self.path} is corrupt: {exc}") from None
         log = state.pop("tree_log", None)
         if log is not None:
-            name, end = log.get("file"), log.get("bytes")
+            name, end, digest = log.get("file"), log.get("bytes"), log.get("sha256")
             log_path = self.path.with_name(str(name))
             if not isinstance(name, str) or Path(name).name != name or not isinstance(end, int) \
                     or not log_path.exists() or log_path.stat().st_size < end:
                 raise DataError(f"checkpoint tree log {log_path} is missing or shorter than {self.path} says")
             with open(log_path, "rb") as fh:
                 data = fh.read(end)
+            log_hash = hashlib.sha256(data)
+            if digest is not None and log_hash.hexdigest() != digest:
+                raise DataError(f"checkpoint tree log {log_path} does not match its state {self.path}")
             chunks: dict[str, list] = {}
-            state = _internalise(state, data, chunks, log_path)
+            state = _internalise(state, data, chunks, log_path, digest is not None)
             self._log, self._log_end, self._chunks, self._seen = log_path, end, chunks, {}
+            self._log_hash, self._log_size = log_hash, log_path.stat().st_size
+        self._array_named = None
         if "array_sha256" in state:
-            data = self.array_path.read_bytes() if self.array_path.exists() else b""
+            name = state.pop("array_file", self.array_path.name)  # (states before 2026-11-25 name none)
+            if name not in (self.array_path.name, self._alt_array_path.name):
+                raise DataError(f"checkpoint {self.path} names the array file {name!r}, expected "
+                                f"{self.array_path.name!r} or {self._alt_array_path.name!r}")
+            array_path = self.path.with_name(name)
+            data = array_path.read_bytes() if array_path.exists() else b""
             if hashlib.sha256(data).hexdigest() != state["array_sha256"]:
-                raise DataError(f"checkpoint array {self.array_path} is missing or does not match {self.path}")
+                raise DataError(f"checkpoint array {array_path} is missing or does not match {self.path}")
             state["array"] = np.load(io.BytesIO(data), allow_pickle=False)
+            self._array_named = array_path
         return state
 
 
-def _internalise(obj, data: bytes, chunks: dict, where: Path):
-    """Resolve the log references in a loaded state, checking each text against its SHA-256."""
+def _internalise(obj, data: bytes, chunks: dict, where: Path, log_verified: bool):
+    """Resolve the log references in a loaded state: [offset, length] into a log whose bytes the state's digest
+    vouched for (``log_verified``), or [offset, length, sha256] of the text (states before 2026-11-25)."""
     if isinstance(obj, dict):
         if len(obj) == 1 and CHUNK in obj:
             ref = obj[CHUNK]
-            ok = isinstance(ref, list) and len(ref) == 3 and all(isinstance(x, int) for x in ref[:2]) \
-                and 0 <= ref[0] and ref[0] + ref[1] <= len(data)
+            ok = isinstance(ref, list) and len(ref) in (2, 3) and all(type(x) is int for x in ref[:2]) \
+                and 0 <= ref[0] and 0 <= ref[1] and ref[0] + ref[1] <= len(data)
             text = data[ref[0]:ref[0] + ref[1]] if ok else b""
-            if not ok or hashlib.sha256(text).hexdigest() != ref[2]:
+            sha = hashlib.sha256(text).hexdigest()
+            if not ok or (sha != ref[2] if len(ref) == 3 else not log_verified):
                 raise DataError(f"checkpoint tree log {where} does not match its state (reference {ref!r})")
-            chunks[ref[2]] = ref
+            chunks[sha] = ref
             return json.loads(text)
-        return {k: _internalise(v, data, chunks, where) for k, v in obj.items()}
+        return {k: _internalise(v, data, chunks, where, log_verified) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_internalise(v, data, chunks, where) for v in obj]
+        return [_internalise(v, data, chunks, where, log_verified) for v in obj]
     return obj

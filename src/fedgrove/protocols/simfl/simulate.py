@@ -10,9 +10,10 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | None = None,
               names: list[str] | None = None, timeout: float = 600.0, observers: dict | None = None,
-              caches: dict | None = None) -> dict:
-    """``parts`` holds each party's (X, y) or (X, y, ids).  Returns each party's model (all equal), the
-    similarity each computed, timings and channel statistics."""
+              caches: dict | None = None, checkpoints: dict | None = None, resume: bool = False) -> dict:
+    """``parts`` holds each party's (X, y) or (X, y, ids).  ``caches`` and ``checkpoints`` map party names to
+    where its preprocessing is saved and to a checkpoint store (``resume``: continue from them).  Returns each
+    party's model (all equal), the similarity each computed, timings and channel statistics."""
     check_parts(parts, "parts", "a tuple (X, y) or (X, y, ids)", (2, 3))
     names = names or [f"party{k}" for k in range(len(parts))]
     hub = InProcessHub(names)
@@ -25,7 +26,7 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
             X, y, *rest = parts[k]
             party = SimFLParty(ch, X, y, params, options, ids=rest[0] if rest else None,
                                cache=(caches or {}).get(ch.party))
-            model = party.fit()
+            model = party.fit((checkpoints or {}).get(ch.party), resume)
             out["timings"][ch.party] = party.timings
             out["similarity"][ch.party] = party.similarity
             return model
