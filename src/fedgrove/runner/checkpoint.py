@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import uuid
 from pathlib import Path
 
@@ -50,7 +49,7 @@ class CheckpointStore:
 
     def __init__(self, path):
         self.path = Path(path)
-        self.array_path = self.path.with_suffix(".npy")  # and ARRAY_ALT beside it: see save
+        self.array_path = self.path.with_suffix(".npy")  # and _alt_array_path beside it: see save
         self._array_named: Path | None = None  # the array file the last state written or loaded names
         self._log: Path | None = None     # the log this run appends to (None until the first save or load)
         self._log_end = 0                 # its bytes that the state file vouches for
