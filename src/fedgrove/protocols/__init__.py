@@ -93,3 +93,17 @@ def refuse_unsupported(params, protocol: str) -> None:
         raise InvalidParameterError(f"eval_metric is not used by {protocol}: it scores a validation set, and a "
                                     f"federation trains without one (eval_metric={params.eval_metric!r}; remove "
                                     f"it; test predictions are scored by accuracy and AUC, or RMSE)")
+
+
+def with_kernel_threads(roles: dict, n_threads: int | None) -> dict:
+    """Each party's role run with at most ``n_threads`` numba kernel threads (``None``: as many as this thread
+    has), for the in-process ``run_*`` functions: numba's setting is per thread, so each party's is its own.
+    ``fedgrove simulate`` sets them itself (:func:`fedgrove.runner.run.kernel_threads`)."""
+    from fedgrove.engine.threads import thread_limit
+
+    def limited(fn):
+        def run(ch):
+            with thread_limit(n_threads):
+                return fn(ch)
+        return run
+    return {name: limited(fn) for name, fn in roles.items()}

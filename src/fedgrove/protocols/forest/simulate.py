@@ -10,6 +10,7 @@ from fedgrove.engine.forest import ForestParams
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
+from fedgrove.protocols import with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -76,7 +77,7 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
         return run
 
     roles = {"master": master, **{names[k]: client(k) for k in range(len(names))}}
-    results, channels = run_parties(hub, roles, timeout)
+    results, channels = run_parties(hub, with_kernel_threads(roles, params.n_threads), timeout)
     out["model"] = results["master"]
     out["client_models"] = {n: results[n] for n in names}
     out["stats"] = {n: c.stats.as_dict() for n, c in channels.items()}

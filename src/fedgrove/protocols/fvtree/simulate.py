@@ -7,7 +7,7 @@ from pathlib import Path
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.ledger.store import Ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions, FVTreeParty
-from fedgrove.protocols import check_parts
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -43,7 +43,8 @@ def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | 
             return model
         return run
 
-    results, channels = run_parties(hub, {n: role(k) for k, n in enumerate(names)}, timeout)
+    roles = {n: role(k) for k, n in enumerate(names)}
+    results, channels = run_parties(hub, with_kernel_threads(roles, params.n_threads), timeout)
     out["models"] = results
     out["model"] = results[names[0]]
     out["stats"] = {n: c.stats.as_dict() for n, c in channels.items()}

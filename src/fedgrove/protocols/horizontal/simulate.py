@@ -5,7 +5,7 @@ from __future__ import annotations
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
 from fedgrove.protocols.horizontal.client import HorizontalClient
-from fedgrove.protocols import check_parts
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -24,7 +24,7 @@ def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float 
     for name, (X, y) in zip(names, client_data):
         roles[name] = (lambda X, y: (lambda ch: HorizontalClient(ch, X, y, "aggregator", params,
                                                                 contributions).fit()))(X, y)
-    results, channels = run_parties(hub, roles, timeout)
+    results, channels = run_parties(hub, with_kernel_threads(roles, params.n_threads), timeout)
     # the aggregator holds no data: its model takes the clients' feature names (checked equal at the start)
     results["aggregator"].feature_names = results[names[0]].feature_names
     return {"model": results["aggregator"], "client_models": {n: results[n] for n in names},

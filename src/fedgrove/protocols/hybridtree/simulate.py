@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.protocols import check_parts
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.protocols.hybridtree.guest import HybridGuest
 from fedgrove.protocols.hybridtree.host import HybridHost
 from fedgrove.transport.inprocess import InProcessHub, run_parties
@@ -52,7 +52,7 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
 
     for k, (name, (Xg, ids)) in enumerate(zip(names, guests)):
         roles[name] = guest(k, Xg, ids)
-    results, channels = run_parties(hub, roles, timeout)
+    results, channels = run_parties(hub, with_kernel_threads(roles, params.n_threads), timeout)
     return {"model": results["host"], "raw": holder["raw"], "test_raw": holder.get("test_raw"),
             "guest_models": {n: results[n] for n in names},
             "stats": {n: c.stats.as_dict() for n, c in channels.items()},

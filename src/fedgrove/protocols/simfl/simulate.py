@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.protocols.simfl.party import SimFLOptions, SimFLParty
-from fedgrove.protocols import check_parts
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -32,7 +32,8 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
             return model
         return run
 
-    results, channels = run_parties(hub, {n: role(k) for k, n in enumerate(names)}, timeout)
+    roles = {n: role(k) for k, n in enumerate(names)}
+    results, channels = run_parties(hub, with_kernel_threads(roles, params.n_threads), timeout)
     out["models"] = results
     out["model"] = results[names[0]]
     out["stats"] = {n: c.stats.as_dict() for n, c in channels.items()}

@@ -9,6 +9,7 @@ from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical.active import VerticalActive
 from fedgrove.protocols.vertical.passive import VerticalPassive
+from fedgrove.protocols import with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -53,7 +54,7 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
         return run
 
     roles = {active_name: active, **{names[k]: passive(k) for k in range(1, len(names))}}
-    results, channels = run_parties(hub, roles, timeout)
+    results, channels = run_parties(hub, with_kernel_threads(roles, params.n_threads), timeout)
     model, raw, tree_seconds = results[active_name]
     return {"model": model, "passive_models": {n: results[n] for n in passive_names}, "raw": raw,
             "stats": {n: c.stats.as_dict() for n, c in channels.items()}, "fit_stats": fit_stats,
