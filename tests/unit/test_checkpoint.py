@@ -102,7 +102,7 @@ def test_the_state_names_each_tree_in_a_few_bytes(trees, tmp_path):
     store.save(_state(trees, 1))
     one = path.stat().st_size
     store.save(_state(trees, 12))
-    assert (path.stat().st_size - one) / 11 < 30
+    assert (path.stat().st_size - one) / 11 < 40  # the earlier layout: ~95
     state = json.loads(path.read_text())
     (log,) = _logs(tmp_path)
     import hashlib
