@@ -83,6 +83,16 @@ def test_a_party_process_shares_the_cores_with_its_peers_at_loopback_addresses(t
     assert kernel_threads(*_party(tmp_path, b, c)) == expected
 
 
+def test_peers_at_the_host_this_party_listens_on_share_its_cores(tmp_path, eight_cores):
+    cfg, spec = _party(tmp_path, "10.0.0.5:50002", "10.0.0.6:50003")
+    assert kernel_threads(cfg, spec) == 8  # listening on 127.0.0.1: the peers are elsewhere
+    path = tmp_path / "a.toml"
+    path.write_text(path.read_text().replace('listen = "127.0.0.1:50001"', 'listen = "10.0.0.5:50001"'))
+    assert kernel_threads(*load_party(path)) == 4  # b listens on this party's host
+    path.write_text(path.read_text().replace('listen = "10.0.0.5:50001"', 'listen = "0.0.0.0:50001"'))
+    assert kernel_threads(*load_party(path)) == 8  # every interface: no host to compare with
+
+
 def test_params_n_threads_is_taken_as_given(tmp_path, eight_cores):
     assert kernel_threads(*_federation(tmp_path, "n_threads = 5")) == 5
     assert kernel_threads(*_party(tmp_path, "127.0.0.1:50002", "127.0.0.1:50003", "n_threads = 3")) == 3

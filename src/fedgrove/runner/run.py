@@ -28,7 +28,8 @@ def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: b
 def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
     """The threads of this party's numba kernels: ``[params] n_threads`` when its config gives it, else this
     machine's cores shared by the parties that run on it: every party of a federation simulated in one
-    process, or (``fedgrove party``) this party and its peers at loopback addresses.  Each party's kernels
+    process, or (``fedgrove party``) this party and its peers at loopback addresses or at the host it listens
+    on.  Each party's kernels
     asking for every core meant OpenMP teams of several parties spinning for the same cores: SimFL's 500-tree
     a9a run took 7.4 s in one process and 10.5 s as two processes on this 2-core machine, against 4.2 and
     4.6 s with one thread a party."""
@@ -37,7 +38,9 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
         return int(n)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if cfg.peers:  # one party of a federation, over gRPC
-        sharing = 1 + sum(_loopback(addr) for addr in cfg.peers.values())
+        own = _host(spec.listen or "")
+        sharing = 1 + sum(_loopback(addr) or (own not in _ANY_HOST and _host(addr) == own)
+                          for addr in cfg.peers.values())
     else:
         sharing = len(cfg.parties)
     threads = max(1, cores // max(1, sharing))
@@ -46,10 +49,17 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
     return threads
 
 
+_ANY_HOST = ("", "0.0.0.0", "::", "*")  # listen addresses that name no one host
+
+
+def _host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]").lower()
+
+
 def _loopback(address: str) -> bool:
     """Whether a "host:port" address is this machine's loopback (its party runs on this machine)."""
-    host = address.rpartition(":")[0].strip("[]")
-    if host.lower() == "localhost":
+    host = _host(address)
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
