@@ -66,7 +66,7 @@ def main():
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "variants": {}}
 
     def params(trees):
-        return ForestParams(n_estimators=trees, feature_sampling="tree", seed=0)
+        return ForestParams(n_estimators=trees, feature_sampling="tree", seed=0, n_threads=args.threads)
 
     engine = {}
     for trees in sorted({args.trees, args.trees_paillier}):

@@ -40,7 +40,8 @@ def main():
     from fedgrove.experiments import hybridtree as exp
     from fedgrove.experiments.report import machine
 
-    cfg = exp.Config(cost_he=args.he, cost_trees=args.trees)
+    # every party's kernels (numba's setting is per thread: the parties' threads take it from their params)
+    cfg = exp.Config(cost_he=args.he, cost_trees=args.trees, n_threads=args.threads)
     X, y, Xt, yt = exp.load(args.dataset, cfg)
     setting = exp.make_setting(args.dataset, X, y, Xt, yt, cfg.n_guests, cfg.seed)
     runs = []

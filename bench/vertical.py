@@ -83,7 +83,7 @@ def main():
     for name, backend, scheme, n_trees in variants:
         if n_trees <= 0 or (backend == "heu" and "heu" not in available_backends()):
             continue
-        params = GBDTParams(n_estimators=n_trees, max_depth=args.depth)
+        params = GBDTParams(n_estimators=n_trees, max_depth=args.depth, n_threads=args.threads)
         he = keygen(scheme if backend != "plain" else "ou", 2048, backend)
         runs = []
         repeats = args.repeats_paillier if (scheme == "paillier" and args.repeats_paillier) else args.repeats
@@ -116,7 +116,7 @@ def main():
               flush=True)
         _save(results)
     if args.breakdown_trees > 0 and "heu" in available_backends():
-        params = GBDTParams(n_estimators=args.breakdown_trees, max_depth=args.depth)
+        params = GBDTParams(n_estimators=args.breakdown_trees, max_depth=args.depth, n_threads=args.threads)
         results["ou_breakdown"] = ou_breakdown(lambda he: run_vertical([X[:, p] for p in parts], y, params, he,
                                                                        timeout=3600),
                                                keygen("ou", 2048, "heu"), args.breakdown_trees)
@@ -127,7 +127,7 @@ def main():
     if args.paillier_rows_trees > 0 and "heu" in available_backends():
         he = keygen("paillier", 2048, "heu")
         default = default_rows_per_ciphertext(he, packer_for("binary", y))
-        params = GBDTParams(n_estimators=args.paillier_rows_trees, max_depth=args.depth)
+        params = GBDTParams(n_estimators=args.paillier_rows_trees, max_depth=args.depth, n_threads=args.threads)
         ab = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": args.paillier_rows_trees,
               "seconds_per_tree_runs": {}, "per_tree": {}}
         for _ in range(max(1, args.repeats)):

@@ -89,10 +89,12 @@ class Config:
     vote: str = "majority"
     test_holders: str = "all"  # every guest holds the test instances' guest features, or "one" drawn at random
     extra_seeds: tuple = (1, 2, 3, 4)  # "seeds": Table 1's gap to ALL-IN with other data splits and host features
+    n_threads: int | None = None  # each party's kernel threads (None: numba's default for a new thread, every core)
 
     def params(self, depth: int | None = None, n_trees: int | None = None) -> GBDTParams:
         return GBDTParams(n_estimators=n_trees or self.n_trees, learning_rate=self.learning_rate,
-                          max_depth=depth or self.depth, reg_lambda=self.reg_lambda, seed=self.seed)
+                          max_depth=depth or self.depth, reg_lambda=self.reg_lambda, seed=self.seed,
+                          n_threads=self.n_threads)
 
 
 QUICK = dict(n_trees=8, learning_rate=0.3, max_train=3000, max_test=1500, cost_trees=2, guest_counts=(5, 10),
