@@ -97,14 +97,11 @@ def federation(X, y, n_trees: int, repeats: int) -> dict:
     """SimFL's training seconds without and with per-party checkpoints (see the module's docstring)."""
     import json
 
-    import numba
-
     from fedgrove.engine.gbdt import GBDTParams
     from fedgrove.experiments import simfl as exp
     from fedgrove.protocols.simfl.simulate import run_simfl
     from fedgrove.runner.checkpoint import CheckpointStore
 
-    numba.set_num_threads(1)
     parts = exp.partition(y, 2, None, 0)
     params = GBDTParams(n_estimators=n_trees, max_depth=8, learning_rate=0.1, n_threads=1)
     data = [(X[p], y[p], p) for p in parts]

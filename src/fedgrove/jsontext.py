@@ -34,6 +34,17 @@ class FrozenJSON(dict):
             return self._text
 
 
+def memoised(owner, key, build) -> FrozenJSON:
+    """``owner``'s JSON-ready data, ``build()`` made a :class:`FrozenJSON` once and returned again while ``key``
+    (compared by ``==``: exact copies of the arrays it stands for) is unchanged; kept in ``owner.__dict__``."""
+    memo = owner.__dict__.get("_dict_memo")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    d = FrozenJSON(build())
+    owner.__dict__["_dict_memo"] = (key, d)
+    return d
+
+
 def dumps(obj) -> str:
     """``json.dumps(obj)``, reusing the cached text of every :class:`FrozenJSON` inside dicts and lists."""
     if isinstance(obj, FrozenJSON):

@@ -206,16 +206,11 @@ class BinMapper:
         """The cut points as JSON-ready data: a :class:`~fedgrove.jsontext.FrozenJSON`, the same object while
         they keep their content (a model's checkpoints, one after every tree, store it once).  Do not modify
         the returned dict."""
-        from fedgrove.jsontext import FrozenJSON
+        from fedgrove.jsontext import memoised
 
         self._check_fitted()
         key = (self.max_bins, tuple(len(c) for c in self.cuts_), b"".join(c.tobytes() for c in self.cuts_))
-        memo = self.__dict__.get("_dict_memo")
-        if memo is not None and memo[0] == key:
-            return memo[1]
-        d = FrozenJSON(max_bins=self.max_bins, cuts=[c.tolist() for c in self.cuts_])
-        self.__dict__["_dict_memo"] = (key, d)
-        return d
+        return memoised(self, key, lambda: {"max_bins": self.max_bins, "cuts": [c.tolist() for c in self.cuts_]})
 
     @classmethod
     def from_dict(cls, d: dict) -> "BinMapper":

@@ -20,7 +20,7 @@ import numpy as np
 from fedgrove.engine.predict import (predict_leaves, predict_leaves_binned, predict_leaves_ranked, predict_mean_values,
                                      predict_raw_sum, rank_cuts)
 from fedgrove.exceptions import DataError, ModelFormatError
-from fedgrove.jsontext import FrozenJSON
+from fedgrove.jsontext import memoised
 
 NODE_DTYPE = np.dtype([
     ("feature", np.int32),       # split feature, -1 for a leaf
@@ -79,17 +79,11 @@ class Tree:
         """The tree as JSON-ready data: a :class:`~fedgrove.jsontext.FrozenJSON`, the same object (and JSON
         text) while the tree's arrays keep their content, so rewriting a checkpoint re-encodes only new trees.
         Do not modify the returned dict."""
-        # the memo holds a copy of the arrays' bytes: comparing them is exact, and ~30x cheaper than hashing
+        # the key holds a copy of the arrays' bytes: comparing them is exact, and ~30x cheaper than hashing
         # them (a party checkpoints its whole model after every tree, so this runs trees^2 / 2 times a run)
-        nodes, values = self.nodes.tobytes(), self.values.tobytes()
-        memo = self.__dict__.get("_dict_memo")
-        if memo is not None and memo[0] == nodes and memo[1] == values and memo[2] == self.values.shape \
-                and self.nodes.dtype == NODE_DTYPE:
-            return memo[3]
-        d = FrozenJSON(nodes={name: _encode_column(self.nodes[name]) for name in NODE_DTYPE.names},
-                       values=self.values.tolist())
-        self.__dict__["_dict_memo"] = (nodes, values, self.values.shape, d)
-        return d
+        key = (self.nodes.dtype, self.values.shape, self.nodes.tobytes(), self.values.tobytes())
+        return memoised(self, key, lambda: {"nodes": {n: _encode_column(self.nodes[n]) for n in NODE_DTYPE.names},
+                                            "values": self.values.tolist()})
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":

@@ -30,9 +30,8 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
     machine's cores shared by the parties that run on it: every party of a federation simulated in one
     process, or (``fedgrove party``) this party and its peers at loopback addresses or at the host it listens
     on.  Each party's kernels
-    asking for every core meant OpenMP teams of several parties spinning for the same cores: SimFL's 500-tree
-    a9a run took 7.4 s in one process and 10.5 s as two processes on this 2-core machine, against 4.2 and
-    4.6 s with one thread a party."""
+    asking for every core meant OpenMP teams of several parties spinning for the same cores
+    (``bench/runner.py`` times both)."""
     n = cfg.make_params().n_threads
     if n is not None:
         return int(n)
