@@ -100,11 +100,12 @@ def _two_processes(parts: Path, federation: str, out: Path) -> None:
     import socket
 
     shared = federation[federation.index("[federation]"):federation.index("[[party]]")]
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
+    socks = [socket.socket() for _ in range(2)]  # both bound at once: two different free ports
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
     procs = []
     for k in (0, 1):
         peer = 1 - k

@@ -17,12 +17,20 @@ class Ping(Message):
     data: np.ndarray = array_field("<f8", 1)
 
 
+_GIVEN: set[int] = set()
+
+
 def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A free port on 127.0.0.1 that this process has not been given before: the kernel may hand a port just
+    closed out again, and two parties given the same one refuse their configs (a test failed so in CI)."""
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def _tls(d, name):
