@@ -65,6 +65,20 @@ def test_subtraction_matches_reference(rng):
     np.testing.assert_allclose(child_a[0] + child_a[1], parent[2])
 
 
+@pytest.mark.parametrize("n_rows, n_columns, n_groups", [(0, 1, 3), (1, 2, 1), (5000, 1, 700), (5000, 3, 40)])
+def test_grouped_sums_equal_bincount_to_the_bit(rng, n_rows, n_columns, n_groups):
+    # SimFL's aggregation: per group, the sums of the rows sent to it, in row order, so each sum is bincount's
+    # bit for bit (the aggregated gradients, and so the models, do not change with the kernel); groups that
+    # receive no row stay zero, and rows not listed are not added
+    values = rng.normal(size=(n_rows + 10, n_columns)) * 10.0 ** rng.integers(-8, 8, size=(n_rows + 10, 1))
+    rows = rng.permutation(n_rows + 10)[:n_rows].astype(np.int64)
+    groups = rng.integers(0, max(1, n_groups // 2), size=n_rows).astype(np.int64)  # half the groups get none
+    out = histogram.grouped_sums(values, rows, groups, n_groups)
+    assert out.shape == (n_groups, n_columns)
+    np.testing.assert_array_equal(out, histogram.grouped_sums_reference(values, rows, groups, n_groups))
+    np.testing.assert_array_equal(out[max(1, n_groups // 2):], 0.0)
+
+
 def _random_layer_hist(rng, bm, Xb, n_nodes, stats):
     idx, starts, ends = _segments(rng, len(Xb), n_nodes)
     hist = np.zeros((n_nodes, bm.feature_offsets[-1], stats.shape[1]))
@@ -197,6 +211,9 @@ def test_ranked_routing_matches_raw_routing(rng, distinct):
         layout = ranked.layout(tree)
         np.testing.assert_array_equal(predict.predict_leaves_ranked_reference(ranked.ranks, *layout), expected)
         np.testing.assert_array_equal(predict.predict_leaves_ranked(ranked.ranks, *layout), expected)
+        for n_blocks in (1, 3, 7):  # rows partitioned in blocks of their own (one per thread), any number
+            np.testing.assert_array_equal(predict.predict_leaves_ranked(ranked.ranks, *layout, n_blocks=n_blocks),
+                                          expected)
 
 
 def test_ranked_routing_refuses_unknown_thresholds(rng):

@@ -264,3 +264,21 @@ def add_to_segments(target, column, indices_a, indices_b, starts, ends, buffers,
         v = values[k]
         for i in range(starts[k], ends[k]):
             target[idx[i], column] += v
+
+
+@njit(cache=True, nogil=True)
+def grouped_sums(values, rows, groups, n_groups):
+    """``out[groups[j]] += values[rows[j]]`` for every j, in order of j (as ``np.bincount`` with weights adds,
+    so the sums are the same to the bit): per group, the column sums of ``values`` over the rows sent to it.
+    ``values`` is ``(n_samples, n_columns)``; ``groups`` are in ``[0, n_groups)``."""
+    out = np.zeros((n_groups, values.shape[1]))
+    for j in range(rows.shape[0]):
+        g, i = groups[j], rows[j]
+        for c in range(values.shape[1]):
+            out[g, c] += values[i, c]
+    return out
+
+
+def grouped_sums_reference(values, rows, groups, n_groups):
+    return np.column_stack([np.bincount(groups, weights=values[rows, c], minlength=n_groups)
+                            for c in range(values.shape[1])]).reshape(n_groups, values.shape[1])

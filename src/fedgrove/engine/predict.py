@@ -9,6 +9,7 @@ the tree; ``feature == -1`` marks a leaf.  The raw kernel tests
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -179,28 +180,70 @@ def tree_levels(left, right):
     return most
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def predict_leaves_ranked(ranks, feature, cut, missing_left, left, right, missing_rank):
-    """Leaf of one tree per row, from per-feature ranks (row-major, so a row's path reads one or two cache lines;
-    ``missing_rank``, above every cut, marks NaN) and per-node rank cuts (:func:`rank_cuts`).
+def predict_leaves_ranked(ranks, feature, cut, missing_left, left, right, missing_rank, n_blocks=None):
+    """Leaf of one tree per row, from per-feature ranks (column-major; ``missing_rank``, above every cut, marks
+    NaN) and per-node rank cuts (:func:`rank_cuts`).  Nodes must follow their parents; leaves point to
+    themselves (``left == right == k``).
 
-    Leaves point to themselves (``left == right == k``, any feature) and every row takes as many steps as the
-    tree has levels, without a branch: ranked routing is for trees routed once through many rows, where
-    mispredicted branches cost most of the time.  Rows go in blocks that stay in the L1 cache.
+    The rows are partitioned node by node, as a grower partitions them: a node's rows, in increasing order,
+    read one column forwards and are written, without a branch, to the left part or to a scratch buffer for
+    the right part.  Timed by hand on 2026-11-25 (one thread, a depth-8 tree through half of a table): a third
+    to three fifths of the time of routing each row down the tree level by level, as this kernel did before
+    (0.25 against 0.78 ms on a9a, 0.26 against 0.67 on Adult, 0.51 against 0.84 on cod-rna).  Rows go in one
+    block per thread (of at least 4,096 rows; or ``n_blocks``), each partitioned on its own.
     """
-    n_levels = tree_levels(left, right)
-    n_samples = ranks.shape[0]
-    out = np.zeros(n_samples, dtype=np.int32)
-    for b in prange((n_samples + 127) // 128):
-        lo = b * 128
-        hi = min(n_samples, lo + 128)
-        for _ in range(n_levels):
-            for i in range(lo, hi):
-                k = out[i]
-                r = np.int64(ranks[i, feature[k]])
-                go_left = (r <= cut[k]) | ((r == missing_rank) & missing_left[k])
-                out[i] = right[k] + (left[k] - right[k]) * np.int32(go_left)
+    if n_blocks is None:
+        n_blocks = max(1, min(numba.get_num_threads(), ranks.shape[0] // 4096))
+    n_blocks = max(1, min(int(n_blocks), ranks.shape[0]))
+    out = np.zeros(ranks.shape[0], dtype=np.int32)
+    args = (ranks, feature, cut, missing_left, left, right, missing_rank)
+    if n_blocks == 1:  # no parallel region: launched from two parties' threads at once, they slow each other
+        _leaves_ranked_block(*args, 0, ranks.shape[0], out)
+    else:
+        _leaves_ranked_blocks(*args, n_blocks, out)
     return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _leaves_ranked_blocks(ranks, feature, cut, missing_left, left, right, missing_rank, n_blocks, out):
+    size = (ranks.shape[0] + n_blocks - 1) // n_blocks
+    for b in prange(n_blocks):
+        _leaves_ranked_block(ranks, feature, cut, missing_left, left, right, missing_rank, b * size,
+                             min(ranks.shape[0], (b + 1) * size), out)
+
+
+@njit(cache=True, nogil=True)
+def _leaves_ranked_block(ranks, feature, cut, missing_left, left, right, missing_rank, lo, hi, out):
+    """``out[lo:hi]``: the leaves of rows ``lo`` to ``hi``, partitioned node by node."""
+    n_nodes = feature.shape[0]
+    rows = np.arange(lo, hi).astype(np.int32)
+    scratch = np.empty(hi - lo, dtype=np.int32)
+    start = np.zeros(n_nodes, dtype=np.int64)  # node k's rows: rows[start[k]:stop[k]]
+    stop = np.zeros(n_nodes, dtype=np.int64)
+    stop[0] = hi - lo
+    for k in range(n_nodes):
+        a, z = start[k], stop[k]
+        if a == z:
+            continue
+        if left[k] == k:
+            for j in range(a, z):
+                out[rows[j]] = k
+            continue
+        col = ranks[:, feature[k]]
+        c, ml = cut[k], missing_left[k]
+        n_left, n_right = a, 0
+        for j in range(a, z):
+            i = rows[j]
+            r = np.int64(col[i])
+            go = np.int64((r <= c) | ((r == missing_rank) & ml))
+            rows[n_left] = i
+            scratch[n_right] = i
+            n_left += go
+            n_right += 1 - go
+        for j in range(n_right):
+            rows[n_left + j] = scratch[j]
+        start[left[k]], stop[left[k]] = a, n_left
+        start[right[k]], stop[right[k]] = n_left, z
 
 
 def predict_leaves_ranked_reference(ranks, feature, cut, missing_left, left, right, missing_rank):

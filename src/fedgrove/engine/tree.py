@@ -199,12 +199,13 @@ class RankedRows:
     """A fixed table prepared for routing many single trees with raw thresholds through it.
 
     Each value is replaced by its rank among the distinct values of its
-    feature in this table, in a row-major array of the smallest unsigned type
-    that holds them (NaN gets the type's largest value).  A tree's threshold
-    becomes the rank of the last distinct value <= it, so every row reaches
-    the same leaf as :meth:`PackedEnsemble.leaves` on the raw table; a row
-    reads one or two cache lines instead of one per feature column.  Used by
-    protocols that route each new tree of another party through their rows.
+    feature in this table, in a column-major array of the smallest unsigned
+    type that holds them (NaN gets the type's largest value).  A tree's
+    threshold becomes the rank of the last distinct value <= it, so every row
+    reaches the same leaf as :meth:`PackedEnsemble.leaves` on the raw table;
+    the rows are partitioned node by node (:func:`predict_leaves_ranked`), each
+    node reading its column forwards in small integers.  Used by protocols
+    that route each new tree of another party through their rows.
     """
 
     def __init__(self, X: np.ndarray):
@@ -214,7 +215,7 @@ class RankedRows:
         most = max((len(u) for u in uniques), default=0)
         dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if most < np.iinfo(t).max)
         self.missing_rank = int(np.iinfo(dtype).max)
-        self.ranks = np.empty(X.shape, dtype=dtype)
+        self.ranks = np.empty(X.shape, dtype=dtype, order="F")
         for f, (col, u) in enumerate(zip(X.T, uniques)):
             missing = np.isnan(col)
             self.ranks[:, f] = np.where(missing, self.missing_rank, np.searchsorted(u, np.where(missing, 0.0, col)))

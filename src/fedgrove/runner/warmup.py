@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from fedgrove.engine.histogram import grouped_sums
+from fedgrove.engine.predict import predict_leaves_ranked
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
 
@@ -81,10 +83,16 @@ def _warm_engine(cfg, X, rng) -> None:
     if cfg.protocol == "simfl":
         _warm_lsh(X)
         # routing the others' trees through a party's rows: ranks of the smallest type that holds them
+        # (in one block of rows, and in several when the party has several threads)
         for n_distinct in (96, 300, 70_000):
             rows = np.resize(X, (n_distinct, X.shape[1]))
             rows[:, 0] = np.arange(n_distinct)
-            RankedRows(rows).leaves(model.trees[0])
+            ranked = RankedRows(rows)
+            for n_blocks in (1, 2):
+                predict_leaves_ranked(ranked.ranks, *ranked.layout(model.trees[0]), n_blocks=n_blocks)
+        # the others' gradients summed per similar instance of the trainer (a column per class)
+        K = 3 if params.objective == "multiclass" else 1
+        grouped_sums(np.zeros((2, K)), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), 1)
 
 
 def _labels(rng, X, objective: str) -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
 from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
+from fedgrove.engine.histogram import grouped_sums
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text, names_of
 from fedgrove.engine.threads import thread_limit
@@ -345,9 +346,7 @@ class SimFLParty:
         """Per instance of the trainer, the sums of this party's g and h over the instances similar to it
         (``matched``: the rows with a similar instance there, its positions, the trainer's size)."""
         rows, idx, n_trainer = matched
-        G = np.column_stack([np.bincount(idx, weights=g[rows, c], minlength=n_trainer) for c in range(g.shape[1])])
-        H = np.column_stack([np.bincount(idx, weights=h[rows, c], minlength=n_trainer) for c in range(h.shape[1])])
-        return m.AggregatedGradients(t, G, H)
+        return m.AggregatedGradients(t, grouped_sums(g, rows, idx, n_trainer), grouped_sums(h, rows, idx, n_trainer))
 
     def _weighted(self, t: int, g, h):
         """The trainer's weighted gradients: its own plus every other party's aggregated ones."""
