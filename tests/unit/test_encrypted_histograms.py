@@ -127,6 +127,34 @@ def test_distinct_rows_are_summed_straight_into_their_bins():
         np.testing.assert_allclose(hist[0, bm.feature_offsets[f]:bm.feature_offsets[f + 1]], want, atol=1e-9)
 
 
+def test_small_nodes_are_summed_straight_without_a_search():
+    # a node whose straight plan adds fewer ciphertexts than plan_min_additions skips the search (which costs
+    # more than it can save there): one stage, each listed row into its bins; searched, the same node takes
+    # fewer additions; the histograms are the same either way
+    from fedgrove.protocols.vertical.passive import PLAN_MIN_ADDITIONS
+
+    rng = np.random.default_rng(5)
+    X = _one_hot(rng, 150)
+    bm = BinMapper(32).fit(X)
+    Xb = bm.transform(X)
+    g, h = rng.normal(size=len(X)), rng.random(len(X))
+    skip = np.array([np.bincount(Xb[:, f]).argmax() for f in range(Xb.shape[1])])
+    listed = int((Xb != skip).sum())
+    assert listed < PLAN_MIN_ADDITIONS
+    replies, terms = [], []
+    for threshold in (PLAN_MIN_ADDITIONS, 0):
+        he, packer = _CountingPlain(), GHPacker()
+        replies.append(encrypted_histograms("p", [0], {0: np.arange(len(X))}, Xb, bm.feature_offsets,
+                                            he.encrypt(packer.encode(g, h)), he, packer,
+                                            plan_min_additions=threshold))
+        terms.append(he.terms)
+    assert terms[0] == [listed]
+    assert len(terms[1]) > 1 and sum(terms[1]) < listed
+    hists = [decode_histograms(r, _Remote("p", bm.n_value_bins, 0, 0), np.array([[g.sum(), h.sum()]]), he.he,
+                               packer, "test") for r in replies]
+    np.testing.assert_array_equal(hists[0], hists[1])
+
+
 def test_nodes_with_different_plans_in_one_request():
     """A node of distinct rows (summed straight, one stage) beside nodes of repeating rows (three stages): the
     finished sums are carried forward and every node's histograms come back in request order."""
@@ -211,7 +239,9 @@ def test_several_instances_per_ciphertext_give_the_same_histograms(setting, k, p
     row_packing = RowPacking.for_packer(packer, k)
     ct = he.encrypt(row_packing.pack(packer.encode(g, h)))
     assert ct.size == -(-len(g) // k)
-    reply = encrypted_histograms("p", nodes, rows, Xb, bm.feature_offsets, ct, he, packer, row_packing)
+    # every node searched for a cheaper plan, however small (these nodes hold about 140 rows)
+    reply = encrypted_histograms("p", nodes, rows, Xb, bm.feature_offsets, ct, he, packer, row_packing,
+                                 plan_min_additions=0)
     plain = encrypted_histograms("p", nodes, rows, Xb, bm.feature_offsets, he.encrypt(packer.encode(g, h)), he,
                                  packer)
     assert (reply.n_sums, list(reply.bins), list(reply.skipped)) == (plain.n_sums, list(plain.bins),
