@@ -6,7 +6,7 @@ import pytest
 from fedgrove.crypto.he import keygen
 from fedgrove.data.partition import hybrid_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.exceptions import DataError
+from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.protocols.hybridtree.simulate import run_hybridtree
 
 
@@ -39,6 +39,42 @@ def test_encrypted_run_equals_plaintext_gradient_run(setup):
     # the guests' layers help: training accuracy above the host alone at the same total depth
     solo = train_gbdt(PARAMS, Xh, y)
     assert np.mean((enc["raw"][:, 0] > 0) == y) > np.mean(solo.predict(Xh) == y)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_several_instances_per_ciphertext_give_the_same_model(setup, k):
+    # rows_per_ciphertext = K: the host encrypts each guest's instances K to a ciphertext (K times fewer
+    # encryptions and gradient bytes); the guests' bin sums are the same integers, so the model is the one
+    # grown with an instance per ciphertext, to the bit
+    Xh, y, guests = setup
+    he = keygen("ou", 2048, "plain")  # OU's 682-bit plaintexts hold 2 pairs with their noise; plain holds more
+    one = run_hybridtree(Xh, y, guests, PARAMS, he, 4, 2, timeout=60, rows_per_ciphertext=1)
+    packed = run_hybridtree(Xh, y, guests, PARAMS, he, 4, 2, timeout=60, rows_per_ciphertext=k)
+    np.testing.assert_array_equal(packed["raw"], one["raw"])
+    assert packed["model"].guest_values == one["model"].guest_values
+    for g in one["guest_models"]:
+        assert packed["guest_models"][g].splits == one["guest_models"][g].splits
+    sent = [s["bytes_sent"]["guest0"] for s in (one["stats"]["host"], packed["stats"]["host"])]
+    assert sent[1] < 0.6 * sent[0]  # the gradients are most of what the host sends a guest
+
+
+def test_two_instances_per_ou_ciphertext_equal_one_and_paillier_packs_three_by_default(setup):
+    from fedgrove.protocols.hybridtree.host import HybridHost
+    from fedgrove.transport.inprocess import InProcessHub
+
+    Xh, y, guests = setup
+    small = [(X[:300], rows[:300]) for X, rows in guests]
+    enc = run_hybridtree(Xh, y, small, PARAMS, keygen("ou"), 4, 2, timeout=60, rows_per_ciphertext=2)
+    one = run_hybridtree(Xh, y, small, PARAMS, keygen("ou"), 4, 2, timeout=60)
+    np.testing.assert_array_equal(enc["raw"], one["raw"])
+    ch = InProcessHub(["host", "guest0"]).channel("host")
+    assert HybridHost(ch, Xh, y, ["guest0"], PARAMS, keygen("paillier"), 4, 2).row_packing.rows == 3
+    assert HybridHost(ch, Xh, y, ["guest0"], PARAMS, keygen("ou"), 4, 2).row_packing.rows == 1
+    with pytest.raises(InvalidParameterError, match="count mode encrypts one instance per ciphertext"):
+        HybridHost(ch, Xh, y, ["guest0"], PARAMS, keygen("ou", 2048, "plain"), 4, 2, mode="count",
+                   rows_per_ciphertext=2)
+    with pytest.raises(InvalidParameterError, match="rows_per_ciphertext must be an integer"):
+        HybridHost(ch, Xh, y, ["guest0"], PARAMS, keygen("ou"), 4, 2, rows_per_ciphertext=5)
 
 
 def test_instances_held_by_no_guest_keep_the_host_value(setup):
@@ -261,3 +297,30 @@ def test_the_host_counts_each_guest_column_s_splits_and_their_gains(setup):
         assert (gains[counts > 0] > 0).all() and (gains[counts == 0] == 0).all()
     again = HybridHostModel.from_dict(host.to_dict())
     assert again.guest_gains == host.guest_gains and again.guest_splits == host.guest_splits
+
+
+def test_a_guest_refuses_packed_instances_in_count_mode(setup):
+    # count mode needs one instance per ciphertext (a masked prediction per instance): a host announcing two is
+    # refused by the guest before any gradient
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+    from fedgrove.protocols.vertical.active import packer_for
+    from fedgrove.crypto.packing import RowPacking
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    Xh, y, guests = setup
+    he = keygen("ou")
+
+    def host(ch):
+        ch.recv("guest0", "layout", m.GuestLayout)
+        packer = packer_for("binary", y)
+        ch.send("guest0", "key", m.PublicKey(he.public_bytes(), packer.frac_bits, packer.value_bits,
+                                             packer.count_bits, 2, RowPacking.for_packer(packer, 2).stride_bits))
+        ch.send("guest0", "setup", m.HybridSetup("count", 0.3, 1.0, 53, [], [], np.zeros(0, np.int64),
+                                                 np.zeros(1, np.int64)))
+
+    with pytest.raises(ProtocolError, match="2 instances per ciphertext from host in count mode"):
+        run_parties(InProcessHub(["host", "guest0"]),
+                    {"host": host, "guest0": lambda ch: HybridGuest(ch, guests[0][0], guests[0][1], "host").fit()},
+                    timeout=30)

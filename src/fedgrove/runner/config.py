@@ -23,8 +23,8 @@
     scheme = "ou"                # ou | paillier
     key_bits = 2048
     backend = "heu"              # heu | phe | plain (no encryption: benchmarks only)
-    rows_per_ciphertext = 3      # vertical only: instances per gradient ciphertext (default 3 for Paillier,
-                                 # 1 for OU; fedgrove.crypto.packing.RowPacking)
+    rows_per_ciphertext = 3      # vertical and HybridTree (hessian mode): instances per gradient ciphertext
+                                 # (default 3 for Paillier, 1 for OU; fedgrove.crypto.packing.RowPacking)
     [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams); for federated-forest
     n_estimators = 10            # the random forest's (fedgrove.engine.forest.ForestParams)
     max_depth = 4

@@ -10,7 +10,8 @@ from fedgrove.engine.model import names_of
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.hybridtree import messages as m
-from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, follow_trees, packer_from_key
+from fedgrove.protocols.vertical.passive import (PassiveModel, encrypted_histograms, follow_trees, packer_from_key,
+                                                row_packing_from_key)
 
 
 class HybridGuest:
@@ -35,8 +36,12 @@ class HybridGuest:
         key = ch.recv(self.host, "key", m.PublicKey)
         he = public_context(key.key)
         packer = packer_from_key(key, ch.party, self.host)
+        row_packing = row_packing_from_key(key, packer, he, ch.party, self.host)
         self.setup = ch.recv(self.host, "setup", m.HybridSetup)
         self._check_setup(masking)
+        if row_packing.rows > 1 and self.setup.mode == "count":
+            raise ProtocolError(f"{ch.party}: {row_packing.rows} instances per ciphertext from {self.host} in count "
+                                f"mode, which needs one (a prediction per instance)")
         if self.setup.subset:
             self._keep(self.setup.kept)
         for tree, first in follow_trees(self, self.host, m.NodeGradients, "the gradients", checkpoint, resume):
@@ -44,10 +49,11 @@ class HybridGuest:
                 raise ProtocolError(f"{ch.party}: the gradients of tree {tree} from {self.host} are for "
                                     f"{len(first.nodes)} instances, {ch.party} holds {len(self.X)}")
             ct = he.deserialize(first.ciphertexts)
-            if ct.size != len(self.X):
-                raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(self.X)} instances")
+            if ct.size != row_packing.n_ciphertexts(len(self.X)):
+                raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(self.X)} instances at "
+                                    f"{row_packing.rows} a ciphertext")
             rows = {int(n): np.nonzero(first.nodes == n)[0] for n in np.unique(first.nodes)}
-            self._grow(tree, rows, ct, he, packer)
+            self._grow(tree, rows, ct, he, packer, row_packing)
         return self.model
 
     def _check_setup(self, masking) -> None:
@@ -92,13 +98,14 @@ class HybridGuest:
         per_instance = he.add(per_instance, he.encrypt(masks))
         return m.EncryptedPredictions(he.serialize(per_instance), nodes, he.serialize(leaf_ct))
 
-    def _grow(self, tree, rows, ct, he, packer) -> None:
+    def _grow(self, tree, rows, ct, he, packer, row_packing) -> None:
         ch = self.ch
         while True:
             msg = ch.recv(self.host, m.CONTROL)
             if isinstance(msg, m.HistogramRequest):
                 ch.send(self.host, m.REPLY, encrypted_histograms(ch.party, msg.nodes, rows, self.X_binned,
-                                                                 self.bin_mapper.feature_offsets, ct, he, packer))
+                                                                 self.bin_mapper.feature_offsets, ct, he, packer,
+                                                                 row_packing))
             elif isinstance(msg, m.GuestSplits):
                 for node, f, b, ml, left, right in zip(msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
                                                        msg.right):

@@ -23,7 +23,8 @@ from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
-from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for
+from fedgrove.crypto.packing import MAX_ROWS, RowPacking
+from fedgrove.protocols.vertical.active import _Remote, decode_histograms, default_rows_per_ciphertext, packer_for
 from fedgrove.protocols import instance_ids, refuse_unsupported
 
 
@@ -94,7 +95,8 @@ class HybridHost:
     guest_depth`` deep; ``params.max_depth`` is not read."""
 
     def __init__(self, channel, X, y, guests: list[str], params: GBDTParams, he: HEContext, host_depth: int,
-                 guest_depth: int, ids=None, mode: str = "hessian", shared_only: bool = False):
+                 guest_depth: int, ids=None, mode: str = "hessian", shared_only: bool = False,
+                 rows_per_ciphertext: int | None = None):
         if mode not in MODES:
             raise InvalidParameterError(f"HybridTree mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -113,7 +115,22 @@ class HybridHost:
         self.ids = np.arange(len(self.X)) if ids is None else instance_ids(ids, len(self.X), channel.party)
         self.host_depth, self.guest_depth = host_depth, guest_depth
         self.packer = packer_for(params.objective, self.y)
+        self.row_packing = self._row_packing(rows_per_ciphertext)
         self.bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(self.X)
+
+    def _row_packing(self, k) -> RowPacking:
+        """Instances per gradient ciphertext (hessian mode): ``k``, or by scheme as the vertical protocol's
+        (:func:`default_rows_per_ciphertext`: 3 for Paillier, 1 for OU); count mode takes one."""
+        if k is None:
+            k = default_rows_per_ciphertext(self.he, self.packer) if self.mode == "hessian" else 1
+        if isinstance(k, bool) or not isinstance(k, int) or not RowPacking.for_packer(self.packer, k).fits(
+                self.he.plaintext_bits):
+            raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to {MAX_ROWS} whose packed "
+                                        f"pairs fit the key's {self.he.plaintext_bits}-bit plaintexts, got {k!r}")
+        if k > 1 and self.mode == "count":
+            raise InvalidParameterError(f"HybridTree's count mode encrypts one instance per ciphertext (its guests "
+                                        f"return a prediction per instance), got rows_per_ciphertext={k}")
+        return RowPacking.for_packer(self.packer, k)
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> HybridHostModel:
         """Train; with a ``checkpoint`` store, save after every boosting round and (``resume``) continue from
@@ -145,7 +162,8 @@ class HybridHost:
             guest_rows[u] = np.array([row_of[int(i)] for i in layout.ids], dtype=np.int64)
             remotes[u] = _Remote(u, layout.n_value_bins, 0, 0)
         ch.broadcast("key", m.PublicKey(self.he.public_bytes(), self.packer.frac_bits, self.packer.value_bits,
-                                        self.packer.count_bits), self.guests)
+                                        self.packer.count_bits, self.row_packing.rows, self.row_packing.stride_bits),
+                     self.guests)
         self._send_setup(layouts)
         X_binned = self.bin_mapper.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
@@ -224,7 +242,7 @@ class HybridHost:
         for u in self.guests:
             rows = guest_rows[u]
             nodes = leaf_of_row[rows]
-            ct = self.he.encrypt(self.packer.encode(g[rows], h[rows]))
+            ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[rows], h[rows])))
             ch.send(u, m.CONTROL, m.NodeGradients(tree_id, nodes, self.he.serialize(ct)))
             roots = np.unique(nodes)
             totals = {int(r): np.array([g[rows[nodes == r]].sum(), h[rows[nodes == r]].sum()]) for r in roots}
@@ -247,7 +265,8 @@ class HybridHost:
                 reply = ch.recv(u, m.REPLY, m.EncryptedHistograms)
                 hist = np.zeros((len(front), remotes[u].n_bins, 2))
                 hist[build] = decode_histograms(reply, remotes[u], totals[build], self.he, self.packer,
-                                                f"histograms from {u} (tree {tree_id}, layer {layer})")
+                                                f"histograms from {u} (tree {tree_id}, layer {layer})",
+                                                self.row_packing)
                 for parent_row, lrow, rrow in st["pairs"]:
                     hist[rrow] = st["hist"][parent_row] - hist[lrow]
                 node_stats = np.column_stack([totals, np.full(len(front), np.nan)])
