@@ -1,6 +1,7 @@
 """The CLI end to end, in-process through ``main(argv)`` (same code path as the
 console script), plus one real subprocess to check the installed command."""
 
+import json
 import re
 import subprocess
 import sys
@@ -718,3 +719,37 @@ def test_partition_protocol_refusals_and_the_config_goes_with_its_partition(tmp_
     code, _, err = run(["partition", data, "-l", "y", "--scheme", "horizontal", "-o", parts, "--protocol", "simfl"],
                        capsys)
     assert code != 0 and "federation.toml" in err and (parts / "federation.toml").read_text() == "# mine\n"
+
+
+def test_a_hybridtree_config_s_rows_per_ciphertext_reaches_the_host(tmp_path, capsys):
+    # [he] rows_per_ciphertext applies to HybridTree's host too: two OU instances a ciphertext train the model of
+    # one, file for file; five do not fit OU's plaintexts and the run says so
+    r = np.random.default_rng(4)
+    X = r.normal(size=(300, 6))
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
+    df["y"] = (X[:, 0] + X[:, 4] > 0).astype(int)
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "--scheme", "hybrid", "-p", "3", "-o", parts,
+                        "--protocol", "hybridtree"], capsys)
+    assert code == 0, err
+    base = (parts / "federation.toml").read_text()
+    assert "[he]" not in base
+    models, sent = {}, {}
+    for k in (1, 2, 5):
+        out = parts / f"runs{k}"
+        config = parts / f"k{k}.toml"
+        assert base.count('dir = "runs"') == 1
+        config.write_text(base.replace('dir = "runs"', f'dir = "runs{k}"')
+                          + f'\n[he]\nscheme = "ou"\nrows_per_ciphertext = {k}\n')
+        code, _, err = run(["simulate", config], capsys)
+        if k == 5:
+            said = " ".join(err.split())  # OU-2048's plaintexts: 682 or 683 bits by the key
+            assert code != 0 and re.search(r"rows_per_ciphertext must be an integer from 1 to 16 whose packed pairs "
+                                           r"fit the key's 68[23]-bit plaintexts, got 5", said), said
+            continue
+        assert code == 0, err
+        models[k] = sorted((p.name, p.read_bytes()) for p in out.glob("*.model.json"))
+        sent[k] = json.loads((out / "host.stats.json").read_text())["total_sent"]
+    assert len(models[1]) == 4 and models[1] == models[2]
+    assert sent[2] < 0.7 * sent[1]  # half the gradient ciphertexts
