@@ -120,6 +120,9 @@ def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
                                         r"'fvtree'"),
     ("simfl", '[he]\nkey_bits = 3072', r"\[he\] sets the homomorphic encryption of the vertical, hybridtree, "
                                        r"federated-forest protocols; the simfl protocol uses none"),
+    ("federated-forest", '[he]\nrows_per_ciphertext = 3', r"\[he\] rows_per_ciphertext packs instances' gradients "
+                                                         r"for the vertical and hybridtree protocols; the "
+                                                         r"federated-forest protocol encrypts each instance's"),
 ])
 def test_tables_that_do_not_apply_to_the_protocol_are_refused(tmp_path, protocol, table, message):
     path = tmp_path / "federation.toml"

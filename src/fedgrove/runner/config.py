@@ -354,6 +354,7 @@ PROTOCOL_TABLES = {"hybridtree": "hybridtree", "forest": "federated-forest", "si
                    "horizontal": "horizontal"}
 TABLES = ("federation", "params", "he", "output", "party", "peers", "roles", *PROTOCOL_TABLES)
 USES_HE = ("vertical", "hybridtree", "federated-forest")
+PACKS_ROWS = ("vertical", "hybridtree")  # [he] rows_per_ciphertext: several instances per gradient ciphertext
 # where each party holds its own part of the test rows (in the others every party predicts the whole test set)
 SPLIT_TEST = ("vertical", "hybridtree", "federated-forest")
 
@@ -368,6 +369,10 @@ def _check_protocol_tables(d: dict, protocol: str, source: Path) -> None:
     if "he" in d and protocol not in USES_HE:
         raise InvalidParameterError(f"{source}: [he] sets the homomorphic encryption of the {', '.join(USES_HE)} "
                                     f"protocols; the {protocol} protocol uses none: remove the table")
+    if "rows_per_ciphertext" in d.get("he", {}) and protocol not in PACKS_ROWS:
+        raise InvalidParameterError(f"{source}: [he] rows_per_ciphertext packs instances' gradients for the "
+                                    f"{' and '.join(PACKS_ROWS)} protocols; the {protocol} protocol encrypts "
+                                    f"each instance's label statistics in a ciphertext of its own: remove the key")
 
 
 def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=None) -> FederationConfig:
