@@ -23,8 +23,8 @@ from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
-from fedgrove.crypto.packing import MAX_ROWS, RowPacking
-from fedgrove.protocols.vertical.active import _Remote, decode_histograms, default_rows_per_ciphertext, packer_for
+from fedgrove.crypto.packing import RowPacking
+from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for, row_packing_for
 from fedgrove.protocols import instance_ids, refuse_unsupported
 
 
@@ -121,16 +121,11 @@ class HybridHost:
     def _row_packing(self, k) -> RowPacking:
         """Instances per gradient ciphertext (hessian mode): ``k``, or by scheme as the vertical protocol's
         (:func:`default_rows_per_ciphertext`: 3 for Paillier, 1 for OU); count mode takes one."""
-        if k is None:
-            k = default_rows_per_ciphertext(self.he, self.packer) if self.mode == "hessian" else 1
-        if isinstance(k, bool) or not isinstance(k, int) or not RowPacking.for_packer(self.packer, k).fits(
-                self.he.plaintext_bits):
-            raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to {MAX_ROWS} whose packed "
-                                        f"pairs fit the key's {self.he.plaintext_bits}-bit plaintexts, got {k!r}")
-        if k > 1 and self.mode == "count":
+        packing = row_packing_for(self.he, self.packer, 1 if k is None and self.mode == "count" else k)
+        if packing.rows > 1 and self.mode == "count":
             raise InvalidParameterError(f"HybridTree's count mode encrypts one instance per ciphertext (its guests "
                                         f"return a prediction per instance), got rows_per_ciphertext={k}")
-        return RowPacking.for_packer(self.packer, k)
+        return packing
 
     def fit(self, checkpoint=None, resume: bool = False, progress=None) -> HybridHostModel:
         """Train; with a ``checkpoint`` store, save after every boosting round and (``resume``) continue from

@@ -217,6 +217,16 @@ def default_rows_per_ciphertext(he: HEContext, packer: GHPacker) -> int:
     return 3 if RowPacking.for_packer(packer, 3).fits(he.plaintext_bits) else 1
 
 
+def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPacking:
+    """``k`` instances per gradient ciphertext (None: :func:`default_rows_per_ciphertext`), refused by name unless
+    an integer whose packed pairs fit the key's plaintexts."""
+    k = default_rows_per_ciphertext(he, packer) if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or not RowPacking.for_packer(packer, k).fits(he.plaintext_bits):
+        raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to {MAX_ROWS} whose packed "
+                                    f"pairs fit the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
+    return RowPacking.for_packer(packer, k)
+
+
 class VerticalActive:
     """The active side of training and prediction.
 
@@ -245,12 +255,7 @@ class VerticalActive:
         self.params = params
         self.he = he
         self.packer = packer or packer_for(params.objective, self.y)
-        k = default_rows_per_ciphertext(he, self.packer) if rows_per_ciphertext is None else rows_per_ciphertext
-        if isinstance(k, bool) or not isinstance(k, int) or not RowPacking.for_packer(self.packer, k).fits(
-                he.plaintext_bits):
-            raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to {MAX_ROWS} whose packed "
-                                        f"pairs fit the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
-        self.row_packing = RowPacking.for_packer(self.packer, k)
+        self.row_packing = row_packing_for(he, self.packer, rows_per_ciphertext)
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
         self.remotes: list[_Remote] = []
         self.ids = instance_ids(ids, len(self.X), channel.party)
