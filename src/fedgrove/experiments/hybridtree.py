@@ -90,6 +90,7 @@ class Config:
     test_holders: str = "all"  # every guest holds the test instances' guest features, or "one" drawn at random
     extra_seeds: tuple = (1, 2, 3, 4)  # "seeds": Table 1's gap to ALL-IN with other data splits and host features
     n_threads: int | None = None  # each party's kernel threads (None: numba's default for a new thread, every core)
+    rows_per_ciphertext: int | None = None  # Table 2: instances per gradient ciphertext (None: by scheme)
 
     def params(self, depth: int | None = None, n_trees: int | None = None) -> GBDTParams:
         return GBDTParams(n_estimators=n_trees or self.n_trees, learning_rate=self.learning_rate,
@@ -181,7 +182,8 @@ def run_hybrid(s: Setting, cfg: Config, he=None, n_trees: int | None = None, hos
     t = time.perf_counter()
     out = run_hybridtree(s.X[np.ix_(rows_h, s.host_features)], s.y[rows_h], guests,
                          cfg.params(n_trees=n_trees), he, cfg.host_depth, cfg.guest_depth, timeout=600,
-                         X_test_host=s.Xt[:, s.host_features], test_guests=test_guests, mode=mode)
+                         X_test_host=s.Xt[:, s.host_features], test_guests=test_guests, mode=mode,
+                         rows_per_ciphertext=cfg.rows_per_ciphertext if mode == "hessian" else None)
     out["seconds"] = time.perf_counter() - t
     return out
 
@@ -197,7 +199,7 @@ def run_vfl(s: Setting, cfg: Config, k: int, he=None, n_trees: int | None = None
     t = time.perf_counter()
     out = run_vertical([s.X[np.ix_(rows, s.host_features)], s.X[np.ix_(rows, feats)]], s.y[rows],
                        cfg.params(n_trees=n_trees), he, X_test_parts=[s.Xt[:, s.host_features], s.Xt[:, feats]],
-                       names=["host", f"guest{k}"], timeout=600)
+                       names=["host", f"guest{k}"], timeout=600, rows_per_ciphertext=cfg.rows_per_ciphertext)
     out["seconds"] = time.perf_counter() - t
     return out
 
