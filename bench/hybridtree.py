@@ -8,7 +8,7 @@ those runs (together they cover the instances HybridTree covers), and one run
 with a single passive party holding every guest's features for every
 instance.  Reports seconds and bytes per tree (all parties, and per party) and
 the VFL/HybridTree ratios; the median of ``--repeats`` runs for the times.
-Writes bench/results/hybridtree.json.
+Writes bench/results/hybridtree.json (or ``--out``).
 
     python bench/hybridtree.py [--dataset a9a --trees 5 --he ou --repeats 3 --threads 2 --rows-per-ciphertext K
                                 --out FILE]
