@@ -41,7 +41,7 @@ def test_other_version_is_refused_with_both_versions_named(models, tmp_path):
         load_model(path)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "not-a-model", "bad-child", "missing-field", "binary",
+@pytest.mark.parametrize("damage", ["truncate", "not-a-model", "bad-child", "shared-child", "missing-field", "binary",
                                     "negative-feature", "feature-past-the-width"])
 def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     text = json.dumps(models[1][0].to_dict())
@@ -53,6 +53,13 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     elif damage == "bad-child":
         d = json.loads(text)
         d["trees"][0]["nodes"]["left"][0] = 10_000
+        path.write_text(json.dumps(d))
+    elif damage == "shared-child":  # links that point forward but make one node the child of two
+        d = json.loads(text)
+        nodes = d["trees"][0]["nodes"]
+        k = nodes["left"][0]
+        assert nodes["feature"][k] >= 0
+        nodes["right"][0] = nodes["left"][k]
         path.write_text(json.dumps(d))
     elif damage == "missing-field":
         d = json.loads(text)

@@ -105,7 +105,8 @@ class Tree:
 
     def validate(self) -> None:
         """Check the features (a column, or -1 for a leaf) and the child links: every internal node points at
-        two later nodes."""
+        two later nodes, and no node is the child of two (the routing kernels follow each node's rows from its
+        one parent)."""
         n = self.n_nodes
         if np.any(self.nodes["feature"] < LEAF):
             raise ModelFormatError(f"tree has a negative split feature {int(self.nodes['feature'].min())}")
@@ -115,6 +116,9 @@ class Tree:
             child = self.nodes[side][internal]
             if np.any(child <= idx) or np.any(child >= n):
                 raise ModelFormatError("tree has a child index out of range")
+        children = np.concatenate([self.nodes["left"][internal], self.nodes["right"][internal]])
+        if len(np.unique(children)) != len(children):
+            raise ModelFormatError("tree has a node that is the child of two nodes")
 
 
 def _encode_column(col: np.ndarray) -> list:
