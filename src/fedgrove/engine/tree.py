@@ -112,12 +112,13 @@ class Tree:
             raise ModelFormatError(f"tree has a negative split feature {int(self.nodes['feature'].min())}")
         internal = ~self.is_leaf
         idx = np.nonzero(internal)[0]
+        children = []
         for side in ("left", "right"):
             child = self.nodes[side][internal]
             if np.any(child <= idx) or np.any(child >= n):
                 raise ModelFormatError("tree has a child index out of range")
-        children = np.concatenate([self.nodes["left"][internal], self.nodes["right"][internal]])
-        if len(np.unique(children)) != len(children):
+            children.append(child)
+        if np.bincount(np.concatenate(children), minlength=n).max() > 1:
             raise ModelFormatError("tree has a node that is the child of two nodes")
 
 
