@@ -418,13 +418,14 @@ def test_console_script_runs_as_a_process(csv, tmp_path):
     assert "label column 'nope' not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("argv, message", [(["train", "--bogus"], "No such option: --bogus"),
+# click words the unknown option "No such option: --bogus" or "No such option '--bogus'" by release
+@pytest.mark.parametrize("argv, message", [(["train", "--bogus"], r"No such option(: |\s*')--bogus"),
                                            (["simulate"], "Missing argument"),
                                            (["bag"], "Missing argument")])
 def test_usage_errors_print_usage_and_exit_2_without_a_traceback(argv, message, capsys):
     code, out, err = run(argv, capsys)
     assert code == 2
-    assert message in out + err and "Usage: fedgrove" in out + err
+    assert re.search(message, out + err) and "Usage: fedgrove" in out + err
     assert "Traceback" not in out + err
 
 

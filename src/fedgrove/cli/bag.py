@@ -28,6 +28,7 @@ def bag(
     predicted the same test instances): majority or soft vote, or the mean for regression."""
     import pandas as pd
 
+    from fedgrove.data.io import read_csv
     from fedgrove.engine.model import atomic_write_text
     from fedgrove.exceptions import DataError, InvalidParameterError
     from fedgrove.protocols.hybridtree.bagging import VOTES, bag_prediction_files
@@ -42,7 +43,7 @@ def bag(
         if not path.is_file():
             raise DataError(f"prediction file {path} not found")
         try:
-            frames[str(path)] = pd.read_csv(path)
+            frames[str(path)] = read_csv(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"{path}: not a readable CSV file ({exc})") from None
     df = bag_prediction_files(frames, vote)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedgrove.data.io import Table
+from fedgrove.data.io import Table, read_csv
 from fedgrove.exceptions import DataError
 
 LIBSVM_URL = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/"
@@ -220,8 +220,8 @@ def load_dataset(name: str, directory=None, download: bool = False, base_url: st
         return Dataset(name, _libsvm(paths[0], 8), _libsvm(paths[1], 8), "binary", [-1, 1])
     if name == "adult":
         read = dict(header=None, names=_ADULT_COLUMNS + ["income"], skipinitialspace=True, na_values=["?"])
-        train = pd.read_csv(paths[0], **read)
-        test = pd.read_csv(paths[1], skiprows=1, **read)
+        train = read_csv(paths[0], **read)
+        test = read_csv(paths[1], skiprows=1, **read)
         train, test = train.dropna(subset=["income"]), test.dropna(subset=["income"])
         cat_cols = [c for c in _ADULT_COLUMNS if not pd.api.types.is_numeric_dtype(train[c])]
         _encode_categoricals([train, test], cat_cols)
@@ -231,19 +231,19 @@ def load_dataset(name: str, directory=None, download: bool = False, base_url: st
             tables.append(Table(df.to_numpy(np.float64), y, list(df.columns), "income"))
         return Dataset(name, tables[0], tables[1], "binary", ["<=50K", ">50K"])
     if name == "spambase":
-        d = pd.read_csv(paths[0], header=None).to_numpy(np.float64)
+        d = read_csv(paths[0], header=None).to_numpy(np.float64)
         return Dataset(name, Table(d[:, :-1], d[:, -1], [f"f{j}" for j in range(57)], "spam"), None, "binary", [0, 1])
     if name == "ionosphere":
-        d = pd.read_csv(paths[0], header=None)
+        d = read_csv(paths[0], header=None)
         y = (d.pop(34) == "g").to_numpy(np.float64)
         return Dataset(name, Table(d.to_numpy(np.float64), y, [f"f{j}" for j in range(34)], "class"), None, "binary",
                        ["b", "g"])
     if name == "waveform":
-        d = pd.read_csv(paths[0], header=None).to_numpy(np.float64)
+        d = read_csv(paths[0], header=None).to_numpy(np.float64)
         return Dataset(name, Table(d[:, :-1], d[:, -1], [f"f{j}" for j in range(21)], "class"), None, "multiclass",
                        [0, 1, 2])
     if name == "kddcup99":
-        d = pd.read_csv(paths[0], header=None)
+        d = read_csv(paths[0], header=None)
         label = d.pop(41).str.rstrip(".")
         _encode_categoricals([d], _KDD_CATEGORICAL)
         classes = sorted(label.unique())

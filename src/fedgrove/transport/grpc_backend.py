@@ -63,6 +63,8 @@ def _build_types():
 Envelope, Ack = _build_types()
 
 
+# how gRPC's core says that the certificate at a peer's address names another party (grpcio 1.60; newer releases)
+_WRONG_PEER = ("is not in peer certificate", "hostname verification")
 _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
 _SLICE = 0.1  # seconds a send waits for its call before it looks whether a party failed or the peer is gone
 RESUME_HINT = "restart every party with --resume to continue from the checkpoints"
@@ -106,7 +108,7 @@ class _FirstCall:
                 if "handshake" in details.lower():
                     self.error = channel._handshake_error(peer, details)
                     return
-                if "hostname verification" in details.lower():  # a party of the federation, but not this one
+                if any(m in details.lower() for m in _WRONG_PEER):  # a party of the federation, but not this one
                     self.error = ProtocolError(
                         f"{channel.party}: the party at {channel.addresses[peer]} is not {peer} (its certificate "
                         f"names another party of the federation); check {peer}'s address among this party's "
