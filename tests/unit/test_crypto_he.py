@@ -96,6 +96,17 @@ def test_bad_parameters():
         keygen("ou", 2048, "phe")
 
 
+def test_without_heu_a_key_is_python_paillier_and_the_warning_says_what_ou_became(monkeypatch):
+    # what keygen gives on a Python without sf-heu's wheels (3.12, 3.13), simulated on this one
+    import fedgrove.crypto.he as he
+
+    monkeypatch.setattr(he, "_heu_available", lambda: False)
+    with pytest.warns(RuntimeWarning, match="OU needs HEU, so this key is python-paillier's Paillier"):
+        c = he.keygen("ou", 2048)
+    assert (c.backend, c.scheme, c.key_bits) == ("phe", "paillier", 2048)
+    assert c.decrypt(c.encrypt([3, 0, 12345])) == [3, 0, 12345]
+
+
 def test_vector_packer_sums_decode_exactly_compressed_or_not(ctx, rng):
     # (w, w*y, w*y^2) as Federated Forest packs them: integer counts, a signed and an unsigned fixed-point field
     # with a negative number of fractional bits (a grid coarser than 1)

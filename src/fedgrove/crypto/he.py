@@ -405,9 +405,10 @@ def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None)
         if _heu_available():
             backend = "heu"
         else:
-            warnings.warn("sf-heu is not installed (it ships wheels for CPython 3.11 only): falling back to "
-                          "python-paillier, about 300x slower to encrypt than HEU's OU", RuntimeWarning,
-                          stacklevel=2)
+            instead = ("OU needs HEU, so this key is python-paillier's Paillier, about 300x slower to encrypt "
+                       "than HEU's OU" if scheme == "ou" else "this key is python-paillier's Paillier")
+            warnings.warn(f"sf-heu is not installed (it ships wheels for CPython 3.11 on Linux x86-64 only): "
+                          f"{instead}", RuntimeWarning, stacklevel=2)
             backend, scheme = "phe", "paillier"
     if backend == "heu":
         return HEUContext(scheme, key_bits)
