@@ -107,6 +107,18 @@ def test_without_heu_a_key_is_python_paillier_and_the_warning_says_what_ou_becam
     assert c.decrypt(c.encrypt([3, 0, 12345])) == [3, 0, 12345]
 
 
+def test_a_party_without_heu_given_an_heu_key_says_what_to_change(monkeypatch):
+    # a federation whose key holder runs on CPython 3.11 (HEU) and another party on 3.12 (no HEU)
+    import fedgrove.crypto.he as he
+
+    if "heu" not in available_backends():
+        pytest.skip("sf-heu not installed")
+    key = keygen("ou", 2048, "heu").public_bytes()
+    monkeypatch.setattr(he, "_heu_available", lambda: False)
+    with pytest.raises(ProtocolError, match=r"encrypts with HEU \(ou\), which this party lacks .*backend = \"phe\""):
+        public_context(key)
+
+
 def test_vector_packer_sums_decode_exactly_compressed_or_not(ctx, rng):
     # (w, w*y, w*y^2) as Federated Forest packs them: integer counts, a signed and an unsigned fixed-point field
     # with a negative number of fractional bits (a grid coarser than 1)

@@ -436,6 +436,10 @@ def public_context(data: bytes) -> HEContext:
     if scheme not in SCHEMES or key_bits not in KEY_BITS:
         raise ProtocolError(f"public key of unsupported scheme {scheme!r} / {key_bits} bits")
     if kind == "heu":
+        if not _heu_available():
+            raise ProtocolError(f"the key holder encrypts with HEU ({scheme}), which this party lacks (sf-heu ships "
+                                f"wheels for CPython 3.11 on Linux x86-64 only): run this party on CPython 3.11, or "
+                                f"give the key holder's config [he] backend = \"phe\" and scheme = \"paillier\"")
         from heu import phe
 
         try:
