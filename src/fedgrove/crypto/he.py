@@ -30,6 +30,9 @@ SCHEMES = ("ou", "paillier")
 KEY_BITS = (2048, 3072)
 
 
+_NO_HEU = "sf-heu is not installed (it ships wheels for CPython 3.11 on Linux x86-64 only)"
+
+
 def _heu_available() -> bool:
     try:
         import heu  # noqa: F401
@@ -407,8 +410,7 @@ def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None)
         else:
             instead = ("OU needs HEU, so this key is python-paillier's Paillier, about 300x slower to encrypt "
                        "than HEU's OU" if scheme == "ou" else "this key is python-paillier's Paillier")
-            warnings.warn(f"sf-heu is not installed (it ships wheels for CPython 3.11 on Linux x86-64 only): "
-                          f"{instead}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{_NO_HEU}: {instead}", RuntimeWarning, stacklevel=2)
             backend, scheme = "phe", "paillier"
     if backend == "heu":
         return HEUContext(scheme, key_bits)
@@ -437,9 +439,9 @@ def public_context(data: bytes) -> HEContext:
         raise ProtocolError(f"public key of unsupported scheme {scheme!r} / {key_bits} bits")
     if kind == "heu":
         if not _heu_available():
-            raise ProtocolError(f"the key holder encrypts with HEU ({scheme}), which this party lacks (sf-heu ships "
-                                f"wheels for CPython 3.11 on Linux x86-64 only): run this party on CPython 3.11, or "
-                                f"give the key holder's config [he] backend = \"phe\" and scheme = \"paillier\"")
+            raise ProtocolError(f"the key holder encrypts with HEU ({scheme}), which this party lacks ({_NO_HEU}): "
+                                f"run this party on CPython 3.11, or give the key holder's config [he] backend = "
+                                f"\"phe\" and scheme = \"paillier\"")
         from heu import phe
 
         try:

@@ -102,13 +102,14 @@ class _FirstCall:
                 return
             except grpc.RpcError as exc:
                 details = exc.details() or ""
+                said = details.lower()
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     self.error = exc
                     return
-                if "handshake" in details.lower():
+                if "handshake" in said:
                     self.error = channel._handshake_error(peer, details)
                     return
-                if any(m in details.lower() for m in _WRONG_PEER):  # a party of the federation, but not this one
+                if any(m in said for m in _WRONG_PEER):  # a party of the federation, but not this one
                     self.error = ProtocolError(
                         f"{channel.party}: the party at {channel.addresses[peer]} is not {peer} (its certificate "
                         f"names another party of the federation); check {peer}'s address among this party's "
