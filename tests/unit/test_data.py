@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fedgrove.data import datasets
-from fedgrove.data.io import Table, column_order, feature_columns, load_table, write_table
+from fedgrove.data.io import Table, column_order, feature_columns, load_table, table_from_frame, write_table
 from fedgrove.exceptions import DataError
 
 
@@ -223,6 +223,28 @@ def test_bad_input_names_the_problem(frame, tmp_path, case, match):
         _csv(f, tmp_path, "bad.csv")
     with pytest.raises(DataError, match=match):
         load_table(p, label=label)
+
+
+def test_two_columns_with_one_name_are_refused_in_every_format(tmp_path):
+    # pandas would read a CSV header "a,a,y" as a, a.1, y: the second 'a' quietly renamed
+    (tmp_path / "d.csv").write_text("a,b,a,y\n1,2,3,0\n4,5,6,1\n")
+    with gzip.open(tmp_path / "d.csv.gz", "wt") as fh:
+        fh.write("a,b,a,y\n1,2,3,0\n4,5,6,1\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table([pa.array([1.0, 2.0])] * 2 + [pa.array([0, 1])], names=["a", "a", "y"]),
+                   tmp_path / "d.parquet")
+    for name, columns in [("d.csv", "1 and 3"), ("d.csv.gz", "1 and 3"), ("d.parquet", "1 and 2")]:
+        with pytest.raises(DataError, match=f"{name}' has two columns named 'a' \\(columns {columns}\\)"):
+            load_table(tmp_path / name, label="y")
+    with pytest.raises(DataError, match="has two columns named 'a'"):
+        feature_columns(tmp_path / "d.parquet", label="y")
+    # names pandas compares unequal but that are one name as text
+    with pytest.raises(DataError, match="two columns named '1'"):
+        table_from_frame(pd.DataFrame([[1, 2, 0]], columns=[1, "1", "y"]), label="y")
+    # blank header fields are pandas' 'Unnamed: j', not a repeated name
+    (tmp_path / "blank.csv").write_text("a,,,y\n1,2,3,0\n4,5,6,1\n")
+    assert load_table(tmp_path / "blank.csv", label="y").n_features == 3
 
 
 def test_named_dataset_missing_says_where_to_get_it(tmp_path):

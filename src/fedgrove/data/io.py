@@ -193,6 +193,7 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
     if fmt == "libsvm":
         return _load_libsvm(path, n_features)
     if fmt == "parquet":
+        _parquet_names(path)  # refuses a repeated column name before pyarrow's own, less clear, error
         try:
             df = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises many types for corrupt files
@@ -291,12 +292,7 @@ def feature_columns(path, label=None, format: str | None = None) -> list[str] | 
     if fmt == "libsvm" or not path.is_file() or path.stat().st_size == 0:
         return None
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            columns = [str(c) for c in pq.read_schema(path).names if c != "__index_level_0__"]
-        except Exception as exc:  # pyarrow raises many types for corrupt files
-            raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
+        columns = _parquet_names(path)
     else:
         df = _read_csv(path, None, nrows=1)
         if df.attrs.get("named", True) is False:
@@ -307,6 +303,31 @@ def feature_columns(path, label=None, format: str | None = None) -> list[str] | 
     except DataError:
         label = None
     return [c for c in columns if c not in (ID_COLUMN, label)]
+
+
+def _parquet_names(path: Path) -> list[str]:
+    """The column names of a Parquet file, from its schema (no data read), but pandas' saved index."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = [str(c) for c in pq.read_schema(path).names if c != "__index_level_0__"]
+    except Exception as exc:  # pyarrow raises many types for corrupt files
+        raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
+    refuse_repeated_names(names, str(path))
+    return names
+
+
+def refuse_repeated_names(names, source: str) -> None:
+    """Refuse two columns with one name: a label or feature named by it would be ambiguous, and pandas would
+    quietly rename the second (``a.1``) in a CSV file.  Empty names (pandas' ``Unnamed: j``) are not compared."""
+    seen: dict[str, int] = {}
+    for j, name in enumerate(names):
+        if name == "":
+            continue
+        if name in seen:
+            raise DataError(f"{source!r} has two columns named {name!r} (columns {seen[name] + 1} and {j + 1}); "
+                            f"give each column its own name")
+        seen[name] = j
 
 
 def read_csv(path, **options) -> pd.DataFrame:
@@ -322,10 +343,14 @@ def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.D
                                           na_values=["?", "NA", "NaN", "nan", ""]))
         df = read_csv(path, header=0 if header else None, sep=sep, skipinitialspace=True,
                       na_values=["?", "NA", "NaN", "nan", ""], nrows=nrows)
+        # the names as written: pandas renames a repeated one (a, a.1)
+        names = read_csv(path, header=None, nrows=1, sep=sep, skipinitialspace=True, dtype=str,
+                         keep_default_na=False).iloc[0] if header else []
     except pd.errors.EmptyDataError:
         raise DataError(f"data file {str(path)!r} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"cannot parse {str(path)!r} as CSV: {exc}") from None
+    refuse_repeated_names([str(v) for v in names], str(path))
     if not header:
         df.columns = [f"f{j}" for j in range(df.shape[1])]
         df.attrs["named"] = False
@@ -416,6 +441,7 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
                      categorical=None) -> Table:
     df = df.copy()
     df.columns = [str(c) for c in df.columns]
+    refuse_repeated_names(list(df.columns), source)
     label_name = _resolve_label(list(df.columns), label, source)
     id_values = id_text = None
     if ids and ID_COLUMN in df.columns and label_name != ID_COLUMN:
