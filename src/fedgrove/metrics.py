@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn import metrics as skm
 
-from fedgrove.exceptions import InvalidParameterError
+from fedgrove.exceptions import DataError, InvalidParameterError
 
 
 def accuracy(y_true, y_pred) -> float:
@@ -16,7 +16,21 @@ def error_rate(y_true, y_pred) -> float:
     return 1.0 - accuracy(y_true, y_pred)
 
 
+def ranks_defined(y_true) -> bool:
+    """Whether AUC and AUPRC are defined for these labels: they rank the positives above the negatives, so
+    both classes must be present."""
+    return len(np.unique(np.asarray(y_true))) >= 2
+
+
+def _need_both_classes(y_true, name: str) -> None:
+    if not ranks_defined(y_true):
+        values = np.unique(np.asarray(y_true))
+        held = f"only the class {values[0].item()!r}" if len(values) else "no rows"
+        raise DataError(f"{name} is undefined for labels that hold {held}: it needs both classes")
+
+
 def auc(y_true, score) -> float:
+    _need_both_classes(y_true, "AUC")
     score = np.asarray(score)
     if score.ndim == 2:
         if score.shape[1] == 2:
@@ -27,6 +41,7 @@ def auc(y_true, score) -> float:
 
 
 def auprc(y_true, score) -> float:
+    _need_both_classes(y_true, "AUPRC")
     score = np.asarray(score)
     if score.ndim == 2:
         score = score[:, 1]

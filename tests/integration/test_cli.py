@@ -1,10 +1,12 @@
 """The CLI end to end, in-process through ``main(argv)`` (same code path as the
 console script), plus one real subprocess to check the installed command."""
 
+import io
 import json
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -175,6 +177,18 @@ def test_predict_scores_a_test_file_with_a_class_the_model_never_saw_and_writes_
     assert code == 2 and "--proba needs a classification model; " in err and "is a regression model" in err
 
 
+def test_predict_on_test_labels_of_one_class_leaves_auc_out_without_warnings(csv, tmp_path, capsys):
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-m", model, "-l", "label", "-n", "5", "-q"], capsys)[0] == 0
+    df = pd.read_csv(csv)
+    df[df["label"] == "yes"].to_csv(tmp_path / "yes.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scikit-learn's UndefinedMetricWarning reached the terminal
+        code, _, err = run(["predict", model, tmp_path / "yes.csv"], capsys)
+    assert code == 0, err
+    assert re.search(r"accuracy \d\.\d{4}  \(AUC and AUPRC left out: every label is 'yes'\)  logloss", err), err
+
+
 def test_notes_of_the_library_reach_stderr_unless_the_log_level_hides_them(csv, tmp_path, capsys):
     # early stopping is logged by the engine: the CLI shows it as a note, --log-level warning hides it
     df = pd.read_csv(csv)
@@ -231,9 +245,37 @@ def test_predict_leaves_out_libsvm_features_beyond_those_of_the_training_file(tm
         fitted.save(model)
         code, out, err = run(["predict", model, tmp_path / "test.svm", "--proba"], capsys)
         assert code == 0, err
-        assert ("left out: f3, f4" in err) == (width is None) and "accuracy" in err
+        assert ("left out: f2, f3" in err) == (width is None) and "accuracy" in err
         outs.append(out)
     assert outs[0] == outs[1]
+
+
+def test_a_libsvm_test_file_is_read_with_the_numbering_of_the_training_file(tmp_path, capsys):
+    # scikit-learn writes LIBSVM files numbered from 0; a test file whose rows never hold feature 0 read
+    # alone as numbered from 1, and every feature was shifted by one: the predictions were silently wrong
+    from sklearn.datasets import dump_svmlight_file
+
+    from fedgrove import load_model
+
+    r = np.random.default_rng(3)
+    X = r.normal(size=(300, 3))
+    dump_svmlight_file(X, (X[:, 0] + X[:, 1] > 0).astype(int), str(tmp_path / "train.svm"))
+    Xt = r.normal(size=(40, 3))
+    Xt[:, 0] = 0
+    dump_svmlight_file(Xt, (Xt[:, 1] > 0).astype(int), str(tmp_path / "test.svm"))
+    model = tmp_path / "m.json"
+    assert run(["train", tmp_path / "train.svm", "-m", model, "-n", "10", "-q"], capsys)[0] == 0
+    m = load_model(model)
+    assert m.metadata["libsvm_base"] == 0 and m.feature_names == ["f0", "f1", "f2"]
+    code, out, err = run(["predict", model, tmp_path / "test.svm", "--proba"], capsys)
+    assert code == 0, err
+    got = pd.read_csv(io.StringIO(out)).to_numpy()
+    np.testing.assert_array_equal(got, m.predict_proba(Xt))
+    # a file numbered from 1 given to a model of files numbered from 0 is refused, not shifted
+    dump_svmlight_file(X, X[:, 2] > 0, str(tmp_path / "one.svm"), zero_based=False)
+    assert run(["train", tmp_path / "one.svm", "-m", tmp_path / "m1.json", "-n", "2", "-q"], capsys)[0] == 0
+    code, _, err = run(["predict", tmp_path / "m1.json", tmp_path / "train.svm"], capsys)
+    assert code != 0 and "numbers its features from 0 (it holds index 0), but the training data numbered" in err
 
 
 def test_text_columns_as_categories_through_train_predict_and_partition(tmp_path, capsys):

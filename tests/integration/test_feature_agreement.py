@@ -77,9 +77,9 @@ def test_parties_with_libsvm_files_of_other_widths_are_told_to_give_n_features(t
 def test_libsvm_parties_read_their_files_at_n_features_and_test_files_at_the_training_width(tmp_path, capsys):
     import json
 
-    assert main(["simulate", str(_libsvm_federation(tmp_path, "simfl", width=3))]) != 0  # c0 has feature 4
-    err = " ".join(capsys.readouterr().err.split())
-    assert "has values in features beyond n_features = 3: f4; raise n_features" in err
+    assert main(["simulate", str(_libsvm_federation(tmp_path, "simfl", width=3))]) != 0  # c0 has a 4th feature
+    err = " ".join(capsys.readouterr().err.split())  # named by its index in the file (numbered from 0)
+    assert "has values in features beyond n_features = 3: f3; raise n_features" in err
     # a test file narrower than the training files (before: "X must have shape (n_samples, 4), got (100, 2)")
     assert main(["simulate", str(_libsvm_federation(tmp_path, "simfl", width=4, test=True))]) == 0, \
         capsys.readouterr().err
@@ -189,7 +189,7 @@ def test_horizontal_parties_with_other_categories_are_refused_unless_the_config_
     colours = [["red", "green", "blue"], ["red", "blue"]]  # p1 has no green: its codes would mean other colours
     assert main(["simulate", str(_categorical_federation(tmp_path, "simfl", colours, '"auto"', "auto"))]) != 0
     err = capsys.readouterr().err
-    assert "or in a categorical column's categories (parties that agree: p0 | p1)" in err
+    assert "or in a categorical column's categories," in err and "(parties that agree: p0 | p1)" in err
     # each party notes what it found, in the form its config takes: p0's line, pasted, is the fix
     assert 'party p1: categories found in' in err and 'categorical = {colour = ["blue", "red"]}' in err
     listed = err.split("party p0: categories found in")[1].split("categorical = ")[1].splitlines()[0]
@@ -268,3 +268,45 @@ def test_from_python_each_partys_test_frame_is_matched_by_name(protocol):
     np.testing.assert_array_equal(run(lambda c: c[::-1]), run(lambda c: c))
     with pytest.raises(DataError, match="are not columns of .*test features: 'mean radius'"):
         run(lambda c: c[1:] if "mean radius" in c else c)
+
+
+def test_libsvm_parties_must_number_features_alike_and_test_files_follow_their_training_files(tmp_path, capsys):
+    # scikit-learn writes LIBSVM files numbered from 0; c1's rows never hold feature 0, so its file read as
+    # numbered from 1 and its features were shifted by one against c0's, without a sign
+    from sklearn.datasets import dump_svmlight_file
+
+    r = np.random.default_rng(6)
+    X = r.normal(size=(400, 4))
+    y = (X[:, 1] - X[:, 2] > 0).astype(int)
+    X[200:, 0] = 0
+    dump_svmlight_file(X[:200], y[:200], str(tmp_path / "c0.svm"))
+    dump_svmlight_file(X[200:300], y[200:300], str(tmp_path / "c1.svm"))
+    dump_svmlight_file(X[300:], y[300:], str(tmp_path / "t.svm"))  # no feature 0 either
+    tables = ['data = "c0.svm"\ntest = "t.svm"\n', 'data = "c1.svm"\ntest = "t.svm"\nn_features = 4\n']
+    cfg = _config(tmp_path, "simfl", tables, "[simfl]\nn_hashes = 2\n")
+    assert main(["simulate", str(cfg)]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "or in their LIBSVM files' first feature index (parties that agree: c0 | c1)" in err
+    assert "give its party libsvm_base = 0" in err
+    cfg.write_text(cfg.read_text().replace("n_features = 4\n", "n_features = 4\nlibsvm_base = 0\n"))
+    assert main(["simulate", str(cfg)]) == 0, capsys.readouterr().err
+    # c0's test file, which holds no feature 0 either, is read numbered as c0's training file
+    from fedgrove import load_model
+
+    model = load_model(tmp_path / "out" / "c0.model.json")
+    got = pd.read_csv(tmp_path / "out" / "c0.predictions.csv")
+    np.testing.assert_array_equal(got["prediction"].to_numpy(), model.predict(X[300:]))
+    for bad, message in (("2", "libsvm_base must be 0 or 1 (the index of a LIBSVM file's first feature), got 2"),
+                         ("true", "libsvm_base must be 0 or 1")):
+        cfg.write_text(cfg.read_text().replace("libsvm_base = 0\n", f"libsvm_base = {bad}\n"))
+        assert main(["simulate", str(cfg)]) != 0
+        assert message in capsys.readouterr().err
+        cfg.write_text(cfg.read_text().replace(f"libsvm_base = {bad}\n", "libsvm_base = 0\n"))
+
+
+def test_libsvm_base_is_refused_for_files_whose_columns_are_named(tmp_path, capsys):
+    cfg = _federation(tmp_path, "simfl")
+    cfg.write_text(cfg.read_text().replace('data = "c0.csv"\n', 'data = "c0.csv"\nlibsvm_base = 0\n'))
+    assert main(["simulate", str(cfg)]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "libsvm_base is for LIBSVM files (numbered by index)" in err and "data = 'c0.csv' is csv" in err

@@ -247,6 +247,34 @@ def test_two_columns_with_one_name_are_refused_in_every_format(tmp_path):
     assert load_table(tmp_path / "blank.csv", label="y").n_features == 3
 
 
+def test_libsvm_files_numbered_from_0_or_1_are_read_by_their_own_indices(tmp_path):
+    from sklearn.datasets import dump_svmlight_file
+
+    from fedgrove.data.io import libsvm_layout
+
+    X = np.array([[1.5, 0.0, 2.0], [0.5, 3.0, 0.0]])
+    dump_svmlight_file(X, [1, 0], str(tmp_path / "zero.svm"))  # scikit-learn numbers from 0
+    dump_svmlight_file(X, [1, 0], str(tmp_path / "one.svm"), zero_based=False)
+    for name, base in (("zero.svm", 0), ("one.svm", 1)):
+        t = load_table(tmp_path / name)
+        np.testing.assert_array_equal(t.X, X)
+        assert t.feature_names == [f"f{j + base}" for j in range(3)] and t.meta["libsvm_base"] == base
+        assert libsvm_layout(tmp_path / name) == (3, base)
+    # numbered from 0, but no row holds feature 0: alone it reads as numbered from 1, its features shifted
+    # by one; read with its training file's numbering it is right
+    X[:, 0] = 0
+    dump_svmlight_file(X, [1, 0], str(tmp_path / "zero-test.svm"))
+    assert load_table(tmp_path / "zero-test.svm").X.shape == (2, 2)
+    t = load_table(tmp_path / "zero-test.svm", libsvm_base=0, n_features=3)
+    np.testing.assert_array_equal(t.X, X)
+    assert t.subset(rows=[0]).meta == {"libsvm_base": 0}
+    with pytest.raises(DataError, match=r"zero\.svm' numbers its features from 0 \(it holds index 0\), but the "
+                                        r"training data numbered them from 1"):
+        load_table(tmp_path / "zero.svm", libsvm_base=1)
+    with pytest.raises(DataError, match="libsvm_base must be 0, 1 or None, got 2"):
+        load_table(tmp_path / "zero.svm", libsvm_base=2)
+
+
 def test_named_dataset_missing_says_where_to_get_it(tmp_path):
     with pytest.raises(DataError, match=r"csie\.ntu\.edu\.tw.*FEDGROVE_DATA_DIR"):
         datasets.load_dataset("a9a", directory=tmp_path)

@@ -153,6 +153,32 @@ def test_bad_parameters_name_the_value():
         GBDTParams(objective="poisson")
 
 
+def test_arguments_in_the_wrong_order_and_undefined_metrics_are_named():
+    from fedgrove import metrics
+    from fedgrove.engine.forest import train_forest
+    from fedgrove.exceptions import DataError, InvalidParameterError
+    from fedgrove.runner.roles import test_scores
+
+    X, y = make_classification(100)
+    # train_gbdt(X, y, params) said "X must be a non-empty 2-D array, got shape (100,)" about y
+    with pytest.raises(InvalidParameterError, match=r"params must be a GBDTParams, got ndarray"):
+        train_gbdt(X, y, GBDTParams())
+    with pytest.raises(InvalidParameterError, match=r"params must be a ForestParams, got GBDTParams"):
+        train_forest(GBDTParams(), X, y)
+    # AUC and AUPRC of one class were NaN and 0 behind a scikit-learn warning
+    one = np.zeros(20)
+    assert not metrics.ranks_defined(one) and metrics.ranks_defined(y)
+    for f in (metrics.auc, metrics.auprc):
+        with pytest.raises(DataError, match=r"undefined for labels that hold only the class 0\.0: it needs both"):
+            f(one, np.linspace(0, 1, 20))
+    with pytest.raises(DataError, match=r"eval_metric 'auc' needs both classes in eval_set's labels, which hold "
+                                        r"only \[0\.0\]"):
+        train_gbdt(GBDTParams(n_estimators=2, eval_metric="auc"), X, y, eval_set=(X[:20], one))
+    proba = np.column_stack([np.full(20, 0.4), np.full(20, 0.6)])
+    assert test_scores(proba, one, True) == {"test_accuracy": 0.0}  # a party's statistics leave AUC out
+    assert set(test_scores(proba, np.arange(20) % 2, True)) == {"test_accuracy", "test_auc"}
+
+
 def test_binary_labels_are_checked():
     from fedgrove.exceptions import DataError
 

@@ -10,6 +10,7 @@ import pandas as pd
 import typer
 
 from fedgrove.cli.common import check_output_file, console, load_input, model_features, report_categories, write_data
+from fedgrove.data.io import LIBSVM_BASE
 from fedgrove.exceptions import InvalidParameterError, listing
 
 
@@ -48,7 +49,8 @@ def predict(
     own_label = m.metadata.get("label") if label is None else None
     table = load_input(data, label if own_label is None else own_label, fmt, split="test",
                        label_required=own_label is None, n_features=m.n_features,
-                       categorical=m.metadata.get("categories") or {})  # {}: no column is one
+                       categorical=m.metadata.get("categories") or {},  # {}: no column is one
+                       libsvm_base=m.metadata.get(LIBSVM_BASE))
     report_categories(table, encoded=False)
     X = model_features(table, m.feature_names, data)
     classification = m.classes is not None
@@ -88,8 +90,10 @@ def _report(m, X, y_true, metrics):
             line += (f"  ({int(unseen.sum())} of {len(y)} rows have labels the model was not trained on, "
                      f"{shown}: counted as errors; AUC and log loss left out)")
         else:
-            if p.shape[1] == 2:
+            if p.shape[1] == 2 and metrics.ranks_defined(y):
                 line += f"  auc {metrics.auc(y, p):.4f}  auprc {metrics.auprc(y, p):.4f}"
+            elif p.shape[1] == 2:
+                line += f"  (AUC and AUPRC left out: every label is {m.classes[y[0]]!r})"
             line += f"  logloss {metrics.log_loss(y, p):.4f}"
     else:
         line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X)):.6g}"

@@ -10,7 +10,7 @@ import typer
 
 from fedgrove.cli.common import (CATEGORICAL_HELP, categorical_option, check_output_file, console, encode_labels,
                                  load_input, model_features, progress_bar, report_categories)
-from fedgrove.data.io import infer_objective
+from fedgrove.data.io import LIBSVM_BASE, infer_objective
 from fedgrove.exceptions import DataError, InvalidParameterError, listing
 
 
@@ -87,7 +87,8 @@ def train(
         eval_set = None
         if valid is not None:
             vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test",
-                            n_features=table.n_features, categorical=table.categories or None)
+                            n_features=table.n_features, categorical=table.categories or None,
+                            libsvm_base=table.meta.get(LIBSVM_BASE))
             if vt.y is None:
                 raise DataError("the validation data has no label column")
             vy = _encode_like(vt.y, classes, objective)
@@ -107,6 +108,8 @@ def train(
             fitted = train_forest(params, table.X, y, feature_names=table.feature_names, progress=update)
     fitted.classes = classes
     fitted.metadata["label"] = table.label_name
+    if LIBSVM_BASE in table.meta:  # a LIBSVM test file is read with the same numbering
+        fitted.metadata[LIBSVM_BASE] = table.meta[LIBSVM_BASE]
     if table.categories:
         fitted.metadata["categories"] = table.categories
     fitted.save(model)

@@ -22,6 +22,7 @@ from fedgrove.exceptions import DataError, listing
 from fedgrove.log import logger
 
 ID_COLUMN = "_id"
+LIBSVM_BASE = "libsvm_base"  # Table.meta's and a model's metadata key: the index of a LIBSVM file's first feature
 FORMATS = ("csv", "parquet", "libsvm")
 _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+(e[+-]?\d+)?", re.IGNORECASE)  # 17,99 or 1,5E-3
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")  # 1,234,567 or 12,345.5 (or 1,234: either)
@@ -81,7 +82,7 @@ class Table:
                      names, self.label_name if with_label else None,
                      None if self.ids is None else self.ids[rows], named=self.named,
                      categories={c: v for c, v in self.categories.items() if c in names},
-                     id_text=None if self.id_text is None else self.id_text[rows])
+                     id_text=None if self.id_text is None else self.id_text[rows], meta=dict(self.meta))
 
     def features_as(self, names, source: str = "the data") -> tuple[np.ndarray, list[str]]:
         """The feature matrix with its columns in the order of ``names`` (a model's features), and the
@@ -159,7 +160,7 @@ def _sniff_format(path: Path) -> str | None:
 
 def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,
                n_features: int | None = None, ids: bool = True, label_required: bool = True,
-               categorical=None) -> Table:
+               categorical=None, libsvm_base: int | None = None) -> Table:
     """Load a table.
 
     Parameters
@@ -170,6 +171,8 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
     format : "csv", "parquet" or "libsvm"; default from the extension.
     header : CSV only; ``None`` detects a header row (a first row that is not all numbers).
     n_features : LIBSVM only; number of features (files may not mention the last ones).
+    libsvm_base : LIBSVM only; the index of the first feature, 0 or 1 (a model's training file's,
+        ``Table.meta["libsvm_base"]``); ``None``: 1, the format's own, unless the file holds index 0.
     ids : use a column named ``_id`` as instance IDs when present.
     label_required : when false, a label *name* the file does not have means "no label" (test files that
         may or may not carry the label), instead of an error.
@@ -191,7 +194,9 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
     if path.stat().st_size == 0:
         raise DataError(f"data file {str(path)!r} is empty")
     if fmt == "libsvm":
-        return _load_libsvm(path, n_features)
+        if libsvm_base not in (None, 0, 1):
+            raise DataError(f"libsvm_base must be 0, 1 or None, got {libsvm_base!r}")
+        return _load_libsvm(path, n_features, libsvm_base)
     if fmt == "parquet":
         _parquet_names(path)  # refuses a repeated column name before pyarrow's own, less clear, error
         try:
@@ -536,26 +541,43 @@ def _as_text(v) -> str:
     return str(v)
 
 
-def libsvm_width(path) -> int:
-    """How many features a LIBSVM file's rows span: its largest feature index (read without densifying)."""
+def libsvm_layout(path) -> tuple[int, int]:
+    """How a LIBSVM file numbers its features: (its width, the index of its first feature).  The width spans
+    its largest feature index; the first index is 0 when the file holds index 0, else 1 (the format's own).
+    Read without densifying."""
+    X, _, base = _read_libsvm(Path(path), None)
+    return int(X.shape[1]), base
+
+
+def _read_libsvm(path: Path, base: int | None):
+    """(sparse X, y, first feature index) of a LIBSVM file.  ``base`` None finds the numbering: from 1, the
+    format's own, unless the file holds index 0.  A file from 0 without index 0 (every row's first feature
+    zero) cannot show its numbering: a test file is read with its training file's (``base``), or its features
+    would shift by one."""
     from sklearn.datasets import load_svmlight_file
 
     try:
-        return int(load_svmlight_file(str(path))[0].shape[1])
+        try:
+            X, y = load_svmlight_file(str(path), zero_based=base == 0)
+            return X, y, 0 if base == 0 else 1
+        except ValueError as exc:
+            if base is not None or "Invalid index 0" not in str(exc):
+                raise
+        X, y = load_svmlight_file(str(path), zero_based=True)
+        return X, y, 0
     except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
+        if base == 1 and "Invalid index 0" in str(exc):
+            raise DataError(f"{str(path)!r} numbers its features from 0 (it holds index 0), but the training "
+                            f"data numbered them from 1: write both with one numbering (scikit-learn's "
+                            f"dump_svmlight_file numbers from 0 unless given zero_based=False)") from None
         raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
 
 
-def _load_libsvm(path: Path, n_features: int | None) -> Table:
-    from sklearn.datasets import load_svmlight_file
-
-    try:
-        X, y = load_svmlight_file(str(path))  # as wide as the file's largest feature index
-    except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
+def _load_libsvm(path: Path, n_features: int | None, base: int | None = None) -> Table:
+    X, y, base = _read_libsvm(path, base)  # as wide as the file's largest feature index
     if X.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
-    names = [f"f{j + 1}" for j in range(max(X.shape[1], n_features or 0))]
+    names = [f"f{j + base}" for j in range(max(X.shape[1], n_features or 0))]  # the file's own indices
     left_out = []
     if n_features is not None and X.shape[1] > n_features:  # values where a model's training file had none
         left_out = [names[j] for j in np.unique(X[:, n_features:].nonzero()[1]) + n_features]
@@ -563,7 +585,8 @@ def _load_libsvm(path: Path, n_features: int | None) -> Table:
     X = X.toarray()
     if n_features is not None and X.shape[1] < n_features:  # a file that does not mention the last features
         X = np.hstack([X, np.zeros((X.shape[0], n_features - X.shape[1]))])
-    return Table(X, np.asarray(y, dtype=np.float64), names[:X.shape[1]], "label", named=False, left_out=left_out)
+    return Table(X, np.asarray(y, dtype=np.float64), names[:X.shape[1]], "label", named=False, left_out=left_out,
+                 meta={LIBSVM_BASE: base})
 
 
 def write_table(table: Table, path, format: str | None = None) -> None:

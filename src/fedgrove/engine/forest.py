@@ -168,6 +168,9 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
                  progress: Callable[[int, int], None] | None = None) -> ForestModel:
     """Train a random forest; labels 0..K-1 for classification (``feature_names``: as for
     :func:`~fedgrove.engine.gbdt.train_gbdt`)."""
+    if not isinstance(params, ForestParams):
+        raise InvalidParameterError(f"train_forest(params, X, y, ...): params must be a ForestParams, got "
+                                    f"{type(params).__name__}")
     feature_names = names_of(X, feature_names)
     X, y = check_xy(X, y)
     n, n_features = X.shape

@@ -25,7 +25,7 @@ from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.engine.threads import thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
-from fedgrove.metrics import get_metric
+from fedgrove.metrics import get_metric, ranks_defined
 
 
 @dataclass
@@ -183,6 +183,9 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
         model (or in ``eval_set``) has its columns matched to them by name
     progress : called with (iteration, n_estimators) after each round
     """
+    if not isinstance(params, GBDTParams):
+        raise InvalidParameterError(f"train_gbdt(params, X, y, ...): params must be a GBDTParams, got "
+                                    f"{type(params).__name__}")
     feature_names = names_of(X, feature_names)
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
@@ -219,6 +222,9 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
         yv = objective.check_labels(yv)
         metric_name = params.eval_metric or objective.default_metric
         metric, takes_proba, higher = get_metric(metric_name)
+        if metric_name in ("auc", "auprc") and not ranks_defined(yv):
+            raise DataError(f"eval_metric {metric_name!r} needs both classes in eval_set's labels, which hold "
+                            f"only {np.unique(yv).tolist()}; use 'logloss' or 'error', or a larger eval_set")
         val = {"Xb": bin_mapper.transform(Xv), "y": yv, "raw": np.tile(base, (len(yv), 1)),
                "metric": metric, "proba": takes_proba}
         if params.early_stopping_rounds:

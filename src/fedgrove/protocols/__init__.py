@@ -74,9 +74,11 @@ def check_same_features(digests: dict) -> None:
     if len(groups) > 1:
         shown = " | ".join(", ".join(sorted(g)) for g in sorted(groups.values()))
         raise ProtocolError(f"the parties' feature columns differ in names or order, or in a categorical column's "
-                            f"categories (parties that agree: {shown}); every party must hold the same features in "
-                            f"the same column order, and the same categories (list them in every party's config: "
-                            f"categorical = {{column = [...]}}; each party's log notes the categories it found)")
+                            f"categories, or in their LIBSVM files' first feature index (parties that agree: "
+                            f"{shown}); every party must hold the same features in the same column order, and the "
+                            f"same categories (list them in every party's config: categorical = {{column = [...]}}; "
+                            f"each party's log notes the categories it found); a LIBSVM file numbered from 0 whose "
+                            f"rows never hold feature 0 reads as numbered from 1 (give its party libsvm_base = 0)")
 
 
 def refuse_unsupported(params, protocol: str) -> None:

@@ -53,6 +53,7 @@
                                  # part of the same test instances); the lead party writes the predictions
     # categorical = "auto"       # text columns as categories (or a list of columns, or {column = [...]})
     # n_features = 123           # LIBSVM files: read them at this width (else each at its largest index)
+    # libsvm_base = 0            # LIBSVM files: their first feature index (else 0 if the file holds index 0, 1 if not)
     [output]
     dir = "runs/vertical"
 
@@ -97,6 +98,7 @@ class PartySpec:
     test: Path | None = None
     categorical: object = None  # None, "auto", [column, ...] or {column: [category, ...]}: see load_table
     n_features: int | None = None  # LIBSVM data: the width to read its files at (else its largest feature index)
+    libsvm_base: int | None = None  # LIBSVM data: its first feature index, 0 or 1 (else found: see load_table)
 
 
 @dataclass
@@ -296,7 +298,8 @@ def _read(path) -> tuple[dict, Path]:
         raise InvalidParameterError(f"{str(path)!r} is not valid TOML: {exc}") from None
 
 
-PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features")
+PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features",
+              "libsvm_base")
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
@@ -313,7 +316,7 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
                      d.get("listen"), base / certs if certs else None, base / test if test else None,
-                     _categorical(d.get("categorical"), where), _n_features(d, where))
+                     _categorical(d.get("categorical"), where), _n_features(d, where), _libsvm_base(d, where))
 
 
 def _n_features(d: dict, where: str) -> int | None:
@@ -323,17 +326,34 @@ def _n_features(d: dict, where: str) -> int | None:
         return None
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         raise InvalidParameterError(f"{where}: n_features must be a whole number >= 1, got {value!r}")
+    _libsvm_only(d, where, "n_features", "as wide as their largest feature index")
+    return value
+
+
+def _libsvm_base(d: dict, where: str) -> int | None:
+    """A party's ``libsvm_base``: the index its LIBSVM files number their first feature with, 0 or 1."""
+    value = d.get("libsvm_base")
+    if value is None:
+        return None
+    if value not in (0, 1) or isinstance(value, bool):
+        raise InvalidParameterError(f"{where}: libsvm_base must be 0 or 1 (the index of a LIBSVM file's first "
+                                    f"feature), got {value!r}")
+    _libsvm_only(d, where, "libsvm_base", "numbered by index")
+    return value
+
+
+def _libsvm_only(d: dict, where: str, key: str, why: str) -> None:
+    """Refuse a LIBSVM-only ``key`` for a party whose data or test file is of another format."""
     from fedgrove.data.io import detect_format
 
-    for key in ("data", "test"):
+    for file in ("data", "test"):
         try:
-            fmt = detect_format(d[key]) if key in d else None
+            fmt = detect_format(d[file]) if file in d else None
         except DataError:  # said when the file is read
             continue
         if fmt not in (None, "libsvm"):
-            raise InvalidParameterError(f"{where}: n_features is for LIBSVM files (as wide as their largest feature "
-                                        f"index), but {key} = {d[key]!r} is {fmt}, whose columns it names")
-    return value
+            raise InvalidParameterError(f"{where}: {key} is for LIBSVM files ({why}), but {file} = {d[file]!r} "
+                                        f"is {fmt}, whose columns it names")
 
 
 def _categorical(value, where: str):

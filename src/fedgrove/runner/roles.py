@@ -20,7 +20,7 @@ import numpy as np
 # concurrent first imports of one package's modules can deadlock
 from fedgrove import metrics
 from fedgrove.crypto.he import keygen
-from fedgrove.data.io import detect_format, feature_columns, label_text, libsvm_width, load_table
+from fedgrove.data.io import LIBSVM_BASE, detect_format, feature_columns, label_text, libsvm_layout, load_table
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError, listing
 from fedgrove.log import logger
@@ -68,11 +68,13 @@ class RoleContext:
             raise DataError(f"party {self.spec.name}: no test data configured (test = ...)")
         # a test file may lack the label column: it is then only predicted, not scored
         label = self.spec.label if (with_label or test) else None
-        width = self.spec.n_features
-        if test and width is None and detect_format(path) == "libsvm" and detect_format(self.spec.data) == "libsvm":
-            width = libsvm_width(self.spec.data)  # a LIBSVM test file is read as wide as the training file
+        width, base = self.spec.n_features, self.spec.libsvm_base
+        if test and detect_format(path) == "libsvm" and detect_format(self.spec.data) == "libsvm" and \
+                (width is None or base is None):  # a LIBSVM test file is read as the training file: as wide, and
+            found = libsvm_layout(self.spec.data)  # numbered from the same index (else its features could shift)
+            width, base = width or found[0], found[1] if base is None else base
         table = load_table(path, label=label, label_required=not test, categorical=self._categories(test),
-                           n_features=width)
+                           n_features=width, libsvm_base=base)
         if table.left_out:  # a LIBSVM file with values beyond the width
             shown = listing(table.left_out)
             if not test:
@@ -246,11 +248,16 @@ def keep_names(model, table) -> None:
         model.metadata["categories"] = table.categories
     if table.label_name is not None and table.named:
         model.metadata["label"] = table.label_name
+    if LIBSVM_BASE in table.meta:  # fedgrove predict reads a LIBSVM file numbered as the training data was
+        model.metadata[LIBSVM_BASE] = table.meta[LIBSVM_BASE]
 
 
 def schema(table) -> list[str] | None:
     """What horizontal parties check to be the same everywhere: the feature names in order, then each
-    categorical column with its categories (their codes must mean the same everywhere)."""
+    categorical column with its categories (their codes must mean the same everywhere); for a LIBSVM file, the
+    index it numbers its first feature with (files numbered from 0 and from 1 would shift features by one)."""
+    if LIBSVM_BASE in table.meta:  # positions, not names: the files must number the features alike
+        return [f"\x1eLIBSVM features numbered from {table.meta[LIBSVM_BASE]}"]
     if not table.named:
         return None
     return list(table.feature_names) + [f"{c}\x1e" + "\x1f".join(v) for c, v in sorted(table.categories.items())]
@@ -543,7 +550,7 @@ def test_scores(out: np.ndarray, y: np.ndarray, classification: bool) -> dict:
     if not classification:
         return {"test_rmse": metrics.rmse(y, out)}
     result = {"test_accuracy": metrics.accuracy(y, out.argmax(axis=1))}
-    if out.shape[1] == 2:
+    if out.shape[1] == 2 and metrics.ranks_defined(y):  # left out where every test label is one class
         result["test_auc"] = metrics.auc(y, out[:, 1])
     return result
 
