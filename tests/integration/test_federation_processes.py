@@ -435,6 +435,15 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     assert main(["bag", *map(str, preds), "--truth", str(tmp_path / "parts" / "host0-test.csv"), "-l", "target",
                  "-o", str(tmp_path / "bagged.csv")]) == 0
     assert "bagged accuracy" in capsys.readouterr().err  # the console writes to stderr
+    # --label defaults to the last column, as its help says (it was taken as "no label" and refused); a file
+    # whose last column is a feature is refused, not scored against that feature
+    assert main(["bag", *map(str, preds), "--truth", str(tmp_path / "parts" / "host0-test.csv")]) == 0
+    assert "bagged accuracy" in capsys.readouterr().err
+    pd.read_csv(tmp_path / "parts" / "host0-test.csv").drop(columns="target").to_csv(tmp_path / "nolabel.csv",
+                                                                                      index=False)
+    assert main(["bag", *map(str, preds), "--truth", str(tmp_path / "nolabel.csv")]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds values that are not classes of the predictions (0, 1)" in err and "name the label column" in err
     a, b = (pd.read_csv(p) for p in preds)
     bagged = pd.read_csv(tmp_path / "bagged.csv")
     assert (bagged["_id"] == a["_id"]).all() and len(bagged) == 114

@@ -51,7 +51,7 @@ def bag(
         console.print(f"note: one prediction file: its predictions are passed through unchanged; bagging "
                       f"combines several hosts' files ({next(iter(frames))} and the others')")
     if truth is not None:
-        _score(df, load_input(truth, label, fmt, split="test"), truth)
+        _score(df, load_input(truth, -1 if label is None else label, fmt, split="test"), truth)
     if output is None:
         write_data(df.to_csv(index=False))
     else:
@@ -78,7 +78,15 @@ def _score(df, table, source: str) -> None:
     elif len(y) != len(df):
         raise DataError(f"{source}: {len(y)} rows for {len(df)} predictions")
     pred = df["prediction"].to_numpy()
-    if any(c.startswith("p_") for c in df.columns):
+    classes = [c[2:] for c in df.columns if c.startswith("p_")]
+    if classes:
+        from fedgrove.data.io import label_text
+
+        odd = [v for v in dict.fromkeys(label_text(v) for v in y) if v not in classes]
+        if odd:  # the last column of a file without the label (a guest's) is a feature
+            shown = ", ".join(repr(v) for v in odd[:3])
+            raise DataError(f"{source}: label column {table.label_name!r} holds values that are not classes of the "
+                            f"predictions ({', '.join(classes)}): {shown}; name the label column with --label")
         try:
             hit = np.asarray(pred, dtype=np.float64) == np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError):
