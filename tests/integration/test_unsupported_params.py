@@ -51,6 +51,12 @@ def _forest(**kw):
     return run_federated_forest([X[:, :3], X[:, 3:]], y, ForestParams(n_estimators=2, max_depth=2), **kw)
 
 
+def _forest_with(params):
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+
+    return run_federated_forest([X[:, :3], X[:, 3:]], y, params, mode="shared")
+
+
 P = GBDTParams(n_estimators=2, max_depth=2)
 
 
@@ -75,6 +81,22 @@ P = GBDTParams(n_estimators=2, max_depth=2)
     (lambda: _forest(X_test_parts=[X[:, :3]], mode="shared"), InvalidParameterError,
      r"X_test_parts has 1 parts for 2 clients"),
     (lambda: _forest(), InvalidParameterError, r"mode 'encrypted' needs the label holder's key pair: he=keygen"),
+    # arguments of the wrong type failed inside a party as AttributeErrors ('dict' object has no attribute ...)
+    (lambda: run_simfl(HALVES, {"n_estimators": 2}), InvalidParameterError,
+     r"run_simfl: params must be a GBDTParams, got dict"),
+    (lambda: run_simfl(HALVES, P, {"r": 4.0}), InvalidParameterError,
+     r"run_simfl: options must be a SimFLOptions or None, got dict"),
+    (lambda: run_fvtree(HALVES, P, options=3), InvalidParameterError,
+     r"run_fvtree: options must be a FVTreeOptions or None, got int"),
+    (lambda: run_horizontal(HALVES, None), InvalidParameterError, r"run_horizontal: params must be a GBDTParams"),
+    (lambda: run_vertical([X[:, :3], X[:, 3:]], y, P, None), InvalidParameterError,
+     r"run_vertical: he must be a HEContext \(e\.g\. fedgrove\.keygen\('ou', 2048\)\), got NoneType"),
+    (lambda: run_hybridtree(X[:, :3], y, [(X[:100, 3:], np.arange(100))], P, None, 2, 1), InvalidParameterError,
+     r"run_hybridtree: he must be a HEContext"),
+    (lambda: train_tfl(X, y, [PartyView(np.arange(200), np.arange(6))], None), InvalidParameterError,
+     r"train_tfl: params must be a GBDTParams, got NoneType"),
+    (lambda: _forest_with(P), InvalidParameterError, r"run_federated_forest: params must be a ForestParams, got "
+                                                     r"GBDTParams"),
 ])
 def test_simulations_refuse_malformed_party_inputs_by_name(call, error, message):
     from fedgrove.exceptions import DataError

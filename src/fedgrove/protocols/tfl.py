@@ -22,7 +22,7 @@ from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, names_of
 from fedgrove.engine.tree import RankedRows, Tree
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.protocols import refuse_unsupported
+from fedgrove.protocols import check_types, refuse_unsupported
 
 SCHEDULES = ("round_robin", "blocks")
 
@@ -56,6 +56,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     predicts on full records like the ALL-IN model (a DataFrame's columns are kept as the features' names, so
     that the model matches a DataFrame given to ``predict`` by name).
     """
+    check_types("train_tfl", params=(params, GBDTParams))
     names = names_of(X)
     X, y = check_xy(X, y)
     if not views:

@@ -10,7 +10,7 @@ from fedgrove.engine.forest import ForestParams
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
-from fedgrove.protocols import with_kernel_threads
+from fedgrove.protocols import check_types, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -25,6 +25,7 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
     values), the leaves and the master's traffic during that prediction, the training seconds and every
     party's channel statistics (``fit_stats``: up to the end of training).
     """
+    check_types("run_federated_forest", params=(params, ForestParams))
     if X_test_parts is not None and len(X_test_parts) != len(X_parts):
         raise InvalidParameterError(f"X_test_parts has {len(X_test_parts)} parts for {len(X_parts)} clients: give "
                                     f"every client its test features, in the order of X_parts")

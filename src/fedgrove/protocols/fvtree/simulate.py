@@ -7,7 +7,7 @@ from pathlib import Path
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.ledger.store import Ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions, FVTreeParty
-from fedgrove.protocols import check_parts, with_kernel_threads
+from fedgrove.protocols import check_parts, check_types, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -20,6 +20,7 @@ def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | 
     dishonest parties).  ``keys``, ``checkpoints`` and ``progress`` map party names to a signing key, a
     checkpoint store and a progress callback; ``resume`` continues from the checkpoints.  Returns the models
     (every party's: equal), contributions and channel statistics."""
+    check_types("run_fvtree", params=(params, GBDTParams), options=(options, (FVTreeOptions, type(None))))
     check_parts(parts, "parts", "a tuple (X, y)")
     names = names or [f"party{k}" for k in range(len(parts))]
     hub = InProcessHub(names)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
 from fedgrove.protocols.horizontal.client import HorizontalClient
-from fedgrove.protocols import check_parts, with_kernel_threads
+from fedgrove.protocols import check_parts, check_types, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
 def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float = 120.0, observers=None,
                    contributions: bool = False):
+    check_types("run_horizontal", params=(params, GBDTParams))
     check_parts(client_data, "client_data", "a tuple (X, y)")
     names = [f"client{k}" for k in range(len(client_data))]
     hub = InProcessHub(["aggregator"] + names)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from fedgrove.crypto.he import HEContext
+from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.protocols import check_parts, with_kernel_threads
+from fedgrove.protocols import check_parts, check_types, with_kernel_threads
 from fedgrove.protocols.hybridtree.guest import HybridGuest
 from fedgrove.protocols.hybridtree.host import HybridHost
 from fedgrove.transport.inprocess import InProcessHub, run_parties
@@ -21,6 +23,7 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     trees are ``host_depth + guest_depth`` deep; ``params.max_depth`` is not read (a federation config's
     ``max_depth`` sets the two: :func:`fedgrove.runner.config.hybrid_depths`).  ``rows_per_ciphertext``:
     instances per gradient ciphertext in hessian mode (default by scheme: 3 for Paillier, 1 for OU)."""
+    check_types("run_hybridtree", params=(params, GBDTParams), he=(he, HEContext))
     check_parts(guests, "guests", "a tuple (X_guest, ids)")
     if (X_test_host is None) != (test_guests is None):
         raise InvalidParameterError("give X_test_host and test_guests together: the host and the guests each hold "

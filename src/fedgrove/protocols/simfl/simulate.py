@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.protocols.simfl.party import SimFLOptions, SimFLParty
-from fedgrove.protocols import check_parts, with_kernel_threads
+from fedgrove.protocols import check_parts, check_types, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -14,6 +14,7 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
     """``parts`` holds each party's (X, y) or (X, y, ids).  ``caches`` and ``checkpoints`` map party names to
     where its preprocessing is saved and to a checkpoint store (``resume``: continue from them).  Returns each
     party's model (all equal), the similarity each computed, timings and channel statistics."""
+    check_types("run_simfl", params=(params, GBDTParams), options=(options, (SimFLOptions, type(None))))
     check_parts(parts, "parts", "a tuple (X, y) or (X, y, ids)", (2, 3))
     names = names or [f"party{k}" for k in range(len(parts))]
     hub = InProcessHub(names)

@@ -9,7 +9,7 @@ from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical.active import VerticalActive
 from fedgrove.protocols.vertical.passive import VerticalPassive
-from fedgrove.protocols import with_kernel_threads
+from fedgrove.protocols import check_types, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -22,6 +22,7 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
     Returns a dict with the active model, the passive models, the test raw
     scores (if ``X_test_parts``) and each party's channel statistics.
     """
+    check_types("run_vertical", params=(params, GBDTParams), he=(he, HEContext))
     names = names or [f"party{k}" for k in range(len(X_parts))]
     if len(names) != len(X_parts):
         raise InvalidParameterError(f"{len(names)} names for {len(X_parts)} parties' feature parts")
