@@ -67,9 +67,9 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
     import json
 
     n_host = len(json.loads((parts / "manifest.json").read_text())["parties"][0]["features"])
-    assert f"400 samples x {n_host} features" in out and "label label" in out
+    assert f"400 samples x {n_host} features" in out and "label column 'label'" in out
     code, out, _ = run(["info", parts / "guest1.csv"], capsys)
-    assert code == 0 and "guest1's training file, guest" in out and "label label" not in out
+    assert code == 0 and "guest1's training file, guest" in out and "label column" not in out
 
 
 @pytest.mark.parametrize("algorithm", ["gbdt", "forest"])
@@ -267,6 +267,8 @@ def test_a_libsvm_test_file_is_read_with_the_numbering_of_the_training_file(tmp_
     assert run(["train", tmp_path / "train.svm", "-m", model, "-n", "10", "-q"], capsys)[0] == 0
     m = load_model(model)
     assert m.metadata["libsvm_base"] == 0 and m.feature_names == ["f0", "f1", "f2"]
+    code, out, _ = run(["info", tmp_path / "train.svm"], capsys)  # labels as the file writes them (not 0.0)
+    assert code == 0 and re.search(r"label column 'label' +│ 0: \d+, 1: \d+", out) and "f0, f1, f2" in out
     code, out, err = run(["predict", model, tmp_path / "test.svm", "--proba"], capsys)
     assert code == 0, err
     got = pd.read_csv(io.StringIO(out)).to_numpy()

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table as RichTable
 
 from fedgrove.cli.common import categorical_option, contributions_text, load_input, out
+from fedgrove.data.io import label_text
 from fedgrove.exceptions import listing
 
 
@@ -154,8 +155,8 @@ def info(
     t.add_row("missing values", str(int(np.isnan(table.X).sum())))
     if table.y is not None:
         values, counts = np.unique(table.y, return_counts=True)
-        shown = ", ".join(f"{v}: {c}" for v, c in list(zip(values, counts))[:10])
-        t.add_row(f"label {table.label_name}", shown + (" ..." if len(values) > 10 else ""))
+        shown = ", ".join(f"{label_text(v)}: {c}" for v, c in list(zip(values, counts))[:10])  # -1, not -1.0
+        t.add_row(f"label column {table.label_name!r}", shown + (" ..." if len(values) > 10 else ""))
     t.add_row("features", ", ".join(table.feature_names[:12]) + (" ..." if table.n_features > 12 else ""))
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
