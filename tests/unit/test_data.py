@@ -197,6 +197,8 @@ def _csv(frame, tmp_path, name="t.csv"):
     ("empty", "is empty"),
     ("header-only", "no data rows"),
     ("nan-label", "missing value"),
+    ("latin-1", r"as text: 'utf-8' codec can't decode .*; fedgrove reads text files as UTF-8: save it as UTF-8"),
+    ("latin-1-late", r"as CSV: 'utf-8' codec can't decode .*; fedgrove reads text files as UTF-8"),
 ])
 def test_bad_input_names_the_problem(frame, tmp_path, case, match):
     p = tmp_path / "bad.csv"
@@ -217,6 +219,10 @@ def test_bad_input_names_the_problem(frame, tmp_path, case, match):
         p.write_text("")
     elif case == "header-only":
         p.write_text("a,b,y\n")
+    elif case == "latin-1":  # a spreadsheet's export, say
+        p.write_bytes("a,b,y\n1,caf\u00e9,0\n".encode("latin-1"))
+    elif case == "latin-1-late":  # past the lines read to find the separator: pandas' own error
+        p.write_bytes(b"a,b,y\n" + b"1,2,0\n" * 5000 + "3,caf\u00e9,1\n".encode("latin-1"))
     elif case == "nan-label":
         f = frame.copy()
         f.loc[2, "y"] = np.nan

@@ -22,6 +22,8 @@ from fedgrove.exceptions import DataError, listing
 from fedgrove.log import logger
 
 ID_COLUMN = "_id"
+# what a file that is not UTF-8 is told (a spreadsheet's export in Latin-1 or Windows-1252, say)
+NOT_UTF8 = "; fedgrove reads text files as UTF-8: save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 LIBSVM_BASE = "libsvm_base"  # Table.meta's and a model's metadata key: the index of a LIBSVM file's first feature
 FORMATS = ("csv", "parquet", "libsvm")
 _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+(e[+-]?\d+)?", re.IGNORECASE)  # 17,99 or 1,5E-3
@@ -255,7 +257,9 @@ def _first_lines(path: Path, n: int = 21) -> list[str]:
                     lines.append(line)
                     if len(lines) == n:
                         break
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise DataError(f"cannot read {str(path)!r} as text: {exc}{NOT_UTF8}") from None
+    except OSError as exc:
         raise DataError(f"cannot read {str(path)!r} as text: {exc}") from None
     if not lines:
         raise DataError(f"data file {str(path)!r} is empty")
@@ -354,7 +358,8 @@ def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.D
     except pd.errors.EmptyDataError:
         raise DataError(f"data file {str(path)!r} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"cannot parse {str(path)!r} as CSV: {exc}") from None
+        hint = NOT_UTF8 if isinstance(exc, UnicodeDecodeError) else ""
+        raise DataError(f"cannot parse {str(path)!r} as CSV: {exc}{hint}") from None
     refuse_repeated_names([str(v) for v in names], str(path))
     if not header:
         df.columns = [f"f{j}" for j in range(df.shape[1])]
