@@ -281,6 +281,24 @@ def test_libsvm_files_numbered_from_0_or_1_are_read_by_their_own_indices(tmp_pat
         load_table(tmp_path / "zero.svm", libsvm_base=2)
 
 
+def test_timestamps_and_durations_are_seconds_and_dates_in_text_are_named(tmp_path):
+    # they were read as counts of the column's unit, which pandas 2 (ns) and 3 (us) choose differently
+    df = pd.DataFrame({
+        "day": pd.to_datetime(["1970-01-02", None, "2000-01-01"]),
+        "zoned": pd.to_datetime(["1970-01-01 01:00:00+01:00", "1970-01-01 00:00:01+00:00", None],
+                                utc=True).tz_convert("Europe/Paris"),
+        "took": pd.to_timedelta(["1s", "2min", None]),
+        "y": [0, 1, 0]})
+    expected = np.array([[86400.0, 0.0, 1.0], [np.nan, 1.0, 120.0], [946684800.0, np.nan, np.nan]])
+    np.testing.assert_array_equal(table_from_frame(df, label="y").X, expected)
+    df.to_parquet(tmp_path / "t.parquet")
+    np.testing.assert_array_equal(load_table(tmp_path / "t.parquet", label="y").X, expected)
+    (tmp_path / "d.csv").write_text("a,d,y\n1,2020-01-05,0\n2,2021-03-01T10:00:00Z,1\n")
+    with pytest.raises(DataError, match=r"non-numeric value '2020-01-05' .*it looks like a date: write it as a "
+                                        r"number, such as seconds since 1970-01-01 UTC"):
+        load_table(tmp_path / "d.csv", label="y")
+
+
 def test_named_dataset_missing_says_where_to_get_it(tmp_path):
     with pytest.raises(DataError, match=r"csie\.ntu\.edu\.tw.*FEDGROVE_DATA_DIR"):
         datasets.load_dataset("a9a", directory=tmp_path)

@@ -28,6 +28,7 @@ LIBSVM_BASE = "libsvm_base"  # Table.meta's and a model's metadata key: the inde
 FORMATS = ("csv", "parquet", "libsvm")
 _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+(e[+-]?\d+)?", re.IGNORECASE)  # 17,99 or 1,5E-3
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")  # 1,234,567 or 12,345.5 (or 1,234: either)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")  # ISO 8601
 # pandas before 3.0 parses CSV floats with a fast parser that is one unit in the last place off for some
 # values (a party's file would not read back the floats the partitioner wrote, and a lossless protocol's
 # trees could then differ from the engine's on the unpartitioned file).  Exact parsing costs pandas 2 about 3.4x
@@ -479,6 +480,10 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             # a column the file itself declares categorical (Parquet, pandas): its categories, sorted as text
             X[:, j], categories[col], _ = _encode(values, sorted({_as_text(c) for c in values.cat.categories}))
             continue
+        seconds = _as_seconds(values)
+        if seconds is not None:
+            X[:, j] = seconds
+            continue
         numeric = pd.to_numeric(values, errors="coerce")
         bad = numeric.isna() & values.notna()
         if bad.any() and categorical == "auto":
@@ -496,6 +501,10 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
                         "decimal comma): write it without separators and with a decimal point")
             elif isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):  # a European spreadsheet's
                 hint = "; it looks like a number written with a decimal comma: write it with a decimal point"
+            elif isinstance(value, str) and _DATE.fullmatch(value.strip()) and not isinstance(categorical, dict):
+                hint = ("; it looks like a date: write it as a number, such as seconds since 1970-01-01 UTC (how "
+                        "fedgrove reads the timestamps of a Parquet file or a DataFrame), or as a Parquet "
+                        "timestamp")
             elif label_name is None and col == df.columns[-1] and not isinstance(categorical, dict):
                 hint += (f"; if it is the label column, name it: --label {col} on the command line, "
                          f"label={col!r} in Python")
@@ -508,6 +517,20 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
     return Table(X, y, list(df.columns), label_name, id_values, id_text=id_text,
                  named=bool(df.attrs.get("named", True)),
                  categories=categories, unseen=unseen)
+
+
+def _as_seconds(values: pd.Series) -> np.ndarray | None:
+    """A date-time column (Parquet's timestamps, a DataFrame's) as seconds since 1970-01-01 UTC, a duration
+    column as seconds; None for any other column.  Read as numbers they were counts of the column's unit, which
+    pandas 2 (nanoseconds) and 3 (microseconds) choose differently: a model, or a party, on the other would
+    have read values a thousand times off."""
+    if pd.api.types.is_datetime64_any_dtype(values):
+        if getattr(values.dt, "tz", None) is not None:
+            values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+        return ((values - pd.Timestamp("1970-01-01")) / pd.Timedelta(seconds=1)).to_numpy(dtype=np.float64)
+    if pd.api.types.is_timedelta64_dtype(values):
+        return (values / pd.Timedelta(seconds=1)).to_numpy(dtype=np.float64)
+    return None
 
 
 def _categorical_spec(categorical, columns: list[str], source: str) -> dict:
