@@ -522,8 +522,8 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
 def _as_seconds(values: pd.Series) -> np.ndarray | None:
     """A date-time column (Parquet's timestamps, a DataFrame's) as seconds since 1970-01-01 UTC, a duration
     column as seconds; None for any other column.  Read as numbers they were counts of the column's unit, which
-    pandas 2 (nanoseconds) and 3 (microseconds) choose differently: a model, or a party, on the other would
-    have read values a thousand times off."""
+    differs between pandas 2 (a DataFrame's: nanoseconds) and 3 (microseconds), and between Parquet files (the
+    writer's): a model, or a party, given the other would have read values a thousand times off."""
     if pd.api.types.is_datetime64_any_dtype(values):
         if getattr(values.dt, "tz", None) is not None:
             values = values.dt.tz_convert("UTC").dt.tz_localize(None)
