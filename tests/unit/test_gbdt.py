@@ -240,3 +240,21 @@ def test_gamma_is_compared_with_half_the_gain_that_lightgbm_uses():
 
     assert (n_nodes(9.0), n_nodes(9.2)) == (3, 1)
     assert (lgb_leaves(18.0), lgb_leaves(18.4)) == (2, 1)
+
+
+def test_a_dataframe_with_timestamps_trains_and_predicts_as_the_loader_reads_it():
+    # train_gbdt refused a DataFrame's timestamps ("X holds Timestamp(...), not a number") that load_table
+    # reads as seconds since 1970-01-01 UTC: both now read them alike
+    import pandas as pd
+
+    from fedgrove.data.io import table_from_frame
+
+    r = np.random.default_rng(0)
+    df = pd.DataFrame({"when": pd.Timestamp("2020-01-01") + pd.to_timedelta(r.integers(0, 1000, 300), unit="D"),
+                       "took": pd.to_timedelta(r.integers(0, 60, 300), unit="s"), "x": r.normal(size=300)})
+    y = (df["when"] > pd.Timestamp("2021-01-01")).to_numpy().astype(int)
+    model = train_gbdt(GBDTParams(objective="binary", n_estimators=5), df, y)
+    X = table_from_frame(df).X
+    assert X[0, 0] == (df["when"][0] - pd.Timestamp("1970-01-01")).total_seconds()
+    np.testing.assert_array_equal(model.predict_proba(df), model.predict_proba(X))
+    assert (model.predict(df) == y).mean() > 0.95

@@ -480,7 +480,7 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             # a column the file itself declares categorical (Parquet, pandas): its categories, sorted as text
             X[:, j], categories[col], _ = _encode(values, sorted({_as_text(c) for c in values.cat.categories}))
             continue
-        seconds = _as_seconds(values)
+        seconds = as_seconds(values)
         if seconds is not None:
             X[:, j] = seconds
             continue
@@ -519,7 +519,7 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
                  categories=categories, unseen=unseen)
 
 
-def _as_seconds(values: pd.Series) -> np.ndarray | None:
+def as_seconds(values: pd.Series) -> np.ndarray | None:
     """A date-time column (Parquet's timestamps, a DataFrame's) as seconds since 1970-01-01 UTC, a duration
     column as seconds; None for any other column.  Read as numbers they were counts of the column's unit, which
     differs between pandas 2 (a DataFrame's: nanoseconds) and 3 (microseconds), and between Parquet files (the

@@ -58,7 +58,17 @@ def _is_frame(X) -> bool:
 
 def as_numbers(a, name: str, expected: str) -> np.ndarray:
     """``a`` as float64, or a DataError naming the first value that is not a number (and, for a DataFrame, its
-    column)."""
+    column).  A DataFrame's timestamps are seconds since 1970-01-01 UTC and its durations seconds, as
+    :func:`fedgrove.data.io.load_table` reads them."""
+    if _is_frame(a):
+        from fedgrove.data.io import as_seconds
+
+        timed = {c: as_seconds(a[c]) for c in a.columns}
+        timed = {c: v for c, v in timed.items() if v is not None}
+        if timed:
+            a = a.copy()
+            for c, v in timed.items():
+                a[c] = v
     try:
         return np.asarray(a, dtype=np.float64)
     except (ValueError, TypeError):
