@@ -380,13 +380,21 @@ def _bad_inputs(tmp_path, csv):
                                  "exactly 2 label values"),
         "empty file": (["train", tmp_path / "empty.csv", "-l", "label"], 3, "is empty"),
         "infinite value": (["train", tmp_path / "inf.csv", "-l", "label"], 3, "infinite"),
-        "bad parameter": (["train", csv, "-l", "label", "--learning-rate", "-1"], 2, "learning_rate must be > 0"),
+        "bad parameter": (["train", csv, "-l", "label", "--learning-rate", "-1"], 2, "--learning-rate must be > 0"),
+        # named by the option given, not the engine's name (n_threads), and before the data is read
+        "bad threads": (["train", tmp_path / "never-read.csv", "--threads", "0"], 2, "--threads must be >= 1, got 0"),
+        "bad colsample": (["train", tmp_path / "never-read.csv", "--colsample", "0"], 2, "--colsample must be > 0"),
+        "bad objective": (["train", tmp_path / "never-read.csv", "--objective", "poisson"], 2,
+                          "--objective must be auto, binary, multiclass or regression, got 'poisson'"),
+        "bad forest depth": (["train", tmp_path / "never-read.csv", "--algorithm", "forest", "--max-depth", "0"], 2,
+                             "--max-depth must be >= 1, got 0"),
         "broken model": (["predict", tmp_path / "broken.json", csv, "-l", "label"], 4, "not a fedgrove model file"),
     }
 
 
 @pytest.mark.parametrize("case", ["missing file", "no such label", "non-numeric", "nan label", "binary with 3 labels",
-                                  "empty file", "infinite value", "bad parameter", "broken model"])
+                                  "empty file", "infinite value", "bad parameter", "bad threads", "bad colsample",
+                                  "bad objective", "bad forest depth", "broken model"])
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys, case):
     argv, expected_code, message = _bad_inputs(tmp_path, csv)[case]
     before = set(tmp_path.rglob("*"))

@@ -41,6 +41,20 @@ def write_data(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
 
+@contextlib.contextmanager
+def options_named(option_of: dict):
+    """An InvalidParameterError that begins with an engine parameter's name (``n_threads must be >= 1``) names
+    the command-line option instead (``--threads must be >= 1``), as the user wrote it."""
+    try:
+        yield
+    except InvalidParameterError as exc:
+        text = str(exc)
+        name = text.split(" ", 1)[0]
+        if name not in option_of:
+            raise
+        raise InvalidParameterError(option_of[name] + text[len(name):]) from None
+
+
 DATASET_PREFIX = "dataset:"
 
 

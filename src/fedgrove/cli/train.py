@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from fedgrove.cli.common import (CATEGORICAL_HELP, categorical_option, check_output_file, console, encode_labels,
-                                 load_input, model_features, progress_bar, report_categories)
+                                 load_input, model_features, options_named, progress_bar, report_categories)
 from fedgrove.data.io import LIBSVM_BASE, infer_objective
 from fedgrove.exceptions import DataError, InvalidParameterError, listing
 
@@ -23,6 +23,12 @@ GBDT_ONLY = {"learning_rate": "--learning-rate", "reg_lambda": "--lambda", "gamm
              "subsample": "--subsample", "colsample": "--colsample", "valid": "--valid",
              "early_stopping": "--early-stopping"}
 FOREST_ONLY = {"max_features": "--max-features", "criterion": "--criterion"}
+# the engine's parameter names, as the command line names them
+OPTION_OF = {"n_estimators": "--n-estimators", "learning_rate": "--learning-rate", "max_depth": "--max-depth",
+             "reg_lambda": "--lambda", "gamma": "--gamma", "min_samples_leaf": "--min-samples-leaf",
+             "max_bins": "--max-bins", "subsample": "--subsample", "colsample_bytree": "--colsample",
+             "early_stopping_rounds": "--early-stopping", "seed": "--seed", "n_threads": "--threads",
+             "max_features": "--max-features", "criterion": "--criterion"}
 
 
 def _refuse_other_algorithms_options(ctx: typer.Context, algorithm: str) -> None:
@@ -70,6 +76,27 @@ def train(
 
     _refuse_other_algorithms_options(ctx, algorithm.value)
     check_output_file(model, "--model")
+    if objective not in ("auto", "binary", "multiclass", "regression"):
+        raise InvalidParameterError(f"--objective must be auto, binary, multiclass or regression, got {objective!r}")
+
+    def make_params(objective: str, n_classes: int | None = None):
+        """The algorithm's parameters; a bad value is named by its option (--threads, not n_threads)."""
+        with options_named(OPTION_OF):
+            if algorithm == Algorithm.gbdt:
+                return GBDTParams(objective=objective, n_estimators=n_estimators, learning_rate=learning_rate,
+                                  max_depth=max_depth if max_depth is not None else 6, reg_lambda=reg_lambda,
+                                  gamma=gamma, min_samples_leaf=min_samples_leaf, max_bins=max_bins,
+                                  subsample=subsample, colsample_bytree=colsample,
+                                  early_stopping_rounds=early_stopping, seed=seed, n_threads=threads,
+                                  n_classes=n_classes)
+            task = "regression" if objective == "regression" else "classification"
+            return ForestParams(task=task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
+                                min_samples_leaf=min_samples_leaf, max_features=_parse_max_features(max_features),
+                                max_bins=max_bins, seed=seed, n_threads=threads)
+
+    # checked before the data is read; a forest's criterion (mse: regression) tells the task, a GBDT's is later
+    make_params(objective if objective != "auto" else "regression" if criterion == "mse" else "binary",
+                2 if objective == "multiclass" else None)
     table = load_input(data, label if label is not None else -1, fmt, categorical=categorical_option(categorical))
     if table.y is None:
         raise DataError("the training data has no label column; pass --label")
@@ -79,11 +106,7 @@ def train(
             "regression" if infer_objective(table.y) == "regression" else "multiclass")
     y, classes = encode_labels(table.y, objective)
     if algorithm == Algorithm.gbdt:
-        params = GBDTParams(objective=objective, n_estimators=n_estimators, learning_rate=learning_rate,
-                            max_depth=max_depth if max_depth is not None else 6, reg_lambda=reg_lambda, gamma=gamma,
-                            min_samples_leaf=min_samples_leaf, max_bins=max_bins, subsample=subsample,
-                            colsample_bytree=colsample, early_stopping_rounds=early_stopping, seed=seed,
-                            n_threads=threads, n_classes=len(classes) if objective == "multiclass" else None)
+        params = make_params(objective, len(classes) if objective == "multiclass" else None)
         eval_set = None
         if valid is not None:
             vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test",
@@ -99,11 +122,7 @@ def train(
             fitted = train_gbdt(params, table.X, y, eval_set=eval_set, feature_names=table.feature_names,
                                 progress=update)
     else:
-        task = "regression" if objective == "regression" else "classification"
-        mf = _parse_max_features(max_features)
-        params = ForestParams(task=task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
-                              min_samples_leaf=min_samples_leaf, max_features=mf, max_bins=max_bins, seed=seed,
-                              n_threads=threads)
+        params = make_params(objective)
         with progress_bar("growing forest", n_estimators, not quiet) as update:
             fitted = train_forest(params, table.X, y, feature_names=table.feature_names, progress=update)
     fitted.classes = classes
