@@ -96,12 +96,14 @@ def test_libsvm_parties_read_their_files_at_n_features_and_test_files_at_the_tra
         cfg.write_text(cfg.read_text().replace(f"n_features = {bad}\n", ""))
 
 
-def test_n_features_is_refused_for_files_whose_columns_are_named(tmp_path, capsys):
+@pytest.mark.parametrize("key, why", [("n_features = 4", "as wide as their largest feature index"),
+                                     ("libsvm_base = 0", "numbered by index")])
+def test_libsvm_keys_are_refused_for_files_whose_columns_are_named(tmp_path, capsys, key, why):
     cfg = _federation(tmp_path, "simfl")
-    cfg.write_text(cfg.read_text().replace('data = "c0.csv"\n', 'data = "c0.csv"\nn_features = 4\n'))
+    cfg.write_text(cfg.read_text().replace('data = "c0.csv"\n', f'data = "c0.csv"\n{key}\n'))
     assert main(["simulate", str(cfg)]) != 0
     err = " ".join(capsys.readouterr().err.split())
-    assert "n_features is for LIBSVM files" in err and "data = 'c0.csv' is csv" in err
+    assert f"{key.split()[0]} is for LIBSVM files ({why})" in err and "data = 'c0.csv' is csv" in err
 
 
 def test_over_grpc_the_parties_waiting_on_the_refusing_one_stop_at_once_with_its_reason(tmp_path):
@@ -302,11 +304,3 @@ def test_libsvm_parties_must_number_features_alike_and_test_files_follow_their_t
         assert main(["simulate", str(cfg)]) != 0
         assert message in capsys.readouterr().err
         cfg.write_text(cfg.read_text().replace(f"libsvm_base = {bad}\n", "libsvm_base = 0\n"))
-
-
-def test_libsvm_base_is_refused_for_files_whose_columns_are_named(tmp_path, capsys):
-    cfg = _federation(tmp_path, "simfl")
-    cfg.write_text(cfg.read_text().replace('data = "c0.csv"\n', 'data = "c0.csv"\nlibsvm_base = 0\n'))
-    assert main(["simulate", str(cfg)]) != 0
-    err = " ".join(capsys.readouterr().err.split())
-    assert "libsvm_base is for LIBSVM files (numbered by index)" in err and "data = 'c0.csv' is csv" in err
