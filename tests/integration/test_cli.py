@@ -386,6 +386,9 @@ def _bad_inputs(tmp_path, csv):
         "bad colsample": (["train", tmp_path / "never-read.csv", "--colsample", "0"], 2, "--colsample must be > 0"),
         "bad objective": (["train", tmp_path / "never-read.csv", "--objective", "poisson"], 2,
                           "--objective must be auto, binary, multiclass or regression, got 'poisson'"),
+        "negative seed": (["partition", tmp_path / "never-read.csv", "--scheme", "vertical", "--seed", "-1"], 2,
+                          "--seed must be >= 0, got -1"),
+        "negative reproduce seed": (["reproduce", "simfl", "--seed", "-1"], 2, "--seed must be >= 0, got -1"),
         "bad forest depth": (["train", tmp_path / "never-read.csv", "--algorithm", "forest", "--max-depth", "0"], 2,
                              "--max-depth must be >= 1, got 0"),
         "broken model": (["predict", tmp_path / "broken.json", csv, "-l", "label"], 4, "not a fedgrove model file"),
@@ -394,7 +397,8 @@ def _bad_inputs(tmp_path, csv):
 
 @pytest.mark.parametrize("case", ["missing file", "no such label", "non-numeric", "nan label", "binary with 3 labels",
                                   "empty file", "infinite value", "bad parameter", "bad threads", "bad colsample",
-                                  "bad objective", "bad forest depth", "broken model"])
+                                  "bad objective", "bad forest depth", "negative seed", "negative reproduce seed",
+                                  "broken model"])
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys, case):
     argv, expected_code, message = _bad_inputs(tmp_path, csv)[case]
     before = set(tmp_path.rglob("*"))

@@ -36,6 +36,19 @@ def test_a_partition_that_leaves_a_party_without_rows_is_refused(table, mode, pa
     assert min(len(s.rows) for s in horizontal_partition(table.y, 600, "balanced", seed=1).shards) == 1
 
 
+def test_a_negative_or_fractional_seed_is_refused_by_name(table):
+    # numpy said "expected non-negative integer", and fedgrove partition --seed -1 printed its traceback
+    from fedgrove.exceptions import InvalidParameterError
+
+    for call in (lambda s: horizontal_partition(table.y, 2, seed=s), lambda s: vertical_partition(100, 4, 2, s),
+                 lambda s: hybrid_partition(table.y, table.n_features, seed=s)):
+        for bad in (-1, 1.5, True):
+            with pytest.raises(InvalidParameterError, match=f"seed must be a whole number >= 0, got {bad!r}"):
+                call(bad)
+    a, b = horizontal_partition(table.y, 2, seed=np.int64(3)), horizontal_partition(table.y, 2, seed=3)
+    assert all(np.array_equal(x.rows, y.rows) for x, y in zip(a.shards, b.shards))
+
+
 def test_unbalanced_partition_has_the_theta_ratio(table):
     p = horizontal_partition(table.y, 2, "unbalanced", theta=0.8, seed=2)
     a = p.shards[0].rows

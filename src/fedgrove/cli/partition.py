@@ -65,6 +65,8 @@ def partition(
         raise InvalidParameterError(f"--file-format (the party files' format) must be csv or parquet, got "
                                     f"{file_format!r}")
     check_output_dir(out_dir, "--out")
+    if seed < 0:
+        raise InvalidParameterError(f"--seed must be >= 0, got {seed}")
     try:
         table = load_input(data, label if label is not None else -1, fmt,
                            categorical=categorical_option(categorical))

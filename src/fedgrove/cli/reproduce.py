@@ -22,7 +22,7 @@ def _split(value: str | None, allowed: tuple, what: str) -> list[str]:
     if bad or not items:
         raise InvalidParameterError(f"{what} must be a comma-separated subset of {', '.join(allowed)}; got "
                                     f"{value!r}")
-    return items
+    return list(dict.fromkeys(items))  # each once: a repeated experiment ran twice
 
 
 def reproduce(
@@ -46,6 +46,8 @@ def reproduce(
         raise InvalidParameterError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
     if he not in ("plain", "ou", "paillier"):
         raise InvalidParameterError(f"--he must be plain, ou or paillier, got {he!r}")
+    if seed < 0:  # numpy's generators take none below 0: it failed mid-run with a traceback
+        raise InvalidParameterError(f"--seed must be >= 0, got {seed}")
     import importlib
 
     exp = importlib.import_module(PAPERS[paper])

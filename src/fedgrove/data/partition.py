@@ -81,11 +81,19 @@ def _dirichlet_split(y: np.ndarray, rows: np.ndarray, k: int, beta: float, rng) 
     return [np.sort(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
 
 
+def seeded(seed, *stream: int) -> np.random.Generator:
+    """The generator of a partition's random step: ``seed`` (a whole number >= 0, refused by name otherwise; numpy
+    said "expected non-negative integer") and, for a separate stream, a constant."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidParameterError(f"seed must be a whole number >= 0, got {seed!r}")
+    return np.random.default_rng([int(seed), *stream] if stream else int(seed))
+
+
 def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", theta: float = 0.8,
                          beta: float = 0.5, seed: int = 0) -> Partition:
     _check_parties(n_parties, 1)
     y = np.asarray(y)
-    rng = np.random.default_rng(seed)
+    rng = seeded(seed)
     rows = np.arange(len(y))
     n_features = -1  # filled by write/use; horizontal parties hold every feature
     if mode == "balanced":
@@ -128,7 +136,7 @@ def vertical_partition(n_samples: int, n_features: int, n_parties: int, seed: in
     _check_parties(n_parties, 1)
     if n_parties > n_features:
         raise InvalidParameterError(f"cannot split {n_features} features among {n_parties} parties")
-    rng = np.random.default_rng(seed)
+    rng = seeded(seed)
     feats = _split_equally(np.arange(n_features), n_parties, rng)
     rows = np.arange(n_samples)
     shards = [PartyShard(f"party{j}", "active" if j == 0 else "passive", rows, f, j == 0)
@@ -147,7 +155,7 @@ def hybrid_partition(y: np.ndarray, n_features: int, n_guests: int = 5, n_hosts:
         raise InvalidParameterError(f"overlap must be in [0, 1], got {overlap!r}")
     y = np.asarray(y)
     n = len(y)
-    rng = np.random.default_rng(seed)
+    rng = seeded(seed)
     perm = rng.permutation(n_features)
     d_host = n_host_features if n_host_features is not None else int(rng.integers(1, n_features))
     if not 1 <= d_host < n_features:
@@ -251,7 +259,7 @@ def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table
     n_test = int(round(fraction * n))
     if not 1 <= n_test < n:
         raise InvalidParameterError(f"a test fraction of {fraction} leaves no test or no training rows of {n}")
-    order = np.random.default_rng([seed, 7]).permutation(n)
+    order = seeded(seed, 7).permutation(n)
     test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
     with_ids = _with_ids(table)
     return with_ids.subset(train), with_ids.subset(test)
@@ -280,7 +288,7 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
         written.append(path)
     else:
         guests = [s.name for s in partition.shards if s.role == "guest"]
-        shares = dict(zip(guests, _split_equally(np.arange(n), len(guests), np.random.default_rng([seed, 11]))
+        shares = dict(zip(guests, _split_equally(np.arange(n), len(guests), seeded(seed, 11))
                           if guests else []))
         for s, entry, name in zip(partition.shards, manifest["parties"], names):
             rows = np.sort(shares[s.name]) if s.name in shares else np.arange(n)
