@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from fedgrove.cli.main import main
 
 
@@ -90,3 +92,14 @@ def test_a_folder_with_results_is_refused_before_any_data_is_read(tmp_path, caps
     assert main(["reproduce", "simfl", "--quick", "--out", str(out), "--merge", "--no-progress"]) == 2
     assert "quick: False there, True here" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text()) == earlier
+
+
+def test_lists_of_datasets_and_experiments_name_each_once():
+    # "--experiments table2,table2" ran table2 twice
+    from fedgrove.cli.reproduce import _split
+    from fedgrove.exceptions import InvalidParameterError
+
+    assert _split("table3, table2,table3", ("table2", "table3", "figure2"), "--experiments") == ["table3", "table2"]
+    assert _split(None, ("a9a", "cod-rna"), "--datasets") == ["a9a", "cod-rna"]
+    with pytest.raises(InvalidParameterError, match="--datasets must be a comma-separated subset of a9a, cod-rna"):
+        _split(",", ("a9a", "cod-rna"), "--datasets")
