@@ -161,3 +161,13 @@ def test_values_that_are_not_numbers_are_named():
     model = train_gbdt(params, X, y)
     with pytest.raises(DataError, match=r"X holds 'x', not a number"):
         model.predict([[0.1, "x"]])
+
+
+def test_saving_where_no_file_can_be_says_where_not_the_temporary_files_name(models, tmp_path):
+    # the errors named '.m.json.x1y2.tmp', a file the caller never asked for
+    model = models[1][0]
+    with pytest.raises(FileNotFoundError, match=r"its directory '.*absent' does not exist: '.*absent/m\.json'"):
+        model.save(tmp_path / "absent" / "m.json")
+    with pytest.raises(IsADirectoryError, match=r"is a directory, where a file name belongs"):
+        model.save(tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -13,6 +13,7 @@ half-written model behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -41,7 +42,15 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one (a new file is readable
     by its owner only)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    if path.is_dir():  # os.replace named the temporary file: "Is a directory: '.m.json.x1.tmp' -> 'out'"
+        raise IsADirectoryError(errno.EISDIR, "is a directory, where a file name belongs", str(path))
+    if not path.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"cannot write it: its directory {str(path.parent)!r} does not exist",
+                                str(path))
+    try:  # errors named the temporary file (".m.json.x1.tmp"), which the caller never asked for
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise type(exc)(exc.errno, f"cannot write it in {str(path.parent)!r}: {exc.strerror}", str(path)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
