@@ -6,7 +6,7 @@ import pytest
 from fedgrove.engine.forest import ForestParams, train_forest
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.engine.model import FORMAT_VERSION, load_model
-from fedgrove.exceptions import ModelFormatError
+from fedgrove.exceptions import DataError, ModelFormatError
 from tests.conftest import make_classification
 
 
@@ -171,3 +171,13 @@ def test_saving_where_no_file_can_be_says_where_not_the_temporary_files_name(mod
     with pytest.raises(IsADirectoryError, match=r"is a directory, where a file name belongs"):
         model.save(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_one_row_given_flat_is_told_how_to_give_it(models):
+    X, fitted = models
+    with pytest.raises(DataError, match=r"X must have shape \(n_samples, \d+\), got \(\d+,\); one row is "
+                                        r"X\.reshape\(1, -1\)"):
+        fitted[0].predict(X[0])
+    np.testing.assert_array_equal(fitted[0].predict(X[0].reshape(1, -1)), fitted[0].predict(X[:1]))
+    with pytest.raises(DataError, match=r"got \(3,\)$"):  # not a row of this model: no hint
+        fitted[0].predict(X[0, :3])

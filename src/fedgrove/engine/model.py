@@ -159,7 +159,8 @@ class TreeEnsembleModel:
             "categorical=model.metadata['categories'])" if self.metadata.get("categories") else ""))
         n_features = self.n_features
         if X.ndim != 2 or (n_features is not None and X.shape[1] != n_features):
-            raise DataError(f"X must have shape (n_samples, {n_features}), got {X.shape}")
+            hint = "; one row is X.reshape(1, -1)" if X.ndim == 1 and len(X) == n_features else ""
+            raise DataError(f"X must have shape (n_samples, {n_features}), got {X.shape}{hint}")
         return X
 
     @property
