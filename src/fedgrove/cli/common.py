@@ -41,6 +41,7 @@ def write_data(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
 
+
 @contextlib.contextmanager
 def options_named(option_of: dict):
     """An InvalidParameterError that begins with an engine parameter's name (``n_threads must be >= 1``) names
@@ -53,7 +54,6 @@ def options_named(option_of: dict):
         if name not in option_of:
             raise
         raise InvalidParameterError(option_of[name] + text[len(name):]) from None
-
 
 DATASET_PREFIX = "dataset:"
 
