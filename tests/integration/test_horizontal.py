@@ -1,5 +1,7 @@
 """Horizontal histogram aggregation with secure aggregation: lossless, and the aggregator sees masks only."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -172,6 +174,10 @@ def test_clients_predict_their_test_files_after_training(tmp_path, capsys):
     cfg = tmp_path / "federation.toml"
     cfg.write_text(HORIZONTAL + '[[party]]\nname = "aggregator"\nrole = "aggregator"\n' + clients +
                    '[output]\ndir = "runs"\n')
+    # --predict before any training: told to train first (it was "model file ... does not exist")
+    assert main(["simulate", str(cfg), "--predict"]) != 0
+    assert re.search(r"no model file \S+/runs/party\d\.model\.json; train first \(the same command without "
+                     r"--predict\)", " ".join(capsys.readouterr().err.split()))
     for args in (["simulate", str(cfg)], ["simulate", str(cfg), "--predict"]):
         for f in (tmp_path / "runs").glob("*.predictions.csv"):
             f.unlink()

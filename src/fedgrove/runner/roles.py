@@ -212,9 +212,18 @@ class RoleContext:
     def save_json(self, d: dict) -> None:
         atomic_write_text(self.model_path, json.dumps(d))
 
-    def load_json(self) -> dict:
+    def _check_model_file(self) -> None:
         if not self.model_path.exists():
-            raise ModelFormatError(f"party {self.spec.name}: no model file {self.model_path}; train first")
+            raise ModelFormatError(f"party {self.spec.name}: no model file {self.model_path}; train first (the same "
+                                   f"command without --predict)")
+
+    def load_model(self):
+        """This party's whole model (the protocols whose parties each hold one), from its file."""
+        self._check_model_file()
+        return load_model(self.model_path)
+
+    def load_json(self) -> dict:
+        self._check_model_file()
         try:
             return json.loads(self.model_path.read_text())
         except json.JSONDecodeError as exc:
@@ -290,7 +299,7 @@ def _vertical_passive(ctx: RoleContext) -> dict:
 
 
 def _vertical_active_predict(ctx: RoleContext) -> dict:
-    model = load_model(ctx.model_path)
+    model = ctx.load_model()
     table = ctx.common(ctx.data(with_label=True, test=True), ctx.cfg.lead, ctx.others("passive"), test=True)
     raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X, table.ids)
     return write_predictions(ctx, _gbdt_output(model, raw), model.classes, table)
@@ -418,7 +427,7 @@ def _forest_psi(ctx: RoleContext) -> tuple[str, list[str]]:
 
 
 def _forest_master_predict(ctx: RoleContext) -> dict:
-    model = load_model(ctx.model_path)
+    model = ctx.load_model()
     role = ForestMaster(ctx.channel, ctx.others("client"), ctx.cfg.make_params(), ctx.cfg.forest["label_mode"])
     out = role.predict(ctx.cfg.forest["prediction"], model)
     # the master holds no labels: its predictions are written, not scored (the label holder scores them)
@@ -455,7 +464,7 @@ def _simfl_party(ctx: RoleContext) -> dict:
 def _local_predict(ctx: RoleContext) -> dict:
     """SimFL, FV-tree and the horizontal protocol's clients: every party holds the whole model and predicts its
     own test file, no message needed."""
-    model = load_model(ctx.model_path)
+    model = ctx.load_model()
     table = ctx.data(with_label=True, test=True)
     return write_predictions(ctx, _gbdt_output(model, model.predict_raw(table.X)), model.classes, table)
 
