@@ -584,21 +584,18 @@ def _read_libsvm(path: Path, base: int | None):
     would shift by one."""
     from sklearn.datasets import load_svmlight_file
 
-    try:
-        try:
-            X, y = load_svmlight_file(str(path), zero_based=base == 0)
-            return X, y, 0 if base == 0 else 1
-        except ValueError as exc:
-            if base is not None or "Invalid index 0" not in str(exc):
-                raise
+    try:  # read by index as written (column j is index j): one parse tells the numbering too
         X, y = load_svmlight_file(str(path), zero_based=True)
-        return X, y, 0
     except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
-        if base == 1 and "Invalid index 0" in str(exc):
-            raise DataError(f"{str(path)!r} numbers its features from 0 (it holds index 0), but the training "
-                            f"data numbered them from 1: write both with one numbering (scikit-learn's "
-                            f"dump_svmlight_file numbers from 0 unless given zero_based=False)") from None
         raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
+    holds_zero = bool((X.indices == 0).any())
+    if base == 1 and holds_zero:
+        raise DataError(f"{str(path)!r} numbers its features from 0 (it holds index 0), but the training "
+                        f"data numbered them from 1: write both with one numbering (scikit-learn's "
+                        f"dump_svmlight_file numbers from 0 unless given zero_based=False)")
+    if base is None:
+        base = 0 if holds_zero else 1
+    return (X if base == 0 else X[:, 1:]), y, base
 
 
 def _load_libsvm(path: Path, n_features: int | None, base: int | None = None) -> Table:
