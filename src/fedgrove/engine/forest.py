@@ -21,7 +21,7 @@ from fedgrove.engine.gbdt import check_xy
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.model import ForestModel, names_of
-from fedgrove.engine.params import Interval, OneOf, validate
+from fedgrove.engine.params import Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
@@ -168,9 +168,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
                  progress: Callable[[int, int], None] | None = None) -> ForestModel:
     """Train a random forest; labels 0..K-1 for classification (``feature_names``: as for
     :func:`~fedgrove.engine.gbdt.train_gbdt`)."""
-    if not isinstance(params, ForestParams):
-        raise InvalidParameterError(f"train_forest(params, X, y, ...): params must be a ForestParams, got "
-                                    f"{type(params).__name__}")
+    check_types("train_forest(params, X, y, ...)", params=(params, ForestParams))
     feature_names = names_of(X, feature_names)
     X, y = check_xy(X, y)
     n, n_features = X.shape

@@ -19,7 +19,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, as_numbers, by_names, names_of
-from fedgrove.engine.params import Interval, OneOf, validate
+from fedgrove.engine.params import Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.engine.threads import thread_limit
@@ -183,9 +183,7 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
         model (or in ``eval_set``) has its columns matched to them by name
     progress : called with (iteration, n_estimators) after each round
     """
-    if not isinstance(params, GBDTParams):
-        raise InvalidParameterError(f"train_gbdt(params, X, y, ...): params must be a GBDTParams, got "
-                                    f"{type(params).__name__}")
+    check_types("train_gbdt(params, X, y, ...)", params=(params, GBDTParams))
     feature_names = names_of(X, feature_names)
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])

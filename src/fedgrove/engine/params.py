@@ -55,3 +55,16 @@ def validate(params, constraints: dict) -> None:
     for f in fields(params):
         if f.name in constraints:
             constraints[f.name].check(f.name, getattr(params, f.name))
+
+
+def check_types(where: str, **given) -> None:
+    """Refuse, by name, an argument of a public entry point (training, a simulation) that is not of its type
+    (``name=(value, cls)``, ``cls`` a class or a tuple of them; ``None`` passes where the tuple holds
+    ``type(None)``): a dict or ``None`` for the parameters, or a missing key pair, failed later as an
+    AttributeError (inside a party)."""
+    for name, (value, cls) in given.items():
+        if not isinstance(value, cls):
+            want = " or ".join("None" if c is type(None) else c.__name__ for c in (cls if isinstance(cls, tuple)
+                                                                                    else (cls,)))
+            hint = " (e.g. fedgrove.keygen('ou', 2048))" if name == "he" else ""
+            raise InvalidParameterError(f"{where}: {name} must be a {want}{hint}, got {type(value).__name__}")

@@ -31,18 +31,6 @@ def check_parts(parts, what: str, form: str, sizes: tuple = (2,), n: int | None 
             raise InvalidParameterError(f"{what}[{k}] must be {form}, got {got}")
 
 
-def check_types(where: str, **given) -> None:
-    """Refuse, by name, an argument of a simulation entry point that is not of its type (``name=(value, cls)``,
-    ``cls`` a class or a tuple of them; ``None`` passes where the tuple holds ``type(None)``): a dict or ``None``
-    for the parameters, or a missing key pair, failed later as an AttributeError inside a party."""
-    for name, (value, cls) in given.items():
-        if not isinstance(value, cls):
-            want = " or ".join("None" if c is type(None) else c.__name__ for c in (cls if isinstance(cls, tuple)
-                                                                                    else (cls,)))
-            hint = " (e.g. fedgrove.keygen('ou', 2048))" if name == "he" else ""
-            raise InvalidParameterError(f"{where}: {name} must be a {want}{hint}, got {type(value).__name__}")
-
-
 def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
     """A party's instance IDs as int64, refused unless there is one per row and no two are equal (rows sharing
     an ID would be matched to the same row of another party); None stays None."""

@@ -20,9 +20,10 @@ import numpy as np
 from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, names_of
+from fedgrove.engine.params import check_types
 from fedgrove.engine.tree import RankedRows, Tree
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.protocols import check_types, refuse_unsupported
+from fedgrove.protocols import refuse_unsupported
 
 SCHEDULES = ("round_robin", "blocks")
 

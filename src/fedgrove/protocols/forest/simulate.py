@@ -7,10 +7,11 @@ import time
 import numpy as np
 
 from fedgrove.engine.forest import ForestParams
+from fedgrove.engine.params import check_types
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
-from fedgrove.protocols import check_types, with_kernel_threads
+from fedgrove.protocols import with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 

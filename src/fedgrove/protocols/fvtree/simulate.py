@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.params import check_types
 from fedgrove.ledger.store import Ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions, FVTreeParty
-from fedgrove.protocols import check_parts, check_types, with_kernel_threads
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 

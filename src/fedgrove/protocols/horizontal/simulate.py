@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.params import check_types
 from fedgrove.protocols.horizontal.aggregator import HorizontalAggregator
 from fedgrove.protocols.horizontal.client import HorizontalClient
-from fedgrove.protocols import check_parts, check_types, with_kernel_threads
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.params import check_types
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.protocols import check_parts, check_types, with_kernel_threads
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.protocols.hybridtree.guest import HybridGuest
 from fedgrove.protocols.hybridtree.host import HybridHost
 from fedgrove.transport.inprocess import InProcessHub, run_parties

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.params import check_types
 from fedgrove.protocols.simfl.party import SimFLOptions, SimFLParty
-from fedgrove.protocols import check_parts, check_types, with_kernel_threads
+from fedgrove.protocols import check_parts, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 

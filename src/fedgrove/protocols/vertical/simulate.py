@@ -6,10 +6,11 @@ import numpy as np
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.params import check_types
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical.active import VerticalActive
 from fedgrove.protocols.vertical.passive import VerticalPassive
-from fedgrove.protocols import check_types, with_kernel_threads
+from fedgrove.protocols import with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
