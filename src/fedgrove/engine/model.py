@@ -72,12 +72,11 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
     if _is_frame(a):
         from fedgrove.data.io import as_seconds
 
-        timed = {c: as_seconds(a[c]) for c in a.columns}
-        timed = {c: v for c, v in timed.items() if v is not None}
+        timed = [c for c, dtype in a.dtypes.items() if dtype.kind in "mM"]  # durations, date-times
         if timed:
             a = a.copy()
-            for c, v in timed.items():
-                a[c] = v
+            for c in timed:
+                a[c] = as_seconds(a[c])
     try:
         return np.asarray(a, dtype=np.float64)
     except (ValueError, TypeError):
