@@ -107,6 +107,19 @@ def test_duplicate_instance_ids_are_refused_by_party(setup):
                        timeout=30)
 
 
+def test_fractional_or_text_instance_ids_are_refused_by_party(setup):
+    # numpy cut 0.5 to 0, so a guest's rows were matched to other instances of the host without a sign
+    Xh, y, guests = setup
+    Xg, ids = guests[1]
+    for bad, message in ((ids + 0.5, r"whole numbers.*got \d+\.5"),
+                         (ids.astype(str), "must be integers, got str")):
+        with pytest.raises(DataError, match=message):
+            run_hybridtree(Xh, y, [guests[0], (Xg, bad)], PARAMS, keygen("ou"), 4, 1, timeout=30)
+    whole = run_hybridtree(Xh, y, [guests[0], (Xg, ids.astype(float))], PARAMS, keygen("ou"), 4, 1, timeout=30)
+    exact = run_hybridtree(Xh, y, guests[:2], PARAMS, keygen("ou"), 4, 1, timeout=30)
+    np.testing.assert_array_equal(whole["raw"], exact["raw"])
+
+
 def test_guests_receive_only_ciphertexts_node_sets_and_their_own_splits(setup):
     from fedgrove.protocols.hybridtree import messages as m
     from fedgrove.protocols.hybridtree.guest import HybridGuest

@@ -32,11 +32,26 @@ def check_parts(parts, what: str, form: str, sizes: tuple = (2,), n: int | None 
 
 
 def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
-    """A party's instance IDs as int64, refused unless there is one per row and no two are equal (rows sharing
-    an ID would be matched to the same row of another party); None stays None."""
+    """A party's instance IDs as int64, refused unless they are integers (floats only with whole values: 0.5
+    was cut to 0 and matched to another party's instance 0), one per row and no two equal (rows sharing an ID
+    would be matched to the same row of another party); None stays None."""
     if ids is None:
         return None
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    given = np.asarray(ids).reshape(-1)
+    kind = given.dtype.kind
+    if kind not in "iuf":
+        odd = next((v for v in given.tolist() if not isinstance(v, int) or isinstance(v, bool)), given.tolist()[0])
+        raise DataError(f"{party}: instance IDs must be integers, got {given.dtype.name} values such as {odd!r}; "
+                        f"map other IDs to integers the same way at every party (a data file's _id column may hold "
+                        f"text: fedgrove codes it alike everywhere)")
+    if kind == "f":
+        bad = ~np.isfinite(given) | (given != np.round(given)) | (np.abs(given) >= 2.0 ** 63)
+    else:
+        bad = given > np.iinfo(np.int64).max if kind == "u" else np.zeros(given.shape, dtype=bool)
+    if bad.any():
+        raise DataError(f"{party}: instance IDs must be whole numbers that fit in a signed 64-bit integer, got "
+                        f"{given[bad].tolist()[0]!r}")
+    ids = given.astype(np.int64)
     if len(ids) != n_rows:
         raise DataError(f"{party}: {len(ids)} instance IDs for {n_rows} rows")
     values, counts = np.unique(ids, return_counts=True)
