@@ -54,6 +54,10 @@ def test_forest_parameters_are_validated():
         ForestParams(task="regression", criterion="gini")
     with pytest.raises(InvalidParameterError, match="max_features"):
         ForestParams(max_features="half")
+    with pytest.raises(InvalidParameterError, match="bootstrap must be true or false, got 'no'"):
+        ForestParams(bootstrap="no")  # a string is truthy: it bootstrapped
+    with pytest.raises(InvalidParameterError, match="min_impurity_decrease must be a finite number, got nan"):
+        ForestParams(min_impurity_decrease=float("nan"))
 
 
 def test_regression_statistics_sum_exactly_in_any_order():

@@ -151,6 +151,21 @@ def test_bad_parameters_name_the_value():
         GBDTParams(learning_rate=-1)
     with pytest.raises(InvalidParameterError, match="objective must be one of"):
         GBDTParams(objective="poisson")
+    # NaN passed every bound (min_child_weight NaN grew no split); infinity gave NaN scores
+    for name in ("learning_rate", "reg_lambda", "gamma", "min_child_weight"):
+        for bad in (float("nan"), float("inf")):
+            with pytest.raises(InvalidParameterError, match=f"{name} must be a finite number, got {bad}"):
+                GBDTParams(**{name: bad})
+
+
+def test_no_rows_give_no_predictions():
+    X, y = make_classification(100)
+    for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,
+                                                                               n_estimators=2)):
+        m = train_gbdt(params, X, y if params.objective == "binary" else np.arange(100) % 3)
+        k = 2 if params.objective == "binary" else 3
+        assert m.predict_proba(X[:0]).shape == (0, k)  # a reshape to (0, -1) raised ValueError
+        assert m.predict(X[:0]).shape == (0,)
 
 
 def test_arguments_in_the_wrong_order_and_undefined_metrics_are_named():

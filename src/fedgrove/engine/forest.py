@@ -21,7 +21,7 @@ from fedgrove.engine.gbdt import check_xy
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.model import ForestModel, names_of
-from fedgrove.engine.params import Interval, OneOf, check_types, validate
+from fedgrove.engine.params import Flag, Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
@@ -54,6 +54,7 @@ class ForestParams:
         "min_samples_leaf": Interval(int, 1),
         "min_impurity_decrease": Interval(float, 0),
         "feature_sampling": OneOf(("node", "tree")),
+        "bootstrap": Flag(),
         "max_bins": Interval(int, 2, 255),
         "seed": Interval(int, 0),
         "n_threads": Interval(int, 1, allow_none=True),

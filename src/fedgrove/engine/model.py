@@ -377,7 +377,7 @@ class GBDTModel(TreeEnsembleModel):
         if self.objective == "regression":
             raise NotFittedError("predict_proba is only defined for classification models")
         raw = self.predict_raw(X, n_rounds)
-        return self._obj.transform(raw.reshape(len(raw), -1))
+        return self._obj.transform(raw.reshape(len(raw), self.n_outputs))  # -1 is no width for 0 rows
 
     def decide(self, out: np.ndarray) -> np.ndarray:
         if self.objective == "regression":

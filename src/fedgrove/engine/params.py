@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, fields
 
@@ -10,7 +11,7 @@ from fedgrove.exceptions import InvalidParameterError
 
 @dataclass(frozen=True)
 class Interval:
-    """Accepts numbers of ``kind`` in [low, high] (open ends with the flags)."""
+    """Accepts finite numbers of ``kind`` in [low, high] (open ends with the flags)."""
 
     kind: type
     low: float | None = None
@@ -26,6 +27,8 @@ class Interval:
         if isinstance(value, bool) or not ok_type:
             raise InvalidParameterError(f"{name} must be {'an integer' if self.kind is int else 'a number'}"
                                         f"{' or None' if self.allow_none else ''}, got {value!r}")
+        if not math.isfinite(value):  # NaN passed every bound (and failed no split); infinity gave NaN scores
+            raise InvalidParameterError(f"{name} must be a finite number, got {value!r}")
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             raise InvalidParameterError(f"{name} must be {'>' if self.low_open else '>='} {self.low}, got {value!r}")
         if self.high is not None and (value > self.high or (self.high_open and value == self.high)):

@@ -316,7 +316,7 @@ def _gbdt_output(model, raw: np.ndarray) -> np.ndarray:
     raw = np.asarray(raw, dtype=np.float64)
     if model.objective == "regression":
         return raw.reshape(-1)
-    return model._obj.transform(raw.reshape(len(raw), -1))
+    return model._obj.transform(raw.reshape(len(raw), model.n_outputs))
 
 
 # ---------------------------------------------------------------------------- horizontal
