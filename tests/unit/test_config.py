@@ -149,7 +149,7 @@ def test_tables_that_do_not_apply_to_the_protocol_are_refused(tmp_path, protocol
      r"^\[fvtree.dp\] trees_per_ensemble must be >= 1"),
     ("simfl", '[simfl]\nschedule = "rr"', r"^\[simfl\] schedule must be one of blocks, round-robin, got 'rr'$"),
     ("simfl", '[simfl]\nforce = "yes"', r"^\[simfl\] force must be true or false, got 'yes'$"),
-    ("simfl", "[simfl]\nr = -1", r"^\[simfl\] LSH window r must be a positive number"),
+    ("simfl", "[simfl]\nr = -1", r"^\[simfl\] LSH window r must be a positive, finite number"),
 ])
 def test_peer_protocol_tables_are_checked_when_the_file_is_read(tmp_path, protocol, table, message):
     path = tmp_path / "federation.toml"

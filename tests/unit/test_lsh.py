@@ -101,6 +101,11 @@ def test_more_hash_functions_than_features_are_refused_unless_forced():
     assert LSHParams().resolve(123) == 40 and LSHParams().resolve(9) == 8
     with pytest.raises(InvalidParameterError, match="distribution"):
         LSHParams(distribution="laplace")
+    with pytest.raises(InvalidParameterError, match="r must be a positive, finite number, got inf"):
+        LSHParams(r=float("inf"))  # every projection fell in one bucket
+    for seed, message in ((-1, "LSH seed must be >= 0, got -1"), (1.5, "LSH seed must be an integer, got 1.5")):
+        with pytest.raises(InvalidParameterError, match=message):
+            LSHParams(seed=seed)  # numpy refused it inside a party's thread
 
 
 def test_rows_are_grouped_exactly_even_when_their_digests_collide(rng):

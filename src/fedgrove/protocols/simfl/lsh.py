@@ -16,12 +16,13 @@ need between parties: per-feature minima and maxima, and (ID, hash values).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine.params import Flag
+from fedgrove.engine.params import Flag, Interval
 from fedgrove.exceptions import InvalidParameterError
 
 DISTRIBUTIONS = ("cauchy", "gaussian")
@@ -44,14 +45,15 @@ class LSHParams:
         if self.distribution not in DISTRIBUTIONS:
             raise InvalidParameterError(f"LSH distribution must be one of {DISTRIBUTIONS}, got "
                                         f"{self.distribution!r}")
-        if isinstance(self.r, bool) or not (isinstance(self.r, (int, float)) and self.r > 0):
-            raise InvalidParameterError(f"LSH window r must be a positive number, got {self.r!r}")
+        if isinstance(self.r, bool) or not (isinstance(self.r, (int, float)) and 0 < self.r < math.inf):
+            raise InvalidParameterError(f"LSH window r must be a positive, finite number, got {self.r!r}")
         if isinstance(self.n_bins, bool) or not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65536):
             raise InvalidParameterError(f"n_bins must be an integer in [2, 65536], got {self.n_bins!r}")
         if self.n_hashes is not None and not (isinstance(self.n_hashes, int) and not isinstance(self.n_hashes, bool)
                                                and self.n_hashes >= 1):
             raise InvalidParameterError(f"n_hashes must be a positive integer, got {self.n_hashes!r}")
         Flag().check("force", self.force)
+        Interval(int, 0).check("LSH seed", self.seed)  # the draw's seed: a float or a negative failed in a party
 
     def resolve(self, n_features: int) -> int:
         """The number of hash functions for ``n_features`` features, checked against the privacy condition."""
