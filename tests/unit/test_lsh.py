@@ -102,7 +102,7 @@ def test_more_hash_functions_than_features_are_refused_unless_forced():
     with pytest.raises(InvalidParameterError, match="distribution"):
         LSHParams(distribution="laplace")
     with pytest.raises(InvalidParameterError, match="r must be a positive, finite number, got inf"):
-        LSHParams(r=float("inf"))  # every projection fell in one bucket
+        LSHParams(r=float("inf"))  # b ~ U(0, r) has no meaning there
     for seed, message in ((-1, "LSH seed must be >= 0, got -1"), (1.5, "LSH seed must be an integer, got 1.5")):
         with pytest.raises(InvalidParameterError, match=message):
             LSHParams(seed=seed)  # numpy refused it inside a party's thread
