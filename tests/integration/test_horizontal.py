@@ -103,6 +103,15 @@ def test_contribution_accounting_splits_every_gain_among_the_clients():
     assert shap[2] < min(shap[:2])
 
 
+def test_contributions_must_be_true_or_false():
+    from fedgrove.exceptions import InvalidParameterError
+
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(float)
+    with pytest.raises(InvalidParameterError, match="contributions must be true or false, got 'no'"):
+        run_horizontal([(X[:30], y[:30]), (X[30:], y[30:])], GBDTParams(n_estimators=1), contributions="no")
+
+
 def test_a_layer_plan_naming_nodes_the_tree_does_not_have_is_refused():
     # the finder's node bookkeeping is arrays read by numba kernels: a peer's plan is checked before use
     from types import SimpleNamespace

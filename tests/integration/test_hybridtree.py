@@ -120,6 +120,15 @@ def test_fractional_or_text_instance_ids_are_refused_by_party(setup):
     np.testing.assert_array_equal(whole["raw"], exact["raw"])
 
 
+def test_flags_and_depths_of_the_wrong_type_are_refused(setup):
+    Xh, y, guests = setup
+    for kw, message in ((dict(shared_only="no"), "shared_only must be true or false, got 'no'"),  # "no" was true
+                        (dict(host_depth=1.5), "host_depth must be an integer, got 1.5")):  # numpy's TypeError
+        args = {"host_depth": 4, "guest_depth": 1, **kw}
+        with pytest.raises(InvalidParameterError, match=message):
+            run_hybridtree(Xh, y, guests, PARAMS, keygen("ou"), timeout=30, **args)
+
+
 def test_guests_receive_only_ciphertexts_node_sets_and_their_own_splits(setup):
     from fedgrove.protocols.hybridtree import messages as m
     from fedgrove.protocols.hybridtree.guest import HybridGuest

@@ -59,6 +59,16 @@ def test_tampered_or_truncated_messages_are_rejected(damage):
         decode(data, Probe, max_bytes=100 if damage == "oversize" else 1 << 20, context="from peer")
 
 
+def test_a_timeout_that_is_not_a_positive_number_is_refused():
+    from fedgrove.exceptions import InvalidParameterError
+
+    hub = InProcessHub(["a", "b"])
+    # -1 gave up at the first wait; NaN never gave up
+    for bad, message in ((-1, "timeout must be > 0, got -1"), (float("nan"), "timeout must be a finite number")):
+        with pytest.raises(InvalidParameterError, match=message):
+            hub.channel("a", bad)
+
+
 def test_channel_scopes_tags_counts_bytes_and_times_out():
     hub = InProcessHub(["a", "b"])
 

@@ -17,6 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from fedgrove.engine.params import Interval
 from fedgrove.exceptions import PeerTimeoutError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.transport.codec import Message, decode, encode
@@ -57,6 +58,9 @@ class Channel(ABC):
                  max_bytes: int = MESSAGE_LIMIT_MB * 2**20, startup_timeout: float | None = None):
         if party in peers:
             raise ValueError("a party is not its own peer")
+        # a negative timeout gave up at the first wait, and NaN never did
+        Interval(float, 0, low_open=True).check("timeout", timeout)
+        Interval(float, 0, low_open=True, allow_none=True).check("startup_timeout", startup_timeout)
         self.party = party
         self.peers = list(peers)
         self.timeout = timeout

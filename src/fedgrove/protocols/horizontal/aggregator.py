@@ -13,6 +13,7 @@ from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
+from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols import check_same_features, check_same_width
@@ -123,6 +124,7 @@ class HorizontalAggregator:
 
     def __init__(self, channel, clients: list[str], params: GBDTParams, contributions: bool = False):
         check_params(params)
+        Flag().check("contributions", contributions)  # a string such as "no" was taken as true
         self.ch, self.clients, self.params = channel, list(clients), params
         self.codec = FixedPoint128()
         self.contributions = contributions

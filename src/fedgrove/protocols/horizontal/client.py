@@ -9,6 +9,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, names_of
+from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import NODE_DTYPE, Tree
 from fedgrove.exceptions import ProtocolError
@@ -21,6 +22,7 @@ class HorizontalClient:
     def __init__(self, channel, X, y, aggregator: str, params: GBDTParams, contributions: bool = False,
                  schema=None):
         check_params(params)
+        Flag().check("contributions", contributions)
         self.feature_names = names_of(X)  # a DataFrame's columns: the model keeps them, as the engine's does
         # checked equal across parties: the names in order (and, from the runner, the categories)
         self.schema = self.feature_names if schema is None else [str(n) for n in schema]

@@ -17,6 +17,7 @@ from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import by_names, names_of
+from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -100,12 +101,15 @@ class HybridHost:
         if mode not in MODES:
             raise InvalidParameterError(f"HybridTree mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
-        self.shared_only = bool(shared_only)  # guests may hold instances this host lacks (several hosts)
+        Flag().check("shared_only", shared_only)  # a string such as "no" was taken as true
+        self.shared_only = shared_only  # guests may hold instances this host lacks (several hosts)
         self._plan = None  # count mode: see _aggregation_plan
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
                                         "min_child_weight > 0")
         refuse_unsupported(params, "HybridTree")
+        Interval(int, 1).check("host_depth", host_depth)  # a float failed deep inside as numpy's TypeError
+        Interval(int, 0).check("guest_depth", guest_depth)
         if host_depth < 1 or guest_depth < 0:
             raise InvalidParameterError(f"host_depth must be >= 1 and guest_depth >= 0, got {host_depth}, "
                                         f"{guest_depth}")
