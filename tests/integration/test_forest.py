@@ -151,6 +151,18 @@ def test_clients_must_hold_the_same_instances_and_one_of_them_the_labels():
              "b": lambda ch: ForestClient(ch, parts[1], "master", y=y).fit()}
     with pytest.raises(ProtocolError, match="exactly one client must hold the labels"):
         run_parties(InProcessHub(["master", "a", "b"]), roles, timeout=30)
+    # in Python: a holder outside the clients (it said 'found none'), a method misspelt (found after training),
+    # a name that is the master's (one of the two ran), a string for the methods (read letter by letter)
+    from fedgrove.exceptions import InvalidParameterError
+
+    for kw, message in ((dict(label_holder=2), "label_holder must be <= 1, got 2"),
+                        (dict(methods=("one-round", "oneround")), "prediction method must be .* got 'oneround'"),
+                        (dict(names=["master", "b"]), "'master' is given 2 times")):
+        with pytest.raises(InvalidParameterError, match=message):
+            run_federated_forest(parts, y, params, None, mode="shared", X_test_parts=parts, timeout=30, **kw)
+    out = run_federated_forest(parts, y, params, None, mode="shared", X_test_parts=parts, methods="classical",
+                               timeout=30)
+    assert list(out["predictions"]) == ["classical"]
 
 
 def _forest_federation(tmp_path, y, X, task, he, n_test=60):

@@ -156,3 +156,8 @@ def test_bad_setups_are_refused_before_anything_is_sent():
         run_simfl(parts, GBDTParams(n_estimators=1), SimFLOptions(LSHParams(n_hashes=8)))
     with pytest.raises(InvalidParameterError, match="n_classes"):
         run_simfl(parts, GBDTParams(objective="multiclass", n_estimators=1))
+    # one name for two parties ran party0 alone under that name
+    with pytest.raises(InvalidParameterError, match="1 name for 2 parties"):
+        run_simfl(parts, GBDTParams(n_estimators=1), names=["a"])
+    with pytest.raises(InvalidParameterError, match="resume must be true or false, got 'no'"):
+        run_simfl(parts, GBDTParams(n_estimators=1), resume="no")  # a string was taken as true

@@ -69,6 +69,22 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused():
             hub.channel("a", bad)
 
 
+def test_party_names_must_be_distinct_and_match_the_parts():
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.protocols import party_names
+
+    # the roles are keyed by name: with a name given twice one party ran, on its part of the data alone
+    with pytest.raises(InvalidParameterError, match="party names must be distinct; 'a' is given 2 times"):
+        InProcessHub(["a", "b", "a"])
+    with pytest.raises(InvalidParameterError, match="party names must be non-empty strings, got ''"):
+        InProcessHub(["a", ""])
+    # a shorter list left the parties beyond it out of the federation
+    with pytest.raises(InvalidParameterError, match="1 name for 2 parties: give one name for each item of parts"):
+        party_names(["a"], 2, "party", "parts")
+    assert party_names(None, 2, "client", "X_parts") == ["client0", "client1"]
+    assert party_names(("x", "y"), 2, "party", "parts") == ["x", "y"]
+
+
 def test_channel_scopes_tags_counts_bytes_and_times_out():
     hub = InProcessHub(["a", "b"])
 

@@ -31,6 +31,19 @@ def check_parts(parts, what: str, form: str, sizes: tuple = (2,), n: int | None 
             raise InvalidParameterError(f"{what}[{k}] must be {form}, got {got}")
 
 
+def party_names(names, n: int, prefix: str, what: str) -> list[str]:
+    """A simulation's party names: ``names`` (one for each of the ``n`` items of ``what``, the per-party list)
+    or ``prefix`` + 0, 1, ...  A shorter list left the parties beyond it out of the federation without a sign;
+    a longer one failed as an IndexError inside a party."""
+    if names is None:
+        return [f"{prefix}{k}" for k in range(n)]
+    names = list(names)
+    if len(names) != n:
+        raise InvalidParameterError(f"{len(names)} name{'' if len(names) == 1 else 's'} for {n} parties: give one "
+                                    f"name for each item of {what}, in its order")
+    return names
+
+
 def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
     """A party's instance IDs as int64, refused unless they are integers (floats only with whole values: 0.5
     was cut to 0 and matched to another party's instance 0), one per row and no two equal (rows sharing an ID

@@ -6,6 +6,7 @@ import queue
 import threading
 import time
 
+from fedgrove.exceptions import InvalidParameterError
 from fedgrove.transport.channel import Channel
 
 
@@ -14,6 +15,13 @@ class InProcessHub:
 
     def __init__(self, parties: list[str]):
         self.parties = list(parties)
+        for name in self.parties:
+            if not isinstance(name, str) or not name:
+                raise InvalidParameterError(f"party names must be non-empty strings, got {name!r}")
+        twice = sorted({n for n in self.parties if self.parties.count(n) > 1})
+        if twice:  # the roles are keyed by name: one of the two ran, with its part of the data alone
+            raise InvalidParameterError(f"party names must be distinct; {twice[0]!r} is given "
+                                        f"{self.parties.count(twice[0])} times")
         self._boxes: dict[tuple[str, str, str], queue.Queue] = {}
         self._lock = threading.Lock()
         self.failure: str | None = None  # set when a party fails, so the others stop waiting

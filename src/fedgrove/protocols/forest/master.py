@@ -24,7 +24,13 @@ from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.psi import ALIGN_HINT
 
+PREDICTION_METHODS = ("one-round", "classical")
 MAX_PREDICT_BYTES = 32 * 1024 * 1024  # one-round prediction: leaf-set bytes per client per message
+
+
+def check_method(method) -> None:
+    if method not in PREDICTION_METHODS:
+        raise InvalidParameterError(f"prediction method must be 'one-round' or 'classical', got {method!r}")
 
 
 class ForestMaster:
@@ -155,8 +161,7 @@ class ForestMaster:
         have them) are left in ``self.test_ids`` and the forest's output in ``self.test_output``, which the label
         holder is sent when it asked (it holds the test labels and scores them)."""
         model = model or self.model
-        if method not in ("one-round", "classical"):
-            raise InvalidParameterError(f"prediction method must be 'one-round' or 'classical', got {method!r}")
+        check_method(method)
         hello = {c: self.ch.recv(c, "predict", m.TestHello) for c in self.clients}
         sizes = {h.n_samples for h in hello.values()}
         ids = [h.ids for h in hello.values() if len(h.ids)]

@@ -7,11 +7,11 @@ import time
 import numpy as np
 
 from fedgrove.engine.forest import ForestParams
-from fedgrove.engine.params import check_types
+from fedgrove.engine.params import Interval, check_types
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
-from fedgrove.protocols.forest.master import ForestMaster
-from fedgrove.protocols import with_kernel_threads
+from fedgrove.protocols.forest.master import ForestMaster, check_method
+from fedgrove.protocols import party_names, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -33,7 +33,12 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
     if mode == "encrypted" and he is None:
         raise InvalidParameterError("mode 'encrypted' needs the label holder's key pair: he=keygen('ou', 2048) (or "
                                     "'paillier'); or mode='shared' to give every client the labels")
-    names = names or [f"client{k}" for k in range(len(X_parts))]
+    names = party_names(names, len(X_parts), "client", "X_parts")
+    # a holder outside the clients failed as "exactly one client must hold the labels, found none"
+    Interval(int, 0, len(X_parts) - 1).check("label_holder", label_holder)
+    methods = (methods,) if isinstance(methods, str) else tuple(methods)  # "one-round" was read letter by letter
+    for method in methods:  # before training, not after it
+        check_method(method)
     hub = InProcessHub(["master"] + names)
     out: dict = {"fit_stats": {}, "predictions": {}, "leaves": {}, "predict_stats": {}}
 

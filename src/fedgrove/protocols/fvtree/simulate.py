@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedgrove.engine.gbdt import GBDTParams
-from fedgrove.engine.params import check_types
+from fedgrove.engine.params import Flag, check_types
 from fedgrove.ledger.store import Ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions, FVTreeParty
-from fedgrove.protocols import check_parts, with_kernel_threads
+from fedgrove.protocols import check_parts, party_names, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -23,7 +23,8 @@ def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | 
     (every party's: equal), contributions and channel statistics."""
     check_types("run_fvtree", params=(params, GBDTParams), options=(options, (FVTreeOptions, type(None))))
     check_parts(parts, "parts", "a tuple (X, y)")
-    names = names or [f"party{k}" for k in range(len(parts))]
+    Flag().check("resume", resume)  # a string such as "no" was taken as true
+    names = party_names(names, len(parts), "party", "parts")
     hub = InProcessHub(names)
     out = {"parties": {}}
 

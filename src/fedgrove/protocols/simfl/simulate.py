@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fedgrove.engine.gbdt import GBDTParams
-from fedgrove.engine.params import check_types
+from fedgrove.engine.params import Flag, check_types
 from fedgrove.protocols.simfl.party import SimFLOptions, SimFLParty
-from fedgrove.protocols import check_parts, with_kernel_threads
+from fedgrove.protocols import check_parts, party_names, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -17,7 +17,8 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
     party's model (all equal), the similarity each computed, timings and channel statistics."""
     check_types("run_simfl", params=(params, GBDTParams), options=(options, (SimFLOptions, type(None))))
     check_parts(parts, "parts", "a tuple (X, y) or (X, y, ids)", (2, 3))
-    names = names or [f"party{k}" for k in range(len(parts))]
+    Flag().check("resume", resume)  # a string such as "no" was taken as true
+    names = party_names(names, len(parts), "party", "parts")
     hub = InProcessHub(names)
     out = {"timings": {}, "similarity": {}}
 

@@ -10,7 +10,7 @@ from fedgrove.engine.params import check_types
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical.active import VerticalActive
 from fedgrove.protocols.vertical.passive import VerticalPassive
-from fedgrove.protocols import with_kernel_threads
+from fedgrove.protocols import party_names, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -24,9 +24,7 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
     scores (if ``X_test_parts``) and each party's channel statistics.
     """
     check_types("run_vertical", params=(params, GBDTParams), he=(he, HEContext))
-    names = names or [f"party{k}" for k in range(len(X_parts))]
-    if len(names) != len(X_parts):
-        raise InvalidParameterError(f"{len(names)} names for {len(X_parts)} parties' feature parts")
+    names = party_names(names, len(X_parts), "party", "X_parts")
     if X_test_parts is not None and len(X_test_parts) != len(X_parts):
         raise InvalidParameterError(f"X_test_parts has {len(X_test_parts)} parts for {len(X_parts)} parties: give "
                                     f"every party its test features, in the order of X_parts")
