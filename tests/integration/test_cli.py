@@ -570,6 +570,26 @@ def test_partition_format_options_are_told_apart(csv, tmp_path, capsys):
     assert code != 0 and "--file-format" not in err  # no hint without --format
 
 
+def test_partition_options_another_scheme_reads_are_refused(csv, tmp_path, capsys):
+    # --scheme vertical --theta 0.3 wrote the vertical partition as if --theta were not there
+    out = tmp_path / "parts"
+    for extra, message in ((["--scheme", "vertical", "--theta", "0.3"],
+                            "--theta applies to --scheme horizontal --mode unbalanced, not to this partition "
+                            "(--scheme vertical): leave it out"),
+                           (["--scheme", "horizontal", "--beta", "0.3"],
+                            "--beta applies to --scheme horizontal --mode dirichlet or --scheme hybrid, not to this "
+                            "partition (--scheme horizontal --mode balanced)"),
+                           (["--scheme", "horizontal", "--overlap", "0.5"], "--overlap applies to --scheme hybrid"),
+                           (["--scheme", "hybrid", "--mode", "balanced"], "--mode applies to --scheme horizontal")):
+        code, _, err = run(["partition", csv, "-l", "label", "-o", out, *extra], capsys)
+        assert code == 2 and message in err, err
+        assert not out.exists()
+    for extra in (["--scheme", "horizontal", "--mode", "dirichlet", "--beta", "0.3"],
+                  ["--scheme", "hybrid", "--beta", "0.3", "--hosts", "1", "--no-drop-features"]):
+        code, _, err = run(["partition", csv, "-l", "label", "-o", out, *extra], capsys)
+        assert code == 0, err
+
+
 def test_long_messages_stay_on_one_line(csv, tmp_path, capsys):
     # rich wraps at 80 columns without a terminal: a path or a metric broken across lines defeats grep
     parts = tmp_path / ("a-folder-whose-name-is-long-enough-to-push-the-line-past-eighty-columns" * 2)

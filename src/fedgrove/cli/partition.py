@@ -22,6 +22,7 @@ class Scheme(str, Enum):
 
 
 def partition(
+    ctx: typer.Context,
     data: str = typer.Argument(..., help="Data file or dataset:NAME"),
     out_dir: Path = typer.Option(..., "--out", "-o", help="Directory for the party files and manifest.json"),
     scheme: Scheme = typer.Option(..., help="horizontal, vertical or hybrid"),
@@ -54,6 +55,7 @@ def partition(
                                          write_test_files)
     from fedgrove.exceptions import DataError, InvalidParameterError
 
+    _refuse_options_unused(ctx, scheme.value, mode)
     if protocol is not None and protocol not in FOR_SCHEME[scheme.value]:
         raise InvalidParameterError(f"--protocol {protocol!r} does not run on a {scheme.value} partition; "
                                     f"expected {' or '.join(FOR_SCHEME[scheme.value])}")
@@ -126,6 +128,31 @@ LEAD = {"horizontal": "aggregator", "federated-forest": "master"}
 #: the protocols that run on each partition scheme
 FOR_SCHEME = {"vertical": ("vertical", "federated-forest"), "horizontal": ("horizontal", "simfl", "fvtree"),
               "hybrid": ("hybridtree",)}
+
+
+#: the options that only some partitions read: where each applies (scheme, and horizontal mode where it matters)
+SCHEME_OPTIONS = {"mode": ("--mode", {("horizontal", None)}),
+                  "theta": ("--theta", {("horizontal", "unbalanced")}),
+                  "beta": ("--beta", {("horizontal", "dirichlet"), ("hybrid", None)}),
+                  "hosts": ("--hosts", {("hybrid", None)}),
+                  "overlap": ("--overlap", {("hybrid", None)}),
+                  "drop_features": ("--drop-features", {("hybrid", None)})}
+
+
+def _refuse_options_unused(ctx: typer.Context, scheme: str, mode: str) -> None:
+    """Refuse an option given on the command line that this partition does not read (``--scheme vertical
+    --theta 0.3`` wrote the vertical partition as if the option were not there)."""
+    from fedgrove.exceptions import InvalidParameterError
+
+    for name, (flag, where) in SCHEME_OPTIONS.items():
+        source = ctx.get_parameter_source(name)  # click's enum, or typer's copy of it (typer >= 0.22 vendors click)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        if (scheme, None) in where or (scheme == "horizontal" and (scheme, mode) in where):
+            continue
+        places = " or ".join(f"--scheme {s}" + (f" --mode {m}" if m else "") for s, m in sorted(where))
+        raise InvalidParameterError(f"{flag} applies to {places}, not to this partition (--scheme {scheme}"
+                                    f"{' --mode ' + mode if scheme == 'horizontal' else ''}): leave it out")
 
 
 def _class_codes(y: np.ndarray) -> np.ndarray | None:
