@@ -411,6 +411,18 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys,
     assert set(tmp_path.rglob("*")) == before  # no half-written output
 
 
+def test_bag_options_of_the_truth_file_need_the_truth_file(tmp_path, capsys):
+    # --label without --truth was ignored: the predictions came out unscored without a word
+    preds = tmp_path / "host.predictions.csv"
+    preds.write_text("_id,prediction,p_0,p_1\n0,1,0.2,0.8\n1,0,0.7,0.3\n")
+    for flag, value in (("--label", "y"), ("--format", "csv")):
+        code, out, err = run(["bag", preds, flag, value], capsys)
+        assert code == 2 and f"{flag} describes the --truth file, and none is given" in err, err
+        assert out == ""
+    code, out, _ = run(["bag", preds], capsys)
+    assert code == 0 and out.startswith("_id,prediction")
+
+
 @pytest.mark.parametrize("command", ["train", "predict", "bag"])
 def test_unwritable_output_is_refused_before_any_work(csv, tmp_path, capsys, command):
     missing = tmp_path / "no-such-dir" / "out.csv"

@@ -35,6 +35,11 @@ def bag(
 
     if vote not in VOTES:
         raise InvalidParameterError(f"--vote must be one of {', '.join(VOTES)}, got {vote!r}")
+    if truth is None:  # they were ignored: the predictions went unscored without a word
+        for flag, value in (("--label", label), ("--format", fmt)):
+            if value is not None:
+                raise InvalidParameterError(f"{flag} describes the --truth file, and none is given: add --truth "
+                                            f"TEST_FILE to score the bagged predictions, or leave {flag} out")
     check_output_file(output, "--out")
     frames = {}
     for path in predictions:
