@@ -32,7 +32,9 @@ _LAZY = {
     "run_hybridtree": "fedgrove.protocols.hybridtree.simulate",
     "run_federated_forest": "fedgrove.protocols.forest.simulate",
     "run_simfl": "fedgrove.protocols.simfl.simulate", "SimFLOptions": "fedgrove.protocols.simfl.party",
+    "LSHParams": "fedgrove.protocols.simfl.lsh",
     "run_fvtree": "fedgrove.protocols.fvtree.simulate", "FVTreeOptions": "fedgrove.protocols.fvtree.party",
+    "DPOptions": "fedgrove.protocols.fvtree.privacy",
 }
 
 __all__ = ["__version__", "FedgroveError", *_LAZY]

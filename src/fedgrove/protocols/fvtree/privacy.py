@@ -39,6 +39,10 @@ from fedgrove.exceptions import InvalidParameterError
 
 @dataclass
 class DPOptions:
+    """FV-tree's differential privacy (``FVTreeOptions(dp=DPOptions(epsilon=...))``): a total budget
+    ``epsilon`` per party over the whole training, spent as this module describes; a query beyond it stops
+    training with a PrivacyBudgetError."""
+
     epsilon: float
     trees_per_ensemble: int | None = None   # default: every tree in one ensemble
     n_ensembles: int | None = None          # default: enough ensembles for every tree

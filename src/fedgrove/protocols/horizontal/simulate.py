@@ -12,6 +12,11 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 def run_horizontal(client_data: list[tuple], params: GBDTParams, timeout: float = 120.0, observers=None,
                    contributions: bool = False):
+    """Train with an aggregator and one client per item of ``client_data`` (each client's (X, y): the same
+    features, different instances); lossless: the trees are the engine's on the union of the clients' rows.
+    ``contributions``: each client's split Shapley value goes into the model's metadata (it reveals each
+    client's gradient sums at the chosen splits to the aggregator).  Returns the aggregator's ``model``, the
+    clients' ``client_models`` (equal to it) and every party's channel statistics."""
     check_types("run_horizontal", params=(params, GBDTParams))
     check_parts(client_data, "client_data", "a tuple (X, y)")
     names = [f"client{k}" for k in range(len(client_data))]

@@ -47,6 +47,10 @@ SCHEDULES = {"blocks": "blocks", "round-robin": "round_robin"}
 
 @dataclass
 class SimFLOptions:
+    """SimFL's settings beyond the GBDT parameters: ``lsh`` (:class:`~fedgrove.protocols.simfl.lsh.LSHParams`,
+    also ``fedgrove.LSHParams``: hash functions, window r, distribution, bins, seed) and ``schedule``, the order
+    of the trees: "blocks" proportional to the parties' data shares (the authors' code) or "round-robin"."""
+
     lsh: LSHParams = field(default_factory=LSHParams)
     schedule: str = "blocks"   # blocks proportional to data shares (the authors' code) or "round-robin"
 
