@@ -117,6 +117,30 @@ def test_a_title_line_above_the_rows_is_named(tmp_path):
     assert load_table(p, label=-1).X.tolist() == [[1, 2], [3, 4]]
 
 
+def test_a_row_with_a_field_left_out_is_named(tmp_path):
+    # pandas read a short row with its last columns missing: '4,5' under 'a,b,y' trained as a=4, b=5, y=NaN
+    # (with the label first, a feature silently missing)
+    cases = [("short.csv", "a,b,y\n1,2,0\n4,5\n6,7,1\n", r"line 3 of '.*short.csv' has 2 fields \('4,5'\) where "
+              r"the header has 3: .* write each missing value as an empty field \(1,,3\) or '\?'"),
+             ("short.txt", "a b y\n1 2 0\n4 5\n", r"line 3 of .* has 2 fields \('4 5'\) .* as '\?'"),
+             ("quoted.csv", 'a,b,y\n1,"x\ny",0\n4,5\n', r"line 4 of .* has 2 fields"),  # the quoted line break
+             ("noheader.csv", "1,2,0\n4,5\n", r"line 2 of .* where the first row has 3")]
+    for name, text, message in cases:
+        p = tmp_path / name
+        p.write_text(text)
+        with pytest.raises(DataError, match=message):
+            load_table(p, label=0, categorical="auto")
+    p = tmp_path / "short.csv.gz"
+    p.write_bytes(gzip.compress(b"a,b,y\n1,2,0\n4\n"))
+    with pytest.raises(DataError, match=r"line 3 of .* has 1 field \('4'\)"):
+        load_table(p, label=0)
+    # an empty field is a missing value, and a blank line is skipped
+    p = tmp_path / "ok.csv"
+    p.write_text("a,b,y\n1,2,0\n4,5,\n\n6,,1\n")
+    t = load_table(p, label=0)
+    assert t.X.shape == (3, 2) and np.isnan(t.X[1, 1]) and np.isnan(t.X[2, 0])
+
+
 def test_text_columns_become_categories_when_asked(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("colour,zip,x,y\nred,1010,0.5,1\nblue,2020,,0\n,1010,1.5,1\ngreen,3030,2.5,0\n")
