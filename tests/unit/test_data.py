@@ -141,6 +141,18 @@ def test_a_row_with_a_field_left_out_is_named(tmp_path):
     assert t.X.shape == (3, 2) and np.isnan(t.X[1, 1]) and np.isnan(t.X[2, 0])
 
 
+def test_a_nested_parquet_column_is_named(tmp_path):
+    # a list column's arrays were offered as categories ('[1 2]') under --categorical auto
+    p = tmp_path / "nested.parquet"
+    pd.DataFrame({"a": [1.0, 2.0], "l": [[1, 2], [3]], "y": [0, 1]}).to_parquet(p)
+    for categorical in (None, "auto"):
+        with pytest.raises(DataError, match=r"column 'l' of .* holds lists \(data row 1: \[1, 2\]\), a nested column"):
+            load_table(p, label="y", categorical=categorical)
+    pd.DataFrame({"a": [1.0, 2.0], "s": [{"x": 1}, {"x": 2}], "y": [0, 1]}).to_parquet(p)
+    with pytest.raises(DataError, match=r"column 's' of .* holds records"):
+        load_table(p, label="y")
+
+
 def test_text_columns_become_categories_when_asked(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("colour,zip,x,y\nred,1010,0.5,1\nblue,2020,,0\n,1010,1.5,1\ngreen,3030,2.5,0\n")

@@ -523,6 +523,14 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
             continue
         numeric = pd.to_numeric(values, errors="coerce")
         bad = numeric.isna() & values.notna()
+        if bad.any() and isinstance(values[bad].iloc[0], (list, tuple, dict, set, np.ndarray)):
+            row = int(np.nonzero(bad.to_numpy())[0][0])
+            value = values.iloc[row]
+            kind = "records" if isinstance(value, dict) else "lists"  # a Parquet struct, or list (an ndarray)
+            shown = value.tolist() if isinstance(value, np.ndarray) else value
+            raise DataError(f"column {col!r} of {source!r} holds {kind} (data row {row + 1}: {shown!r}), a nested "
+                            f"column: fedgrove reads flat columns of numbers, text or dates; give each element a "
+                            f"column of its own")
         if bad.any() and categorical == "auto":
             X[:, j], categories[col], _ = _encode(values, None)
             continue
