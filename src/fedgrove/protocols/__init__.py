@@ -51,9 +51,9 @@ def instance_ids(ids, n_rows: int, party: str) -> np.ndarray | None:
     if ids is None:
         return None
     given = np.asarray(ids).reshape(-1)
-    kind = given.dtype.kind
+    kind = given.dtype.kind if given.size else "i"  # no IDs: of no type
     if kind not in "iuf":
-        odd = next((v for v in given.tolist() if not isinstance(v, int) or isinstance(v, bool)), given.tolist()[0])
+        odd = next((v for v in given.tolist() if not isinstance(v, int) or isinstance(v, bool)), None)
         raise DataError(f"{party}: instance IDs must be integers, got {given.dtype.name} values such as {odd!r}; "
                         f"map other IDs to integers the same way at every party (a data file's _id column may hold "
                         f"text: fedgrove codes it alike everywhere)")
