@@ -189,6 +189,21 @@ def test_predict_on_test_labels_of_one_class_leaves_auc_out_without_warnings(csv
     assert re.search(r"accuracy \d\.\d{4}  \(AUC and AUPRC left out: every label is 'yes'\)  logloss", err), err
 
 
+def test_train_scores_the_validation_file_and_early_stopping_needs_one(csv, tmp_path, capsys):
+    # --valid alone trained and said nothing of it; --early-stopping without it was a data error (exit 3)
+    # after the data had been read
+    model = tmp_path / "v.json"
+    code, out, err = run(["train", csv, "-m", model, "-l", "label", "-n", "10", "-q", "--valid", csv], capsys)
+    assert code == 0, err
+    line = re.search(rf"on {re.escape(str(csv))}: accuracy (\d\.\d{{4}})  auc .* logloss", out + err)
+    assert line, out + err
+    code, predicted, err = run(["predict", model, csv, "-o", tmp_path / "p.csv"], capsys)  # scored alike
+    assert f"accuracy {line.group(1)}" in predicted + err
+    code, _, err = run(["train", tmp_path / "no-such.csv", "-m", model, "-l", "label", "--early-stopping", "3"],
+                       capsys)
+    assert code == 2 and "--early-stopping watches a validation set: give --valid VALID_FILE too" in err, err
+
+
 def test_notes_of_the_library_reach_stderr_unless_the_log_level_hides_them(csv, tmp_path, capsys):
     # early stopping is logged by the engine: the CLI shows it as a note, --log-level warning hides it
     df = pd.read_csv(csv)

@@ -158,6 +158,16 @@ def test_bad_parameters_name_the_value():
                 GBDTParams(**{name: bad})
 
 
+def test_early_stopping_without_an_eval_set_is_refused():
+    from fedgrove.exceptions import InvalidParameterError
+
+    X, y = make_classification(100)
+    with pytest.raises(InvalidParameterError, match="early_stopping_rounds=2 watches a validation set"):
+        train_gbdt(GBDTParams(n_estimators=5, early_stopping_rounds=2), X, y)  # it trained every round
+    with pytest.raises(InvalidParameterError, match="eval_set must be a pair .* XGBoost's list of pairs"):
+        train_gbdt(GBDTParams(n_estimators=5), X, y, eval_set=[(X, y)])
+
+
 def test_no_rows_give_no_predictions():
     X, y = make_classification(100)
     for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,

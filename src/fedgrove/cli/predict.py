@@ -26,7 +26,6 @@ def predict(
     fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm"),
 ):
     """Predict with a saved model; with --label also print test metrics."""
-    from fedgrove import metrics
     from fedgrove.engine.model import load_model
 
     check_output_file(output, "--out")
@@ -73,10 +72,14 @@ def predict(
         atomic_write_text(output, df.to_csv(index=False))
         console.print(f"wrote {len(df)} predictions to {output}")
     if table.y is not None:  # scored after the predictions are out
-        _report(m, X, table.y, metrics)
+        console.print(score_line(m, X, table.y))
 
 
-def _report(m, X, y_true, metrics):
+def score_line(m, X, y_true) -> str:
+    """The model's scores on rows ``X`` with labels ``y_true`` as the file writes them: accuracy, AUC, AUPRC and
+    log loss (classification) or RMSE (regression), as ``fedgrove predict`` prints them."""
+    from fedgrove import metrics
+
     if m.classes is not None:
         lookup = {c: i for i, c in enumerate(m.classes)}
         y = np.array([lookup.get(v.item() if hasattr(v, "item") else v, -1) for v in y_true], dtype=np.int64)
@@ -97,4 +100,4 @@ def _report(m, X, y_true, metrics):
             line += f"  logloss {metrics.log_loss(y, p):.4f}"
     else:
         line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X)):.6g}"
-    console.print(line)
+    return line

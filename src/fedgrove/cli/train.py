@@ -75,6 +75,8 @@ def train(
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 
     _refuse_other_algorithms_options(ctx, algorithm.value)
+    if early_stopping is not None and valid is None:  # said before the data is read
+        raise InvalidParameterError("--early-stopping watches a validation set: give --valid VALID_FILE too")
     check_output_file(model, "--model")
     if objective not in ("auto", "binary", "multiclass", "regression"):
         raise InvalidParameterError(f"--objective must be auto, binary, multiclass or regression, got {objective!r}")
@@ -105,9 +107,9 @@ def train(
         objective = infer_objective(table.y) if algorithm == Algorithm.gbdt else (
             "regression" if infer_objective(table.y) == "regression" else "multiclass")
     y, classes = encode_labels(table.y, objective)
+    eval_set = None
     if algorithm == Algorithm.gbdt:
         params = make_params(objective, len(classes) if objective == "multiclass" else None)
-        eval_set = None
         if valid is not None:
             vt = load_input(valid, table.label_name if table.label_name else -1, fmt, split="test",
                             n_features=table.n_features, categorical=table.categories or None,
@@ -116,8 +118,6 @@ def train(
                 raise DataError("the validation data has no label column")
             vy = _encode_like(vt.y, classes, objective)
             eval_set = (model_features(vt, table.feature_names, valid), vy)
-        elif early_stopping:
-            raise DataError("--early-stopping needs --valid")
         with progress_bar("boosting", n_estimators, not quiet) as update:
             fitted = train_gbdt(params, table.X, y, eval_set=eval_set, feature_names=table.feature_names,
                                 progress=update)
@@ -136,6 +136,10 @@ def train(
         objective = "regression" if objective == "regression" else f"classification, {len(classes)} classes"
     console.print(f"trained {algorithm.value} ({objective}) on {table.n_samples} samples x {table.n_features} "
                   f"features: {fitted.n_trees} trees -> {model}")
+    if eval_set is not None:  # the model as saved (early stopping: its best round), scored as predict scores it
+        from fedgrove.cli.predict import score_line
+
+        console.print(f"on {valid}: {score_line(fitted, eval_set[0], vt.y)}")
 
 
 def _parse_max_features(value: str):
