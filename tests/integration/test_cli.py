@@ -141,7 +141,7 @@ def test_predict_matches_columns_by_name_and_scores_the_models_label(csv, tmp_pa
     assert pd.read_csv(got).equals(pd.read_csv(expected))
     df.drop(columns=["c"]).to_csv(shuffled, index=False)
     code, _, err = run(["predict", model, shuffled], capsys)
-    assert code == 3 and "1 of the model's 4 features are not columns of" in err and "'c'" in err
+    assert code == 3 and "1 of the model's 4 features is not a column of" in err and "'c'" in err
     valid = tmp_path / "valid.csv"  # the validation file of early stopping is matched by name too
     df[["label", "d", "c", "b", "a"]].to_csv(valid, index=False)
     code, _, err = run(["train", csv, "-m", tmp_path / "v.json", "-l", "label", "-n", "10", "-q", "--valid", valid,

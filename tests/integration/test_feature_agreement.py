@@ -268,7 +268,7 @@ def test_from_python_each_partys_test_frame_is_matched_by_name(protocol):
                               X_test_host=X[order(cols[0])], test_guests=[(X[order(cols[1])], ids)] * 2)["test_raw"]
 
     np.testing.assert_array_equal(run(lambda c: c[::-1]), run(lambda c: c))
-    with pytest.raises(DataError, match="are not columns of .*test features: 'mean radius'"):
+    with pytest.raises(DataError, match="is not a column of .*test features: 'mean radius'"):
         run(lambda c: c[1:] if "mean radius" in c else c)
 
 

@@ -113,7 +113,8 @@ def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
         return None
     if missing:
         shown = listing(missing, show=repr)
-        raise DataError(f"{len(missing)} of the model's {len(names)} features are not columns of {source}: {shown}")
+        verb = "is not a column" if len(missing) == 1 else "are not columns"
+        raise DataError(f"{len(missing)} of the model's {len(names)} features {verb} of {source}: {shown}")
     if len(set(names)) != len(names):
         return None  # a model with repeated names can only be applied by position
     return np.array([index[n] for n in names], dtype=np.int64)
