@@ -168,6 +168,18 @@ def test_early_stopping_without_an_eval_set_is_refused():
         train_gbdt(GBDTParams(n_estimators=5), X, y, eval_set=[(X, y)])
 
 
+def test_labels_of_two_columns_are_refused():
+    from fedgrove.exceptions import DataError
+
+    X, y = make_classification(100)
+    # flattened, one-hot labels read as twice the rows ("X has 100 rows but y has 200")
+    with pytest.raises(DataError, match=r"got shape \(100, 2\); one-hot labels are y.argmax\(axis=1\)"):
+        train_gbdt(GBDTParams(n_estimators=2), X, np.eye(2)[y.astype(int)])
+    with pytest.raises(DataError, match=r"got shape \(1, 100\); one row of labels is y.reshape\(-1\)"):
+        train_gbdt(GBDTParams(n_estimators=2), X, y[None, :])
+    assert train_gbdt(GBDTParams(n_estimators=2), X, y[:, None]).n_trees == 2
+
+
 def test_no_rows_give_no_predictions():
     X, y = make_classification(100)
     for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,

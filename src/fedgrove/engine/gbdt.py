@@ -135,7 +135,12 @@ def check_xy(X, y, n_features: int | None = None):
         raise DataError(f"X has {X.shape[1]} features, expected {n_features}")
     if y is not None:
         y = as_numbers(y, "y", "0/1 for binary, 0..K-1 for multiclass; class names need encoding first, e.g. "
-                     "numpy.unique(y, return_inverse=True)").reshape(-1)
+                     "numpy.unique(y, return_inverse=True)")
+        if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):  # flattened, it read as twice the rows
+            hint = ("; one-hot labels are y.argmax(axis=1)" if y.ndim == 2 and y.shape[0] == X.shape[0] else
+                    "; one row of labels is y.reshape(-1)" if y.ndim == 2 and y.shape[0] == 1 else "")
+            raise DataError(f"y must hold one label per row, shape (n,) or (n, 1), got shape {y.shape}{hint}")
+        y = y.reshape(-1)
         if y.shape[0] != X.shape[0]:
             raise DataError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
         if not np.all(np.isfinite(y)):
