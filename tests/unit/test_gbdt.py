@@ -180,6 +180,20 @@ def test_labels_of_two_columns_are_refused():
     assert train_gbdt(GBDTParams(n_estimators=2), X, y[:, None]).n_trees == 2
 
 
+def test_regression_labels_too_large_for_float64_sums_are_refused():
+    from fedgrove.engine.forest import ForestParams, train_forest
+    from fedgrove.exceptions import DataError
+
+    X, _ = make_classification(200)
+    y = X[:, 0] * 1e160  # GBDT's gains were NaN (no split, a RuntimeWarning); the forest raised OverflowError
+    with pytest.raises(DataError, match=r"regression labels spread over .* rows would overflow .* divide the label"):
+        train_gbdt(GBDTParams(objective="regression", n_estimators=2), X, y)
+    with pytest.raises(DataError, match=r"regression labels as large as .* overflow the squared sums of 200 rows"):
+        train_forest(ForestParams(task="regression", n_estimators=2), X, y)
+    m = train_gbdt(GBDTParams(objective="regression", n_estimators=20), X, X[:, 0] * 1e140)  # still in range
+    assert np.corrcoef(m.predict(X), X[:, 0])[0, 1] > 0.9
+
+
 def test_no_rows_give_no_predictions():
     X, y = make_classification(100)
     for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,

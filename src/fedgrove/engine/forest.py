@@ -160,6 +160,10 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
     max y^2``).
     """
     top = float(np.max(np.abs(y))) if len(y) else 0.0
+    if not np.isfinite(total_weight * top * top):  # the sums of y^2 leave float64's range
+        raise DataError(f"regression labels as large as {top:.3g} overflow the squared sums of {total_weight:g} "
+                        f"rows (rows x label^2 must stay below 1.8e308): divide the label by a power of ten, and "
+                        f"the predictions scale back by it")
     b1 = int(np.ceil(np.log2(total_weight * top + 1.0)))
     b2 = int(np.ceil(np.log2(total_weight * top * top + 1.0)))
     return 52 - b1, 52 - b2

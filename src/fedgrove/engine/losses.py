@@ -121,6 +121,17 @@ class SquaredError(Objective):
     name = "regression"
     default_metric = "rmse"
 
+    def check_labels(self, y):
+        y = super().check_labels(y)
+        # a split's gain squares the sum of its rows' gradients (at most rows x the labels' spread): beyond
+        # float64's range every gain was NaN and no tree split, without an error
+        spread = float(np.max(y) - np.min(y)) if len(y) else 0.0
+        if spread * max(len(y), 1) > 1e153:
+            raise DataError(f"regression labels spread over {spread:.3g}, which over {len(y)} rows would overflow the "
+                            f"squared gradient sums (rows x spread must stay below 1e153): divide the label by "
+                            f"a power of ten, and the predictions scale back by it")
+        return y
+
     def init_score(self, y):
         return np.array([y.mean()])
 
