@@ -19,7 +19,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import check_xy
 from fedgrove.engine.grower import TreeGrower
-from fedgrove.engine.losses import classes_from_labels
+from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
 from fedgrove.engine.model import ForestModel, names_of
 from fedgrove.engine.params import Flag, Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
@@ -182,6 +182,8 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
         logger.warning("max_features = %d, but the data has %d features: every tree tries all of them at every "
                        "split", mf, n_features)
     n_classes = 1
+    if params.task == "regression":
+        warn_if_labels_close(y)
     if params.task == "classification":
         if np.any(y != np.round(y)) or y.min() < 0:
             raise DataError("classification labels must be integers 0..K-1")

@@ -231,7 +231,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     val = None
     if eval_set is not None:
         Xv, yv = check_xy(eval_set[0], eval_set[1], n_features)
-        yv = objective.check_labels(yv)
+        yv = objective.check_labels(yv, warn=False)
         metric_name = params.eval_metric or objective.default_metric
         metric, takes_proba, higher = get_metric(metric_name)
         if metric_name in ("auc", "auprc") and not ranks_defined(yv):

@@ -18,6 +18,7 @@ from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import names_of
 from fedgrove.engine.forest import forest_stats, mse_grid
+from fedgrove.engine.losses import warn_if_labels_close
 from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
@@ -138,6 +139,8 @@ class ForestClient:
             self.scorer = False
         # regression statistics lie on the engine's grid, computed from all labels as the engine does
         self.grid = mse_grid(self.y, len(self.y)) if self.y is not None and setup.task == "regression" else None
+        if self.grid is not None:
+            warn_if_labels_close(self.y)
 
     # -- training --------------------------------------------------------------------------
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:

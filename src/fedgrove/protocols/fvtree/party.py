@@ -269,7 +269,7 @@ class FVTreeParty:
         if o.use_psd:
             self._psd()
         stats = label_stats(self.params, make_objective(self.params.objective, self.params.n_classes or 1)
-                            .check_labels(self.y))
+                            .check_labels(self.y, warn=False))  # fit warns, once
         ch.broadcast("labels", m.LabelStats(stats), self.others)
         total = stats + sum(s.stats for s in ch.gather("labels", m.LabelStats, self.others).values())
         self.base = base_score(self.params, total)
