@@ -92,6 +92,8 @@ def test_bad_parameters():
         keygen("rsa")
     with pytest.raises(InvalidParameterError, match="key_bits"):
         keygen("ou", 1024)
+    with pytest.raises(InvalidParameterError, match=r"key_bits must be one of \(2048, 3072\), got 2048.0"):
+        keygen("ou", 2048.0, "phe")  # equal to 2048, it passed, then HEU refused the float with a TypeError
     with pytest.raises(InvalidParameterError, match="Paillier only"):
         keygen("ou", 2048, "phe")
 

@@ -15,6 +15,7 @@ bytes for the wire.  Plaintexts are Python ints (signed).
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 import threading
@@ -402,8 +403,9 @@ def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None)
     """A new key pair.  ``backend=None`` picks HEU when installed, else python-paillier."""
     if scheme not in SCHEMES:
         raise InvalidParameterError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    if key_bits not in KEY_BITS:
-        raise InvalidParameterError(f"key_bits must be one of {KEY_BITS}, got {key_bits!r}")
+    if isinstance(key_bits, bool) or not isinstance(key_bits, numbers.Integral) or key_bits not in KEY_BITS:
+        raise InvalidParameterError(f"key_bits must be one of {KEY_BITS}, got {key_bits!r}")  # 2048.0: HEU's error
+    key_bits = int(key_bits)
     if backend is None:
         if _heu_available():
             backend = "heu"
