@@ -54,6 +54,9 @@ def test_forest_parameters_are_validated():
         ForestParams(task="regression", criterion="gini")
     with pytest.raises(InvalidParameterError, match="max_features"):
         ForestParams(max_features="half")
+    # numpy numbers (a search grid's values) are taken as Python's: np.int64(2) was refused as not an integer
+    assert ForestParams(max_features=np.int64(2)).max_features == 2
+    assert ForestParams(max_features=np.float32(0.5)).max_features == 0.5
     with pytest.raises(InvalidParameterError, match="bootstrap must be true or false, got 'no'"):
         ForestParams(bootstrap="no")  # a string is truthy: it bootstrapped
     with pytest.raises(InvalidParameterError, match="min_impurity_decrease must be a finite number, got nan"):
