@@ -215,6 +215,22 @@ def test_regression_labels_too_close_together_are_warned_of(caplog):
                for m in said), said
 
 
+def test_numpy_numbers_in_the_settings_are_python_numbers():
+    # a search grid's np.int64 reached JSON (FV-tree's ledger: "Object of type int64 is not JSON serializable")
+    # or was refused (LSHParams n_bins: "must be an integer")
+    import json
+
+    from fedgrove.protocols.fvtree.party import FVTreeOptions
+    from fedgrove.protocols.simfl.lsh import LSHParams
+
+    for settings in (GBDTParams(n_estimators=np.int64(3), learning_rate=np.float32(0.5), subsample=np.float64(1)),
+                     FVTreeOptions(n_candidates=np.int64(2), threshold=np.float64(1.0), verify=np.bool_(True)),
+                     LSHParams(n_hashes=np.int64(5), r=np.float32(4.0), n_bins=np.int64(64))):
+        values = vars(settings)
+        assert not any(isinstance(v, np.generic) for v in values.values()), values
+        json.dumps({k: v for k, v in values.items() if not hasattr(v, "__dataclass_fields__")})
+
+
 def test_no_rows_give_no_predictions():
     X, y = make_classification(100)
     for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,

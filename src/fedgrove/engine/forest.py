@@ -69,8 +69,6 @@ class ForestParams:
             raise InvalidParameterError(f"criterion for {self.task} must be one of {list(allowed)}, "
                                         f"got {self.criterion!r}")
         mf = self.max_features
-        if isinstance(mf, (np.integer, np.floating)):  # a numpy number, as another library's search gives it
-            mf = self.max_features = mf.item()
         ok = (mf is None or mf in ("sqrt", "log2") or (isinstance(mf, int) and not isinstance(mf, bool) and mf >= 1)
               or (isinstance(mf, float) and 0.0 < mf <= 1.0))
         if not ok:

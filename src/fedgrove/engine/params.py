@@ -6,6 +6,8 @@ import math
 import numbers
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from fedgrove.exceptions import InvalidParameterError
 
 
@@ -54,7 +56,13 @@ class Flag:
 
 
 def validate(params, constraints: dict) -> None:
-    """Check every field of the dataclass ``params`` that has a constraint."""
+    """Check every field of the dataclass ``params`` that has a constraint, after turning numpy numbers (a
+    search grid's values) into Python's: the settings are written as JSON (models, ledgers, messages), which
+    takes no numpy number."""
+    for f in fields(params):
+        value = getattr(params, f.name)
+        if isinstance(value, np.generic):
+            object.__setattr__(params, f.name, value.item())  # frozen dataclasses too
     for f in fields(params):
         if f.name in constraints:
             constraints[f.name].check(f.name, getattr(params, f.name))

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine.params import Flag, Interval
+from fedgrove.engine.params import Flag, Interval, validate
 from fedgrove.exceptions import InvalidParameterError
 
 DISTRIBUTIONS = ("cauchy", "gaussian")
@@ -42,6 +42,7 @@ class LSHParams:
     force: bool = False
 
     def __post_init__(self):
+        validate(self, {})  # numpy numbers become Python's
         if self.distribution not in DISTRIBUTIONS:
             raise InvalidParameterError(f"LSH distribution must be one of {DISTRIBUTIONS}, got "
                                         f"{self.distribution!r}")
