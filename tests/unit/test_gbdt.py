@@ -231,6 +231,20 @@ def test_numpy_numbers_in_the_settings_are_python_numbers():
         json.dumps({k: v for k, v in values.items() if not hasattr(v, "__dataclass_fields__")})
 
 
+def test_pandas_nullable_columns_read_their_na_as_missing():
+    # a DataFrame of Int64/Float64/boolean columns was refused: "X holds <NA>, not a number (NaN for missing...)"
+    import pandas as pd
+
+    df = pd.DataFrame({"a": pd.array([1, None, 3, 4] * 25, dtype="Int64"),
+                       "b": pd.array([0.5, 1.5, None, 2.0] * 25, dtype="Float64"),
+                       "c": pd.array([True, False, None, True] * 25, dtype="boolean")})
+    y = pd.Series(pd.array([0, 1, 0, 1] * 25, dtype="Int64"))
+    m = train_gbdt(GBDTParams(n_estimators=3), df, y)
+    X = df.to_numpy(dtype=np.float64, na_value=np.nan)
+    np.testing.assert_array_equal(m.predict_raw(df), train_gbdt(GBDTParams(n_estimators=3), X, y.to_numpy(
+        dtype=np.float64)).predict_raw(X))
+
+
 def test_no_rows_give_no_predictions():
     X, y = make_classification(100)
     for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,

@@ -73,10 +73,15 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
         from fedgrove.data.io import as_seconds
 
         timed = [c for c, dtype in a.dtypes.items() if dtype.kind in "mM"]  # durations, date-times
-        if timed:
+        nullable = [c for c, dtype in a.dtypes.items() if _nullable_number(dtype)]
+        if timed or nullable:
             a = a.copy()
             for c in timed:
                 a[c] = as_seconds(a[c])
+            for c in nullable:  # pandas' Int64, Float64, boolean: their <NA> is a missing value, NaN
+                a[c] = a[c].to_numpy(dtype=np.float64, na_value=np.nan)
+    elif hasattr(a, "dtype") and hasattr(a, "to_numpy") and _nullable_number(a.dtype):  # a Series
+        a = a.to_numpy(dtype=np.float64, na_value=np.nan)
     try:
         return np.asarray(a, dtype=np.float64)
     except (ValueError, TypeError):
@@ -91,6 +96,13 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
     flat = np.asarray(a, dtype=object).ravel()
     bad = next((v for v in flat if not _is_number(v)), None)
     raise DataError(f"{name} holds {bad!r}, not a number ({expected})") from None
+
+
+def _nullable_number(dtype) -> bool:
+    """A pandas extension dtype of numbers or truth values, whose missing value is ``pd.NA``."""
+    import pandas as pd
+
+    return isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iufb"
 
 
 def _is_number(v) -> bool:
