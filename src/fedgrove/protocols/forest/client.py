@@ -18,8 +18,7 @@ from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import names_of
 from fedgrove.engine.forest import forest_stats, mse_grid
-from fedgrove.engine.losses import warn_if_labels_close
-from fedgrove.engine.losses import classes_from_labels
+from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
 from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
