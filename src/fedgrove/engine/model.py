@@ -388,7 +388,14 @@ class GBDTModel(TreeEnsembleModel):
     def predict_proba(self, X, n_rounds: int | None = None) -> np.ndarray:
         if self.objective == "regression":
             raise NotFittedError("predict_proba is only defined for classification models")
-        raw = self.predict_raw(X, n_rounds)
+        return self.output_from_raw(self.predict_raw(X, n_rounds))
+
+    def output_from_raw(self, raw) -> np.ndarray:
+        """Class probabilities (n, K), or values (n,) for regression, from raw scores (``predict_raw``'s, or a
+        federation's)."""
+        raw = np.asarray(raw, dtype=np.float64)
+        if self.objective == "regression":
+            return raw.reshape(-1)
         return self._obj.transform(raw.reshape(len(raw), self.n_outputs))  # -1 is no width for 0 rows
 
     def decide(self, out: np.ndarray) -> np.ndarray:

@@ -62,10 +62,10 @@ def validate(params, constraints: dict) -> None:
     for f in fields(params):
         value = getattr(params, f.name)
         if isinstance(value, np.generic):
-            object.__setattr__(params, f.name, value.item())  # frozen dataclasses too
-    for f in fields(params):
+            value = value.item()
+            object.__setattr__(params, f.name, value)  # frozen dataclasses too
         if f.name in constraints:
-            constraints[f.name].check(f.name, getattr(params, f.name))
+            constraints[f.name].check(f.name, value)
 
 
 def check_types(where: str, **given) -> None:

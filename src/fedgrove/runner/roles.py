@@ -302,21 +302,13 @@ def _vertical_active_predict(ctx: RoleContext) -> dict:
     model = ctx.load_model()
     table = ctx.common(ctx.data(with_label=True, test=True), ctx.cfg.lead, ctx.others("passive"), test=True)
     raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X, table.ids)
-    return write_predictions(ctx, _gbdt_output(model, raw), model.classes, table)
+    return write_predictions(ctx, model.output_from_raw(raw), model.classes, table)
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
     table = ctx.common(ctx.data(False, test=True), ctx.cfg.lead, [], test=True)
     answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
     return {}
-
-
-def _gbdt_output(model, raw: np.ndarray) -> np.ndarray:
-    """Class probabilities (n, K) or values (n,) from raw boosting scores."""
-    raw = np.asarray(raw, dtype=np.float64)
-    if model.objective == "regression":
-        return raw.reshape(-1)
-    return model._obj.transform(raw.reshape(len(raw), model.n_outputs))
 
 
 # ---------------------------------------------------------------------------- horizontal
@@ -378,7 +370,7 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
     n_classes = 1 if model.objective == "regression" else max(2, raw.shape[1])
     shell = GBDTModel(model.objective, n_classes, model.base_score)  # for its output transform
     classes = None if model.objective == "regression" else ctx.class_names(n_classes)
-    return write_predictions(ctx, _gbdt_output(shell, raw), classes, table)
+    return write_predictions(ctx, shell.output_from_raw(raw), classes, table)
 
 
 def _hybrid_guest_predict(ctx: RoleContext) -> dict:
@@ -466,7 +458,7 @@ def _local_predict(ctx: RoleContext) -> dict:
     own test file, no message needed."""
     model = ctx.load_model()
     table = ctx.data(with_label=True, test=True)
-    return write_predictions(ctx, _gbdt_output(model, model.predict_raw(table.X)), model.classes, table)
+    return write_predictions(ctx, model.output_from_raw(model.predict_raw(table.X)), model.classes, table)
 
 
 def _nothing_to_predict(ctx: RoleContext) -> dict:
