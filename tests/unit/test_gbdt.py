@@ -197,8 +197,8 @@ def test_regression_labels_too_large_for_float64_sums_are_refused():
 
 
 def test_regression_labels_too_close_together_are_warned_of(caplog):
-    # the split search's tie tolerance is absolute below gains of 1e-3: labels of spread 1e-6 gave a fit of
-    # R^2 0.57 where the same labels times 2^20 gave 0.9976, without a word
+    # the split search's tie tolerance is absolute below gains of 1e-3: labels of spread 1e-5 gave a fit of
+    # R^2 0.57 where the same labels times 2^20 gave 0.9976 (bench/label_scale.py), without a word
     import logging
 
     from fedgrove.engine.forest import ForestParams, train_forest

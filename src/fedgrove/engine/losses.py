@@ -126,9 +126,8 @@ CLOSE_LABELS = 1e-2
 def warn_if_labels_close(y: np.ndarray) -> None:
     """Warn of regression labels spread over less than ``CLOSE_LABELS``: the split search counts gains within
     about 1e-10 of each other as ties (so that a federation's sums, taken in another order, choose the same
-    split; :mod:`fedgrove.engine.split`), and such labels give gains that small.  Measured (2,000 rows, labels
-    scaled by powers of two): a GBDT's fit (R^2) 0.9976 at every spread down to 8e-3, 0.9948 at 5e-4, 0.9796
-    at 6e-5 and 0.57 at 8e-6; a forest's 0.9846 at 8, 0.9816 at 0.06, 0.90 at 6e-5."""
+    split; :mod:`fedgrove.engine.split`), and such labels give gains that small: ``bench/label_scale.py``
+    measures the fits it costs (README, the engine)."""
     spread = float(np.max(y) - np.min(y)) if len(y) else 0.0
     if 0 < spread < CLOSE_LABELS:
         k = math.ceil(-math.log10(spread))
