@@ -377,8 +377,8 @@ def _refuse_short_rows(path: Path, sep: str, width: int, header: bool) -> None:
     """Refuse a row with fewer fields than the file's columns: pandas reads it with its last columns missing,
     as if its values were not shifted (a field left out, a line cut short).  Only asked when the last column
     has a missing value, which every short row gives it; a missing value is an empty field (``1,,3``, ``1,2,``).
-    Lines are counted by their separators (a fifth of pandas' time to read them), and read as CSV, quotes and
-    all, once a line holds a quote."""
+    Lines are counted by their separators (0.38 s for a 147 MB file, timed by hand, where pandas took 0.7-1.2 s
+    to read it), and read as CSV, quotes and all, once a line holds a quote."""
     import csv
     import gzip
 
