@@ -511,6 +511,21 @@ def test_certs_in_a_folder_with_a_ca_keep_it_and_issue_only_the_new_parties(tmp_
     assert "holds ca.pem without ca.key" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name, said", [("ca", "its files would be the federation CA's"),
+                                        ("CA", "its files would be the federation CA's"),
+                                        ("\u00fcber", "ASCII letters, digits")])
+def test_certs_refuse_a_party_named_ca_or_with_letters_outside_ascii(tmp_path, capsys, name, said):
+    """A party named 'ca' was given the CA's own files (ca.pem and ca.key: nothing but the CA was written, and
+    the message listed no party); a name with a non-ASCII letter passed the name check and failed as a
+    traceback from the certificate library (a DNS name is ASCII).  Both are refused, naming the name."""
+    from fedgrove.cli.main import main
+
+    assert main(["certs", "alice", name, "-o", str(tmp_path / "c")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert said in err and repr(name) in err and "Traceback" not in err
+    assert not (tmp_path / "c").exists()
+
+
 @pytest.mark.parametrize("stop, said", [(KeyboardInterrupt, r"interrupted \(Ctrl-C\)"),
                                          (Terminated, r"stopped \(SIGTERM\)")])
 def test_a_party_stopped_by_ctrl_c_or_sigterm_tells_its_peers_how_to_go_on(pair, stop, said):

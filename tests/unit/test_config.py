@@ -210,7 +210,7 @@ protocol = "vertical"
     ("127.0.0.1:50050", 'b = "127.0.0.1:50051"', '[roles]\na = "passive"',
      r"\[roles\] gives this party \(a\) the role 'passive', \[party\] role 'active'"),
     ("127.0.0.1:50050", '"../b" = "127.0.0.1:50051"', "",
-     r"\[peers\]: party names may hold letters, digits, '-', '_' and '.' \(not dots alone\), got '../b'"),
+     r"\[peers\]: party names may hold ASCII letters, digits, '-', '_' and '.' \(not dots alone\), got '../b'"),
 ])
 def test_party_addresses_and_roles_are_checked(tmp_path, listen, peers, extra, message):
     from fedgrove.runner.config import load_party
@@ -303,7 +303,7 @@ def test_a_party_name_that_is_not_a_plain_file_name_is_refused(tmp_path, name):
     # a party's name starts its files' names: "../../escape" wrote escape.model.json two folders up
     path = tmp_path / "federation.toml"
     path.write_text(BASE.format(extra="").replace('name = "b"', f'name = "{name}"'))
-    with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: party names may hold letters, digits"):
+    with pytest.raises(InvalidParameterError, match=r"\[\[party\]\] #1: party names may hold ASCII letters, digits"):
         load_federation(path)
 
 

@@ -52,11 +52,15 @@ def create_ca(name: str = "fedgrove federation CA", days: int = 365):
 
 
 def check_party_name(party: str, where: str = "") -> None:
-    """A party's name becomes its certificate's common name and the start of its files' names: letters,
-    digits, '-', '_' and '.' only, not dots alone (no path separators, no "..")."""
-    if not party or not all(c.isalnum() or c in "-_." for c in party) or set(party) == {"."}:
-        raise InvalidParameterError(f"{where}party names may hold letters, digits, '-', '_' and '.' (not dots "
-                                    f"alone), got {party!r}")
+    """A party's name becomes its certificate's common name (a DNS name) and the start of its files' names:
+    ASCII letters, digits, '-', '_' and '.' only, not dots alone (no path separators, no ".."), and not ``ca``,
+    whose files are the federation CA's."""
+    if not party or not all((c.isascii() and c.isalnum()) or c in "-_." for c in party) or set(party) == {"."}:
+        raise InvalidParameterError(f"{where}party names may hold ASCII letters, digits, '-', '_' and '.' (not "
+                                    f"dots alone), got {party!r}")
+    if party.lower() == "ca":
+        raise InvalidParameterError(f"{where}{party!r} cannot name a party: its files would be the federation CA's "
+                                    f"(ca.pem, ca.key); choose another name")
 
 
 def issue(ca_key, ca_cert, party: str, hosts: list[str] | None = None, days: int = 365):
