@@ -861,3 +861,28 @@ def test_a_hybridtree_config_s_rows_per_ciphertext_reaches_the_host(tmp_path, ca
         sent[k] = json.loads((out / "host.stats.json").read_text())["total_sent"]
     assert len(models[1]) == 4 and models[1] == models[2]
     assert sent[2] < 0.7 * sent[1]  # half the gradient ciphertexts
+
+
+def test_a_named_dataset_keeps_its_own_class_labels(tmp_path, capsys, monkeypatch):
+    """`fedgrove train dataset:NAME` gave the model the loader's codes 0, 1, ... as its classes: a model of
+    ionosphere predicted 0/1 where the file says b/g (and a9a 0/1 where a9a's file, read directly, gives -1/1;
+    kddcup99 0..22 for 'back', ..., 'warezmaster').  Now the classes are the file's own."""
+    from fedgrove import load_model
+
+    rows = np.random.default_rng(0).normal(size=(60, 34)).round(4)
+    labels = np.where(rows[:, 0] > 0, "g", "b")
+    folder = tmp_path / "data" / "ionosphere"
+    folder.mkdir(parents=True)
+    (folder / "ionosphere.data").write_text("".join(",".join(map(str, r)) + f",{c}\n" for r, c in zip(rows, labels)))
+    monkeypatch.setenv("FEDGROVE_DATA_DIR", str(tmp_path / "data"))
+    code, _, err = run(["train", "dataset:ionosphere", "-m", tmp_path / "m.json", "-n", "5", "-q"], capsys)
+    assert code == 0, err
+    assert load_model(tmp_path / "m.json").classes == ["b", "g"]
+    code, _, err = run(["predict", tmp_path / "m.json", "dataset:ionosphere:train", "-o", tmp_path / "p.csv"],
+                       capsys)
+    assert code == 0, err
+    predicted = pd.read_csv(tmp_path / "p.csv")["prediction"]
+    assert set(predicted) == {"b", "g"} and (predicted == labels).mean() > 0.9
+    assert "accuracy" in err  # scored against the dataset's own labels
+    code, out, err = run(["info", "dataset:ionosphere"], capsys)
+    assert code == 0 and "b: " in out and "g: " in out, out + err

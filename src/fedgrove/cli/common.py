@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +60,8 @@ DATASET_PREFIX = "dataset:"
 
 
 def load_input(source: str, label, fmt: str | None = None, split: str = "train", **options) -> Table:
-    """A data file, or ``dataset:NAME`` for a named dataset (``dataset:NAME:test`` for its test part);
-    ``options`` go to :func:`~fedgrove.data.io.load_table` (files only)."""
+    """A data file, or ``dataset:NAME`` for a named dataset (``dataset:NAME:test`` for its test part) with its
+    original class labels; ``options`` go to :func:`~fedgrove.data.io.load_table` (files only)."""
     if source.startswith(DATASET_PREFIX):
         spec = source[len(DATASET_PREFIX):]
         name, _, part = spec.partition(":")
@@ -74,6 +75,8 @@ def load_input(source: str, label, fmt: str | None = None, split: str = "train",
         table = ds.train if part == "train" else ds.test
         if table is None:
             raise DataError(f"dataset {name!r} has no separate test part")
+        if ds.classes is not None:  # the file's own labels (a9a's -1/1, kddcup99's "smurf"), as its file gives them
+            table = replace(table, y=np.asarray(ds.classes)[table.y.astype(np.int64)])
         return table
     return load_table(Path(source), label=label, format=fmt, **options)
 
