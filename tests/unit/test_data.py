@@ -3,6 +3,7 @@ import hashlib
 import http.server
 import threading
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -413,6 +414,28 @@ def test_gzipped_local_files_are_found(tmp_path):
         fh.write(rows + "\n")
     ds = datasets.load_dataset("ionosphere", directory=tmp_path)
     assert ds.train.X.shape == (6, 34) and ds.train.y.tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_spambase_and_kddcup_columns_have_their_documented_names(tmp_path):
+    """spambase's and kddcup99's features were f0, f1, ...: a model's importances and a partition's files named
+    no column a user could look up.  They now have the names of UCI's .names files."""
+    (tmp_path / "spambase").mkdir()
+    (tmp_path / "spambase" / "spambase.data").write_text("".join(",".join(["0.5"] * 57 + [str(i % 2)]) + "\n"
+                                                              for i in range(4)))
+    spam = datasets.load_dataset("spambase", directory=tmp_path).train.feature_names
+    assert len(spam) == len(set(spam)) == 57
+    assert spam[:2] == ["word_freq_make", "word_freq_address"] and spam[-1] == "capital_run_length_total"
+    documented = Path(datasets.data_dir()) / "spambase" / "spambase.names"
+    if documented.exists():  # the attribute lines of the file shipped with the data (the shared data folder)
+        lines = [ln.split(":")[0] for ln in documented.read_text().splitlines() if ":" in ln and "continuous" in ln]
+        assert lines == spam
+    (tmp_path / "kddcup99").mkdir()
+    row = ",".join(["0", "tcp", "http", "SF"] + ["1"] * 37 + ["normal."])
+    (tmp_path / "kddcup99" / "kddcup.data_10_percent").write_text(row + "\n" + row.replace("normal.", "smurf.") + "\n")
+    kdd = datasets.load_dataset("kddcup99", directory=tmp_path)
+    names = kdd.train.feature_names
+    assert len(names) == len(set(names)) == 41 and names[1:4] == ["protocol_type", "service", "flag"]
+    assert names[-1] == "dst_host_srv_rerror_rate" and kdd.classes == ["normal", "smurf"]
 
 
 def test_a_csv_with_a_written_dataframe_index_is_warned_about(tmp_path, caplog):

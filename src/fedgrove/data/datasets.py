@@ -196,6 +196,20 @@ def _libsvm(path: Path, n_features: int) -> Table:
 _ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
                   "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week", "native_country"]
 _KDD_CATEGORICAL = [1, 2, 3]
+# the columns' names as UCI's kddcup.names and spambase.names give them
+_KDD_COLUMNS = ["duration", "protocol_type", "service", "flag", "src_bytes", "dst_bytes", "land", "wrong_fragment",
+                "urgent", "hot", "num_failed_logins", "logged_in", "num_compromised", "root_shell", "su_attempted",
+                "num_root", "num_file_creations", "num_shells", "num_access_files", "num_outbound_cmds",
+                "is_host_login", "is_guest_login", "count", "srv_count", "serror_rate", "srv_serror_rate",
+                "rerror_rate", "srv_rerror_rate", "same_srv_rate", "diff_srv_rate", "srv_diff_host_rate",
+                "dst_host_count", "dst_host_srv_count", "dst_host_same_srv_rate", "dst_host_diff_srv_rate",
+                "dst_host_same_src_port_rate", "dst_host_srv_diff_host_rate", "dst_host_serror_rate",
+                "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate"]
+_SPAM_WORDS = ("make address all 3d our over remove internet order mail receive will people report addresses free "
+               "business email you credit your font 000 money hp hpl george 650 lab labs telnet 857 data 415 85 "
+               "technology 1999 parts pm direct cs meeting original project re edu table conference").split()
+_SPAM_COLUMNS = ([f"word_freq_{w}" for w in _SPAM_WORDS] + [f"char_freq_{c}" for c in ";([!$#"]
+                 + [f"capital_run_length_{s}" for s in ("average", "longest", "total")])
 
 
 def _encode_categoricals(frames: list[pd.DataFrame], columns) -> None:
@@ -232,7 +246,7 @@ def load_dataset(name: str, directory=None, download: bool = False, base_url: st
         return Dataset(name, tables[0], tables[1], "binary", ["<=50K", ">50K"])
     if name == "spambase":
         d = read_csv(paths[0], header=None).to_numpy(np.float64)
-        return Dataset(name, Table(d[:, :-1], d[:, -1], [f"f{j}" for j in range(57)], "spam"), None, "binary", [0, 1])
+        return Dataset(name, Table(d[:, :-1], d[:, -1], list(_SPAM_COLUMNS), "spam"), None, "binary", [0, 1])
     if name == "ionosphere":
         d = read_csv(paths[0], header=None)
         y = (d.pop(34) == "g").to_numpy(np.float64)
@@ -248,6 +262,6 @@ def load_dataset(name: str, directory=None, download: bool = False, base_url: st
         _encode_categoricals([d], _KDD_CATEGORICAL)
         classes = sorted(label.unique())
         y = pd.Categorical(label, categories=classes).codes.astype(np.float64)
-        return Dataset(name, Table(d.to_numpy(np.float64), y, [f"f{j}" for j in range(41)], "label"), None,
+        return Dataset(name, Table(d.to_numpy(np.float64), y, list(_KDD_COLUMNS), "label"), None,
                        "multiclass", classes)
     raise DataError(f"unknown dataset {name!r}")  # unreachable: dataset_files checked the name
