@@ -617,6 +617,29 @@ def test_partition_options_another_scheme_reads_are_refused(csv, tmp_path, capsy
         assert code == 0, err
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--scheme", "hybrid", "--hosts", "0"], "--hosts must be an integer >= 1, got 0"),
+    (["--scheme", "horizontal", "--test-fraction", "1.0"], "--test-fraction must be in (0, 1)"),
+    (["--scheme", "horizontal", "--test-fraction", "0.0001"], "--test-fraction 0.0001 leaves no test"),
+    (["--scheme", "horizontal", "--mode", "dirichlet", "--beta", "0"], "--beta must be > 0"),
+    (["--scheme", "horizontal", "--mode", "unbalanced", "--theta", "1.5"], "--theta must be in (0, 1)"),
+    (["--scheme", "horizontal", "--mode", "unbalanced", "-p", "1"], "--parties must be >= 2 for the unbalanced"),
+    (["--scheme", "vertical", "-p", "5"], "--parties: cannot split 4 features among 5 parties"),
+    (["--scheme", "hybrid", "--overlap", "2"], "--overlap must be in [0, 1]"),
+    (["--scheme", "hybrid", "--hosts", "500"], "--hosts: 100 of 500 hosts would hold no rows (host400, "),
+    (["--scheme", "hybrid", "-p", "12", "--beta", "0.01"], "guests would hold no rows (guest"),
+])
+def test_partition_errors_name_the_option_and_no_party_is_left_without_rows(csv, tmp_path, capsys, extra, message):
+    """The partition's errors named its Python parameters ("number of parties must be ... >= 1, got 0" for
+    --hosts 0, "test fraction", "dirichlet beta"); --hosts beyond the rows wrote hosts without rows, and a
+    skewed hybrid partition guests without rows, files that `fedgrove simulate` then refused ("has no data
+    rows").  Each is now refused naming the option, before anything is written."""
+    out = tmp_path / "parts"
+    code, _, err = run(["partition", csv, "-l", "label", "-o", out, *extra], capsys)
+    assert code == 2 and message in " ".join(err.split()), err
+    assert not out.exists()
+
+
 def test_long_messages_stay_on_one_line(csv, tmp_path, capsys):
     # rich wraps at 80 columns without a terminal: a path or a metric broken across lines defeats grep
     parts = tmp_path / ("a-folder-whose-name-is-long-enough-to-push-the-line-past-eighty-columns" * 2)

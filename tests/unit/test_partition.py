@@ -36,6 +36,19 @@ def test_a_partition_that_leaves_a_party_without_rows_is_refused(table, mode, pa
     assert min(len(s.rows) for s in horizontal_partition(table.y, 600, "balanced", seed=1).shards) == 1
 
 
+def test_a_hybrid_partition_refuses_hosts_without_rows_and_keeps_guests_without_rows(table):
+    # a host without rows has nothing to train on; a guest without rows is part of the paper's label-skew runs
+    # (Figure 8, Dirichlet beta 0.1), which leave it out (the CLI refuses to write its empty file)
+    from fedgrove.exceptions import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"n_hosts: 1 of 601 hosts would hold no rows \(host600\)"):
+        hybrid_partition(table.y, 9, n_guests=2, n_hosts=601, seed=1)
+    with pytest.raises(InvalidParameterError, match="n_guests must be an integer >= 1, got 0"):
+        hybrid_partition(table.y, 9, n_guests=0, seed=1)
+    p = hybrid_partition(table.y, 9, n_guests=12, seed=1, beta=0.01)
+    assert min(len(s.rows) for s in p.shards if s.role == "guest") == 0
+
+
 def test_a_negative_or_fractional_seed_is_refused_by_name(table):
     # numpy said "expected non-negative integer", and fedgrove partition --seed -1 printed its traceback
     from fedgrove.exceptions import InvalidParameterError

@@ -51,7 +51,7 @@ def options_named(option_of: dict):
         yield
     except InvalidParameterError as exc:
         text = str(exc)
-        name = text.split(" ", 1)[0]
+        name = text.split(" ", 1)[0].rstrip(":")  # "n_parties must be ..." or "n_parties: cannot ..."
         if name not in option_of:
             raise
         raise InvalidParameterError(option_of[name] + text[len(name):]) from None

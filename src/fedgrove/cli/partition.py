@@ -11,7 +11,7 @@ import numpy as np
 import typer
 
 from fedgrove.cli.common import CATEGORICAL_HELP, categorical_option, check_output_dir, console, load_input, \
-    report_categories
+    options_named, report_categories
 from fedgrove.data.io import infer_objective
 
 
@@ -51,8 +51,8 @@ def partition(
 ):
     """Simulate a federation: one file per party, with instance IDs, plus a manifest."""
     from fedgrove.data.partition import (MANIFEST, file_names, hold_out, horizontal_partition, hybrid_partition,
-                                         label_mix, read_manifest, vertical_partition, write_partition,
-                                         write_test_files)
+                                         label_mix, read_manifest, refuse_empty, vertical_partition,
+                                         write_partition, write_test_files)
     from fedgrove.exceptions import DataError, InvalidParameterError
 
     _refuse_options_unused(ctx, scheme.value, mode)
@@ -81,16 +81,21 @@ def partition(
         raise DataError("the data has no label column; pass --label")
     report_categories(table)
     test = None
-    if test_fraction:
-        table, test = hold_out(table, test_fraction, seed)
-    if scheme == Scheme.horizontal:
-        p = horizontal_partition(table.y, parties, mode, theta=theta, beta=beta if beta is not None else 0.5,
-                                 seed=seed)
-    elif scheme == Scheme.vertical:
-        p = vertical_partition(table.n_samples, table.n_features, parties, seed)
-    else:
-        p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
-                             overlap=overlap, drop_features=drop_features)
+    with options_named(PARTITION_OPTIONS):
+        if test_fraction:
+            table, test = hold_out(table, test_fraction, seed)
+        if scheme == Scheme.horizontal:
+            p = horizontal_partition(table.y, parties, mode, theta=theta, beta=beta if beta is not None else 0.5,
+                                     seed=seed)
+        elif scheme == Scheme.vertical:
+            p = vertical_partition(table.n_samples, table.n_features, parties, seed)
+        else:
+            p = hybrid_partition(table.y, table.n_features, n_guests=parties, n_hosts=hosts, seed=seed, beta=beta,
+                                 overlap=overlap, drop_features=drop_features)
+            guests = [s for s in p.shards if s.role == "guest"]  # the library keeps them (the paper's Figure 8
+            # runs without them); a party file without rows cannot take part in a federation
+            refuse_empty([s.rows for s in guests], [s.name for s in guests], p.n_samples, "n_guests",
+                         beta is not None, "guests")
     _replace_earlier_partition(out_dir, file_names(p, file_format, test=test is not None)
                                + ([CONFIG] if protocol is not None else []), overwrite)
     write_partition(p, table, out_dir, file_format)
@@ -129,6 +134,11 @@ LEAD = {"horizontal": "aggregator", "federated-forest": "master"}
 FOR_SCHEME = {"vertical": ("vertical", "federated-forest"), "horizontal": ("horizontal", "simfl", "fvtree"),
               "hybrid": ("hybridtree",)}
 
+
+#: the partition functions' parameters as the command's options (their errors name the option)
+PARTITION_OPTIONS = {"n_parties": "--parties", "n_guests": "--parties", "n_hosts": "--hosts", "theta": "--theta",
+                     "beta": "--beta", "overlap": "--overlap", "fraction": "--test-fraction",
+                     "seed": "--seed"}
 
 #: the options that only some partitions read: where each applies (scheme, and horizontal mode where it matters)
 SCHEME_OPTIONS = {"mode": ("--mode", {("horizontal", None)}),

@@ -59,9 +59,21 @@ class Partition:
         raise KeyError(name)
 
 
-def _check_parties(n_parties: int, minimum: int = 1) -> None:
-    if not isinstance(n_parties, (int, np.integer)) or n_parties < minimum:
-        raise InvalidParameterError(f"number of parties must be an integer >= {minimum}, got {n_parties!r}")
+def _check_parties(n_parties: int, minimum: int = 1, name: str = "n_parties") -> None:
+    if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) or n_parties < minimum:
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}, got {n_parties!r}")
+
+
+def refuse_empty(parts: list[np.ndarray], names: list[str], n: int, name: str, skewed: bool,
+                 noun: str = "parties") -> None:
+    """A party without rows cannot train: refused, naming the parties and what to change (``name`` is the
+    parameter that sets their number; ``skewed``: a Dirichlet split, whose beta matters too)."""
+    empty = [who for who, p in zip(names, parts) if len(p) == 0]
+    if empty:
+        raise InvalidParameterError(
+            f"{name}: {len(empty)} of {len(parts)} {noun} would hold no rows ({', '.join(empty[:5])}"
+            f"{', ...' if len(empty) > 5 else ''}) of {n}: use fewer {noun}"
+            + (" or a larger beta (less skew)" if skewed else ""))
 
 
 def _split_equally(rows: np.ndarray, k: int, rng) -> list[np.ndarray]:
@@ -70,7 +82,7 @@ def _split_equally(rows: np.ndarray, k: int, rng) -> list[np.ndarray]:
 
 def _dirichlet_split(y: np.ndarray, rows: np.ndarray, k: int, beta: float, rng) -> list[np.ndarray]:
     if not beta > 0:
-        raise InvalidParameterError(f"dirichlet beta must be > 0, got {beta!r}")
+        raise InvalidParameterError(f"beta must be > 0 (the Dirichlet concentration), got {beta!r}")
     parts = [[] for _ in range(k)]
     for cls in np.unique(y[rows]):
         idx = rng.permutation(rows[y[rows] == cls])
@@ -107,7 +119,7 @@ def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", 
                             f"exactly two classes, got {len(classes)} distinct values: use mode balanced (or "
                             f"dirichlet, for label skew over several classes)")
         if n_parties < 2:
-            raise InvalidParameterError("the unbalanced partition needs at least 2 parties")
+            raise InvalidParameterError(f"n_parties must be >= 2 for the unbalanced partition, got {n_parties}")
         a_parts, b_parts = [], []
         for cls, share in ((classes[0], theta), (classes[1], 1.0 - theta)):
             idx = rng.permutation(rows[y == cls])
@@ -121,12 +133,7 @@ def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", 
         parts = _dirichlet_split(y, rows, n_parties, beta, rng)
     else:
         raise InvalidParameterError(f"horizontal mode must be balanced, unbalanced or dirichlet, got {mode!r}")
-    empty = [f"party{j}" for j, p in enumerate(parts) if len(p) == 0]
-    if empty:  # a party without rows cannot train
-        raise InvalidParameterError(
-            f"{len(empty)} of {n_parties} parties would hold no rows ({', '.join(empty[:5])}"
-            f"{', ...' if len(empty) > 5 else ''}) of {len(y)}: use fewer parties"
-            + (" or a larger beta (less skew)" if mode == "dirichlet" else ""))
+    refuse_empty(parts, [f"party{j}" for j in range(len(parts))], len(y), "n_parties", mode == "dirichlet")
     shards = [PartyShard(f"party{j}", "party", p, np.zeros(0, dtype=np.int64), True) for j, p in enumerate(parts)]
     return Partition("horizontal", shards, len(y), n_features,
                      {"mode": mode, "theta": theta, "beta": beta, "seed": seed})
@@ -135,7 +142,7 @@ def horizontal_partition(y: np.ndarray, n_parties: int, mode: str = "balanced", 
 def vertical_partition(n_samples: int, n_features: int, n_parties: int, seed: int = 0) -> Partition:
     _check_parties(n_parties, 1)
     if n_parties > n_features:
-        raise InvalidParameterError(f"cannot split {n_features} features among {n_parties} parties")
+        raise InvalidParameterError(f"n_parties: cannot split {n_features} features among {n_parties} parties")
     rng = seeded(seed)
     feats = _split_equally(np.arange(n_features), n_parties, rng)
     rows = np.arange(n_samples)
@@ -147,8 +154,8 @@ def vertical_partition(n_samples: int, n_features: int, n_parties: int, seed: in
 def hybrid_partition(y: np.ndarray, n_features: int, n_guests: int = 5, n_hosts: int = 1, seed: int = 0,
                      beta: float | None = None, overlap: float = 0.0, drop_features: bool = False,
                      n_host_features: int | None = None) -> Partition:
-    _check_parties(n_guests, 1)
-    _check_parties(n_hosts, 1)
+    _check_parties(n_guests, 1, "n_guests")
+    _check_parties(n_hosts, 1, "n_hosts")
     if n_features < 2:
         raise InvalidParameterError("the hybrid partition needs at least 2 features")
     if not 0.0 <= overlap <= 1.0:
@@ -174,8 +181,9 @@ def hybrid_partition(y: np.ndarray, n_features: int, n_guests: int = 5, n_hosts:
         extra = rng.random(n) < overlap
         other = (owner + rng.integers(1, n_guests, n)) % n_guests
         guest_rows = [np.sort(np.concatenate([guest_rows[j], rows[extra & (other == j)]])) for j in range(n_guests)]
-    shards = [PartyShard(f"host{h}" if n_hosts > 1 else "host", "host", r, host_feats, True)
-              for h, r in enumerate(host_rows)]
+    host_names = [f"host{h}" if n_hosts > 1 else "host" for h in range(n_hosts)]
+    refuse_empty(host_rows, host_names, n, "n_hosts", False, "hosts")
+    shards = [PartyShard(name, "host", r, host_feats, True) for name, r in zip(host_names, host_rows)]
     for j, r in enumerate(guest_rows):
         feats = guest_feats
         if drop_features and len(guest_feats) > 1:
@@ -254,11 +262,12 @@ def label_mix(counts: dict[str, int]) -> str:
 def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table]:
     """A random ``fraction`` of the rows as a test table; both keep the original instance IDs."""
     if not 0.0 < fraction < 1.0:
-        raise InvalidParameterError(f"test fraction must be in (0, 1), got {fraction!r}")
+        raise InvalidParameterError(f"fraction must be in (0, 1) (the rows held out as a test set), got "
+                                    f"{fraction!r}")
     n = table.n_samples
     n_test = int(round(fraction * n))
     if not 1 <= n_test < n:
-        raise InvalidParameterError(f"a test fraction of {fraction} leaves no test or no training rows of {n}")
+        raise InvalidParameterError(f"fraction {fraction} leaves no test or no training rows of {n}")
     order = seeded(seed, 7).permutation(n)
     test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
     with_ids = _with_ids(table)
