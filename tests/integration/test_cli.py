@@ -640,6 +640,30 @@ def test_partition_errors_name_the_option_and_no_party_is_left_without_rows(csv,
     assert not out.exists()
 
 
+def test_an_output_file_that_is_an_input_is_refused_and_left_as_it_was(csv, tmp_path, capsys):
+    """`fedgrove predict m.json data.csv -o data.csv` replaced the user's data with the predictions, and
+    `train -m data.csv` would have replaced it with the model: now refused before anything is read or written
+    (through a symbolic link too)."""
+    model = tmp_path / "m.json"
+    code, _, err = run(["train", csv, "-l", "label", "-m", model, "-n", "2", "-q"], capsys)
+    assert code == 0, err
+    data, saved = csv.read_bytes(), model.read_bytes()
+    (tmp_path / "link.csv").symlink_to(csv)
+    for argv, said in ((["predict", model, csv, "-o", csv], "--out '%s' is the data file this command reads" % csv),
+                       (["predict", model, csv, "-o", model], "is the model file this command reads"),
+                       (["train", csv, "-l", "label", "-m", tmp_path / "link.csv"], "is the training data")):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and said in " ".join(err.split()), err
+        assert csv.read_bytes() == data and model.read_bytes() == saved
+    code, _, err = run(["train", csv, "-l", "label", "-m", tmp_path / "v.json", "--valid", csv], capsys)
+    assert code == 0, err  # the validation file may be the training file; the model goes elsewhere
+    other = tmp_path / "other.csv"
+    other.write_bytes(data)
+    code, _, err = run(["train", csv, "-l", "label", "-m", other, "--valid", other], capsys)
+    assert code == 2 and "is the validation data (--valid) this command reads" in " ".join(err.split()), err
+    assert other.read_bytes() == data
+
+
 def test_long_messages_stay_on_one_line(csv, tmp_path, capsys):
     # rich wraps at 80 columns without a terminal: a path or a metric broken across lines defeats grep
     parts = tmp_path / ("a-folder-whose-name-is-long-enough-to-push-the-line-past-eighty-columns" * 2)

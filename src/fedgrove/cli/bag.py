@@ -40,7 +40,8 @@ def bag(
             if value is not None:
                 raise InvalidParameterError(f"{flag} describes the --truth file, and none is given: add --truth "
                                             f"TEST_FILE to score the bagged predictions, or leave {flag} out")
-    check_output_file(output, "--out")
+    check_output_file(output, "--out", {"the --truth file": truth,
+                                        **{f"a prediction file ({p})": p for p in predictions}})
     frames = {}
     for path in predictions:
         if str(path) in frames or any(path.resolve() == Path(p).resolve() for p in frames):

@@ -119,13 +119,18 @@ def model_features(table: Table, names, source: str) -> np.ndarray:
     return X
 
 
-def check_output_file(path: Path | None, option: str) -> None:
-    """Refuse an output file that cannot be written before any work is done (not after training)."""
+def check_output_file(path: Path | None, option: str, reads: dict | None = None) -> None:
+    """Refuse an output file that cannot be written before any work is done (not after training), or that is
+    one of the files the command reads (``reads``: {what it is: path}; writing it would destroy it)."""
     if path is None:
         return
     path = Path(path)
     if path.is_dir():
         raise InvalidParameterError(f"{option} '{path}' is a directory; expected a file name")
+    for what, source in (reads or {}).items():
+        if source is not None and path.exists() and Path(source).exists() and os.path.samefile(path, source):
+            raise InvalidParameterError(f"{option} '{path}' is {what} this command reads: writing it would destroy "
+                                        f"it; choose another file")
     parent = path.parent
     if not parent.is_dir():
         raise InvalidParameterError(f"{option} '{path}': directory '{parent}' does not exist")

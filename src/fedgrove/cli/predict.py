@@ -28,7 +28,7 @@ def predict(
     """Predict with a saved model; with --label also print test metrics."""
     from fedgrove.engine.model import load_model
 
-    check_output_file(output, "--out")
+    check_output_file(output, "--out", {"the model file": model, "the data file": data})
     if proba and leaf:
         raise InvalidParameterError("--proba and --leaf ask for different outputs; give one of them")
     m = load_model(model)

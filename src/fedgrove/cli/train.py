@@ -77,7 +77,7 @@ def train(
     _refuse_other_algorithms_options(ctx, algorithm.value)
     if early_stopping is not None and valid is None:  # said before the data is read
         raise InvalidParameterError("--early-stopping watches a validation set: give --valid VALID_FILE too")
-    check_output_file(model, "--model")
+    check_output_file(model, "--model", {"the training data": data, "the validation data (--valid)": valid})
     if objective not in ("auto", "binary", "multiclass", "regression"):
         raise InvalidParameterError(f"--objective must be auto, binary, multiclass or regression, got {objective!r}")
 
