@@ -438,6 +438,22 @@ def test_bag_options_of_the_truth_file_need_the_truth_file(tmp_path, capsys):
     assert code == 0 and out.startswith("_id,prediction")
 
 
+def test_bag_refuses_writing_over_a_prediction_file_and_says_what_text_predictions_need(tmp_path, capsys):
+    # `bag a.csv b.csv -o a.csv` replaced a host's predictions with the bagged ones; class names without
+    # probabilities were refused as "must be numbers (regression)", which did not say what to give
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("_id,prediction,p_0,p_1\n0,1,0.2,0.8\n1,0,0.7,0.3\n")
+    b.write_text("_id,prediction,p_0,p_1\n0,1,0.4,0.6\n1,1,0.45,0.55\n")
+    before = a.read_bytes()
+    code, _, err = run(["bag", a, b, "-o", a], capsys)
+    assert code == 2 and "is a prediction file" in err and "writing it would destroy it" in err, err
+    assert a.read_bytes() == before
+    for f in (a, b):
+        f.write_text("_id,prediction\n0,yes\n1,no\n")
+    code, _, err = run(["bag", a, b], capsys)
+    assert code == 3 and "class probabilities (the p_<class> columns" in " ".join(err.split()), err
+
+
 @pytest.mark.parametrize("command", ["train", "predict", "bag"])
 def test_unwritable_output_is_refused_before_any_work(csv, tmp_path, capsys, command):
     missing = tmp_path / "no-such-dir" / "out.csv"

@@ -93,7 +93,10 @@ def bag_prediction_files(frames: dict, vote: str = "majority"):
         try:
             preds = np.stack([frames[n]["prediction"].to_numpy(dtype=np.float64) for n in names])
         except ValueError:
-            raise DataError("predictions without p_<class> columns must be numbers (regression)") from None
+            raise DataError("predictions without p_<class> columns are averaged as a regression's values, and these "
+                            "hold text: to vote on classes, give the prediction files of classifiers with their "
+                            "class probabilities (the p_<class> columns that fedgrove simulate and party write)") \
+                from None
         out["prediction"] = preds.mean(axis=0)
         return out
     probas = np.stack([frames[n][pcols].to_numpy(dtype=np.float64) for n in names])
