@@ -14,6 +14,15 @@ sums over all samples, so its gains carry absolute errors of the order of
 ``n * eps * root_sum`` (about 1e-10 relative was seen for a 15-sample node of
 a 6,000-sample a9a subset, where two features split off the same sample).
 
+A split is worth making only when its gain exceeds ``TIE_TOL`` times the scale
+of the scores it is the difference of (GBDT: half the sum of the children's and
+the parent's scores; CART: the node's weighted impurity): a split that changes
+nothing, such as one of a node whose instances all have the same gradients
+under lambda = 0, or one that leaves a node's class shares as they were, has a
+mathematical gain of 0 that rounding makes +-1e-15, which one summation order
+would take and another not.  The bar is relative, so it holds at any label
+scale.
+
 When a node has no missing values the missing direction does not change the
 gain; missing values are then sent to the child with more samples.
 """
@@ -52,6 +61,12 @@ def best_index(gains) -> int:
 @njit(cache=True, inline="always")
 def _gbdt_score(g, h, reg_lambda):
     return g * g / (h + reg_lambda)
+
+
+@njit(cache=True, inline="always")
+def _worth(gain, scale):
+    """Whether a split's gain is more than rounding of the scores (of magnitude ``scale``) it comes from."""
+    return gain > TIE_TOL * scale
 
 
 def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
@@ -139,7 +154,11 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                     continue
                 if lc <= 0.0 or rc <= 0.0:
                     continue
-                gain = 0.5 * (_gbdt_score(lg, lh, reg_lambda) + _gbdt_score(rg, rh, reg_lambda) - parent) - gamma
+                sl = _gbdt_score(lg, lh, reg_lambda)
+                sr = _gbdt_score(rg, rh, reg_lambda)
+                gain = 0.5 * (sl + sr - parent) - gamma
+                if not _worth(gain, 0.5 * (sl + sr + parent)):
+                    continue
                 if _better(gain, best):
                     best = gain
                     pb[q] = t
@@ -279,6 +298,8 @@ def cart_pair_splits(hist, rows, node_stats, feature_offsets, allowed, criterion
                     continue
                 gain = wt / root_weight * (imp - wl / wt * _impurity(lft, criterion)
                                            - wr / wt * _impurity(rgt, criterion))
+                if not _worth(gain, wt / root_weight * imp):
+                    continue
                 if _better(gain, best):
                     best = gain
                     pb[q] = t
@@ -337,7 +358,8 @@ def find_splits_gbdt_reference(hist, rows, node_stats, feature_offsets, allowed,
 
     def score(tot, lft, rgt):
         s = lambda v: v[0] ** 2 / (v[1] + reg_lambda)  # noqa: E731
-        return 0.5 * (s(lft) + s(rgt) - s(tot)) - gamma
+        gain = 0.5 * (s(lft) + s(rgt) - s(tot)) - gamma
+        return gain if _worth.py_func(gain, 0.5 * (s(lft) + s(rgt) + s(tot))) else -np.inf
 
     score.missing_weight = lambda m: m[2]
 
@@ -376,8 +398,10 @@ def find_splits_cart_reference(hist, rows, node_stats, feature_offsets, allowed,
     def score(tot, lft, rgt):
         wt, wl = weight(tot), weight(lft)
         wr = wt - wl
-        return wt / root_weight * (_impurity_reference(tot, criterion) - wl / wt * _impurity_reference(lft, criterion)
+        imp = _impurity_reference(tot, criterion)
+        gain = wt / root_weight * (imp - wl / wt * _impurity_reference(lft, criterion)
                                    - wr / wt * _impurity_reference(rgt, criterion))
+        return gain if _worth.py_func(gain, wt / root_weight * imp) else -np.inf
 
     score.missing_weight = weight
 

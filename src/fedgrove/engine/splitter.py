@@ -405,9 +405,14 @@ def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_o
 def absent_missing_left(miss, left_stats, node_stats, scorer, count_from_segments: bool):
     """For candidate splits (one per row): whether the node had no missing values (``miss``: its missing bin's
     sums) and, if so, whether missing values go left (the child with more samples; ties go left, up to rounding
-    of histograms summed in another order)."""
+    of histograms summed in another order).
+
+    Without counts (``count_from_segments``) a missing bin is empty when its hessian sum is within rounding of
+    zero (1e-9 of the node's): a larger child's histogram is its parent's minus its sibling's, so an empty bin
+    can hold 4e-16 in one summation order and 0 in another; the gradient sum is no guide, its rounding scales
+    with the gradients' size."""
     if count_from_segments:
-        no_missing = (miss[:, 0] == 0) & (miss[:, 1] == 0)
+        no_missing = np.abs(miss[:, 1]) <= 1e-9 * np.abs(node_stats[:, 1])
         lw, tw = left_stats[:, 1], node_stats[:, 1]
     else:
         no_missing = scorer.hist_weight(miss) <= 0
