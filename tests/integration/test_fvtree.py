@@ -40,6 +40,16 @@ def test_with_every_feature_a_candidate_the_splits_are_the_engines(tmp_path):
     assert all(m.to_dict() == models[0].to_dict() for m in models)  # every party holds the same model
 
 
+def test_with_lambda_zero_contributions_are_numbers_and_the_ledger_verifies(tmp_path):
+    # lambda 0 (LightGBM's default) made every split Shapley value NaN (0/0 for a coalition without instances
+    # on a side), and the ledger then failed its own verification
+    out = run_fvtree(_parts(n=600), GBDTParams(n_estimators=2, max_depth=3, reg_lambda=0.0),
+                     FVTreeOptions(verify=False), ledger_dir=tmp_path)
+    assert all(np.all(np.isfinite(p.contributions)) for p in out["parties"].values())
+    summary = verify_ledger(tmp_path / "party0.ledger.sqlite")
+    assert sum(c["shapley"] for c in summary.contributions.values()) > 0
+
+
 @pytest.fixture(scope="module")
 def a9a_parties(a9a):
     y = (a9a.train.y > 0).astype(float)

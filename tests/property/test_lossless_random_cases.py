@@ -1,6 +1,7 @@
 """The lossless protocols against the engine on many small random problems: the node-level vertical protocol
-(HE backend "plain": the protocol's messages and fixed-point encoding without the cost of encryption) and
-horizontal histogram aggregation must grow the engine's trees, node for node.
+(HE backend "plain": the protocol's messages and fixed-point encoding without the cost of encryption),
+horizontal histogram aggregation and FV-tree with every feature a candidate (no voting approximation, no
+DP) must grow the engine's trees, node for node.
 
 Random tables (20-300 rows, 2-6 columns of mixed scales, missing values, few-valued and constant columns),
 binary / multiclass / regression labels and random parameters (lambda 0 included, as LightGBM's default).  Each
@@ -9,9 +10,11 @@ seed's cases are drawn in one stream, so a failure names its seed and case.
 Before 2026-11-26 about one case in ten differed: a split of a node whose gradients were all equal (lambda 0)
 had a mathematical gain of 0 that rounding made +-1e-15, grown by one summation order and not by another; and
 a missing bin emptied by histogram subtraction held 4e-16 in one order, so a node without missing values sent
-them by gain instead of to its larger child.  Not covered, and still possible: a node where every gradient sum
-is itself rounding (a multiclass root whose children keep the class shares exactly), where gains of 1e-31 are
-compared.
+them by gain instead of to its larger child; FV-tree judged that larger child by count where the engine, whose
+histograms then hold no counts, judges it by hessian; and a child's hessian sum of exactly min_child_weight
+(three of 1/3 against 1.0) was 0.9999999999999998 in one order.  Not covered, and still possible: a node where
+every gradient sum is itself rounding (a multiclass root whose children keep the class shares exactly), where
+gains of 1e-31 are compared.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedgrove import GBDTParams, keygen, run_horizontal, run_vertical, train_gbdt
+from fedgrove import FVTreeOptions, GBDTParams, keygen, run_fvtree, run_horizontal, run_vertical, train_gbdt
 from fedgrove.engine.binning import BinMapper
 
 
@@ -91,4 +94,21 @@ def test_lossless_protocols_grow_the_engines_trees_on_random_small_problems(seed
         why = _difference(fed, eng)
         if why:
             failures.append(f"case {case} ({scheme}, {params.objective}, lambda {params.reg_lambda}): {why}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fv_tree_with_every_feature_a_candidate_grows_the_engines_trees_on_random_small_problems(seed):
+    rs = np.random.default_rng(100 + seed)
+    failures = []
+    for case in range(40):
+        X, y, params, (scheme, groups) = _case(rs)
+        if scheme == "vertical":  # FV-tree is horizontal: split those tables' rows in two
+            groups = np.array_split(rs.permutation(len(y)), 2)
+        parts = [(X[r], y[r]) for r in groups]
+        fed = run_fvtree(parts, params, FVTreeOptions(n_candidates=None, verify=False))["model"]
+        union = np.concatenate(groups)
+        why = _difference(fed, train_gbdt(params, X[union], y[union], bin_mapper=fed.bin_mapper))
+        if why:
+            failures.append(f"case {case} ({params.objective}, lambda {params.reg_lambda}): {why}")
     assert not failures, "\n".join(failures)

@@ -46,3 +46,13 @@ def test_split_sums_and_vote_shares():
     np.testing.assert_allclose(split_sums(hist, 1, missing_left=True), [-2.0, 2.0, 4.0, 2.0])
     np.testing.assert_allclose(vote_contributions(6.0, np.array([True, False, True])), [3.0, 0.0, 3.0])
     assert not vote_contributions(-1.0, np.array([True])).any()
+
+
+def test_lambda_zero_gives_finite_values_where_a_coalition_has_no_instances_on_a_side():
+    # with reg_lambda 0 the empty coalition's score was 0/0: every party's value was NaN, the ledger recorded
+    # NaN and `fedgrove ledger verify` refused it (NaN recomputes as no value equals NaN)
+    sums = np.array([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0], [-1.0, 1.0, 2.0, 2.0]])
+    phi, _, _ = shapley_values(sums, reg_lambda=0.0)
+    assert np.all(np.isfinite(phi)) and phi[1] == 0.0  # the party without instances is a null player
+    assert phi.sum() == pytest.approx(utility(sums.sum(axis=0), 0.0, 0.0))
+    assert utility(np.zeros(4), 0.0, 0.0) == 0.0

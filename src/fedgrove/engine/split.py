@@ -23,6 +23,11 @@ mathematical gain of 0 that rounding makes +-1e-15, which one summation order
 would take and another not.  The bar is relative, so it holds at any label
 scale.
 
+A child's hessian sum is compared with ``min_child_weight`` less a relative
+``WEIGHT_TOL``: the sums land exactly on it in ordinary cases (three instances
+of hessian 1/3 against 1.0, in a multiclass model's first round), where
+rounding made one summation order's 1.0 a 0.9999999999999998.
+
 When a node has no missing values the missing direction does not change the
 gain; missing values are then sent to the child with more samples.
 """
@@ -36,6 +41,7 @@ from numba import njit, prange
 
 TIE_TOL = 1e-7
 TIE_FLOOR = 1e-3
+WEIGHT_TOL = 1e-9
 NO_FEATURE = -1
 CRITERIA = {"gini": 0, "entropy": 1, "mse": 2}
 
@@ -110,6 +116,7 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
     pm = np.zeros(n_pairs, dtype=np.bool_)
     pl = np.zeros((n_pairs, 3))
     has_count = hist.shape[2] >= 3
+    min_weight = min_child_weight * (1.0 - WEIGHT_TOL)
     for q in prange(n_pairs):
         j = q // n_features
         f = q % n_features
@@ -150,7 +157,7 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                 rc = C - lc
                 if lc < min_samples_leaf or rc < min_samples_leaf:
                     continue
-                if lh < min_child_weight or rh < min_child_weight:
+                if lh < min_weight or rh < min_weight:
                     continue
                 if lc <= 0.0 or rc <= 0.0:
                     continue
@@ -363,15 +370,17 @@ def find_splits_gbdt_reference(hist, rows, node_stats, feature_offsets, allowed,
 
     score.missing_weight = lambda m: m[2]
 
+    min_weight = min_child_weight * (1.0 - WEIGHT_TOL)
+
     def valid(lft, rgt):
-        return (min(lft[2], rgt[2]) >= min_samples_leaf and min(lft[1], rgt[1]) >= min_child_weight
+        return (min(lft[2], rgt[2]) >= min_samples_leaf and min(lft[1], rgt[1]) >= min_weight
                 and lft[2] > 0 and rgt[2] > 0)
 
     if hist.shape[2] == 2:  # counts unknown: presence flags stand in, count checks are skipped
         present = ((hist[..., 0] != 0) | (hist[..., 1] != 0)).astype(float)
         hist = np.concatenate([hist, present[..., None]], axis=2)
         out = _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score,
-                              lambda lft, rgt: min(lft[1], rgt[1]) >= min_child_weight)
+                              lambda lft, rgt: min(lft[1], rgt[1]) >= min_weight)
         out[4][:, 2] = np.nan
         return out
     return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid)

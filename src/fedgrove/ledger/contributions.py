@@ -38,11 +38,18 @@ def split_sums(hist_rows: np.ndarray, bin_: int, missing_left: bool) -> np.ndarr
     return np.array([left[0], left[1], total[0] - left[0], total[1] - left[1]])
 
 
+def _score(g: np.ndarray, h: np.ndarray, reg_lambda: float) -> np.ndarray:
+    """G^2 / (H + lambda), 0 where H + lambda is 0: a side no instance of the coalition reaches (with lambda 0
+    it was 0/0, and every party's value NaN)."""
+    den = h + reg_lambda
+    return np.divide(g * g, den, out=np.zeros(np.broadcast(g, den).shape), where=den > 0)
+
+
 def utility(sums: np.ndarray, reg_lambda: float, gamma: float) -> np.ndarray:
     """v for each row of ``sums`` (coalitions x 4): the split's gain floored at 0."""
     gl, hl, gr, hr = sums[..., 0], sums[..., 1], sums[..., 2], sums[..., 3]
-    g, h = gl + gr, hl + hr
-    gain = 0.5 * (gl * gl / (hl + reg_lambda) + gr * gr / (hr + reg_lambda) - g * g / (h + reg_lambda)) - gamma
+    gain = 0.5 * (_score(gl, hl, reg_lambda) + _score(gr, hr, reg_lambda) - _score(gl + gr, hl + hr, reg_lambda)) \
+        - gamma
     return np.maximum(gain, 0.0)
 
 
