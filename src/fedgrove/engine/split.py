@@ -21,7 +21,10 @@ nothing, such as one of a node whose instances all have the same gradients
 under lambda = 0, or one that leaves a node's class shares as they were, has a
 mathematical gain of 0 that rounding makes +-1e-15, which one summation order
 would take and another not.  The bar is relative, so it holds at any label
-scale.
+scale; a GBDT's also has a floor of ``GAIN_FLOOR`` times the node's hessian sum,
+for nodes where every gradient sum is itself rounding (a multiclass root whose
+children keep the class shares exactly: gains of 1e-31 that either order may
+make positive), far below any gain that moves a prediction.
 
 A child's hessian sum is compared with ``min_child_weight`` less a relative
 ``WEIGHT_TOL``: the sums land exactly on it in ordinary cases (three instances
@@ -42,6 +45,7 @@ from numba import njit, prange
 TIE_TOL = 1e-7
 TIE_FLOOR = 1e-3
 WEIGHT_TOL = 1e-9
+GAIN_FLOOR = 1e-13
 NO_FEATURE = -1
 CRITERIA = {"gini": 0, "entropy": 1, "mse": 2}
 
@@ -164,7 +168,7 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                 sl = _gbdt_score(lg, lh, reg_lambda)
                 sr = _gbdt_score(rg, rh, reg_lambda)
                 gain = 0.5 * (sl + sr - parent) - gamma
-                if not _worth(gain, 0.5 * (sl + sr + parent)):
+                if not _worth(gain, max(0.5 * (sl + sr + parent), GAIN_FLOOR * H)):
                     continue
                 if _better(gain, best):
                     best = gain
@@ -366,7 +370,8 @@ def find_splits_gbdt_reference(hist, rows, node_stats, feature_offsets, allowed,
     def score(tot, lft, rgt):
         s = lambda v: v[0] ** 2 / (v[1] + reg_lambda)  # noqa: E731
         gain = 0.5 * (s(lft) + s(rgt) - s(tot)) - gamma
-        return gain if _worth.py_func(gain, 0.5 * (s(lft) + s(rgt) + s(tot))) else -np.inf
+        scale = max(0.5 * (s(lft) + s(rgt) + s(tot)), GAIN_FLOOR * tot[1])
+        return gain if _worth.py_func(gain, scale) else -np.inf
 
     score.missing_weight = lambda m: m[2]
 
