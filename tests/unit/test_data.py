@@ -51,6 +51,23 @@ def test_column_order_matches_a_models_features_by_name():
         column_order(["a", "x"], ["a", "b", "c"], "'t.csv'")
 
 
+def test_a_name_with_surrounding_spaces_matches_its_trimmed_column(tmp_path):
+    # a model trained on a Parquet file with a column " sp " refused the same data as CSV, whose reader drops
+    # a header's leading spaces: "' sp ' is not a column"; the other way round likewise
+    assert column_order(["a", "sp"], [" sp ", "a"]).tolist() == [1, 0]
+    assert column_order([" sp ", "a"], ["sp", "a"]).tolist() == [0, 1]
+    with pytest.raises(DataError, match="is not a column"):
+        column_order(["sp", "sp ", "a"], [" sp", "a"])  # two columns trim to it: which one is not guessed
+    with pytest.raises(DataError, match="is not a column"):
+        column_order(["a", "b"], ["a", " a", "b"])  # "a" is the exact match of another feature already
+    frame = pd.DataFrame({" sp ": [1.0, 2.0, 3.0, 4.0], "b": [0.0, 1.0, 0.0, 1.0], "y": [0, 1, 0, 1]})
+    frame.to_parquet(tmp_path / "t.parquet")
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    names = load_table(tmp_path / "t.parquet", label="y").feature_names
+    X, _ = load_table(tmp_path / "t.csv", label="y").features_as(names, "'t.csv'")
+    np.testing.assert_array_equal(X, frame[[" sp ", "b"]].to_numpy())
+
+
 def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp_path):
     p = tmp_path / "t.csv"
     frame[["b", "y", "a"]].assign(z=1.0).to_csv(p, index=False)

@@ -101,6 +101,9 @@ def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
     """Positions in ``columns`` of the features ``names`` a model was trained on, matched by name, so that a
     file whose columns are in another order, or that has columns the model does not use, is read right.
 
+    A name matches its column exactly, or else the one column that equals it without surrounding spaces (a CSV
+    reader drops a header's leading spaces, a Parquet file keeps them: ``" age"`` is ``"age"`` there).
+
     ``None`` means "by position": no names to match, or none of them among the columns (a model trained on
     a file without a header).  Raises :class:`DataError` when only some of the names are there.
     """
@@ -108,6 +111,14 @@ def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
         return None
     columns, names = [str(c) for c in columns], [str(n) for n in names]
     index = {c: j for j, c in enumerate(columns)}
+    trimmed: dict[str, list[int]] = {}
+    for j, c in enumerate(columns):
+        trimmed.setdefault(c.strip(), []).append(j)
+    taken = {index[n] for n in names if n in index}
+    for n in names:
+        if n not in index and len(trimmed.get(n.strip(), ())) == 1 and trimmed[n.strip()][0] not in taken:
+            index[n] = trimmed[n.strip()][0]
+            taken.add(index[n])
     missing = [n for n in names if n not in index]
     if len(missing) == len(names):
         return None
