@@ -195,6 +195,18 @@ def test_dp_leaf_values_are_bounded_by_leaf_clip_at_no_cost_in_budget():
     with pytest.raises(InvalidParameterError, match="leaf_clip"):
         DPOptions(epsilon=1.0, leaf_clip=0.0)
 
+def test_dp_with_lambda_zero_and_no_leaf_clip_gives_finite_leaves():
+    # the noisy hessian sum of a node, clipped at 0, over lambda 0 gave a leaf of -G/0 = +-inf: every
+    # prediction the model made was infinite.  Such a leaf now gets 0 (its sums say nothing)
+    params = GBDTParams(n_estimators=3, max_depth=3, learning_rate=0.3, max_bins=8, reg_lambda=0.0)
+    opts = FVTreeOptions(use_psd=False, refit=False, verify=False, noise="public",
+                         dp=DPOptions(epsilon=0.1, leaf_clip=None))
+    parts = _parts(n=300, k=3, theta=0.6)
+    model = run_fvtree(parts, params, opts)["model"]
+    assert all(np.all(np.isfinite(t.values)) for t in model.trees)
+    assert np.all(np.isfinite(model.predict_raw(parts[0][0])))
+
+
 def test_dp_that_leaves_every_tree_without_a_split_says_so(caplog):
     # tiny parties and a small budget: the noise leaves no split with a positive gain; the model is a constant,
     # which the parties are told instead of finding out from its predictions

@@ -62,7 +62,10 @@ class GBDTScorer:
         return hist_rows[..., 2] if hist_rows.shape[-1] == 3 else hist_rows[..., 1]
 
     def leaf_value(self, stats):
-        return -stats[:, 0] / (stats[:, 1] + self.reg_lambda)
+        """-G / (H + lambda); 0 where H + lambda is 0 (lambda 0 and a hessian sum of 0: saturated instances, or
+        FV-tree's noisy sums under differential privacy, clipped at 0), where it was an infinite value."""
+        den = stats[:, 1] + self.reg_lambda
+        return np.divide(-stats[:, 0], den, out=np.zeros(len(stats)), where=den > 0)
 
 
 @dataclass
