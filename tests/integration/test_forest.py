@@ -80,6 +80,22 @@ def test_federated_forest_equals_the_centralised_forest_tree_for_tree(ou, kind, 
     assert out["model"].metadata["label_mode"] == mode
 
 
+@pytest.mark.parametrize("mode", ["shared", "encrypted"])
+def test_regression_labels_far_from_zero_are_centred_as_the_engine_centres_them(ou, mode):
+    # the label holder subtracts the labels' midrange (the engine's label_offset) and the master adds it back
+    # to each tree's values: the engine's forest, whose labels 1e8 + a small spread no longer lose the spread
+    X, y = _data("regression")
+    y = 1e8 + y
+    parts = _parts(X)
+    params = ForestParams(task="regression", n_estimators=2, max_depth=5, max_bins=16, seed=3)
+    ref = train_forest(params, np.hstack(parts), y)
+    out = run_federated_forest(parts, y, params, ou if mode == "encrypted" else None, mode=mode, label_holder=2,
+                               X_test_parts=parts)
+    _assert_same_forest(out, ref, [f"client{k}" for k in range(3)])
+    np.testing.assert_array_equal(out["predictions"]["one-round"], ref.predict(np.hstack(parts)))
+    assert np.var(ref.predict(np.hstack(parts))) > 0.5 * np.var(y)  # the trees learnt the spread
+
+
 def test_one_round_prediction_takes_the_same_messages_whatever_the_depth_and_number_of_trees():
     # one request and one reply per client for the whole forest; the classical algorithm's messages grow with
     # depth and trees

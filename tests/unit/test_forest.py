@@ -31,6 +31,22 @@ def test_regression_forest_matches_sklearn():
     assert rmse(m.predict(Xte)) < 1.05 * rmse(s.predict(Xte))
 
 
+def test_regression_labels_far_from_zero_keep_their_spread():
+    # node impurities are E[y^2] - E[y]^2 on a grid scaled to the largest |y|: labels 1e8 + a spread of about 1
+    # lost the spread (R^2 0.0001 on the training rows); the forest centres them (label_offset) and adds the
+    # constant back to its values
+    rs = np.random.default_rng(0)
+    X = rs.normal(size=(2000, 4))
+    f = X[:, 0] + 0.5 * X[:, 1] ** 2
+    params = ForestParams(task="regression", criterion="mse", n_estimators=5, max_depth=8, seed=0)
+    r2 = {}
+    for offset in (0.0, 1e8, -1e12):
+        y = offset + f
+        pred = train_forest(params, X, y).predict(X)
+        r2[offset] = 1 - np.mean((pred - y) ** 2) / np.var(y)
+    assert r2[0.0] > 0.9 and abs(r2[1e8] - r2[0.0]) < 0.01 and abs(r2[-1e12] - r2[0.0]) < 0.02, r2
+
+
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])
 def test_tree_level_feature_sampling_and_pruning(criterion):
     r = np.random.default_rng(1)

@@ -17,7 +17,7 @@ from fedgrove.crypto.he import HEContext, public_context
 from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import names_of
-from fedgrove.engine.forest import forest_stats, mse_grid
+from fedgrove.engine.forest import forest_stats, label_offset, mse_grid
 from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
 from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
@@ -96,6 +96,10 @@ class ForestClient:
                 (np.any(self.y != np.round(self.y)) or np.any(self.y < 0) or np.any(self.y >= setup.n_classes)):
             raise DataError(f"{ch.party}: classification labels must be integers 0..{setup.n_classes - 1}")
         self.n_stats = setup.n_classes if setup.task == "classification" else 3
+        self.offset = 0.0
+        if setup.task == "regression" and self.is_holder:  # centred as the engine centres them (label_offset)
+            self.offset = label_offset(self.y)
+            self.y = self.y - self.offset
         self.remotes: dict[str, np.ndarray] = {}  # encrypted mode, label holder: n_value_bins per client
         if setup.mode == "shared":
             if self.is_holder:
@@ -274,7 +278,7 @@ class _TreeState:
                     raise ProtocolError(f"{ch.party}: label statistics from {client.holder} do not match tree "
                                         f"{self.tree}'s {len(self.inbag)} in-bag instances")
         if client.is_holder:
-            ch.send(client.master, m.REPLY, m.RootStats(self.local.root_stats()))
+            ch.send(client.master, m.REPLY, m.RootStats(self.local.root_stats(), client.offset))
         self.prev_hist = None
         self.pending = None
 

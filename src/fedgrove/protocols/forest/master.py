@@ -144,15 +144,20 @@ class ForestMaster:
         scored_global = {s: (feats if self.mode == "encrypted" else
                              feats[self.owner_of[feats] == self.clients.index(s)]).astype(np.int64)
                          for s in self.scorers}
-        root = ch.recv(self.holder, m.REPLY, m.RootStats).stats
-        if root.shape != (self.n_stats,):
-            raise ProtocolError(f"root statistics from {self.holder} have shape {root.shape}")
+        reply = ch.recv(self.holder, m.REPLY, m.RootStats)
+        root = reply.stats
+        if root.shape != (self.n_stats,) or not np.isfinite(reply.offset):
+            raise ProtocolError(f"root statistics from {self.holder} have shape {root.shape} (offset "
+                                f"{reply.offset})")
         cart = CARTScorer(p.criterion, float(draw.weights.sum()), p.min_samples_leaf)
         finder = _MasterFinder(self, cart, root, scored_global, node_feature_sampler(p, draw, self.n_total),
                                per_node=draw.features is None)
         grower = TreeGrower(finder, p.max_depth, cart.leaf_value, min_samples_split=p.min_samples_split,
                             min_split_gain=p.min_impurity_decrease, gain_inclusive=True)
-        return grower.grow()
+        tree = grower.grow()
+        if reply.offset:  # regression labels centred by the holder, as the engine does
+            tree.values += reply.offset
+        return tree
 
     # -- prediction --------------------------------------------------------------------------
     def predict_leaves(self, method: str = "one-round", model: ForestModel | None = None) -> np.ndarray:

@@ -120,6 +120,7 @@ class EncryptedLabelStats(Message):
 @register
 class RootStats(Message):
     stats: np.ndarray = array_field("<f8", 1)
+    offset: float = 0.0  # regression: the constant the labels are centred by, added back to the tree's values
 
 
 @register
