@@ -1,7 +1,8 @@
 """The lossless protocols against the engine on many small random problems: the node-level vertical protocol
 (HE backend "plain": the protocol's messages and fixed-point encoding without the cost of encryption),
 horizontal histogram aggregation and FV-tree with every feature a candidate (no voting approximation, no
-DP) must grow the engine's trees, node for node.
+DP) must grow the engine's trees, node for node; HybridTree without guest layers must be SOLO, and with
+several instances to a ciphertext the model of one.
 
 Random tables (20-300 rows, 2-6 columns of mixed scales, missing values, few-valued and constant columns),
 binary / multiclass / regression labels and random parameters (lambda 0 included, as LightGBM's default).  Each
@@ -22,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedgrove import FVTreeOptions, GBDTParams, keygen, run_fvtree, run_horizontal, run_vertical, train_gbdt
+from fedgrove import (FVTreeOptions, GBDTParams, keygen, run_fvtree, run_horizontal, run_hybridtree, run_vertical,
+                      train_gbdt)
 from fedgrove.engine.binning import BinMapper
 
 
@@ -112,3 +114,31 @@ def test_fv_tree_with_every_feature_a_candidate_grows_the_engines_trees_on_rando
         if why:
             failures.append(f"case {case} ({params.objective}, lambda {params.reg_lambda}): {why}")
     assert not failures, "\n".join(failures)
+
+
+def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing_on_random_small_problems():
+    # HybridTree's lossless claims on the same random problems: with guest_depth 0 the host's model is SOLO's
+    # (the engine on its own features), and encrypting 2 or 3 instances to a ciphertext grows the model grown
+    # with one, to the bit
+    plain = keygen("ou", 2048, "plain")
+    rs = np.random.default_rng(200)
+    failures, ran = [], 0
+    for case in range(60):
+        X, y, params, _ = _case(rs)
+        if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
+            continue  # HybridTree, like the vertical protocol, exchanges no counts
+        d, n = X.shape[1], len(y)
+        host, guest = np.arange(max(1, d // 2)), np.arange(max(1, d // 2), d)
+        if not len(guest):
+            continue
+        guests = [(X[np.sort(r)][:, guest], np.sort(r)) for r in np.array_split(rs.permutation(n), 2)]
+        solo = run_hybridtree(X[:, host], y, guests, params, plain, host_depth=params.max_depth, guest_depth=0)
+        expect = train_gbdt(params, X[:, host], y).predict_raw(X[:, host]).reshape(n, -1)
+        if not np.array_equal(np.asarray(solo["raw"]).reshape(n, -1), expect):
+            failures.append(f"case {case} ({params.objective}): guest depth 0 is not SOLO")
+        one = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=1)
+        packed = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=int(rs.integers(2, 4)))
+        if not np.array_equal(one["raw"], packed["raw"]) or one["model"].guest_values != packed["model"].guest_values:
+            failures.append(f"case {case} ({params.objective}): packed ciphertexts grow another model")
+        ran += 1
+    assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
