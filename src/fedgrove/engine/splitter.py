@@ -25,7 +25,7 @@ from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather
                                        sum_rows)
 from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments
 from fedgrove.engine.sparse import sparse_codes_for
-from fedgrove.engine.split import CRITERIA, find_splits_cart, find_splits_gbdt
+from fedgrove.engine.split import CRITERIA, WEIGHT_TOL, find_splits_cart, find_splits_gbdt
 
 
 @dataclass
@@ -385,43 +385,39 @@ class HistogramSplitFinder(SplitFinder):
         return [(b, np.nonzero(bufs == b)[0]) for b in (0, 1) if (bufs == b).any()]
 
     def _resolve_missing_direction(self, splits: LayerSplits, layer: Layer) -> None:
-        resolve_missing_direction(splits, layer, self._hist, self.feature_offsets, self.scorer,
-                                  self.count_from_segments)
+        resolve_missing_direction(splits, layer, self._hist, self.feature_offsets, self.scorer)
 
 
-def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_offsets, scorer,
-                              count_from_segments: bool) -> None:
-    """Where a node had no missing values, send them to the child with more samples (ties: left).
-
-    Without per-bin counts (``count_from_segments``) presence of missing values is
-    read from the missing bin's g/h sums and "more samples" from hessians.
-    """
+def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_offsets, scorer) -> None:
+    """Where a node had no missing values, send them to the child with more samples (ties: left), judged as
+    :func:`absent_missing_left` judges it."""
     ok = np.nonzero(splits.feature >= 0)[0]
     if not len(ok):
         return
     miss_bins = feature_offsets[splits.feature[ok] + 1] - 1
-    no_missing, left = absent_missing_left(hist[ok, miss_bins, :], splits.left_stats[ok], layer.stats[ok], scorer,
-                                           count_from_segments)
+    no_missing, left = absent_missing_left(hist[ok, miss_bins, :], splits.left_stats[ok], layer.stats[ok], scorer)
     splits.missing_left[ok[no_missing]] = left[no_missing]
 
 
-def absent_missing_left(miss, left_stats, node_stats, scorer, count_from_segments: bool):
+def absent_missing_left(miss, left_stats, node_stats, scorer):
     """For candidate splits (one per row): whether the node had no missing values (``miss``: its missing bin's
     sums) and, if so, whether missing values go left (the child with more samples; ties go left, up to rounding
     of histograms summed in another order).
 
-    Without counts (``count_from_segments``) a missing bin is empty when its hessian sum is within rounding of
-    zero (1e-9 of the node's): a larger child's histogram is its parent's minus its sibling's, so an empty bin
+    The scorer's parameters decide how, whatever columns a party's histograms hold, so every party that chooses
+    splits decides as the engine does: a GBDT whose histograms need no counts (:attr:`GBDTScorer.hist_needs_count`
+    false) reads "more samples" from hessians, and a missing bin as empty when its hessian sum is within
+    ``WEIGHT_TOL`` of the node's (a larger child's histogram is its parent's minus its sibling's, so an empty bin
     can hold 4e-16 in one summation order and 0 in another; the gradient sum is no guide, its rounding scales
-    with the gradients' size."""
-    if count_from_segments:
-        no_missing = np.abs(miss[:, 1]) <= 1e-9 * np.abs(node_stats[:, 1])
+    with the gradients' size).  Otherwise counts (or CART weights) decide."""
+    if isinstance(scorer, GBDTScorer) and not scorer.hist_needs_count:
+        no_missing = np.abs(miss[:, 1]) <= WEIGHT_TOL * np.abs(node_stats[:, 1])
         lw, tw = left_stats[:, 1], node_stats[:, 1]
     else:
         no_missing = scorer.hist_weight(miss) <= 0
         lw = scorer.sample_weight(left_stats)
         tw = scorer.sample_weight(node_stats)
-    return no_missing, lw >= (tw - lw) - 1e-9 * np.abs(tw)
+    return no_missing, lw >= (tw - lw) - WEIGHT_TOL * np.abs(tw)
 
 
 class _Segments:

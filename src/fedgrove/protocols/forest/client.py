@@ -376,7 +376,7 @@ class _TreeState:
         if len(ok):  # where a node had no missing values of a feature, they go to the larger child
             j, f = ok // n_scored, ok % n_scored
             miss = hist[j, self.offsets[f + 1] - 1, :]
-            no_missing, left = absent_missing_left(miss, pl[ok], layer.stats[j], self.cart, False)
+            no_missing, left = absent_missing_left(miss, pl[ok], layer.stats[j], self.cart)
             pm[ok[no_missing]] = left[no_missing]
         self.pending = (layer, pb.reshape(n_nodes, n_scored), pm.reshape(n_nodes, n_scored),
                         pl.reshape(n_nodes, n_scored, self.c.n_stats))

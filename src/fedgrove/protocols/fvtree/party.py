@@ -641,10 +641,8 @@ class _FVFinder(SplitFinder):
         ok = feature >= 0
         thr[ok] = [p.thresholds[f][b] for f, b in zip(feature[ok], bins[ok])]
         splits = LayerSplits(gain, feature, bins, ml, left, thr, np.full(n_nodes, -1, dtype=np.int32))
-        # the engine's rule for a node without missing values: by hessians when its histograms hold no counts
-        # (the child with more samples by count and by hessian can differ: a larger tree would follow)
         resolve_missing_direction(splits, Layer(layer.node_ids, node_totals, layer.depth), hist, self.offsets,
-                                  p.scorer, not p.scorer.hist_needs_count)
+                                  p.scorer)
         self.layers.append(_LayerState(layer, candidates, votes, uploads, accepted, refusals, node_totals))
         return splits
 

@@ -79,7 +79,7 @@ class AggregatedSplitFinder(SplitFinder):
                              np.full(len(layer), -1, dtype=np.int32))
         ok = feature >= 0
         splits.threshold[ok] = [self.thresholds[f][b] for f, b in zip(feature[ok], bins[ok])]
-        resolve_missing_direction(splits, layer, hist, self.offsets, self.scorer, self.k == 2)
+        resolve_missing_direction(splits, layer, hist, self.offsets, self.scorer)
         return splits
 
     def apply_splits(self, layer, split_rows, splits, child_ids):

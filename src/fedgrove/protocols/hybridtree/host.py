@@ -275,8 +275,7 @@ class HybridHost:
                                                          offsets, allowed)
                 splits = LayerSplits(gain, feat, bins, ml, left, np.full(len(front), np.nan),
                                      np.full(len(front), -1, dtype=np.int32))
-                resolve_missing_direction(splits, Layer(np.asarray(front), node_stats, layer), hist, offsets, scorer,
-                                          True)
+                resolve_missing_direction(splits, Layer(np.asarray(front), node_stats, layer), hist, offsets, scorer)
                 chosen = [j for j in range(len(front)) if feat[j] >= 0 and gain[j] > 0]
                 lefts, rights, new_front, pairs = [], [], [], []
                 for j in chosen:

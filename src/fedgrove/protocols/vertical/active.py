@@ -153,7 +153,7 @@ class VerticalSplitFinder(SplitFinder):
             splits.owner[j] = party
             if party == 0:
                 splits.threshold[j] = self.local.thresholds[f][bins[j]]
-        resolve_missing_direction(splits, layer, hist, self.offsets, self.scorer, self.local.count_from_segments)
+        resolve_missing_direction(splits, layer, hist, self.offsets, self.scorer)
         return splits
 
     def _decode_remote(self, r: _Remote, reply: m.EncryptedHistograms, layer: Layer, build) -> np.ndarray:
