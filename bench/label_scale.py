@@ -6,7 +6,11 @@ that small.  This script fits the same table with its labels multiplied by 2^-k 
 so everything else about the fit is unchanged: a GBDT with lambda 0 and a forest are equivariant to that
 scaling) and reports each fit's R^2 on its training rows beside the unscaled run's, and LightGBM's (one
 thread) as a reference.  The engine warns of labels spread over less than
-``fedgrove.engine.losses.CLOSE_LABELS``.  Writes bench/results/label_scale.json.
+``fedgrove.engine.losses.CLOSE_LABELS``.
+
+Then the same labels shifted by 0, 1e4, 1e8 and 1e12: a regression forest's impurities are E[y^2] - E[y]^2,
+which loses a spread that is small beside the labels' size unless the labels are centred first (the forest
+centres them on their midrange); the GBDT starts from the labels' mean.  Writes bench/results/label_scale.json.
 
     python bench/label_scale.py [--rows 2000 --seed 0]
 """
@@ -24,6 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 RESULTS = Path(__file__).resolve().parent / "results" / "label_scale.json"
 POWERS = (0, 4, 7, 10, 14, 17, 20)
+OFFSETS = (0.0, 1e4, 1e8, 1e12)
 
 
 def r2(y, p) -> float:
@@ -45,16 +50,18 @@ def main():
     r = np.random.default_rng(args.seed)
     X = r.normal(size=(args.rows, 5))
     y0 = X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.1 * r.normal(size=args.rows)
-    rows = []
-    for k in POWERS:
-        y = y0 * 2.0 ** -k
+
+    def fits(y) -> dict:
         gbdt = train_gbdt(GBDTParams(objective="regression", n_estimators=100, learning_rate=0.1, reg_lambda=0.0,
                                      seed=args.seed, n_threads=1), X, y)
         forest = train_forest(ForestParams(task="regression", n_estimators=5, seed=args.seed, n_threads=1), X, y)
         light = lgb.LGBMRegressor(n_estimators=100, learning_rate=0.1, max_depth=6, num_leaves=64, reg_lambda=0.0,
                                   n_jobs=1, verbose=-1, random_state=args.seed).fit(X, y)
-        rows.append({"power": -k, "spread": float(np.ptp(y)), "gbdt_r2": r2(y, gbdt.predict(X)),
-                     "forest_r2": r2(y, forest.predict(X)), "lightgbm_r2": r2(y, light.predict(X))})
+        return {"gbdt_r2": r2(y, gbdt.predict(X)), "forest_r2": r2(y, forest.predict(X)),
+                "lightgbm_r2": r2(y, light.predict(X))}
+
+    rows = [{"power": -k, "spread": float(np.ptp(y0 * 2.0 ** -k)), **fits(y0 * 2.0 ** -k)} for k in POWERS]
+    shifted = [{"offset": c, **fits(y0 + c)} for c in OFFSETS]
     base = rows[0]
     for row in rows:
         row["gbdt_r2_over_unscaled"] = row["gbdt_r2"] / base["gbdt_r2"]
@@ -62,7 +69,7 @@ def main():
     out = {"rows": args.rows, "seed": args.seed, "machine": machine(),
            "settings": "GBDT 100 trees depth 6 lr 0.1 lambda 0; forest 5 trees; LightGBM 100 trees depth 6 "
                        "lambda 0, 1 thread; R^2 on the training rows",
-           "results": rows}
+           "results": rows, "shifted": shifted}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     write_json(RESULTS, out)
     print("| labels x | spread | GBDT R^2 (/ unscaled) | forest R^2 (/ unscaled) | LightGBM R^2 |")
@@ -70,6 +77,10 @@ def main():
     for row in rows:
         print(f"| 2^{row['power']} | {row['spread']:.2g} | {row['gbdt_r2']:.4f} ({row['gbdt_r2_over_unscaled']:.3f}) "
               f"| {row['forest_r2']:.4f} ({row['forest_r2_over_unscaled']:.3f}) | {row['lightgbm_r2']:.4f} |")
+    print("\n| labels + | GBDT R^2 | forest R^2 | LightGBM R^2 |")
+    print("|---|---|---|---|")
+    for row in shifted:
+        print(f"| {row['offset']:.0e} | {row['gbdt_r2']:.4f} | {row['forest_r2']:.4f} | {row['lightgbm_r2']:.4f} |")
     print(f"wrote {RESULTS}")
 
 
