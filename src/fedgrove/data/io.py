@@ -116,9 +116,10 @@ def column_order(columns, names, source: str = "the data") -> np.ndarray | None:
         trimmed.setdefault(c.strip(), []).append(j)
     taken = {index[n] for n in names if n in index}
     for n in names:
-        if n not in index and len(trimmed.get(n.strip(), ())) == 1 and trimmed[n.strip()][0] not in taken:
-            index[n] = trimmed[n.strip()][0]
-            taken.add(index[n])
+        hits = trimmed.get(n.strip(), []) if n not in index else []
+        if len(hits) == 1 and hits[0] not in taken:
+            index[n] = hits[0]
+            taken.add(hits[0])
     missing = [n for n in names if n not in index]
     if len(missing) == len(names):
         return None
