@@ -864,6 +864,30 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
     assert scores and min(scores) > 0.85, out + err
 
 
+def test_fv_tree_uploads_refused_under_dp_are_reported_with_what_helps(tmp_path, capsys):
+    # under DP each tree sees 1/trees_per_ensemble of a party's rows, too few per bin for the endorsements: the
+    # run said "a larger epsilon" would help (it does not: 1e6 here) and did not name trees_per_ensemble
+    r = np.random.default_rng(5)
+    X = r.normal(size=(600, 4))
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(4)])
+    df["y"] = (X[:, 0] + r.normal(size=600) > 0).astype(int)
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "--scheme", "horizontal", "-p", "2", "-o", parts,
+                        "--protocol", "fvtree"], capsys)
+    assert code == 0, err
+    config = parts / "federation.toml"
+    config.write_text(config.read_text().replace("max_bins = 8", "max_bins = 64")
+                      + "\n[fvtree.dp]\nepsilon = 1e6\ntrees_per_ensemble = 5\n")
+    code, out, err = run(["simulate", config], capsys)
+    said = " ".join((out + err).split())
+    assert code == 0, err
+    assert "party0: no tree has a split: the parties' endorsements refused" in said, said
+    assert "a larger epsilon" not in said
+    assert "histogram uploads refused by the parties' endorsements: party0 " in said
+    assert "fewer [fvtree.dp] trees_per_ensemble or verify = false" in said
+
+
 def test_partition_protocol_refusals_and_the_config_goes_with_its_partition(tmp_path, capsys):
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": np.arange(60.0), "y": np.arange(60) % 2}).to_csv(data, index=False)

@@ -227,6 +227,30 @@ def test_dp_that_leaves_every_tree_without_a_split_says_so(caplog):
     assert not [r for r in caplog.records if "no tree has a split" in r.getMessage()]
 
 
+def test_a_model_left_without_splits_by_refused_uploads_names_the_endorsements_not_the_noise(caplog):
+    # with DP each tree sees 1/trees_per_ensemble of a party's rows: too few per bin for the others' estimates,
+    # so the endorsements refused every upload, even at epsilon 1e6, and the warning blamed the noise and
+    # advised a larger epsilon, which changes nothing
+    import logging
+
+    parts = _parts(n=1200, k=2, theta=0.6)
+    params = GBDTParams(n_estimators=5, max_depth=3, learning_rate=0.3, max_bins=64)
+    opts = FVTreeOptions(noise="public", dp=DPOptions(epsilon=1e6))
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        out = run_fvtree(parts, params, opts)
+    assert all(t.n_nodes == 1 for t in out["model"].trees)
+    said = [r.getMessage() for r in caplog.records if "no tree has a split" in r.getMessage()]
+    assert len(said) == len(parts) and all("the parties' endorsements refused 10 of 10 histogram uploads" in w
+                                           and "1/5 of them to a tree" in w and "fewer trees per ensemble" in w
+                                           and "epsilon" not in w for w in said), said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):  # every tree on all the rows: the roots are endorsed
+        out = run_fvtree(parts, params, FVTreeOptions(noise="public", dp=DPOptions(epsilon=1e6, n_ensembles=5,
+                                                                                   trees_per_ensemble=1)))
+    assert all(t.n_nodes > 1 for t in out["model"].trees)
+    assert not [r for r in caplog.records if "no tree has a split" in r.getMessage()]
+
+
 def test_pv_tree_and_top_two_voting_run_and_learn():
     parts = _parts(n=4000, k=4, theta=0.8)
     X = np.vstack([a for a, _ in parts])

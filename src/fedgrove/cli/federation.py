@@ -114,7 +114,8 @@ def _report(results: dict, out_dir) -> None:
             warned.add(text)
             out.print(f"warning: histogram uploads refused by the parties' endorsements: {text} (overlap distance "
                       f"above the threshold {s['threshold']:g}; honest parties with few instances per bin reach it "
-                      f"too: use fewer bins ([params] max_bins) or a higher [fvtree] threshold)")
+                      f"too: use fewer bins ([params] max_bins), a higher [fvtree] threshold"
+                      f"{', fewer [fvtree.dp] trees_per_ensemble' if s.get('privacy') else ''} or verify = false)")
     said = set()
     for name, s in results.items():
         text = contributions_text(s["contributions"]) if s.get("contributions") else None

@@ -400,12 +400,27 @@ class FVTreeParty:
         model.metadata["uploads_per_party"] = self.uploads
         if self.privacy.report():
             model.metadata["privacy"] = self.privacy.report()
-        if o.dp is not None and model.trees and not any(t.n_nodes > 1 for t in model.trees):
-            logger.warning("%s: with differential privacy no tree has a split (the noise on %d rows left no split "
-                           "with a positive gain): the model predicts one value; a larger epsilon, fewer trees per "
-                           "ensemble or more rows per party help", ch.party, len(self.X))
+        if model.trees and not any(t.n_nodes > 1 for t in model.trees):
+            self._say_why_no_tree_split(len(self.X))
         self.model = model
         return model
+
+    def _say_why_no_tree_split(self, n_rows: int) -> None:
+        """A model without a single split predicts one value: say so, and why, rather than leave the parties to
+        find out from its predictions."""
+        o, tpe = self.o, getattr(self.privacy, "tpe", 1)
+        rows = f"{n_rows} rows" if tpe == 1 else f"{n_rows} rows, 1/{tpe} of them to a tree under differential privacy,"
+        if self.rejected:
+            logger.warning(
+                "%s: no tree has a split: the parties' endorsements refused %d of %d histogram uploads (overlap "
+                "distance above the threshold %g: %s here are too few to a bin for the other parties' estimates "
+                "of a histogram): the model predicts one value; fewer bins (max_bins), a higher threshold%s or no "
+                "verification help", self.ch.party, self.rejected, self.uploads * len(self.parties), o.threshold,
+                rows, ", fewer trees per ensemble" if tpe > 1 else "")
+        elif o.dp is not None:
+            logger.warning("%s: with differential privacy no tree has a split (the noise on %s left no split with a "
+                           "positive gain): the model predicts one value; a larger epsilon, fewer trees per ensemble "
+                           "or more rows per party help", self.ch.party, rows)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def _fingerprint(self) -> str:
