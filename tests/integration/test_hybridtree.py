@@ -1,5 +1,7 @@
 """HybridTree (training, hessian mode): exactness properties and what guests see."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -319,6 +321,19 @@ def test_the_host_counts_each_guest_column_s_splits_and_their_gains(setup):
         assert (gains[counts > 0] > 0).all() and (gains[counts == 0] == 0).all()
     again = HybridHostModel.from_dict(host.to_dict())
     assert again.guest_gains == host.guest_gains and again.guest_splits == host.guest_splits
+    # a host file whose trees name an output the model has not was read, and predicted into the wrong column
+    # (-1: the last) or raised IndexError
+    from fedgrove.exceptions import ModelFormatError
+
+    for c, said in ((-1, "tree_class holds -1, expected an output in \\[0, 0\\]"), (1, "tree_class holds 1")):
+        d = json.loads(json.dumps(host.to_dict()))
+        d["tree_class"][0] = c
+        with pytest.raises(ModelFormatError, match=said):
+            HybridHostModel.from_dict(d)
+    d = json.loads(json.dumps(host.to_dict()))
+    d["objective"] = ["binary"]
+    with pytest.raises(ModelFormatError, match="objective \\['binary'\\]"):
+        HybridHostModel.from_dict(d)
 
 
 def test_a_guest_refuses_packed_instances_in_count_mode(setup):

@@ -76,6 +76,36 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
         load_model(path)
 
 
+@pytest.mark.parametrize("which, field, value, said", [
+    (1, ("tree_class", 0), 10 ** 9, "tree_class holds 1000000000, expected an output in \\[0, 2\\]"),
+    (0, ("tree_class", 0), -1, "tree_class holds -1, expected an output in \\[0, 0\\]"),
+    (1, ("base_score",), [0.0], "base_score has 1 entries, expected 3"),
+    (0, ("trees", 0, "values"), [[0.0, 1.0]] * 31, "tree 0 has 2 values a node, expected 1"),
+    (3, ("trees", 0, "values", 0), [0.5], "tree 0 has 1 values a node, expected 3"),
+    (0, ("trees", 0, "nodes", "left", 0), 10 ** 30, "malformed tree record"),
+    (0, ("trees", 0, "nodes", "missing_left", 0), -1, "malformed tree record"),
+    (0, ("metadata",), "x", "its metadata is a str, expected a dict"),
+    (0, ("kind",), ["gbdt"], "unknown model kind"),
+])
+def test_parts_of_a_model_file_that_do_not_fit_together_are_refused(models, tmp_path, which, field, value, said):
+    # a tree_class beyond the model's outputs crashed the process (a segmentation fault in the prediction kernel,
+    # which indexes the outputs by it unchecked); the others raised AttributeError, OverflowError or TypeError
+    X, ms = models
+    d = json.loads(json.dumps(ms[which].to_dict()))
+    if field == ("trees", 0, "values"):
+        value = [[0.0, 1.0]] * len(d["trees"][0]["values"])
+    if field == ("trees", 0, "values", 0):  # a forest of 3 classes: every node's row of 1 value
+        field, value = ("trees", 0, "values"), [[0.5]] * len(d["trees"][0]["values"])
+    at = d
+    for k in field[:-1]:
+        at = at[k]
+    at[field[-1]] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ModelFormatError, match="bad.json.*" + said):
+        load_model(path).predict(X[:5])
+
+
 def test_failed_save_leaves_previous_file(models, tmp_path, monkeypatch):
     path = tmp_path / "m.json"
     models[1][0].save(path)

@@ -215,6 +215,15 @@ class TreeEnsembleModel:
             return [str(own[j]) if party == me and j < len(own) else f"{party}:{j}" for party, j in owners]
         return [f"f{j}" for j in range(width)]
 
+    def _check_structure(self) -> None:
+        """Raise ModelFormatError where a loaded model's parts do not fit together (the prediction kernels index
+        by them unchecked: a tampered file could read outside its arrays)."""
+
+    def _check_value_width(self, width: int) -> None:
+        for t, tree in enumerate(self.trees):
+            if tree.values.shape[1] != width:
+                raise ModelFormatError(f"tree {t} has {tree.values.shape[1]} values a node, expected {width}")
+
     def predict_leaf(self, X) -> np.ndarray:
         """Leaf index of every sample in every tree, shape ``(n_samples, n_trees)``."""
         return self._pack().leaves(self._check_X(X))
@@ -283,11 +292,17 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
         raise ModelFormatError(f"{source!r} has model format version {d.get('version')!r}; this fedgrove "
                                f"({__version__}) reads version {FORMAT_VERSION}")
     kinds = {"gbdt": GBDTModel, "forest": ForestModel}
-    if d.get("kind") not in kinds:
+    if not isinstance(d.get("kind"), str) or d["kind"] not in kinds:
         raise ModelFormatError(f"{source!r} has unknown model kind {d.get('kind')!r}")
+    for field, kind in (("metadata", dict), ("params", dict), ("feature_names", list), ("classes", list),
+                        ("trees", list)):
+        if d.get(field) is not None and not isinstance(d[field], kind):
+            raise ModelFormatError(f"{source!r} is corrupt: its {field} is a {type(d[field]).__name__}, expected a "
+                                   f"{kind.__name__}")
     try:
         try:
             model = kinds[d["kind"]]._from_dict(d)
+            model._check_structure()
         except ModelFormatError as exc:  # what is wrong inside: name the file
             raise ModelFormatError(f"{source!r} is corrupt: {exc}") from None
         model.written_by = d.get("fedgrove_version")
@@ -301,7 +316,7 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
         return model
     except ModelFormatError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ModelFormatError(f"{source!r} is corrupt: {type(exc).__name__}: {exc}") from None
 
 
@@ -409,6 +424,15 @@ class GBDTModel(TreeEnsembleModel):
             return self.predict_raw(X, n_rounds)
         return self.decide(self.predict_proba(X, n_rounds))
 
+    def _check_structure(self) -> None:
+        k = self.n_outputs
+        if self.base_score.shape != (k,):
+            raise ModelFormatError(f"base_score has {self.base_score.size} entries, expected {k} (one per output)")
+        bad = [c for c in self.tree_class if not 0 <= c < k]
+        if bad:
+            raise ModelFormatError(f"tree_class holds {bad[0]}, expected an output in [0, {k - 1}]")
+        self._check_value_width(1)
+
     def _fields(self) -> dict:
         return {"objective": self.objective, "n_classes": self.n_classes, "base_score": self.base_score.tolist(),
                 "tree_class": self.tree_class, "best_iteration": self.best_iteration}
@@ -461,6 +485,9 @@ class ForestModel(TreeEnsembleModel):
 
     def decide(self, out):
         return np.argmax(out, axis=1) if self.task == "classification" else out
+
+    def _check_structure(self) -> None:
+        self._check_value_width(self.n_classes if self.task == "classification" else 1)
 
     def _fields(self) -> dict:
         return {"task": self.task, "n_classes": self.n_classes}

@@ -97,7 +97,7 @@ class Tree:
                     raise ModelFormatError(f"node column {name!r} has {len(col)} entries, expected {n}")
                 nodes[name] = np.asarray(col, dtype=NODE_DTYPE[name])
             values = np.asarray(d["values"], dtype=np.float64).reshape(n, -1)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ModelFormatError(f"malformed tree record: {exc}") from exc
         tree = cls(nodes, values)
         tree.validate()

@@ -15,7 +15,7 @@ from fedgrove.crypto.he import HEContext
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
-from fedgrove.engine.losses import objective_for
+from fedgrove.engine.losses import OBJECTIVES, objective_for
 from fedgrove.engine.model import by_names, names_of
 from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
@@ -78,6 +78,12 @@ class HybridHostModel:
         if set(model.guest_gains) != set(model.guest_splits) or any(
                 len(model.guest_gains[u]) != len(model.guest_splits[u]) for u in model.guest_gains):
             raise ModelFormatError("guest_gains and guest_splits do not name the same guests and columns")
+        if not isinstance(model.objective, str) or model.objective not in OBJECTIVES \
+                or model.base_score.ndim != 1 or not len(model.base_score):
+            raise ModelFormatError(f"objective {model.objective!r} with base_score {d['base_score']!r}: expected "
+                                   f"one of {', '.join(OBJECTIVES)} and a score per output")
+        if bad := [c for c in model.tree_class if not 0 <= c < len(model.base_score)]:
+            raise ModelFormatError(f"tree_class holds {bad[0]}, expected an output in [0, {len(model.base_score) - 1}]")
         if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
             raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
                                    f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")
