@@ -32,6 +32,26 @@ def run(argv, capsys):
     return code, out, err
 
 
+def test_a_classifier_trained_in_python_is_predicted_as_one(tmp_path, capsys):
+    # a model saved by the library had no class names: fedgrove predict printed an RMSE for a binary model and
+    # refused --proba as "a regression model"; and without --label, the label was taken for a fourth feature
+    from fedgrove import GBDTParams, train_gbdt
+
+    r = np.random.default_rng(1)
+    X = r.normal(size=(300, 3))
+    y = (X[:, 0] + r.normal(size=300) * 0.5 > 0).astype(int)
+    pd.DataFrame(np.column_stack([X, y]), columns=["a", "b", "c", "label"]).to_csv(tmp_path / "d.csv", index=False)
+    train_gbdt(GBDTParams(n_estimators=5), X, y).save(tmp_path / "m.json")
+    code, _, err = run(["predict", tmp_path / "m.json", tmp_path / "d.csv", "-l", "label", "--proba", "-o",
+                        tmp_path / "p.csv"], capsys)
+    assert code == 0, err
+    assert re.search(r"accuracy 0\.9\d+  auc", err) and "rmse" not in err, err
+    assert list(pd.read_csv(tmp_path / "p.csv").columns) == ["p_0", "p_1"]
+    code, _, err = run(["predict", tmp_path / "m.json", tmp_path / "d.csv"], capsys)
+    assert code != 0 and "'" + str(tmp_path / "d.csv") + "' has 4 feature columns; the model takes 3; if one of " \
+        "them is the label, name it with --label" in " ".join(err.split()), err
+
+
 def test_train_predict_info_partition(csv, tmp_path, capsys):
     model = tmp_path / "m.json"
     code, _, err = run(["train", csv, "-m", model, "-l", "label", "-n", "20", "--max-depth", "3", "-q"], capsys)

@@ -112,6 +112,25 @@ def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
         _load(tmp_path, extra)
 
 
+@pytest.mark.parametrize("text, message", [
+    # a table written as a value raised TypeError or AttributeError ("'int' object is not iterable")
+    ('params = 5\n' + BASE.format(extra=""), r"params must be a \[params\] table, got 5"),
+    ('federation = "x"\n' + BASE.format(extra="").replace('[federation]\nprotocol = "vertical"\n', ""),
+     r"federation must be a \[federation\] table, got 'x'"),
+    ('output = ["run"]\n' + BASE.format(extra=""), r"output must be a \[output\] table"),
+    ('party = [1, 2]\n[federation]\nprotocol = "vertical"\n', r"party must be \[\[party\]\] tables, one per party"),
+    (BASE.format(extra="").replace('protocol = "vertical"', 'protocol = "fvtree"').replace('"active"', '"party"')
+     .replace('"passive"', '"party"') + '[fvtree]\ndp = 8\n', r"fvtree.dp must be a \[fvtree.dp\] table, got 8"),
+    (BASE.format(extra="").replace('protocol = "vertical"', 'protocol = "simfl"').replace('"active"', '"party"')
+     .replace('"passive"', '"party"') + '[simfl]\nschedule = {a = 1}\n', r"schedule must be one of .*got \{'a': 1\}"),
+])
+def test_a_table_written_as_a_value_is_refused_naming_it(tmp_path, text, message):
+    path = tmp_path / "federation.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidParameterError, match=message):
+        load_federation(path)
+
+
 @pytest.mark.parametrize("protocol, table, message", [
     # ignored before: a setting the user meant did not apply
     ("vertical", '[forest]\nlabel_mode = "shared"', r"\[forest\] configures the federated-forest protocol, but "

@@ -22,6 +22,15 @@ def models():
     ]
 
 
+def test_a_classifier_trained_in_python_names_its_classes_0_to_k_minus_1(models, tmp_path):
+    # classes were None for models the library trained; fedgrove predict took such a file for a regression model
+    # (an RMSE for a binary model, --proba refused as "a regression model")
+    X, ms = models
+    assert [m.classes for m in ms] == [[0, 1], [0, 1, 2], None, [0, 1, 2]]
+    ms[0].save(tmp_path / "m.json")
+    assert load_model(tmp_path / "m.json").classes == [0, 1]
+
+
 def test_save_load_gives_identical_predictions(models, tmp_path):
     X, ms = models
     for i, m in enumerate(ms):
@@ -86,6 +95,14 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     (0, ("trees", 0, "nodes", "missing_left", 0), -1, "malformed tree record"),
     (0, ("metadata",), "x", "its metadata is a str, expected a dict"),
     (0, ("kind",), ["gbdt"], "unknown model kind"),
+    # the command line read these unchecked: tracebacks from fedgrove predict and fedgrove info
+    (0, ("classes",), [0, 1, 2], "classes \\[0, 1, 2\\]: expected 2 distinct names or numbers"),
+    (3, ("classes", 0), [1], "classes .*expected 3 distinct"),
+    (2, ("classes",), ["a", "b"], "a regression model has classes"),
+    (0, ("base_score", 0), None, "base_score \\[nan\\] is not finite"),
+    (0, ("metadata", "label"), ["y"], "metadata label is \\['y'\\], expected a column name or number"),
+    (0, ("metadata", "categories"), {"c": 3}, "metadata categories .*expected a list of categories per column"),
+    (0, ("fedgrove_version",), [1], "fedgrove_version is \\[1\\]"),
 ])
 def test_parts_of_a_model_file_that_do_not_fit_together_are_refused(models, tmp_path, which, field, value, said):
     # a tree_class beyond the model's outputs crashed the process (a segmentation fault in the prediction kernel,

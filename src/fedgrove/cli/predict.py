@@ -52,6 +52,12 @@ def predict(
                        libsvm_base=m.metadata.get(LIBSVM_BASE))
     report_categories(table, encoded=False)
     X = model_features(table, m.feature_names, data)
+    if m.n_features is not None and X.ndim == 2 and X.shape[1] != m.n_features:
+        from fedgrove.exceptions import DataError
+
+        hint = ("; if one of them is the label, name it with --label (a model trained in Python knows no label "
+                "column)" if table.y is None and X.shape[1] == m.n_features + 1 else "")
+        raise DataError(f"{data!r} has {X.shape[1]} feature columns; the model takes {m.n_features}{hint}")
     classification = m.classes is not None
     if leaf:
         leaves = m.predict_leaf(X)

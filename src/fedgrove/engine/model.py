@@ -219,6 +219,15 @@ class TreeEnsembleModel:
         """Raise ModelFormatError where a loaded model's parts do not fit together (the prediction kernels index
         by them unchecked: a tampered file could read outside its arrays)."""
 
+    def _check_classes(self, classification: bool) -> None:
+        if not classification:
+            if self.classes is not None:
+                raise ModelFormatError(f"a regression model has classes {self.classes!r}")
+            return
+        c = self.classes
+        if not all(isinstance(v, (str, int, float)) for v in c) or len(set(c)) != len(c) or len(c) != self.n_classes:
+            raise ModelFormatError(f"classes {c!r}: expected {self.n_classes} distinct names or numbers")
+
     def _check_value_width(self, width: int) -> None:
         for t, tree in enumerate(self.trees):
             if tree.values.shape[1] != width:
@@ -299,6 +308,9 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
         if d.get(field) is not None and not isinstance(d[field], kind):
             raise ModelFormatError(f"{source!r} is corrupt: its {field} is a {type(d[field]).__name__}, expected a "
                                    f"{kind.__name__}")
+    _check_metadata(d.get("metadata") or {}, source)
+    if not isinstance(d.get("fedgrove_version", ""), str):
+        raise ModelFormatError(f"{source!r} is corrupt: its fedgrove_version is {d['fedgrove_version']!r}")
     try:
         try:
             model = kinds[d["kind"]]._from_dict(d)
@@ -318,6 +330,22 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
         raise
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ModelFormatError(f"{source!r} is corrupt: {type(exc).__name__}: {exc}") from None
+
+
+def _check_metadata(meta: dict, source: str) -> None:
+    """The metadata that prediction reads (the label column, the text columns' categories, a LIBSVM file's first
+    index) must have the form training writes."""
+    def bad(key, expected):
+        raise ModelFormatError(f"{source!r} is corrupt: its metadata {key} is {meta[key]!r}, expected {expected}")
+
+    if meta.get("label") is not None and (not isinstance(meta["label"], (str, int)) or isinstance(meta["label"], bool)):
+        bad("label", "a column name or number")
+    cats = meta.get("categories")
+    if cats is not None and not (isinstance(cats, dict) and all(
+            isinstance(v, list) and all(isinstance(c, (str, int, float)) for c in v) for v in cats.values())):
+        bad("categories", "a list of categories per column")
+    if meta.get("libsvm_base") is not None and meta["libsvm_base"] not in (0, 1):
+        bad("libsvm_base", "0 or 1")
 
 
 def _jsonable(obj):
@@ -346,6 +374,8 @@ class GBDTModel(TreeEnsembleModel):
         self.n_classes = int(n_classes)
         self._obj = make_objective(objective, self.n_classes)
         self.base_score = np.asarray(base_score, dtype=np.float64).reshape(-1)
+        if self.classes is None and objective != "regression":  # labels 0..K-1, as the library takes them
+            self.classes = list(range(self.n_classes))
         self.tree_class: list[int] = []
         self.best_iteration: int | None = None
 
@@ -428,9 +458,12 @@ class GBDTModel(TreeEnsembleModel):
         k = self.n_outputs
         if self.base_score.shape != (k,):
             raise ModelFormatError(f"base_score has {self.base_score.size} entries, expected {k} (one per output)")
+        if not np.all(np.isfinite(self.base_score)):
+            raise ModelFormatError(f"base_score {self.base_score.tolist()} is not finite")
         bad = [c for c in self.tree_class if not 0 <= c < k]
         if bad:
             raise ModelFormatError(f"tree_class holds {bad[0]}, expected an output in [0, {k - 1}]")
+        self._check_classes(self.objective != "regression")
         self._check_value_width(1)
 
     def _fields(self) -> dict:
@@ -463,6 +496,8 @@ class ForestModel(TreeEnsembleModel):
             raise ModelFormatError(f"unknown forest task {task!r}")
         self.task = task
         self.n_classes = int(n_classes)
+        if self.classes is None and task == "classification":  # labels 0..K-1, as the library takes them
+            self.classes = list(range(self.n_classes))
 
     def add_tree(self, tree: Tree) -> None:
         self.trees.append(tree)
@@ -487,6 +522,7 @@ class ForestModel(TreeEnsembleModel):
         return np.argmax(out, axis=1) if self.task == "classification" else out
 
     def _check_structure(self) -> None:
+        self._check_classes(self.task == "classification")
         self._check_value_width(self.n_classes if self.task == "classification" else 1)
 
     def _fields(self) -> dict:

@@ -43,7 +43,7 @@ class LSHParams:
 
     def __post_init__(self):
         validate(self, {})  # numpy numbers become Python's
-        if self.distribution not in DISTRIBUTIONS:
+        if not isinstance(self.distribution, str) or self.distribution not in DISTRIBUTIONS:
             raise InvalidParameterError(f"LSH distribution must be one of {DISTRIBUTIONS}, got "
                                         f"{self.distribution!r}")
         if isinstance(self.r, bool) or not (isinstance(self.r, (int, float)) and 0 < self.r < math.inf):

@@ -55,7 +55,7 @@ class SimFLOptions:
     schedule: str = "blocks"   # blocks proportional to data shares (the authors' code) or "round-robin"
 
     def __post_init__(self):
-        if self.schedule not in SCHEDULES:
+        if not isinstance(self.schedule, str) or self.schedule not in SCHEDULES:
             raise InvalidParameterError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
 
 
