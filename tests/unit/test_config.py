@@ -119,8 +119,6 @@ def test_tables_are_checked_when_the_file_is_read(tmp_path, extra, message):
      r"federation must be a \[federation\] table, got 'x'"),
     ('output = ["run"]\n' + BASE.format(extra=""), r"output must be a \[output\] table"),
     ('party = [1, 2]\n[federation]\nprotocol = "vertical"\n', r"party must be \[\[party\]\] tables, one per party"),
-    (BASE.format(extra="").replace('protocol = "vertical"', 'protocol = "fvtree"').replace('"active"', '"party"')
-     .replace('"passive"', '"party"') + '[fvtree]\ndp = 8\n', r"fvtree.dp must be a \[fvtree.dp\] table, got 8"),
     (BASE.format(extra="").replace('protocol = "vertical"', 'protocol = "simfl"').replace('"active"', '"party"')
      .replace('"passive"', '"party"') + '[simfl]\nschedule = {a = 1}\n', r"schedule must be one of .*got \{'a': 1\}"),
 ])

@@ -299,8 +299,6 @@ def _read(path) -> tuple[dict, Path]:
     for name in TABLES:  # `params = 5` or `federation = "x"`: read as a table, they raised TypeError
         if name != "party" and name in d and not isinstance(d[name], dict):
             raise InvalidParameterError(f"{path}: {name} must be a [{name}] table, got {d[name]!r}")
-    if isinstance(d.get("fvtree"), dict) and "dp" in d["fvtree"] and not isinstance(d["fvtree"]["dp"], dict):
-        raise InvalidParameterError(f"{path}: fvtree.dp must be a [fvtree.dp] table, got {d['fvtree']['dp']!r}")
     if isinstance(d.get("party"), list) and not all(isinstance(p, dict) for p in d["party"]):
         raise InvalidParameterError(f"{path}: party must be [[party]] tables, one per party")
     return d, path.parent
