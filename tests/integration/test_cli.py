@@ -908,6 +908,39 @@ def test_fv_tree_uploads_refused_under_dp_are_reported_with_what_helps(tmp_path,
     assert "fewer [fvtree.dp] trees_per_ensemble or verify = false" in said
 
 
+def test_info_names_a_damaged_manifest_stats_or_checkpoint_file(tmp_path, capsys):
+    # fields of the wrong form in the files fedgrove writes (damaged, or edited by hand) raised KeyError, TypeError
+    # or rich's NotRenderableError from fedgrove info (found by mutating them)
+    r = np.random.default_rng(6)
+    df = pd.DataFrame(r.normal(size=(200, 3)), columns=["a", "b", "c"])
+    df["y"] = (df["a"] > 0).astype(int)
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "--scheme", "horizontal", "-p", "2", "-o", parts,
+                        "--protocol", "horizontal"], capsys)
+    assert code == 0, err
+    code, _, err = run(["simulate", parts / "federation.toml"], capsys)
+    assert code == 0, err
+    runs = parts / "runs"
+    manifest = json.loads((parts / "manifest.json").read_text())
+    manifest["parties"][1]["features"] = 3
+    (parts / "manifest.json").write_text(json.dumps(manifest))
+    stats = next(runs.glob("*.stats.json"))
+    s = json.loads(stats.read_text())
+    s["seconds"] = [1]
+    stats.write_text(json.dumps(s))
+    checkpoint = next(runs.glob("*.checkpoint.json"))
+    c = json.loads(checkpoint.read_text())
+    c["run"]["data_sha256"] = 7
+    checkpoint.write_text(json.dumps(c))
+    for target, said in ((parts, "manifest.json' is damaged: party #1's features is 3"),
+                         (stats, f"{stats} is damaged (the run writes it): TypeError"),
+                         (runs, f"{runs} is damaged (one of its <party>.stats.json files"),
+                         (checkpoint, f"{checkpoint} is damaged")):
+        code, out, err = run(["info", target], capsys)
+        assert code != 0 and said in " ".join(err.split()) and "Traceback" not in err, (target, out, err)
+
+
 def test_partition_protocol_refusals_and_the_config_goes_with_its_partition(tmp_path, capsys):
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": np.arange(60.0), "y": np.arange(60) % 2}).to_csv(data, index=False)

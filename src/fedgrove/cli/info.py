@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -38,11 +39,13 @@ def info(
     if p.suffix.lower() == ".json" and not p.exists():
         raise ModelFormatError(f"model file {path!r} does not exist")
     if p.is_file() and p.name.endswith(".checkpoint.json"):
-        return _checkpoint_info(p)
+        with _damaged(p, "`fedgrove simulate` or `fedgrove party` writes it"):
+            return _checkpoint_info(p)
     if p.is_file() and p.name.endswith((".stats.json", ".predict-stats.json")) and (one := _stats_file(p)):
         from fedgrove.cli.federation import _report
 
-        return _report(dict([one]), p.parent)
+        with _damaged(p, "the run writes it"):
+            return _report(dict([one]), p.parent)
     is_model = p.is_file() and _looks_like_model(p)
     if importance is not None and not is_model:
         raise InvalidParameterError(f"--importance is for a model file; {path} is not one")
@@ -118,7 +121,8 @@ def info(
     if p.is_dir() and (runs := _run_stats(p)):
         from fedgrove.cli.federation import _report
 
-        _report(runs, p)
+        with _damaged(p, "one of its <party>.stats.json files; the run writes them"):
+            _report(runs, p)
         models = sorted(f.name for f in p.glob("*.model.json"))
         out.print(f"model files: {', '.join(models) or 'none'}" + ("; `fedgrove info` on one describes it"
                                                                      if models else ""))
@@ -161,6 +165,20 @@ def info(
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
+
+
+@contextlib.contextmanager
+def _damaged(p: Path, writer: str):
+    """A file fedgrove wrote whose fields are not of the form it writes (damaged, or edited by hand) is named,
+    where its report raised KeyError or TypeError; rich's table refuses a field that is not text the same way."""
+    from rich.errors import NotRenderableError
+
+    from fedgrove.exceptions import DataError
+
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, NotRenderableError) as exc:
+        raise DataError(f"{p} is damaged ({writer}): {type(exc).__name__}: {exc}") from None
 
 
 def _checkpoint_info(p: Path) -> None:

@@ -256,7 +256,7 @@ def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool)
 
     earlier = []
     if (out_dir / MANIFEST).is_file():
-        m = read_manifest(out_dir)
+        m = read_manifest(out_dir, check=False)
         if not isinstance(m, dict) or not isinstance(m.get("parties", []), list):
             raise InvalidParameterError(f"{out_dir / MANIFEST} exists but is not a partition's manifest; give "
                                         f"another --out")

@@ -316,14 +316,47 @@ def _json_default(o):
     raise TypeError(type(o).__name__)
 
 
-def read_manifest(directory) -> dict:
+def read_manifest(directory, check: bool = True) -> dict:
+    """A partition's manifest; with ``check``, refused unless it has the fields that :func:`write_partition`
+    writes, of their types (a damaged or hand-edited one raised KeyError or TypeError where it was read)."""
     path = Path(directory) / MANIFEST
     if not path.exists():
         raise DataError(f"{str(directory)!r} has no {MANIFEST}; is it a partition written by fedgrove?")
     try:
-        return json.loads(path.read_text())
+        m = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    if check and (why := _manifest_fault(m)):
+        raise DataError(f"{str(path)!r} is damaged: {why}; partition the data again (fedgrove partition writes it)")
+    return m
+
+
+def _manifest_fault(m) -> str | None:
+    """What is wrong with a manifest's form, or None."""
+    def kind(v, types):
+        return isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+
+    if not isinstance(m, dict):
+        return "it is not a JSON object"
+    for key, types in (("scheme", (str,)), ("n_samples", (int,)), ("parties", (list,))):
+        if not kind(m.get(key), types):
+            return f"{key} is {m.get(key)!r}"
+    if m.get("label") is not None and not kind(m["label"], (str, int)):
+        return f"label is {m['label']!r}"
+    cats = m.get("categories")
+    if cats is not None and not (isinstance(cats, dict) and all(isinstance(v, list) for v in cats.values())):
+        return f"categories is {cats!r}"
+    for k, e in enumerate(m["parties"]):
+        if not isinstance(e, dict):
+            return f"party #{k} is {e!r}"
+        for key, types in (("name", (str,)), ("role", (str,)), ("file", (str,)), ("n_samples", (int,)),
+                           ("features", (list,)), ("has_label", (bool,))):
+            if not kind(e.get(key), types):
+                return f"party #{k}'s {key} is {e.get(key)!r}"
+        if e.get("label_counts") is not None and not (isinstance(e["label_counts"], dict) and all(
+                kind(n, (int,)) for n in e["label_counts"].values())):
+            return f"party #{k}'s label_counts is {e['label_counts']!r}"
+    return None
 
 
 def read_partition(directory) -> tuple[dict, dict[str, Table]]:
