@@ -353,6 +353,27 @@ def test_timestamps_and_durations_are_seconds_and_dates_in_text_are_named(tmp_pa
         load_table(tmp_path / "d.csv", label="y")
 
 
+def test_calendar_dates_are_seconds_at_their_midnight_as_timestamps_are(tmp_path):
+    # a Parquet date column (date32, read as datetime.date objects) was refused as "a non-numeric value
+    # datetime.date(...)" while the same days as timestamps were read; a DataFrame of dates too
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fedgrove.engine.model import as_numbers
+
+    days = [datetime.date(1970, 1, 2), None, datetime.date(2000, 1, 1)]
+    pq.write_table(pa.table({"day": pa.array(days, type=pa.date32()), "y": [0, 1, 0]}), tmp_path / "d.parquet")
+    expected = np.array([86400.0, np.nan, 946684800.0])
+    np.testing.assert_array_equal(load_table(tmp_path / "d.parquet", label="y").X[:, 0], expected)
+    np.testing.assert_array_equal(as_numbers(pd.DataFrame({"day": days}), "X", "numbers")[:, 0], expected)
+    # a column of dates and text is text: refused as before, naming the value
+    pq.write_table(pa.table({"day": ["2020-01-01", "x"], "y": [0, 1]}), tmp_path / "t.parquet")
+    with pytest.raises(DataError, match="non-numeric value '2020-01-01'"):
+        load_table(tmp_path / "t.parquet", label="y")
+
+
 def test_named_dataset_missing_says_where_to_get_it(tmp_path):
     with pytest.raises(DataError, match=r"csie\.ntu\.edu\.tw.*FEDGROVE_DATA_DIR"):
         datasets.load_dataset("a9a", directory=tmp_path)

@@ -67,12 +67,13 @@ def _is_frame(X) -> bool:
 
 def as_numbers(a, name: str, expected: str) -> np.ndarray:
     """``a`` as float64, or a DataError naming the first value that is not a number (and, for a DataFrame, its
-    column).  A DataFrame's timestamps are seconds since 1970-01-01 UTC and its durations seconds, as
+    column).  A DataFrame's timestamps and dates are seconds since 1970-01-01 UTC and its durations seconds, as
     :func:`fedgrove.data.io.load_table` reads them."""
     if _is_frame(a):
-        from fedgrove.data.io import as_seconds
+        from fedgrove.data.io import _all_dates, as_seconds
 
-        timed = [c for c, dtype in a.dtypes.items() if dtype.kind in "mM"]  # durations, date-times
+        timed = [c for c, dtype in a.dtypes.items()  # durations, date-times, dates
+                 if dtype.kind in "mM" or (dtype == object and _all_dates(a[c]))]
         nullable = [c for c, dtype in a.dtypes.items() if _nullable_number(dtype)]
         if timed or nullable:
             a = a.copy()
