@@ -579,16 +579,17 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
 
 def as_seconds(values: pd.Series) -> np.ndarray | None:
     """A date-time or date column (Parquet's timestamps and dates, a DataFrame's) as seconds since 1970-01-01 UTC
-    (a date: its midnight), a duration column as seconds; None for any other column.  Read as numbers they were counts of the column's unit, which
-    differs between pandas 2 (a DataFrame's: nanoseconds) and 3 (microseconds), and between Parquet files (the
-    writer's): a model, or a party, given the other would have read values a thousand times off."""
+    (a date: its midnight), a duration column as seconds; None for any other column.  Read as numbers they were
+    counts of the column's unit, which differs between pandas 2 (a DataFrame's: nanoseconds) and 3
+    (microseconds), and between Parquet files (the writer's): a model, or a party, given the other would have
+    read values a thousand times off."""
     if pd.api.types.is_datetime64_any_dtype(values):
         if getattr(values.dt, "tz", None) is not None:
             values = values.dt.tz_convert("UTC").dt.tz_localize(None)
         return ((values - pd.Timestamp("1970-01-01")) / pd.Timedelta(seconds=1)).to_numpy(dtype=np.float64)
     if pd.api.types.is_timedelta64_dtype(values):
         return (values / pd.Timedelta(seconds=1)).to_numpy(dtype=np.float64)
-    if values.dtype == object and _all_dates(values):  # Parquet's date32/date64, read as datetime.date objects
+    if values.dtype.kind == "O" and _all_dates(values):  # Parquet's date32/date64, read as datetime.date objects
         return as_seconds(pd.to_datetime(values))
     return None
 

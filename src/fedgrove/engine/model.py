@@ -73,7 +73,7 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
         from fedgrove.data.io import _all_dates, as_seconds
 
         timed = [c for c, dtype in a.dtypes.items()  # durations, date-times, dates
-                 if dtype.kind in "mM" or (dtype == object and _all_dates(a[c]))]
+                 if dtype.kind in "mM" or (dtype.kind == "O" and _all_dates(a[c]))]
         nullable = [c for c, dtype in a.dtypes.items() if _nullable_number(dtype)]
         if timed or nullable:
             a = a.copy()
