@@ -71,3 +71,20 @@ def test_cut_points_dict_is_reused_while_the_cuts_keep_their_content():
     second = bm.to_dict()
     assert second is not first and second["cuts"][1][0] == first["cuts"][1][0] - 1.0
     assert BinMapper.from_dict(json.loads(json.dumps(second))).to_dict() == second
+
+
+@pytest.mark.parametrize("lo, hi", [(1e308, 1.7e308), (-1.7e308, -1e308), (5e-324, 1e-323),
+                                    (1.0, float(np.nextafter(1.0, 2.0))), (-1.7e308, 1.7e308)])
+def test_a_cut_parts_neighbouring_values_at_the_ends_of_the_float_range(lo, hi):
+    # (lo + hi) / 2 overflowed to infinity above 9e307 (a warning, and a cut that parted nothing) and can round up
+    # to hi between neighbouring floats (the subnormals 5e-324 and 1e-323 shared a bin): the engine could not
+    # split a feature that separates the labels perfectly
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+
+    X = np.column_stack([np.tile([lo, hi], 50), np.zeros(100)])
+    y = np.tile([0.0, 1.0], 50)
+    cuts = BinMapper(8).fit(X).cuts_[0]
+    assert len(cuts) == 1 and lo <= cuts[0] < hi
+    with np.errstate(over="raise"):
+        model = train_gbdt(GBDTParams(n_estimators=2, max_depth=1), X, y)
+    assert (model.predict(X) == y).all()

@@ -27,6 +27,16 @@ MAX_BINS = 255
 X_BINNED_DTYPE = np.uint8
 
 
+def midpoints(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Cut points half-way between ``lo < hi``, each with ``lo <= cut < hi`` so that ``x <= cut`` parts the two:
+    ``(lo + hi) / 2`` overflowed to infinity for values above 9e307 (and the cut parted nothing), and between
+    neighbouring floats it can round up to ``hi`` (subnormals: 5e-324 and 1e-323 shared a bin); there the cut is
+    ``lo``."""
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    mid = lo * 0.5 + hi * 0.5
+    return np.where((mid >= lo) & (mid < hi), mid, lo)
+
+
 @dataclass
 class QuantileSketch:
     """A weighted summary of one column, mergeable across parties.
@@ -81,7 +91,7 @@ class QuantileSketch:
             return np.empty(0, dtype=np.float64)
         if n <= max_bins:
             # every distinct value its own bin; cut half-way between neighbours
-            return (self.values[:-1] + self.values[1:]) * 0.5
+            return midpoints(self.values[:-1], self.values[1:])
         cum = np.cumsum(self.weights)
         total = cum[-1]
         ranks = np.arange(1, max_bins) * (total / max_bins)
@@ -89,7 +99,7 @@ class QuantileSketch:
         idx = np.unique(np.minimum(idx, n - 2))
         # cut half-way between the quantile value and the next sketch value so
         # that no sketch value sits on a cut
-        return (self.values[idx] + self.values[idx + 1]) * 0.5
+        return midpoints(self.values[idx], self.values[idx + 1])
 
     def to_dict(self) -> dict:
         return {"values": self.values.tolist(), "weights": self.weights.tolist(), "max_size": self.max_size}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedgrove.engine.binning import midpoints
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 
 MIN_COUNT = 1.0
@@ -59,7 +60,7 @@ class PSD:
                 if child < n_internal:
                     used[child] = used[k] | {int(features[k])}
         lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
-        cuts = (lo[features] + hi[features]) / 2.0
+        cuts = midpoints(lo[features], hi[features])  # (lo + hi) / 2 overflowed above 9e307
         psd = cls(depth, features, cuts, np.zeros(1 << depth))
         counts = np.bincount(psd.leaves(Z), minlength=1 << depth).astype(np.float64)
         if epsilon is not None:
