@@ -87,3 +87,31 @@ def test_bagging_majority_soft_and_mean():
     np.testing.assert_allclose(bag_predictions([np.array([1.0, 2.0]), np.array([3.0, 6.0])], "regression"), [2, 4])
     with pytest.raises(InvalidParameterError, match="vote"):
         bag_predictions(raws, "binary", vote="median")
+
+
+def test_prediction_files_that_cannot_be_bagged_are_named():
+    # a repeated ID in a second file was reported as one of the first's IDs missing; a missing or non-finite
+    # prediction or probability was averaged in (NaN, or left out of the mean), and scores outside [0, 1]
+    # gave "probabilities" above 1
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+    from fedgrove.protocols.hybridtree.bagging import bag_prediction_files
+
+    def table(p, ids=(0, 1, 2)):
+        p = np.asarray(p, dtype=float)
+        return pd.DataFrame({"_id": list(ids), "prediction": np.where(p > 0.5, "yes", "no"), "p_no": 1 - p,
+                             "p_yes": p})
+
+    good = table([0.2, 0.6, 0.9])
+    assert list(bag_prediction_files({"a": good, "b": table([0.4, 0.7, 0.3])})["prediction"]) == ["no", "yes", "yes"]
+    cases = [({"a": good, "b": table([0.4, 0.7, 0.1], ids=(0, 1, 0))}, "b: test ID 0 appears more than once"),
+             ({"a": good, "b": table([0.4, np.nan, 0.1])}, "b: row 2 has a class probability that is missing"),
+             ({"a": good, "b": table([0.4, 1.3, 0.1])}, r"b: row 2's class probabilities \[-0.3.*, 1.3\] are not "
+                                                        r"probabilities"),
+             ({"a": good, "b": good.assign(p_yes=[0.5, 0.5, 0.5])}, "b: row 1's class probabilities"),
+             ({"a": pd.DataFrame({"_id": [0, 1], "prediction": [1.0, 2.0]}),
+               "b": pd.DataFrame({"_id": [0, 1], "prediction": [1.0, np.inf]})}, "b: row 2 has a prediction that is")]
+    for frames, said in cases:
+        with pytest.raises(DataError, match=said):
+            bag_prediction_files(frames)

@@ -77,8 +77,12 @@ def bag_prediction_files(frames: dict, vote: str = "majority"):
     ids = None
     if "_id" in first.columns:
         ids = first["_id"].to_numpy()
-        if len(np.unique(ids)) != len(ids):
-            raise DataError(f"{names[0]}: repeated _id values")
+        for name, df in frames.items():  # another file's repeated ID was reported as one of the first's missing
+            repeated = df["_id"][df["_id"].duplicated()]
+            if len(repeated):
+                first_id = repeated.iloc[0].item() if hasattr(repeated.iloc[0], "item") else repeated.iloc[0]
+                raise DataError(f"{name}: test ID {first_id!r} appears more than once; a predictions "
+                                f"file has a row per test instance")
         aligned = {}
         for name, df in frames.items():
             df = df.set_index("_id")
@@ -97,9 +101,21 @@ def bag_prediction_files(frames: dict, vote: str = "majority"):
                             "hold text: to vote on classes, give the prediction files of classifiers with their "
                             "class probabilities (the p_<class> columns that fedgrove simulate and party write)") \
                 from None
+        _refuse_unfinite(preds, names, "prediction")
         out["prediction"] = preds.mean(axis=0)
         return out
-    probas = np.stack([frames[n][pcols].to_numpy(dtype=np.float64) for n in names])
+    try:
+        probas = np.stack([frames[n][pcols].to_numpy(dtype=np.float64) for n in names])
+    except ValueError:
+        raise DataError(f"the class probabilities ({', '.join(pcols)}) hold text; expected numbers") from None
+    _refuse_unfinite(probas, names, "class probability")
+    for k, name in enumerate(names):  # a damaged file, or another tool's scores: the votes would mean nothing
+        bad = (probas[k] < 0) | (probas[k] > 1)
+        sums = probas[k].sum(axis=1)
+        if bad.any() or np.any(np.abs(sums - 1) > 0.01):
+            row = int(np.nonzero(bad.any(axis=1) | (np.abs(sums - 1) > 0.01))[0][0])
+            raise DataError(f"{name}: row {row + 1}'s class probabilities {probas[k, row].tolist()} are not "
+                            f"probabilities (each in [0, 1], summing to 1)")
     codes = vote_classes(probas, vote)
     classes = np.array([c[2:] for c in pcols], dtype=object)
     try:  # keep numeric class labels numeric
@@ -112,3 +128,14 @@ def bag_prediction_files(frames: dict, vote: str = "majority"):
     if vote == "majority":
         out["votes"] = (probas.argmax(axis=2) == codes[None, :]).sum(axis=0)
     return out
+
+
+def _refuse_unfinite(values: np.ndarray, names: list, what: str) -> None:
+    """Predictions ``(files, rows, ...)`` must be numbers: a missing one was averaged as NaN, or left out."""
+    from fedgrove.exceptions import DataError
+
+    for k, name in enumerate(names):
+        bad = ~np.isfinite(values[k])
+        if bad.any():
+            row = int(np.nonzero(bad.reshape(len(bad), -1).any(axis=1))[0][0])
+            raise DataError(f"{name}: row {row + 1} has a {what} that is missing or not finite")
