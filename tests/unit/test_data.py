@@ -567,3 +567,17 @@ def test_libsvm_and_parquet_files_without_a_known_extension_are_read_by_their_co
     for name in ("t.export", "mixed.t", "packed"):
         with pytest.raises(DataError, match=r"from its extension \(known: .*\) or its first line; give it as one"):
             detect_format(tmp_path / name)
+
+
+def test_a_libsvm_file_whose_indices_ask_for_more_memory_than_there_is_is_refused_naming_the_index(tmp_path):
+    # features are held densely: a stray index made the reader allocate rows x index x 8 bytes (a MemoryError, or
+    # the machine swapping), and an index beyond 2^31 raised OverflowError from scikit-learn's reader
+    rows = "".join(f"{k % 2} 1:{k}\n" for k in range(199)) + "1 2000000000:3\n"  # 200 x 2e9 x 8 bytes: 3.2 TB
+    (tmp_path / "wide.svm").write_text(rows)
+    with pytest.raises(DataError, match=r"'.*wide.svm' read densely \(200 rows x 2000000000 features\) needs "
+                                        r"3.2e\+03 GB, more than this machine's .* GB: its largest feature index is "
+                                        r"2000000000 \(data row 200\)"):
+        load_table(tmp_path / "wide.svm")
+    (tmp_path / "over.svm").write_text("1 1:1\n0 3000000000:1\n")
+    with pytest.raises(DataError, match="a feature index is too large"):
+        load_table(tmp_path / "over.svm")

@@ -657,6 +657,9 @@ def _read_libsvm(path: Path, base: int | None):
         X, y = load_svmlight_file(str(path), zero_based=True)
     except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
+    except OverflowError:  # an index beyond 2^31 (scikit-learn's reader raised it from its C code)
+        raise DataError(f"cannot parse {str(path)!r} as LIBSVM: a feature index is too large (at most "
+                        f"2147483647); is the file LIBSVM (label index:value ...)?") from None
     holds_zero = bool((X.indices == 0).any())
     if base == 1 and holds_zero:
         raise DataError(f"{str(path)!r} numbers its features from 0 (it holds index 0), but the training "
@@ -667,10 +670,28 @@ def _read_libsvm(path: Path, base: int | None):
     return (X if base == 0 else X[:, 1:]), y, base
 
 
+def _refuse_too_wide(path: Path, X, width: int, base: int) -> None:
+    """fedgrove holds features densely: a file whose largest index asks for more memory than the machine has
+    (one stray index of 1e8 made two rows 1.6 GB) is refused, naming that index, before any of it is allocated."""
+    need = X.shape[0] * width * 8
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not on this system: the allocation says so itself
+        return
+    if need > have:
+        cols = X.indices
+        row = int(np.searchsorted(X.indptr, int(np.argmax(cols)), side="right")) if len(cols) else 0
+        raise DataError(f"{str(path)!r} read densely ({X.shape[0]} rows x {width} features) needs "
+                        f"{need / 1e9:.3g} GB, more than this machine's {have / 1e9:.3g} GB: its largest feature "
+                        f"index is {X.shape[1] - 1 + base} (data row {row}); is that index right?")
+
+
 def _load_libsvm(path: Path, n_features: int | None, base: int | None = None) -> Table:
     X, y, base = _read_libsvm(path, base)  # as wide as the file's largest feature index
     if X.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
+    width = n_features if n_features is not None else X.shape[1]
+    _refuse_too_wide(path, X, width, base)
     names = [f"f{j + base}" for j in range(max(X.shape[1], n_features or 0))]  # the file's own indices
     left_out = []
     if n_features is not None and X.shape[1] > n_features:  # values where a model's training file had none
