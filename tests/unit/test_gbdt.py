@@ -360,3 +360,25 @@ def test_a_dataframe_with_timestamps_trains_and_predicts_as_the_loader_reads_it(
     assert X[0, 0] == (df["when"][0] - pd.Timestamp("1970-01-01")).total_seconds()
     np.testing.assert_array_equal(model.predict_proba(df), model.predict_proba(X))
     assert (model.predict(df) == y).mean() > 0.95
+
+
+def test_pandas_rows_that_do_not_line_up_are_refused_and_a_reset_index_is_positional():
+    # X and y are matched by position: a y shuffled on its own (its index a permutation of X's) trained on
+    # misaligned labels without a word; a y given reset_index(drop=True) is read by position, as numpy's
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+    from fedgrove.protocols import check_row_labels
+
+    r = np.random.default_rng(0)
+    X = pd.DataFrame(r.normal(size=(200, 3)), columns=["a", "b", "c"], index=r.permutation(400)[:200])
+    y = pd.Series((X["a"] > 0).astype(int), index=X.index)
+    params = GBDTParams(n_estimators=2, max_depth=2)
+    train_gbdt(params, X, y)
+    train_gbdt(params, X, y.reset_index(drop=True))
+    for bad in (y.sample(frac=1, random_state=1), y.set_axis(X.index + 1000)):
+        with pytest.raises(DataError, match=r"y and X are pandas objects with different row labels \(index\): rows "
+                                            r"are matched by position.*y.loc\[X.index\]"):
+            train_gbdt(params, X, bad)
+    with pytest.raises(DataError, match=r"X_parts\[1\] and X_parts\[0\]"):
+        check_row_labels({"X_parts[0]": X, "X_parts[1]": X.sample(frac=1, random_state=2)})

@@ -18,7 +18,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import GBDTModel, as_numbers, by_names, names_of
+from fedgrove.engine.model import GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
@@ -123,6 +123,7 @@ def early_stopping(rounds: int, higher_is_better: bool) -> Callable[[CallbackEnv
 
 def check_xy(X, y, n_features: int | None = None):
     """Validate arrays at the public boundary."""
+    check_row_labels({"X": X, "y": y})
     if hasattr(X, "toarray"):
         X = X.toarray()
     X = as_numbers(X, "X", "NaN for missing values; text columns need encoding first, e.g. "

@@ -99,6 +99,32 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
     raise DataError(f"{name} holds {bad!r}, not a number ({expected})") from None
 
 
+def check_row_labels(parts: dict) -> None:
+    """Tables are matched row by row, by position (X with y; vertical parties' parts with each other).  Where
+    two of ``parts`` ({what: table}) are pandas objects whose row labels (index) put the same labels in another
+    order, or differ where neither is the default 0..n-1, the same position holds different instances (a part
+    shuffled or filtered on its own was trained on silently misaligned): refused, saying how to align them.  A
+    default index beside another (a part given reset_index(drop=True)) is taken as positional, as numpy's."""
+    import pandas as pd
+
+    def default(index) -> bool:
+        return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+
+    indexed = {what: t.index for what, t in parts.items() if t is not None and hasattr(t, "index")
+               and hasattr(t, "iloc")}
+    if len(indexed) < 2:
+        return
+    (first, ref), *rest = indexed.items()
+    for what, index in rest:
+        if index.equals(ref) or len(index) != len(ref):  # other lengths: named by the row-count check
+            continue
+        permuted = index.is_unique and ref.is_unique and set(index) == set(ref)
+        if permuted or not (default(index) or default(ref)):
+            raise DataError(f"{what} and {first} are pandas objects with different row labels (index): rows are "
+                            f"matched by position, so they would be misaligned; align them first "
+                            f"(e.g. {what}.loc[{first}.index]), or reset_index(drop=True) where the order is right")
+
+
 def _nullable_number(dtype) -> bool:
     """A pandas extension dtype of numbers or truth values, whose missing value is ``pd.NA``."""
     import pandas as pd

@@ -8,6 +8,7 @@ import hashlib
 
 import numpy as np
 
+from fedgrove.engine.model import check_row_labels  # noqa: F401 - the simulations' check, by this name too
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 
 # horizontal peers see only their own labels, which may lack a class: the count is given, never inferred
