@@ -941,6 +941,27 @@ def test_info_names_a_damaged_manifest_stats_or_checkpoint_file(tmp_path, capsys
         assert code != 0 and said in " ".join(err.split()) and "Traceback" not in err, (target, out, err)
 
 
+def test_info_names_a_damaged_model_or_party_model_file(tmp_path, capsys):
+    # a federated model's metadata or a party's part of one, edited by hand or damaged, raised TypeError or
+    # ValueError from fedgrove info (found by mutating them)
+    from fedgrove import GBDTParams, keygen, run_vertical
+
+    r = np.random.default_rng(7)
+    X, y = r.normal(size=(120, 4)), (r.random(120) > 0.5).astype(int)
+    out = run_vertical([X[:, :2], X[:, 2:]], y, GBDTParams(n_estimators=2, max_depth=2), keygen("ou", 2048, "plain"))
+    whole = out["model"].to_dict()
+    whole["metadata"] = {**whole["metadata"], "feature_owners": [["party0"], ["party1", 0]]}
+    (tmp_path / "active.model.json").write_text(json.dumps(whole))
+    part = json.loads(json.dumps(out["passive_models"]["party1"].to_dict()))
+    part["bin_mapper"] = 3
+    (tmp_path / "passive.model.json").write_text(json.dumps(part))
+    for name, said in (("active.model.json", "its metadata feature_owners is [['party0'], ['party1', 0]], expected "
+                                             "a [party, column] pair per feature"),
+                       ("passive.model.json", "passive.model.json is damaged (the party that trained it writes it)")):
+        code, out_, err = run(["info", tmp_path / name], capsys)
+        assert code != 0 and said in " ".join(err.split()) and "Traceback" not in err, (name, out_, err)
+
+
 def test_partition_protocol_refusals_and_the_config_goes_with_its_partition(tmp_path, capsys):
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": np.arange(60.0), "y": np.arange(60) % 2}).to_csv(data, index=False)

@@ -29,7 +29,7 @@ def info(
 ):
     """Show what a model, data file or partition holds."""
     from fedgrove.data.partition import MANIFEST, label_mix, read_manifest
-    from fedgrove.engine.model import IMPORTANCE_KINDS, load_model
+    from fedgrove.engine.model import IMPORTANCE_KINDS
     from fedgrove.exceptions import InvalidParameterError, ModelFormatError
 
     p = Path(path)
@@ -63,61 +63,9 @@ def info(
         for col, cats in (m.get("categories") or {}).items():  # the party files hold these columns' codes
             out.print(f"categories of {col} (codes 0..{len(cats) - 1}): {_categories_text(cats)}")
         return
-    if is_model and (part := _federated_part(p)) is not None:
-        part, host = part  # host: a HybridTree host's (gains, splits, labels, owners), its layers and guests'
-        if importance is not None and host is None:
-            raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
-                                        "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
-                                        "a vertical active party's or a Federated Forest master's) or a "
-                                        "HybridTree host's")
-        if host is not None:
-            part.append(("top features by gain", _top_features(host[0], host[2])))
-            if len(set(host[3])) > 1:
-                part.append(("gain by party", _gain_by_party(host[0], [(o, 0) for o in host[3]])))
-        t = RichTable(title=str(p), show_header=False)
-        t.add_column("field")
-        t.add_column("value")
-        for k, v in [("model", "a party's part of a federated model (predicts through the federation)"), *part]:
-            t.add_row(k, v)
-        out.print(t)
-        if importance is not None:
-            out.print(_importance_table(*host[:3], importance, "the host's and guests' "))
-        return
     if is_model:
-        m = load_model(p)
-        depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
-        per_round = m.n_outputs if m.kind == "gbdt" else 1
-        rows = [("kind", m.kind), ("trees", _trees_text(m.n_trees, per_round)), ("deepest tree", str(depth)),
-                ("features", _model_features(m)), ("classes", str(m.classes)),
-                ("saved by fedgrove", m.written_by or "unknown")]
-        if m.kind == "gbdt":
-            rows.insert(1, ("objective", m.objective))
-        if m.metadata.get("label") is not None:  # fedgrove predict scores a file holding this column
-            rows.insert(rows.index(("classes", str(m.classes))), ("label column", str(m.metadata["label"])))
-        for col, cats in (m.metadata.get("categories") or {}).items():  # predict encodes with these
-            rows.append((f"categories of {col}", _categories_text(cats)))
-        if "protocol" in m.metadata:
-            held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
-            rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
-        if m.metadata.get("contributions"):
-            rows.append(("contributions", contributions_text(m.metadata["contributions"])))
-        if any(t.foreign_splits for t in m.trees):
-            rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
-        gain, splits, labels = m.feature_importance("gain"), m.feature_importance("split"), m.feature_labels()
-        rows.append(("top features by gain", _top_features(gain, labels)))
-        if m.metadata.get("feature_owners"):
-            rows.append(("gain by party", _gain_by_party(gain, m.metadata["feature_owners"])))
-        t = RichTable(title=str(p), show_header=False)
-        t.add_column("field")
-        t.add_column("value")
-        for k, v in rows:
-            t.add_row(k, v)
-        for k, v in sorted(m.params.items()):
-            t.add_row(f"param {k}", str(v))
-        out.print(t)
-        if importance is not None:
-            out.print(_importance_table(gain, splits, labels, importance))
-        return
+        with _damaged(p, "the party that trained it writes it"):
+            return _model_info(p, importance)
     if p.is_dir() and (runs := _run_stats(p)):
         from fedgrove.cli.federation import _report
 
@@ -165,6 +113,67 @@ def info(
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
     out.print(t)
+
+
+def _model_info(p: Path, importance: str | None) -> None:
+    """What a model file (whole, or a party's part of a federated model) holds."""
+    from fedgrove.engine.model import load_model
+    from fedgrove.exceptions import InvalidParameterError
+
+    path = str(p)
+    if (part := _federated_part(p)) is not None:
+        part, host = part  # host: a HybridTree host's (gains, splits, labels, owners), its layers and guests'
+        if importance is not None and host is None:
+            raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
+                                        "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
+                                        "a vertical active party's or a Federated Forest master's) or a "
+                                        "HybridTree host's")
+        if host is not None:
+            part.append(("top features by gain", _top_features(host[0], host[2])))
+            if len(set(host[3])) > 1:
+                part.append(("gain by party", _gain_by_party(host[0], [(o, 0) for o in host[3]])))
+        t = RichTable(title=str(p), show_header=False)
+        t.add_column("field")
+        t.add_column("value")
+        for k, v in [("model", "a party's part of a federated model (predicts through the federation)"), *part]:
+            t.add_row(k, v)
+        out.print(t)
+        if importance is not None:
+            out.print(_importance_table(*host[:3], importance, "the host's and guests' "))
+        return
+    m = load_model(p)
+    depth = max(tr.max_depth for tr in m.trees) if m.trees else 0
+    per_round = m.n_outputs if m.kind == "gbdt" else 1
+    rows = [("kind", m.kind), ("trees", _trees_text(m.n_trees, per_round)), ("deepest tree", str(depth)),
+            ("features", _model_features(m)), ("classes", str(m.classes)),
+            ("saved by fedgrove", m.written_by or "unknown")]
+    if m.kind == "gbdt":
+        rows.insert(1, ("objective", m.objective))
+    if m.metadata.get("label") is not None:  # fedgrove predict scores a file holding this column
+        rows.insert(rows.index(("classes", str(m.classes))), ("label column", str(m.metadata["label"])))
+    for col, cats in (m.metadata.get("categories") or {}).items():  # predict encodes with these
+        rows.append((f"categories of {col}", _categories_text(cats)))
+    if "protocol" in m.metadata:
+        held = f", {m.metadata['party']}'s copy" if m.metadata.get("party") else ""
+        rows.append(("trained by", f"the {m.metadata['protocol']} protocol{held}"))
+    if m.metadata.get("contributions"):
+        rows.append(("contributions", contributions_text(m.metadata["contributions"])))
+    if any(t.foreign_splits for t in m.trees):
+        rows.append(("prediction", "through the federation: other parties hold some splits' thresholds"))
+    gain, splits, labels = m.feature_importance("gain"), m.feature_importance("split"), m.feature_labels()
+    rows.append(("top features by gain", _top_features(gain, labels)))
+    if m.metadata.get("feature_owners"):
+        rows.append(("gain by party", _gain_by_party(gain, m.metadata["feature_owners"])))
+    t = RichTable(title=str(p), show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    for k, v in rows:
+        t.add_row(k, v)
+    for k, v in sorted(m.params.items()):
+        t.add_row(f"param {k}", str(v))
+    out.print(t)
+    if importance is not None:
+        out.print(_importance_table(gain, splits, labels, importance))
 
 
 @contextlib.contextmanager

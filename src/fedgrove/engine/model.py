@@ -373,6 +373,12 @@ def _check_metadata(meta: dict, source: str) -> None:
         bad("categories", "a list of categories per column")
     if meta.get("libsvm_base") is not None and meta["libsvm_base"] not in (0, 1):
         bad("libsvm_base", "0 or 1")
+    owners = meta.get("feature_owners")
+    if owners is not None and not (isinstance(owners, list) and all(
+            isinstance(o, list) and len(o) == 2 and isinstance(o[0], str) and type(o[1]) is int for o in owners)):
+        bad("feature_owners", "a [party, column] pair per feature")
+    if meta.get("own_feature_names") is not None and not isinstance(meta["own_feature_names"], list):
+        bad("own_feature_names", "a list of names")
 
 
 def _jsonable(obj):
