@@ -962,6 +962,30 @@ def test_info_names_a_damaged_model_or_party_model_file(tmp_path, capsys):
         assert code != 0 and said in " ".join(err.split()) and "Traceback" not in err, (name, out_, err)
 
 
+def test_a_damaged_active_model_file_is_named_when_the_federation_predicts_from_it(tmp_path, capsys):
+    # a split of another party's column marked as the active party's own read outside its rows: IndexError
+    r = np.random.default_rng(8)
+    df = pd.DataFrame(r.normal(size=(200, 6)), columns=list("abcdef"))
+    df["y"] = (df["a"] + df["e"] > 0).astype(int)
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    assert run(["partition", tmp_path / "d.csv", "-l", "y", "--scheme", "vertical", "-p", "3", "-o", parts,
+                "--protocol", "vertical", "--test-fraction", "0.2"], capsys)[0] == 0
+    config = parts / "federation.toml"
+    config.write_text(config.read_text().replace("n_estimators = 20", "n_estimators = 3"))
+    code, _, err = run(["simulate", config], capsys)
+    assert code == 0, err
+    model = next((parts / "runs").glob("party0.model.json"))
+    d = json.loads(model.read_text())
+    nodes = next(t["nodes"] for t in d["trees"] if any(o > 0 for o in t["nodes"]["owner"]))
+    k = next(i for i, o in enumerate(nodes["owner"]) if o > 0 and nodes["feature"][i] >= 2)
+    nodes["owner"][k] = 0
+    model.write_text(json.dumps(d))
+    code, _, err = run(["simulate", config, "--predict"], capsys)
+    said = " ".join(err.split())
+    assert code != 0 and "splits on its own column" in said and "is the model file this party's" in said, err
+
+
 def test_partition_protocol_refusals_and_the_config_goes_with_its_partition(tmp_path, capsys):
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": np.arange(60.0), "y": np.arange(60) % 2}).to_csv(data, index=False)

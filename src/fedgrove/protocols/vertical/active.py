@@ -16,7 +16,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
-from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
+from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
 from fedgrove.protocols import instance_ids, refuse_unsupported
 from fedgrove.protocols.psi import ALIGN_HINT
@@ -358,6 +358,12 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
     if X_local.ndim != 2 or (n_own is not None and X_local.shape[1] != n_own):
         raise DataError(f"{channel.party}: test features must have the {n_own} columns it trained on, got shape "
                         f"{X_local.shape}")
+    for t, tree in enumerate(model.trees):  # a damaged model file read outside the rows (an IndexError)
+        own = tree.nodes[(tree.nodes["feature"] >= 0) & (tree.nodes["owner"] <= 0)]
+        if len(own) and own["feature"].max() >= X_local.shape[1]:
+            raise ModelFormatError(f"{channel.party}: its model's tree {t} splits on its own column "
+                                   f"{int(own['feature'].max())}, but it holds {X_local.shape[1]}: is the model "
+                                   f"file this party's, and undamaged?")
     n = len(X_local)
     channel.broadcast("predict", m.PredictRequest(n, m.ids_digest(ids) if ids is not None else b""), passives)
     remote_bits = {}
