@@ -95,7 +95,14 @@ class Tree:
                 col = [np.nan if v is None else _decode_float(v) for v in cols[name]]
                 if len(col) != n:
                     raise ModelFormatError(f"node column {name!r} has {len(col)} entries, expected {n}")
-                nodes[name] = np.asarray(col, dtype=NODE_DTYPE[name])
+                kind = NODE_DTYPE[name]
+                if kind.kind in "iu":  # numpy 1 wrapped -1 into a uint8 (255) where numpy 2 raises
+                    info = np.iinfo(kind)
+                    if any(isinstance(v, bool) or not isinstance(v, int) or not info.min <= v <= info.max
+                           for v in col):
+                        raise ModelFormatError(f"node column {name!r} holds a value that is not an integer in "
+                                               f"[{info.min}, {info.max}]")
+                nodes[name] = np.asarray(col, dtype=kind)
             values = np.asarray(d["values"], dtype=np.float64).reshape(n, -1)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ModelFormatError(f"malformed tree record: {exc}") from exc
