@@ -182,10 +182,12 @@ def _damaged(p: Path, writer: str):
     where its report raised KeyError or TypeError; rich's table refuses a field that is not text the same way."""
     from rich.errors import NotRenderableError
 
-    from fedgrove.exceptions import DataError
+    from fedgrove.exceptions import DataError, FedgroveError
 
     try:
         yield
+    except FedgroveError:  # said already (some are ValueErrors too: InvalidParameterError)
+        raise
     except (KeyError, TypeError, ValueError, AttributeError, NotRenderableError) as exc:
         raise DataError(f"{p} is damaged ({writer}): {type(exc).__name__}: {exc}") from None
 
