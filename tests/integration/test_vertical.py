@@ -166,3 +166,21 @@ def test_test_files_holding_other_instances_are_refused_at_prediction():
         run_parties(hub, {"party0": lambda ch: predict_active(ch, ["party1"], model, X[:, :2]),
                           "party1": lambda ch: answer_predict(ch, "party0", part, X[1:, 2:])}, timeout=10)
 
+
+
+def test_a_passive_party_frame_sorted_apart_is_refused_as_misaligned():
+    # run_vertical matches the parties' rows by position: a passive party's DataFrame shuffled on its own trained
+    # on misaligned rows without a word; so did the federated forest's
+    import pandas as pd
+
+    from fedgrove import ForestParams, run_federated_forest
+    from fedgrove.exceptions import DataError
+
+    r = np.random.default_rng(3)
+    X = pd.DataFrame(r.normal(size=(80, 4)), columns=list("abcd"))
+    y = pd.Series((X["a"] > 0).astype(int))
+    parts = [X[["a", "b"]], X[["c", "d"]].sample(frac=1, random_state=0)]
+    with pytest.raises(DataError, match=r"X_parts\[1\] and y are pandas objects with different row labels"):
+        run_vertical(parts, y, GBDTParams(n_estimators=1, max_depth=2), keygen("ou", 2048, "plain"))
+    with pytest.raises(DataError, match=r"X_parts\[1\] and y are pandas objects with different row labels"):
+        run_federated_forest(parts, y, ForestParams(n_estimators=1, max_depth=2), mode="shared")

@@ -368,7 +368,7 @@ def test_pandas_rows_that_do_not_line_up_are_refused_and_a_reset_index_is_positi
     import pandas as pd
 
     from fedgrove.exceptions import DataError
-    from fedgrove.protocols import check_row_labels
+    from fedgrove.engine.model import check_row_labels
 
     r = np.random.default_rng(0)
     X = pd.DataFrame(r.normal(size=(200, 3)), columns=["a", "b", "c"], index=r.permutation(400)[:200])

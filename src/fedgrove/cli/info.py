@@ -120,11 +120,10 @@ def _model_info(p: Path, importance: str | None) -> None:
     from fedgrove.engine.model import load_model
     from fedgrove.exceptions import InvalidParameterError
 
-    path = str(p)
     if (part := _federated_part(p)) is not None:
         part, host = part  # host: a HybridTree host's (gains, splits, labels, owners), its layers and guests'
         if importance is not None and host is None:
-            raise InvalidParameterError(f"{path} is a party's part of a federated model: --importance reads a "
+            raise InvalidParameterError(f"{p} is a party's part of a federated model: --importance reads a "
                                         "whole model file (the engine's, a horizontal, SimFL or FV-tree party's, "
                                         "a vertical active party's or a Federated Forest master's) or a "
                                         "HybridTree host's")

@@ -359,6 +359,13 @@ def model_from_dict(d, source: str = "model") -> TreeEnsembleModel:
         raise ModelFormatError(f"{source!r} is corrupt: {type(exc).__name__}: {exc}") from None
 
 
+def check_tree_class(tree_class: list, n_outputs: int) -> None:
+    """Each tree's output column must be one of the model's: prediction adds the tree's values into it unchecked
+    (a file saying otherwise crashed the process, or predicted into another column)."""
+    if bad := [c for c in tree_class if not 0 <= c < n_outputs]:
+        raise ModelFormatError(f"tree_class holds {bad[0]}, expected an output in [0, {n_outputs - 1}]")
+
+
 def _check_metadata(meta: dict, source: str) -> None:
     """The metadata that prediction reads (the label column, the text columns' categories, a LIBSVM file's first
     index) must have the form training writes."""
@@ -493,9 +500,7 @@ class GBDTModel(TreeEnsembleModel):
             raise ModelFormatError(f"base_score has {self.base_score.size} entries, expected {k} (one per output)")
         if not np.all(np.isfinite(self.base_score)):
             raise ModelFormatError(f"base_score {self.base_score.tolist()} is not finite")
-        bad = [c for c in self.tree_class if not 0 <= c < k]
-        if bad:
-            raise ModelFormatError(f"tree_class holds {bad[0]}, expected an output in [0, {k - 1}]")
+        check_tree_class(self.tree_class, k)
         self._check_classes(self.objective != "regression")
         self._check_value_width(1)
 

@@ -92,16 +92,18 @@ class Tree:
             n = len(cols["feature"])
             nodes = np.zeros(n, dtype=NODE_DTYPE)
             for name in NODE_DTYPE.names:
-                col = [np.nan if v is None else _decode_float(v) for v in cols[name]]
-                if len(col) != n:
-                    raise ModelFormatError(f"node column {name!r} has {len(col)} entries, expected {n}")
                 kind = NODE_DTYPE[name]
-                if kind.kind in "iu":  # numpy 1 wrapped -1 into a uint8 (255) where numpy 2 raises
+                if kind.kind in "iu":  # checked before the cast: numpy 1 wrapped -1 into a uint8 (255)
+                    col = np.asarray(cols[name])  # JSON true and false read as 1 and 0 beside numbers: refused
                     info = np.iinfo(kind)
-                    if any(isinstance(v, bool) or not isinstance(v, int) or not info.min <= v <= info.max
-                           for v in col):
+                    if col.size and (col.dtype.kind not in "iu" or col.min() < info.min or col.max() > info.max
+                                     or bool in set(map(type, cols[name]))):
                         raise ModelFormatError(f"node column {name!r} holds a value that is not an integer in "
                                                f"[{info.min}, {info.max}]")
+                else:
+                    col = [np.nan if v is None else _decode_float(v) for v in cols[name]]
+                if len(col) != n:
+                    raise ModelFormatError(f"node column {name!r} has {len(col)} entries, expected {n}")
                 nodes[name] = np.asarray(col, dtype=kind)
             values = np.asarray(d["values"], dtype=np.float64).reshape(n, -1)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:

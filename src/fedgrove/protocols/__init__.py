@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 
-from fedgrove.engine.model import check_row_labels  # noqa: F401 - the simulations' check, by this name too
+from fedgrove.engine.model import check_row_labels
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 
 # horizontal peers see only their own labels, which may lack a class: the count is given, never inferred
@@ -30,6 +30,14 @@ def check_parts(parts, what: str, form: str, sizes: tuple = (2,), n: int | None 
         if not isinstance(part, (list, tuple)) or len(part) not in sizes:
             got = f"{len(part)} items" if isinstance(part, (list, tuple)) else type(part).__name__
             raise InvalidParameterError(f"{what}[{k}] must be {form}, got {got}")
+
+
+def check_vertical_rows(y, X_parts, X_test_parts=None) -> None:
+    """A vertical simulation's parts are matched by position: pandas parts (and labels) must line up
+    (:func:`~fedgrove.engine.model.check_row_labels`), the test parts among themselves."""
+    check_row_labels({"y": y, **{f"X_parts[{k}]": x for k, x in enumerate(X_parts)}})
+    if X_test_parts is not None:
+        check_row_labels({f"X_test_parts[{k}]": x for k, x in enumerate(X_test_parts)})
 
 
 def party_names(names, n: int, prefix: str, what: str) -> list[str]:

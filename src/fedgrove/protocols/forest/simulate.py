@@ -11,7 +11,7 @@ from fedgrove.engine.params import Interval, check_types
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster, check_method
-from fedgrove.protocols import check_row_labels, party_names, with_kernel_threads
+from fedgrove.protocols import check_vertical_rows, party_names, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -34,9 +34,7 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
         raise InvalidParameterError("mode 'encrypted' needs the label holder's key pair: he=keygen('ou', 2048) (or "
                                     "'paillier'); or mode='shared' to give every client the labels")
     names = party_names(names, len(X_parts), "client", "X_parts")
-    check_row_labels({"y": y, **{f"X_parts[{k}]": x for k, x in enumerate(X_parts)}})
-    if X_test_parts is not None:
-        check_row_labels({f"X_test_parts[{k}]": x for k, x in enumerate(X_test_parts)})
+    check_vertical_rows(y, X_parts, X_test_parts)
     # a holder outside the clients failed as "exactly one client must hold the labels, found none"
     Interval(int, 0, len(X_parts) - 1).check("label_holder", label_holder)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)  # "one-round" was read letter by letter

@@ -110,10 +110,9 @@ def bag_prediction_files(frames: dict, vote: str = "majority"):
         raise DataError(f"the class probabilities ({', '.join(pcols)}) hold text; expected numbers") from None
     _refuse_unfinite(probas, names, "class probability")
     for k, name in enumerate(names):  # a damaged file, or another tool's scores: the votes would mean nothing
-        bad = (probas[k] < 0) | (probas[k] > 1)
-        sums = probas[k].sum(axis=1)
-        if bad.any() or np.any(np.abs(sums - 1) > 0.01):
-            row = int(np.nonzero(bad.any(axis=1) | (np.abs(sums - 1) > 0.01))[0][0])
+        wrong = ((probas[k] < 0) | (probas[k] > 1)).any(axis=1) | (np.abs(probas[k].sum(axis=1) - 1) > 0.01)
+        if wrong.any():
+            row = int(np.argmax(wrong))
             raise DataError(f"{name}: row {row + 1}'s class probabilities {probas[k, row].tolist()} are not "
                             f"probabilities (each in [0, 1], summing to 1)")
     codes = vote_classes(probas, vote)

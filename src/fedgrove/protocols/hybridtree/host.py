@@ -16,7 +16,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
-from fedgrove.engine.model import by_names, names_of
+from fedgrove.engine.model import by_names, check_tree_class, names_of
 from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
@@ -82,8 +82,7 @@ class HybridHostModel:
                 or model.base_score.ndim != 1 or not len(model.base_score):
             raise ModelFormatError(f"objective {model.objective!r} with base_score {d['base_score']!r}: expected "
                                    f"one of {', '.join(OBJECTIVES)} and a score per output")
-        if bad := [c for c in model.tree_class if not 0 <= c < len(model.base_score)]:
-            raise ModelFormatError(f"tree_class holds {bad[0]}, expected an output in [0, {len(model.base_score) - 1}]")
+        check_tree_class(model.tree_class, len(model.base_score))
         if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
             raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
                                    f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")

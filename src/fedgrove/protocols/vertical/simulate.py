@@ -10,7 +10,7 @@ from fedgrove.engine.params import check_types
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical.active import VerticalActive
 from fedgrove.protocols.vertical.passive import VerticalPassive
-from fedgrove.protocols import check_row_labels, party_names, with_kernel_threads
+from fedgrove.protocols import check_vertical_rows, party_names, with_kernel_threads
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -25,9 +25,7 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
     """
     check_types("run_vertical", params=(params, GBDTParams), he=(he, HEContext))
     names = party_names(names, len(X_parts), "party", "X_parts")
-    check_row_labels({"y": y, **{f"X_parts[{k}]": x for k, x in enumerate(X_parts)}})
-    if X_test_parts is not None:
-        check_row_labels({f"X_test_parts[{k}]": x for k, x in enumerate(X_test_parts)})
+    check_vertical_rows(y, X_parts, X_test_parts)
     if X_test_parts is not None and len(X_test_parts) != len(X_parts):
         raise InvalidParameterError(f"X_test_parts has {len(X_test_parts)} parts for {len(X_parts)} parties: give "
                                     f"every party its test features, in the order of X_parts")
