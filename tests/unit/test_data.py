@@ -68,6 +68,18 @@ def test_a_name_with_surrounding_spaces_matches_its_trimmed_column(tmp_path):
     np.testing.assert_array_equal(X, frame[[" sp ", "b"]].to_numpy())
 
 
+def test_a_label_named_without_its_surrounding_spaces_is_found_and_one_in_other_case_is_suggested(tmp_path):
+    # a header " a , label " reads as 'a ', 'label ': -l label was "not found" next to a list that showed it
+    p = tmp_path / "t.csv"
+    p.write_text(" a , label \n1,0\n2,1\n3,0\n")
+    assert load_table(p, label="label").y.tolist() == [0, 1, 0]
+    with pytest.raises(DataError, match=r"'Label' not found .*columns are: 'a ', 'label '; did you mean 'label '\?"):
+        load_table(p, label="Label")
+    p.write_text("label,label \n1,0\n2,1\n")  # two columns trim to it: which one is not guessed
+    with pytest.raises(DataError, match=r"' label' not found"):
+        load_table(p, label=" label")
+
+
 def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp_path):
     p = tmp_path / "t.csv"
     frame[["b", "y", "a"]].assign(z=1.0).to_csv(p, index=False)

@@ -452,11 +452,16 @@ def _resolve_label(columns: list[str], label, source: str) -> str | None:
     if isinstance(label, str) and label in columns:
         return label
     if isinstance(label, str):
+        trimmed = [c for c in columns if str(c).strip() == label.strip()]
+        if len(trimmed) == 1:  # as column_order matches features: a CSV header loses its leading spaces
+            return trimmed[0]
         try:
             label = int(label)
         except ValueError:
-            shown = listing(columns, 20)
-            raise DataError(f"label column {label!r} not found in {source!r}; columns are: {shown}") from None
+            shown = listing(columns, 20, show=repr)
+            near = [c for c in columns if str(c).strip().casefold() == label.strip().casefold()]
+            hint = f"; did you mean {near[0]!r}?" if len(near) == 1 else ""
+            raise DataError(f"label column {label!r} not found in {source!r}; columns are: {shown}{hint}") from None
     if -len(columns) <= label < len(columns):
         return columns[label]
     raise DataError(f"label column index {label} is out of range for {source!r}, which has {len(columns)} columns")
