@@ -348,6 +348,7 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         df[list(df.columns[::-1])].to_csv(test_file, index=False)
     assert main(["simulate", str(cfg), "--predict"]) == 0
     assert (out / "host.predictions.csv").read_bytes() == first
+    _predicts_alike_after_its_training_files_change(cfg, out / "host.predictions.csv")
     # a party's model file is described by info, and fedgrove predict says how such a model predicts
     capsys.readouterr()
     for name, shown in (("guest0", "guest0"), ("host", "HybridTree host")):
@@ -374,6 +375,28 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     used = " ".join(capsys.readouterr().out.split()).split("its most used features │")[1].split("│")[0]
     assert {u.rsplit(" (", 1)[0] for u in used.strip().split(", ")} <= guest_columns and "splits)" in used
     _corrupt_parts_are_refused(cfg, out, "guest0", "host", capsys)
+
+
+def _predicts_alike_after_its_training_files_change(cfg: Path, predictions: Path) -> None:
+    """--predict from the model files gives the same ``predictions`` after every party's training file is
+    rewritten with its columns in another order: a test file's columns are matched to the model's features (they
+    were matched to the training file's, and a model predicted from shuffled columns without a word)."""
+    from fedgrove.cli.main import main
+
+    first = predictions.read_bytes()
+    kept = {}
+    for train_file in (cfg.parent / "parts").glob("*.csv"):
+        if not train_file.name.endswith("-test.csv"):
+            kept[train_file] = train_file.read_bytes()
+            df = pd.read_csv(train_file)
+            df[[df.columns[0], *df.columns[1:][::-1]]].to_csv(train_file, index=False)
+    try:
+        predictions.unlink()
+        assert main(["simulate", str(cfg), "--predict"]) == 0
+        assert predictions.read_bytes() == first
+    finally:
+        for train_file, data in kept.items():
+            train_file.write_bytes(data)
 
 
 def _corrupt_parts_are_refused(cfg, out: Path, part: str, whole: str, capsys):
@@ -404,6 +427,26 @@ def _corrupt_parts_are_refused(cfg, out: Path, part: str, whole: str, capsys):
             "have no children")
     if whole == "host":
         damaged(whole, lambda d: d.pop("host_trees"), "host_trees")
+        # a host split without its threshold is damage (a vertical model's are another party's)
+        damaged(whole, lambda d: d["host_trees"][0]["nodes"]["threshold"].__setitem__(0, float("nan")),
+                "host tree 0 has a split without a threshold")
+        damaged(whole, lambda d: d["guest_values"][0][part].__setitem__("1", float("nan")), "not all finite")
+        # a guest's split left out: its instances' walk stops short of the leaves the host has values for
+        damaged(part, lambda d: d["splits"].pop(0), "has children but no split")
+        # the host without the values of a guest's leaves: the files are not of one run (the host's own value
+        # stood in for the guest's, silently)
+        path = out / f"{whole}.model.json"
+        kept = path.read_text()
+        d = json.loads(kept)
+        d["guest_values"][0][part] = {}
+        path.write_text(json.dumps(d))
+        try:
+            capsys.readouterr()
+            assert main(["simulate", str(cfg), "--predict"]) == 5
+            err = capsys.readouterr().err
+            assert f"{part} routed test instance" in err and "are not of one training run" in err, err
+        finally:
+            path.write_text(kept)
 
 
 
@@ -478,6 +521,14 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     assert (one["prediction"].to_numpy() == a.set_index("_id").loc[one["_id"], "prediction"].to_numpy()).all()
 
 
+def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_models_features(tmp_path):
+    from fedgrove.cli.main import main
+
+    cfg = _example(tmp_path, "vertical", "vertical", 2)
+    assert main(["simulate", str(cfg)]) == 0
+    _predicts_alike_after_its_training_files_change(cfg, tmp_path / "runs" / "simulated" / "party0.predictions.csv")
+
+
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):
     from fedgrove.cli.main import main
     from fedgrove.engine.model import load_model
@@ -495,6 +546,7 @@ def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys)
     first = (out / "master.predictions.csv").read_bytes()
     assert main(["simulate", str(cfg), "--predict"]) == 0  # classical prediction: the same predictions
     assert (out / "master.predictions.csv").read_bytes() == first
+    _predicts_alike_after_its_training_files_change(cfg, out / "master.predictions.csv")
     _corrupt_parts_are_refused(cfg, out, "party1", "master", capsys)
 
 
@@ -637,6 +689,7 @@ def test_simfl_example_over_grpc_gives_the_simulated_files(tmp_path):
     assert models[0] == models[1] == models[2]
     stats = json.loads((tmp_path / "runs" / "grpc" / "party1.stats.json").read_text())
     assert stats["n_test"] == 114 and stats["test_accuracy"] > 0.85 and stats["preprocess_bytes_sent"] > 0
+    _predicts_alike_after_its_training_files_change(cfg, tmp_path / "runs" / "simulated" / "party1.predictions.csv")
 
 
 def test_fvtree_party_killed_others_exit_and_resume_over_grpc_equals_the_simulated_run(tmp_path):

@@ -228,3 +228,27 @@ def test_one_row_given_flat_is_told_how_to_give_it(models):
     np.testing.assert_array_equal(fitted[0].predict(X[0].reshape(1, -1)), fitted[0].predict(X[:1]))
     with pytest.raises(DataError, match=r"got \(3,\)$"):  # not a row of this model: no hint
         fitted[0].predict(X[0, :3])
+
+
+def test_a_damaged_party_part_names_the_entry_at_fault():
+    # "int() argument must be ... not 'NoneType'" said neither where nor what; a dict for a feature name was
+    # taken as the name "{}"
+    from fedgrove.engine.binning import BinMapper
+    from fedgrove.protocols.vertical.passive import PassiveModel
+
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    part = PassiveModel("guest0", BinMapper(8).fit(X), {(0, 3): (1, 2, False, 0.5), (1, 4): (0, 1, True, -0.2)},
+                        {(0, 3): (7, 8), (1, 4): (9, 10)}, ["u", "v"])
+    good = json.loads(json.dumps(part.to_dict()))
+    assert PassiveModel.from_dict(good).splits == part.splits
+
+    def refused(change, match):
+        d = json.loads(json.dumps(good))
+        change(d)
+        with pytest.raises(ModelFormatError, match=match):
+            PassiveModel.from_dict(d)
+
+    refused(lambda d: d["splits"][1].__setitem__(3, None), r"TypeError in split 1 \(\[1, 4, 0, None, 1, -0.2\]\)")
+    refused(lambda d: d["children"][1].pop(), r"ValueError in children entry 1 \(\[1, 4, 9\]\): not enough values")
+    refused(lambda d: d["feature_names"].__setitem__(1, {}), "feature_names must be a list of names")
+    refused(lambda d: d.__setitem__("splits", 5), "TypeError in its splits")

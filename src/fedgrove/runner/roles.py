@@ -61,8 +61,10 @@ class RoleContext:
         """Names of the parties with ``role``, in config order (this party excluded)."""
         return [p.name for p in self.cfg.parties if p.role == role and p.name != self.spec.name]
 
-    def data(self, with_label: bool, test: bool = False):
-        """This party's training (or test) table, rows sorted by instance ID when it has IDs."""
+    def data(self, with_label: bool, test: bool = False, model_names=None):
+        """This party's training (or test) table, rows sorted by instance ID when it has IDs.  A test table's
+        columns are matched by name to ``model_names`` (the features a loaded model was trained on), or else to
+        the training file's."""
         path = self.spec.test if test else self.spec.data
         if path is None:
             raise DataError(f"party {self.spec.name}: no test data configured (test = ...)")
@@ -92,8 +94,9 @@ class RoleContext:
         if table.unseen:
             logger.info("party %s: values of %s not seen in training, taken as missing: %s", self.spec.name, path,
                         table.unseen)
-        if test and self.spec.data is not None:  # the test file's columns matched by name to the training file's
-            names = feature_columns(self.spec.data, self.spec.label)
+        if test and (model_names is not None or self.spec.data is not None):
+            # the test file's columns matched by name to the model's features: the training file may have changed
+            names = model_names if model_names is not None else feature_columns(self.spec.data, self.spec.label)
             X, left_out = table.features_as(names, repr(str(path)))
             if names is not None and X is not table.X:
                 table.X, table.feature_names = X, list(names)
@@ -300,14 +303,16 @@ def _vertical_passive(ctx: RoleContext) -> dict:
 
 def _vertical_active_predict(ctx: RoleContext) -> dict:
     model = ctx.load_model()
-    table = ctx.common(ctx.data(with_label=True, test=True), ctx.cfg.lead, ctx.others("passive"), test=True)
+    table = ctx.common(ctx.data(with_label=True, test=True, model_names=model.metadata.get("own_feature_names")),
+                       ctx.cfg.lead, ctx.others("passive"), test=True)
     raw = predict_active(ctx.channel, ctx.others("passive"), model, table.X, table.ids)
     return write_predictions(ctx, model.output_from_raw(raw), model.classes, table)
 
 
 def _vertical_passive_predict(ctx: RoleContext) -> dict:
-    table = ctx.common(ctx.data(False, test=True), ctx.cfg.lead, [], test=True)
-    answer_predict(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids)
+    part = ctx.load_part(PassiveModel.from_dict)
+    table = ctx.common(ctx.data(False, test=True, model_names=part.feature_names), ctx.cfg.lead, [], test=True)
+    answer_predict(ctx.channel, ctx.cfg.lead, part, table.X, table.ids)
     return {}
 
 
@@ -364,7 +369,7 @@ def _hybrid_guest(ctx: RoleContext) -> dict:
 
 def _hybrid_host_predict(ctx: RoleContext) -> dict:
     model = ctx.load_part(HybridHostModel.from_dict)
-    table = ctx.data(with_label=True, test=True)
+    table = ctx.data(with_label=True, test=True, model_names=model.feature_names)
     guests = ctx.others("guest") if ctx.cfg.hybridtree["guest_depth"] > 0 else []
     raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)
     n_classes = 1 if model.objective == "regression" else max(2, raw.shape[1])
@@ -376,8 +381,10 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
 def _hybrid_guest_predict(ctx: RoleContext) -> dict:
     if ctx.cfg.hybridtree["guest_depth"] == 0:
         return {}
-    table = _with_ids(ctx, ctx.data(False, test=True), "a guest's test file needs an _id column")
-    ctx.load_part(lambda d: HybridGuest.from_model(ctx.channel, d, ctx.cfg.lead)).predict(table.X, table.ids)
+    guest = ctx.load_part(lambda d: HybridGuest.from_model(ctx.channel, d, ctx.cfg.lead))
+    table = _with_ids(ctx, ctx.data(False, test=True, model_names=guest.model.feature_names),
+                      "a guest's test file needs an _id column")
+    guest.predict(table.X, table.ids)
     return {}
 
 
@@ -428,9 +435,10 @@ def _forest_master_predict(ctx: RoleContext) -> dict:
 
 def _forest_client_predict(ctx: RoleContext) -> dict:
     # the label holder's test labels, when its test file has them
-    table = ctx.common(ctx.data(with_label=False, test=True), *_forest_psi(ctx), test=True)
-    out = answer_predictions(ctx.channel, ctx.cfg.lead, ctx.load_part(PassiveModel.from_dict), table.X, table.ids,
-                             wants_scores=table.y is not None)
+    part = ctx.load_part(PassiveModel.from_dict)
+    table = ctx.common(ctx.data(with_label=False, test=True, model_names=part.feature_names), *_forest_psi(ctx),
+                       test=True)
+    out = answer_predictions(ctx.channel, ctx.cfg.lead, part, table.X, table.ids, wants_scores=table.y is not None)
     if out is None:
         return {}
     classification = ctx.cfg.make_params().task == "classification"
@@ -457,7 +465,7 @@ def _local_predict(ctx: RoleContext) -> dict:
     """SimFL, FV-tree and the horizontal protocol's clients: every party holds the whole model and predicts its
     own test file, no message needed."""
     model = ctx.load_model()
-    table = ctx.data(with_label=True, test=True)
+    table = ctx.data(with_label=True, test=True, model_names=model.feature_names)
     return write_predictions(ctx, model.output_from_raw(model.predict_raw(table.X)), model.classes, table)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import names_of
-from fedgrove.exceptions import ProtocolError
+from fedgrove.exceptions import ModelFormatError, ProtocolError
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.protocols.vertical.passive import (PassiveModel, encrypted_histograms, follow_trees, packer_from_key,
@@ -136,9 +136,11 @@ class HybridGuest:
         guest.ch, guest.host = channel, host
         guest.model = PassiveModel.from_dict(model)
         if guest.model.splits and not guest.model.children:
-            from fedgrove.exceptions import ModelFormatError
-
             raise ModelFormatError("not a HybridTree guest model: its splits' children are missing")
+        # a guest grows its layers alone: every node with children is one of its splits (a split left out would
+        # end its instances' walk there, short of the leaves the host holds values for)
+        if orphans := [k for k in guest.model.children if k not in guest.model.splits]:
+            raise ModelFormatError(f"node {orphans[0][1]} of tree {orphans[0][0]} has children but no split")
         return guest
 
     def model_dict(self) -> dict:

@@ -83,6 +83,14 @@ class HybridHostModel:
             raise ModelFormatError(f"objective {model.objective!r} with base_score {d['base_score']!r}: expected "
                                    f"one of {', '.join(OBJECTIVES)} and a score per output")
         check_tree_class(model.tree_class, len(model.base_score))
+        if foreign := [t for t, tree in enumerate(model.host_trees) if tree.foreign_splits]:
+            raise ModelFormatError(f"host tree {foreign[0]} has a split without a threshold (the host grows its "
+                                   f"layers alone: each of its splits has one)")
+        bad = [(t, u) for t, per_tree in enumerate(model.guest_values) for u, vals in per_tree.items()
+               if not np.isfinite(list(vals.values())).all()]
+        if bad or not np.isfinite(model.base_score).all():
+            raise ModelFormatError(f"guest leaf values of tree {bad[0][0]} from {bad[0][1]} are not all finite"
+                                   if bad else f"base_score {d['base_score']!r} is not finite")
         if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
             raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
                                    f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")
@@ -402,11 +410,22 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
             if leaves.shape != handoff.shape:
                 raise ProtocolError(f"routing answer from {u} has the wrong shape")
             table = model.guest_values[t].get(u, {})
-            for k in np.nonzero(leaves[:, t] >= 0)[0]:
-                v = table.get(int(leaves[k, t]))
-                if v is not None:  # the guest grew a subtree under this hand-off node
-                    acc[k] += v
-                    cnt[k] += 1
+            keys = np.fromiter(table, dtype=np.int64, count=len(table))
+            order = np.argsort(keys)
+            keys, vals = keys[order], np.fromiter(table.values(), dtype=np.float64, count=len(table))[order]
+            leaf = leaves[:, t].astype(np.int64)
+            pos = np.minimum(np.searchsorted(keys, leaf), max(len(keys) - 1, 0))
+            known = (leaf >= 0) & (keys[pos] == leaf) if len(keys) else np.zeros(n, dtype=bool)
+            # an instance the guest holds ends at its hand-off node where the guest grew nothing under it (the
+            # host's value stands); anywhere else the host must know the leaf, or the files are not of one run
+            unknown = (leaf >= 0) & ~known & (leaf != handoff[:, t])
+            if unknown.any():
+                k = int(np.argmax(unknown))
+                raise ProtocolError(f"{u} routed test instance {int(ids[k])} of tree {t} to its node "
+                                    f"{int(leaf[k])}, for which the host's model has no leaf value: the host's "
+                                    f"and {u}'s model files are not of one training run")
+            acc[known] += vals[pos[known]]
+            cnt[known] += 1
         covered = cnt > 0
         raw[:, model.tree_class[t] if K > 1 else 0] += np.where(covered, acc / np.maximum(cnt, 1), host_value)
     return raw

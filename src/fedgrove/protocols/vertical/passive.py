@@ -57,18 +57,27 @@ class PassiveModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> "PassiveModel":
+        where = "its party, bin_mapper or feature_names"
         try:
             names = d.get("feature_names")
             model = cls(d["party"], BinMapper.from_dict(d["bin_mapper"]),
                         feature_names=None if names is None else [str(n) for n in names])
+            if names is not None and not (isinstance(names, list) and all(isinstance(v, str) for v in names)):
+                raise TypeError(f"feature_names must be a list of names, got {str(names)[:60]}")
             if names is not None and len(names) != model.bin_mapper.n_features:
                 raise ValueError(f"{len(names)} feature names for {model.bin_mapper.n_features} features")
-            for t, n, f, b, ml, thr in d["splits"]:
+            where = "its splits"
+            for k, entry in enumerate(d["splits"]):
+                where = f"split {k} ({str(entry)[:60]})"
+                t, n, f, b, ml, thr = entry
                 model.splits[(int(t), int(n))] = (int(f), int(b), bool(ml), float(thr))
-            for t, n, left, right in d.get("children", []):
+            where = "its children"
+            for k, entry in enumerate(d.get("children", [])):
+                where = f"children entry {k} ({str(entry)[:60]})"
+                t, n, left, right = entry
                 model.children[(int(t), int(n))] = (int(left), int(right))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ModelFormatError(f"not a party model file: {exc}") from None
+            raise ModelFormatError(f"not a party model file: {type(exc).__name__} in {where}: {exc}") from None
         model._check()
         return model
 
