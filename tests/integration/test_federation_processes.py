@@ -521,12 +521,35 @@ def test_multihost_hybridtree_example_each_host_with_its_guests_then_bagged(tmp_
     assert (one["prediction"].to_numpy() == a.set_index("_id").loc[one["_id"], "prediction"].to_numpy()).all()
 
 
-def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_models_features(tmp_path):
+def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_models_features(tmp_path, capsys):
     from fedgrove.cli.main import main
 
     cfg = _example(tmp_path, "vertical", "vertical", 2)
     assert main(["simulate", str(cfg)]) == 0
-    _predicts_alike_after_its_training_files_change(cfg, tmp_path / "runs" / "simulated" / "party0.predictions.csv")
+    out = tmp_path / "runs" / "simulated"
+    _predicts_alike_after_its_training_files_change(cfg, out / "party0.predictions.csv")
+    # damaged files that predicted without a word: an own split's threshold gone (x <= NaN sent every instance
+    # right), a tree number 0.5 read as 0, cut points that are not numbers
+    own = json.loads((out / "party0.model.json").read_text())["trees"][0]["nodes"]
+    mine = next(k for k, (f, o) in enumerate(zip(own["feature"], own["owner"])) if f >= 0 and o == 0)
+    for name, change, expected, code in (
+            ("party0", lambda d: d["trees"][0]["nodes"]["threshold"].__setitem__(mine, None), "without a threshold", 4),
+            ("party1", lambda d: d["splits"][0].__setitem__(0, 0.5), "0.5 is not a whole number", 4),
+            ("party1", lambda d: d["bin_mapper"]["cuts"][0].__setitem__(0, None), "a list of finite numbers", 4),
+            ("party1", lambda d: d["bin_mapper"]["cuts"].__setitem__(1, -1), "a list of finite numbers", 4),
+            # a split moved to a node it is not at: the active party names whose bits are missing
+            ("party1", lambda d: d["splits"][0].__setitem__(1, 10_000), "party1 sent no go-left bits for tree", 5)):
+        path = out / f"{name}.model.json"
+        kept = path.read_text()
+        d = json.loads(kept)
+        change(d)
+        path.write_text(json.dumps(d))
+        try:
+            capsys.readouterr()
+            assert main(["simulate", str(cfg), "--predict"]) == code
+            assert expected in capsys.readouterr().err
+        finally:
+            path.write_text(kept)
 
 
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):

@@ -158,9 +158,10 @@ class BinMapper:
         m = cls(max_bins=max_bins)
         m.cuts_ = [np.asarray(c, dtype=np.float64) for c in cuts]
         for j, c in enumerate(m.cuts_):
-            if c.size > max_bins - 1 or (c.size > 1 and np.any(np.diff(c) <= 0)):
-                raise InvalidParameterError(f"cut points of feature {j} must be strictly increasing and at most "
-                                            f"{max_bins - 1}")
+            if c.ndim != 1 or not np.isfinite(c).all() or c.size > max_bins - 1 or \
+                    (c.size > 1 and np.any(np.diff(c) <= 0)):
+                raise InvalidParameterError(f"cut points of feature {j} must be a list of finite numbers, strictly "
+                                            f"increasing and at most {max_bins - 1}, got {str(c.tolist())[:60]}")
         return m
 
     # -- layout ------------------------------------------------------------------

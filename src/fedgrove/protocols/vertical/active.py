@@ -364,6 +364,10 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
             raise ModelFormatError(f"{channel.party}: its model's tree {t} splits on its own column "
                                    f"{int(own['feature'].max())}, but it holds {X_local.shape[1]}: is the model "
                                    f"file this party's, and undamaged?")
+        if np.isnan(own["threshold"]).any():  # x <= NaN would send every instance right
+            raise ModelFormatError(f"{channel.party}: its model's tree {t} has a split on its own column "
+                                   f"{int(own['feature'][np.isnan(own['threshold'])][0])} without a threshold: is "
+                                   f"the model file undamaged?")
     n = len(X_local)
     channel.broadcast("predict", m.PredictRequest(n, m.ids_digest(ids) if ids is not None else b""), passives)
     remote_bits = {}
@@ -385,7 +389,11 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
                 else:
                     bits = remote_bits.get((t, int(nid)))
                     if bits is None:
-                        raise ProtocolError(f"no prediction bits for tree {t} node {nid} from its owner")
+                        f = int(rec["feature"])
+                        who = owners[f] if owners and f < len(owners) else ("its owner", f)
+                        raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on "
+                                            f"its column {who[1]}: are the parties' model files of one training "
+                                            f"run, and undamaged?")
                     go = bits[sel]
                 node[sel] = np.where(go, rec["left"], rec["right"])
             active = tree.nodes["feature"][node] >= 0

@@ -17,6 +17,13 @@ from fedgrove.protocols import instance_ids
 from fedgrove.protocols.vertical import messages as m
 
 
+def _whole(v) -> int:
+    """A model file's node, tree, feature or bin number: an integer (``int()`` would cut 0.5 to 0)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        raise ValueError(f"{v!r} is not a whole number")
+    return int(v)
+
+
 @dataclass
 class PassiveModel:
     """What a feature-holding party keeps: its cut points, its own splits and, where the protocol tells it the
@@ -70,12 +77,14 @@ class PassiveModel:
             for k, entry in enumerate(d["splits"]):
                 where = f"split {k} ({str(entry)[:60]})"
                 t, n, f, b, ml, thr = entry
-                model.splits[(int(t), int(n))] = (int(f), int(b), bool(ml), float(thr))
+                if ml not in (0, 1) or isinstance(thr, (bool, str)):
+                    raise ValueError("missing_left must be 0 or 1 and the threshold a number")
+                model.splits[(_whole(t), _whole(n))] = (_whole(f), _whole(b), bool(ml), float(thr))
             where = "its children"
             for k, entry in enumerate(d.get("children", [])):
                 where = f"children entry {k} ({str(entry)[:60]})"
                 t, n, left, right = entry
-                model.children[(int(t), int(n))] = (int(left), int(right))
+                model.children[(_whole(t), _whole(n))] = (_whole(left), _whole(right))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFormatError(f"not a party model file: {type(exc).__name__} in {where}: {exc}") from None
         model._check()
