@@ -248,7 +248,8 @@ def test_a_damaged_party_part_names_the_entry_at_fault():
         with pytest.raises(ModelFormatError, match=match):
             PassiveModel.from_dict(d)
 
-    refused(lambda d: d["splits"][1].__setitem__(3, None), r"ValueError in split 1 \(\[1, 4, 0, None, 1, -0.2\]\): None is not a whole")
+    refused(lambda d: d["splits"][1].__setitem__(3, None),
+            r"ValueError in split 1 \(\[1, 4, 0, None, 1, -0.2\]\): None is not a whole")
     refused(lambda d: d["splits"][0].__setitem__(0, 0.5), "0.5 is not a whole number")  # int() made it tree 0
     refused(lambda d: d["splits"][0].__setitem__(4, []), "missing_left must be 0 or 1")
     refused(lambda d: d["children"][1].pop(), r"ValueError in children entry 1 \(\[1, 4, 9\]\): not enough values")
