@@ -349,6 +349,30 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     assert main(["simulate", str(cfg), "--predict"]) == 0
     assert (out / "host.predictions.csv").read_bytes() == first
     _predicts_alike_after_its_training_files_change(cfg, out / "host.predictions.csv")
+    # test files whose IDs do not link: a host file without _id (its rows were taken as IDs 0..n-1, matched to
+    # the guests' IDs) is refused; a guest whose IDs are written otherwise (text) is warned about, as is the host
+    parts = tmp_path / "parts"
+    for name, change, code, said in (
+            ("host", lambda df: df.drop(columns="_id"), 3, "the host's test file needs an _id column"),
+            ("guest0", lambda df: df.assign(_id="r" + df["_id"].astype(str)), 0,
+             "guest0 holds none of the host's 114 test instances")):
+        kept = (parts / f"{name}-test.csv").read_bytes()
+        change(pd.read_csv(parts / f"{name}-test.csv")).to_csv(parts / f"{name}-test.csv", index=False)
+        try:
+            capsys.readouterr()
+            assert main(["simulate", str(cfg), "--predict"]) == code
+            err = capsys.readouterr().err
+            assert said in err, err
+        finally:
+            (parts / f"{name}-test.csv").write_bytes(kept)
+    assert "none of the host's 114 test instances is among the" in err  # the guest's own warning
+    kept = (parts / "host.csv").read_bytes()
+    pd.read_csv(parts / "host.csv").drop(columns="_id").to_csv(parts / "host.csv", index=False)
+    try:
+        assert main(["simulate", str(cfg)]) == 3
+        assert "the host's file needs an _id column" in capsys.readouterr().err
+    finally:
+        (parts / "host.csv").write_bytes(kept)
     # a party's model file is described by info, and fedgrove predict says how such a model predicts
     capsys.readouterr()
     for name, shown in (("guest0", "guest0"), ("host", "HybridTree host")):
@@ -550,6 +574,26 @@ def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_m
             assert expected in capsys.readouterr().err
         finally:
             path.write_text(kept)
+    _mixed_ids_are_refused(cfg, capsys, "party0")
+
+
+def _mixed_ids_are_refused(cfg: Path, capsys, bare: str) -> None:
+    """A party's test (and training) file without the _id column the others' have is refused: its rows, in file
+    order, were matched to the others' sorted by ID, without a word."""
+    from fedgrove.cli.main import main
+
+    for suffix, args in (("-test", ["--predict"]), ("", [])):
+        path = cfg.parent / "parts" / f"{bare}{suffix}.csv"
+        kept = path.read_bytes()
+        pd.read_csv(path).drop(columns="_id").to_csv(path, index=False)
+        try:
+            capsys.readouterr()
+            assert main(["simulate", str(cfg), *args]) == 5
+            err = capsys.readouterr().err
+            what = "test file" if suffix else "file"
+            assert f"instance IDs (an _id column) and {bare}'s {what} has none" in err, err
+        finally:
+            path.write_bytes(kept)
 
 
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):
@@ -570,6 +614,7 @@ def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys)
     assert main(["simulate", str(cfg), "--predict"]) == 0  # classical prediction: the same predictions
     assert (out / "master.predictions.csv").read_bytes() == first
     _predicts_alike_after_its_training_files_change(cfg, out / "master.predictions.csv")
+    _mixed_ids_are_refused(cfg, capsys, "party2")
     _corrupt_parts_are_refused(cfg, out, "party1", "master", capsys)
 
 

@@ -40,6 +40,19 @@ def check_vertical_rows(y, X_parts, X_test_parts=None) -> None:
         check_row_labels({f"X_test_parts[{k}]": x for k, x in enumerate(X_test_parts)})
 
 
+def check_ids_everywhere(has_ids: dict, what: str = "file") -> None:
+    """Refuse parties of which some have instance IDs and some not: those with IDs sort their rows by ID, the
+    others keep them in their order, so rows would be matched to other instances without a word."""
+    with_ids = [p for p, has in has_ids.items() if has]
+    without = [p for p, has in has_ids.items() if not has]
+    def whose(parties: list) -> str:
+        return f"{parties[0]}'s {what} has" if len(parties) == 1 else f"the {what}s of {', '.join(parties)} have"
+
+    if with_ids and without:
+        raise ProtocolError(f"{whose(with_ids)} instance IDs (an _id column) and {whose(without)} none: give every "
+                            f"party's {what} the _id column, or none (rows are then matched by position)")
+
+
 def party_names(names, n: int, prefix: str, what: str) -> list[str]:
     """A simulation's party names: ``names`` (one for each of the ``n`` items of ``what``, the per-party list)
     or ``prefix`` + 0, 1, ...  A shorter list left the parties beyond it out of the federation without a sign;

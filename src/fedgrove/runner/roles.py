@@ -345,7 +345,10 @@ def _save_horizontal(ctx, model, params) -> dict:
 # ---------------------------------------------------------------------------- hybridtree
 def _hybrid_host(ctx: RoleContext) -> dict:
     params, ht = ctx.cfg.make_params(), ctx.cfg.hybridtree
-    table = ctx.common(ctx.data(with_label=True), ctx.spec.name, ctx.others("guest"), everyone=False)
+    table = ctx.data(with_label=True)
+    if ht["guest_depth"] > 0 and ctx.others("guest"):  # else its rows' positions were taken for the guests' IDs
+        _with_ids(ctx, table, "the host's file needs an _id column linking its rows to the guests' files")
+    table = ctx.common(table, ctx.spec.name, ctx.others("guest"), everyone=False)
     hmodel = HybridHost(ctx.channel, table.X, table.y, ctx.others("guest"), params, ctx.key_pair(),
                         ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"],
                         shared_only=ht["shared_only"],
@@ -371,6 +374,8 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
     model = ctx.load_part(HybridHostModel.from_dict)
     table = ctx.data(with_label=True, test=True, model_names=model.feature_names)
     guests = ctx.others("guest") if ctx.cfg.hybridtree["guest_depth"] > 0 else []
+    if guests:  # without IDs the host's test rows would be its positions 0..n-1, matched to the guests' IDs
+        _with_ids(ctx, table, "the host's test file needs an _id column linking its rows to the guests' test files")
     raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)
     n_classes = 1 if model.objective == "regression" else max(2, raw.shape[1])
     shell = GBDTModel(model.objective, n_classes, model.base_score)  # for its output transform

@@ -21,6 +21,7 @@ from fedgrove.engine.split import reduce_pairs
 from fedgrove.engine.splitter import CARTScorer
 from fedgrove.engine.tree import LEAF
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.protocols import check_ids_everywhere
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.psi import ALIGN_HINT
 
@@ -61,6 +62,7 @@ class ForestMaster:
             raise ProtocolError(f"exactly one client must hold the labels, found {holders or 'none'}")
         self.holder = holders[0]
         n = {hello[c].n_samples for c in self.clients}
+        check_ids_everywhere({c: bool(hello[c].ids_digest) for c in self.clients})
         digests = {hello[c].ids_digest for c in self.clients if hello[c].ids_digest}
         if len(n) != 1 or len(digests) > 1:
             raise ProtocolError(f"the clients hold different sets of instances ({_sizes(hello)}): align them by ID "
@@ -169,6 +171,7 @@ class ForestMaster:
         check_method(method)
         hello = {c: self.ch.recv(c, "predict", m.TestHello) for c in self.clients}
         sizes = {h.n_samples for h in hello.values()}
+        check_ids_everywhere({c: bool(len(h.ids)) for c, h in hello.items()}, "test file")
         ids = [h.ids for h in hello.values() if len(h.ids)]
         if len(sizes) != 1 or any(not np.array_equal(ids[0], x) for x in ids[1:]):
             raise ProtocolError(f"the clients' test sets differ ({_sizes(hello)}): every client's test file must "

@@ -8,6 +8,7 @@ from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import names_of
 from fedgrove.exceptions import ModelFormatError, ProtocolError
+from fedgrove.log import logger
 from fedgrove.protocols import instance_ids
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.protocols.vertical.passive import (PassiveModel, encrypted_histograms, follow_trees, packer_from_key,
@@ -161,6 +162,10 @@ class HybridGuest:
         found = pos < len(sorted_ids)
         found[found] = sorted_ids[pos[found]] == req.ids[found]
         held = np.nonzero(found)[0]  # the requested instances this guest holds
+        if n and len(test_ids) and not len(held):
+            logger.warning("%s: none of the host's %d test instances is among the %d of its test file: were both "
+                           "files' _id columns written alike (numbers, or the same text)?", self.ch.party, n,
+                           len(test_ids))
         x = X_test[order[pos[held]]]
         leaves = np.full((n, n_trees), -1, dtype=np.int32)
         for t in range(n_trees):

@@ -18,7 +18,7 @@ from fedgrove.engine.model import GBDTModel, by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
-from fedgrove.protocols import instance_ids, refuse_unsupported
+from fedgrove.protocols import check_ids_everywhere, instance_ids, refuse_unsupported
 from fedgrove.protocols.psi import ALIGN_HINT
 
 
@@ -275,6 +275,7 @@ class VerticalActive:
             if layout.n_value_bins.ndim != 1 or np.any(layout.n_value_bins < 1) or np.any(layout.n_value_bins > 255):
                 raise ProtocolError(f"feature layout from {name} is invalid")
             mine = m.ids_digest(self.ids)
+            check_ids_everywhere({ch.party: bool(mine), name: bool(layout.ids_digest)})
             if layout.n_samples != n or (mine and layout.ids_digest and layout.ids_digest != mine):
                 raise ProtocolError(f"{name} holds a different set of instances ({layout.n_samples} rows) than "
                                     f"{ch.party} ({n} rows): align the parties' data by ID first, {ALIGN_HINT}")

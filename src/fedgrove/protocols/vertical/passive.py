@@ -13,7 +13,7 @@ from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import by_names, names_of
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
-from fedgrove.protocols import instance_ids
+from fedgrove.protocols import check_ids_everywhere, instance_ids
 from fedgrove.protocols.vertical import messages as m
 
 
@@ -221,6 +221,7 @@ def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids
                             f"{channel.party}'s test data holds {len(X)}; every party's test file must hold the "
                             f"same instances (by _id)")
     mine = m.ids_digest(ids) if ids is not None else b""
+    check_ids_everywhere({channel.party: bool(mine), active: bool(req.ids_digest)}, "test file")
     if mine and req.ids_digest and mine != req.ids_digest:  # the same count of other instances: rows mismatched
         raise ProtocolError(f"{channel.party}: its test instances are not {active}'s (their _id values differ); "
                             f"every party's test file must hold the same instances")
