@@ -182,6 +182,15 @@ def test_a_federation_encodes_text_columns_as_the_configs_say_and_predicts_with_
     (tmp_path / "auto" / "p0.predictions.csv").rename(tmp_path / "first.csv")
     assert main(["simulate", str(tmp_path / "auto.toml"), "--predict"]) == 0  # from the files, same codes
     assert (tmp_path / "auto" / "p0.predictions.csv").read_bytes() == (tmp_path / "first.csv").read_bytes()
+    if protocol == "vertical":  # a damaged categories file: a list was read as columns to find categories in,
+        kept = (tmp_path / "auto" / f"{holder}.categories.json").read_text()  # a string as its letters
+        for damaged, said in (('["colour"]', "expected each text column's categories"),
+                              ('{"colour": "red"}', "must be a list of category names, got 'red'"),
+                              ('{"colour": ["red", "blue", "red"]}', "name one category twice")):
+            (tmp_path / "auto" / f"{holder}.categories.json").write_text(damaged)
+            assert main(["simulate", str(tmp_path / "auto.toml"), "--predict"]) == 4
+            assert f"{holder}.categories.json is damaged" in (err := capsys.readouterr().err) and said in err, err
+        (tmp_path / "auto" / f"{holder}.categories.json").write_text(kept)
     if protocol == "simfl":  # a whole-model party's model predicts a file by itself
         code = main(["predict", str(tmp_path / "auto" / "p0.model.json"), str(tmp_path / "p0-test.csv")])
         assert code == 0 and "taken as missing: colour (3 rows)" in capsys.readouterr().err

@@ -80,6 +80,18 @@ def test_a_label_named_without_its_surrounding_spaces_is_found_and_one_in_other_
         load_table(p, label=" label")
 
 
+def test_given_categories_must_be_lists_of_distinct_names(tmp_path):
+    # a string was taken as its letters ("red": r, e, d) and a name given twice shifted the codes after it
+    p = tmp_path / "t.csv"
+    p.write_text("colour,y\nred,0\nblue,1\ngreen,0\n")
+    assert load_table(p, label="y", categorical={"colour": ["blue", "red"]}).X[:, 0].tolist()[:2] == [1.0, 0.0]
+    for given, said in (("red", "must be a list of category names, got 'red'"),
+                        (["red", None], "must be a list of category names"),
+                        (["red", "blue", "red"], "name one category twice")):
+        with pytest.raises(DataError, match=said):
+            load_table(p, label="y", categorical={"colour": given})
+
+
 def test_features_as_reorders_named_columns_and_keeps_headerless_ones(frame, tmp_path):
     p = tmp_path / "t.csv"
     frame[["b", "y", "a"]].assign(z=1.0).to_csv(p, index=False)

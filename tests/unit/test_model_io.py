@@ -101,7 +101,8 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     (2, ("classes",), ["a", "b"], "a regression model has classes"),
     (0, ("base_score", 0), None, "base_score \\[nan\\] is not finite"),
     (0, ("metadata", "label"), ["y"], "metadata label is \\['y'\\], expected a column name or number"),
-    (0, ("metadata", "categories"), {"c": 3}, "metadata categories .*expected a list of categories per column"),
+    (0, ("metadata", "categories"), {"c": 3}, "metadata categories .*expected a list of distinct categories per"),
+    (0, ("metadata", "categories"), {"c": ["a", "b", "a"]}, "metadata categories .*expected a list of distinct"),
     (0, ("fedgrove_version",), [1], "fedgrove_version is \\[1\\]"),
 ])
 def test_parts_of_a_model_file_that_do_not_fit_together_are_refused(models, tmp_path, which, field, value, said):

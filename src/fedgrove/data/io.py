@@ -607,6 +607,17 @@ def _all_dates(values: pd.Series) -> bool:
     return len(present) > 0 and all(type(v) is datetime.date for v in present)
 
 
+def check_categories(categories: dict) -> None:
+    """Refuse given categories that are not, per column, a list of distinct names: a string would be taken as
+    its letters, and a name given twice shifts the codes of those after it."""
+    for c, cats in categories.items():
+        if not isinstance(cats, (list, tuple)) or any(isinstance(v, (bool, list, dict)) or v is None for v in cats):
+            raise DataError(f"the categories of column {str(c)!r} must be a list of category names, got "
+                            f"{str(cats)[:60]!r}")
+        if len({str(v) for v in cats}) != len(cats):
+            raise DataError(f"the categories of column {str(c)!r} name one category twice: {list(cats)[:20]}")
+
+
 def _categorical_spec(categorical, columns: list[str], source: str) -> dict:
     """{column: its given categories, or None to find them} of the columns to encode by name."""
     if categorical is None or categorical == "auto":
@@ -616,6 +627,7 @@ def _categorical_spec(categorical, columns: list[str], source: str) -> dict:
                         f"got {categorical!r}")
     spec = dict(categorical) if isinstance(categorical, dict) else {str(c): None for c in categorical}
     if isinstance(categorical, dict):  # a model's categories: columns it does not see are matched by name later
+        check_categories(spec)
         return {str(c): [str(v) for v in cats] for c, cats in spec.items() if str(c) in columns}
     missing = [c for c in spec if c not in columns]
     if missing:

@@ -376,8 +376,9 @@ def _check_metadata(meta: dict, source: str) -> None:
         bad("label", "a column name or number")
     cats = meta.get("categories")
     if cats is not None and not (isinstance(cats, dict) and all(
-            isinstance(v, list) and all(isinstance(c, (str, int, float)) for c in v) for v in cats.values())):
-        bad("categories", "a list of categories per column")
+            isinstance(v, list) and all(isinstance(c, (str, int, float)) for c in v) and len(set(map(str, v))) == len(v)
+            for v in cats.values())):
+        bad("categories", "a list of distinct categories per column")
     if meta.get("libsvm_base") is not None and meta["libsvm_base"] not in (0, 1):
         bad("libsvm_base", "0 or 1")
     owners = meta.get("feature_owners")

@@ -20,7 +20,8 @@ import numpy as np
 # concurrent first imports of one package's modules can deadlock
 from fedgrove import metrics
 from fedgrove.crypto.he import keygen
-from fedgrove.data.io import LIBSVM_BASE, detect_format, feature_columns, label_text, libsvm_layout, load_table
+from fedgrove.data.io import (LIBSVM_BASE, check_categories, detect_format, feature_columns, label_text, libsvm_layout,
+                              load_table)
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError, listing
 from fedgrove.log import logger
@@ -192,9 +193,17 @@ class RoleContext:
             raise ModelFormatError(f"party {self.spec.name}: no {self.categories_path} with the categories found "
                                    f"in training; train first")
         try:
-            return json.loads(self.categories_path.read_text())
+            found = json.loads(self.categories_path.read_text())
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{self.categories_path} is not valid JSON: {exc}") from None
+        if not isinstance(found, dict):  # a list would be read as the names of columns to find categories in
+            raise ModelFormatError(f"{self.categories_path} is damaged: it holds {str(found)[:60]}, expected each "
+                                   f"text column's categories, {{column: [category, ...]}}")
+        try:
+            check_categories(found)
+        except DataError as exc:
+            raise ModelFormatError(f"{self.categories_path} is damaged: {exc}") from None
+        return found
 
     def key_pair(self):
         """The run's key pair: generated once (a 2048-bit key takes a second or more, longer on a busy machine),
