@@ -184,3 +184,23 @@ def test_a_passive_party_frame_sorted_apart_is_refused_as_misaligned():
         run_vertical(parts, y, GBDTParams(n_estimators=1, max_depth=2), keygen("ou", 2048, "plain"))
     with pytest.raises(DataError, match=r"X_parts\[1\] and y are pandas objects with different row labels"):
         run_federated_forest(parts, y, ForestParams(n_estimators=1, max_depth=2), mode="shared")
+
+
+def test_text_in_a_feature_holders_part_is_refused_naming_the_party():
+    # the passive party, the forest's client and the HybridTree guest raised numpy's bare "could not convert
+    # string to float" from inside their thread; the active party named it
+    from fedgrove import ForestParams, run_federated_forest, run_hybridtree
+    from fedgrove.exceptions import DataError
+
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    y = (X[:, 0] > 0).astype(float)
+    text = X.astype(object)
+    text[0, 0] = "a"
+    plain = keygen("ou", 2048, "plain")
+    said = r"X holds 'a', not a number \(NaN for missing values; text columns need encoding first"
+    with pytest.raises(DataError, match="party1's " + said):
+        run_vertical([X, text], y, GBDTParams(n_estimators=1), plain)
+    with pytest.raises(DataError, match="client1's " + said):
+        run_federated_forest([X, text], y, ForestParams(n_estimators=1), plain)
+    with pytest.raises(DataError, match="guest0's " + said):
+        run_hybridtree(X, y, [(text[:20], np.arange(20))], GBDTParams(n_estimators=1), plain, 1, 1)

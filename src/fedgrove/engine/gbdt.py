@@ -18,7 +18,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import GBDTModel, as_numbers, by_names, check_row_labels, names_of
+from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
@@ -126,8 +126,7 @@ def check_xy(X, y, n_features: int | None = None):
     check_row_labels({"X": X, "y": y})
     if hasattr(X, "toarray"):
         X = X.toarray()
-    X = as_numbers(X, "X", "NaN for missing values; text columns need encoding first, e.g. "
-                 "fedgrove.data.io.table_from_frame(df, categorical='auto')")
+    X = as_numbers(X, "X", TEXT_FEATURES)
     if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
         raise DataError(f"X must be a non-empty 2-D array, got shape {X.shape}")
     if np.isinf(X).any():

@@ -65,6 +65,11 @@ def _is_frame(X) -> bool:
     return hasattr(X, "columns") and hasattr(X, "iloc")
 
 
+# what a feature matrix holding text is told
+TEXT_FEATURES = ("NaN for missing values; text columns need encoding first, e.g. "
+                 "fedgrove.data.io.table_from_frame(df, categorical='auto')")
+
+
 def as_numbers(a, name: str, expected: str) -> np.ndarray:
     """``a`` as float64, or a DataError naming the first value that is not a number (and, for a DataFrame, its
     column).  A DataFrame's timestamps and dates are seconds since 1970-01-01 UTC and its durations seconds, as

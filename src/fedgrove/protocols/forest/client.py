@@ -16,7 +16,7 @@ import numpy as np
 from fedgrove.crypto.he import HEContext, public_context
 from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.model import names_of
+from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
 from fedgrove.engine.forest import forest_stats, label_offset, mse_grid
 from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
 from fedgrove.engine.grower import Layer, LayerSplits
@@ -62,8 +62,8 @@ class ForestClient:
         self.ch, self.master = channel, master
         self.n_classes = n_classes  # the label holder's class count when known (named classes); else from y
         names = names_of(X)
-        self.X = np.asarray(X, dtype=np.float64)
-        self.y = None if y is None else np.asarray(y, dtype=np.float64)
+        self.X = as_numbers(X, f"{channel.party}'s X", TEXT_FEATURES)
+        self.y = None if y is None else as_numbers(y, "y", "class codes 0..K-1, or a regression target")
         if self.y is not None and len(self.y) != len(self.X):
             raise DataError(f"{channel.party}: {len(self.y)} labels for {len(self.X)} rows")
         self.he = he

@@ -6,7 +6,7 @@ import numpy as np
 
 from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.model import names_of
+from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
 from fedgrove.exceptions import ModelFormatError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols import instance_ids
@@ -19,7 +19,7 @@ class HybridGuest:
     def __init__(self, channel, X, ids, host: str, max_bins: int = 255, seed: int = 0):
         self.ch, self.host = channel, host
         names = names_of(X)
-        self.X = np.asarray(X, dtype=np.float64)
+        self.X = as_numbers(X, f"{channel.party}'s X", TEXT_FEATURES)
         self.ids = instance_ids(ids, len(self.X), channel.party)
         self.bin_mapper = BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)

@@ -11,7 +11,7 @@ import numpy as np
 from fedgrove.crypto.he import public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.model import by_names, names_of
+from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
 from fedgrove.protocols import check_ids_everywhere, instance_ids
 from fedgrove.protocols.vertical import messages as m
@@ -120,7 +120,7 @@ class VerticalPassive:
         self.ch = channel
         self.active = active
         names = names_of(X)
-        self.X = np.asarray(X, dtype=np.float64)
+        self.X = as_numbers(X, f"{channel.party}'s X", TEXT_FEATURES)
         self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
         self.X_binned = self.bin_mapper.transform(self.X)
         self.n_value_bins = self.bin_mapper.n_value_bins
