@@ -204,3 +204,30 @@ def test_text_in_a_feature_holders_part_is_refused_naming_the_party():
         run_federated_forest([X, text], y, ForestParams(n_estimators=1), plain)
     with pytest.raises(DataError, match="guest0's " + said):
         run_hybridtree(X, y, [(text[:20], np.arange(20))], GBDTParams(n_estimators=1), plain, 1, 1)
+
+
+def test_feature_holders_read_pandas_nullable_and_time_columns_as_the_engine_does():
+    # a passive party's test frame with an Int64 column holding <NA>, or timestamps, raised TypeError from pandas
+    # (float() of NAType or Timestamp) where the engine, and the party's own training frame, read them; complex
+    # numbers lost their imaginary part without a word
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+
+    r = np.random.default_rng(1)
+    n = 80
+    active = pd.DataFrame(r.normal(size=(n, 2)), columns=["a", "b"])
+    y = (active["a"] > 0).astype(int)
+    when = pd.Series(pd.date_range("2020-01-01", periods=n, freq="D")).sample(frac=1, random_state=0)
+    counts = pd.array(r.integers(0, 5, n).tolist(), dtype="Int64")
+    counts[::7] = pd.NA
+    passive = pd.DataFrame({"when": when.to_numpy(), "count": counts})
+    as_floats = pd.DataFrame({"when": when.to_numpy().astype("datetime64[s]").astype(np.int64).astype(float),
+                              "count": counts.to_numpy(dtype=np.float64, na_value=np.nan)})
+    params = GBDTParams(n_estimators=2, max_depth=3, max_bins=8)
+    plain = keygen("ou", 2048, "plain")
+    framed = run_vertical([active, passive], y, params, plain, X_test_parts=[active, passive])
+    numbers = run_vertical([active, as_floats], y, params, plain, X_test_parts=[active, as_floats])
+    np.testing.assert_array_equal(framed["raw"], numbers["raw"])
+    with pytest.raises(DataError, match="party1's test X holds complex numbers"):
+        run_vertical([active, as_floats], y, params, plain, X_test_parts=[active, as_floats + 1j])

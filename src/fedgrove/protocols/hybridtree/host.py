@@ -16,7 +16,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
-from fedgrove.engine.model import by_names, check_tree_class, names_of
+from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tree_class, names_of
 from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
@@ -391,7 +391,8 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     route every test instance through the host subtrees, ask ``guests`` to continue, average their leaves."""
     from fedgrove.engine.tree import PackedEnsemble
 
-    X_test = np.asarray(by_names(X_test, model.feature_names, "the host's test features"), dtype=np.float64)
+    X_test = as_numbers(by_names(X_test, model.feature_names, "the host's test features"), "the host's test X",
+                        TEXT_FEATURES)
     n = len(X_test)
     ids = np.arange(n) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
     handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int32)

@@ -14,7 +14,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import GBDTModel, by_names, names_of
+from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -352,8 +352,8 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
     passive parties send the go-left bits of their splits for every test instance; the active routes.  A
     DataFrame's columns are matched by name to the active party's own (``metadata["own_feature_names"]``).
     With the test instances' ``ids`` the passives check that they hold the same instances."""
-    X_local = np.asarray(by_names(X_local, model.metadata.get("own_feature_names"), "the active party's test "
-                                  "features"), dtype=np.float64)
+    X_local = as_numbers(by_names(X_local, model.metadata.get("own_feature_names"), "the active party's test "
+                                  "features"), f"{channel.party}'s test X", TEXT_FEATURES)
     owners = model.metadata.get("feature_owners")
     n_own = (sum(1 for o in owners if o[0] == channel.party) if owners else 0) or None  # None: not known
     if X_local.ndim != 2 or (n_own is not None and X_local.shape[1] != n_own):

@@ -38,7 +38,8 @@ class PassiveModel:
     def rows(self, X) -> np.ndarray:
         """``X`` as float64, refused unless it has the columns this party trained on (a DataFrame's matched
         by name when the model has names)."""
-        X = np.asarray(by_names(X, self.feature_names, f"{self.party}'s test features"), dtype=np.float64)
+        X = as_numbers(by_names(X, self.feature_names, f"{self.party}'s test features"), f"{self.party}'s test X",
+                       TEXT_FEATURES)
         n_features = self.bin_mapper.n_features
         if X.ndim != 2 or X.shape[1] != n_features:
             raise DataError(f"{self.party}: test features must have the {n_features} columns it trained on, got "
