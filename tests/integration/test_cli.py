@@ -427,18 +427,21 @@ def _bad_inputs(tmp_path, csv):
         "bad forest depth": (["train", tmp_path / "never-read.csv", "--algorithm", "forest", "--max-depth", "0"], 2,
                              "--max-depth must be >= 1, got 0"),
         "broken model": (["predict", tmp_path / "broken.json", csv, "-l", "label"], 4, "not a fedgrove model file"),
+        # "error: Is a directory: ..." with exit 1
+        "config is a folder": (["simulate", tmp_path], 2, "is a directory; give its .toml file"),
     }
 
 
 @pytest.mark.parametrize("case", ["missing file", "no such label", "non-numeric", "nan label", "binary with 3 labels",
                                   "empty file", "infinite value", "bad parameter", "bad threads", "bad colsample",
                                   "bad objective", "bad forest depth", "negative seed", "negative reproduce seed",
-                                  "broken model"])
+                                  "broken model", "config is a folder"])
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys, case):
     argv, expected_code, message = _bad_inputs(tmp_path, csv)[case]
     before = set(tmp_path.rglob("*"))
     out_file = tmp_path / "out.json"
-    argv = argv + (["-m", out_file] if argv[0] == "train" else ["-o", tmp_path / "out.csv"])
+    argv = argv + (["-m", out_file] if argv[0] == "train" else [] if argv[0] == "simulate" else
+                   ["-o", tmp_path / "out.csv"])
     code, out, err = run(argv, capsys)
     assert code == expected_code, err
     assert message in err

@@ -58,3 +58,13 @@ def test_signing_key_file_is_private_and_signs_as_the_key(tmp_path):
         SigningKey.load(tmp_path / "bad.key")
     with pytest.raises(DataError, match="does not exist"):
         SigningKey.load(tmp_path / "missing.key")
+
+
+@pytest.mark.parametrize("name", ["l#1.sqlite", "l?1.sqlite", "l%201.sqlite", "l 1.sqlite"])
+def test_a_ledger_is_read_back_whatever_characters_its_path_holds(tmp_path, name):
+    # the read-only URI took the path as written: '#' and '?' cut it short ("no such table: records") and '%20'
+    # was read as a space ("unable to open database file")
+    _ledger(tmp_path / name, 3).close()
+    assert [r.body for r in open_records(tmp_path / name)] == [b"body 0", b"body 1", b"body 2"]
+    with pytest.raises(DataError, match="is a directory"):
+        open_records(tmp_path)

@@ -158,12 +158,13 @@ class Ledger:
 def open_records(path) -> list[Record]:
     """Every record of a ledger file as stored (for verification: nothing is recomputed here)."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() or path.is_dir():
         from fedgrove.exceptions import DataError
 
-        raise DataError(f"ledger file {str(path)!r} does not exist")
+        raise DataError(f"ledger file {str(path)!r} " + ("is a directory" if path.is_dir() else "does not exist"))
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # read-only, by a URI: a '#', '?' or '%' in the path is percent-encoded (as written, it cut the path short)
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         db.text_factory = bytes  # whatever was written into a column is read back as it is
         try:
             rows = db.execute("SELECT seq, kind, author, body, signature, prev_hash, hash FROM records "

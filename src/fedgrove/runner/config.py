@@ -292,6 +292,8 @@ def _read(path) -> tuple[dict, Path]:
     path = Path(path)
     if not path.exists():
         raise InvalidParameterError(f"config file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise InvalidParameterError(f"config file {str(path)!r} is a directory; give its .toml file")
     try:
         d = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
