@@ -245,6 +245,23 @@ def test_pandas_nullable_columns_read_their_na_as_missing():
         dtype=np.float64)).predict_raw(X))
 
 
+def test_labels_in_a_categorical_series_and_complex_features(tmp_path):
+    # a Series of category dtype holding the class codes trains as its codes' numbers; complex features are
+    # refused (float64 dropped their imaginary parts without a word)
+    import pandas as pd
+
+    from fedgrove.exceptions import DataError
+
+    X, y = make_classification(100)
+    codes = pd.Series(pd.Categorical(y.astype(int)))
+    np.testing.assert_array_equal(train_gbdt(GBDTParams(n_estimators=2), X, codes).predict_raw(X),
+                                  train_gbdt(GBDTParams(n_estimators=2), X, y).predict_raw(X))
+    with pytest.raises(DataError, match="X holds complex numbers, expected real ones"):
+        train_gbdt(GBDTParams(n_estimators=2), X + 1j, y)
+    with pytest.raises(DataError, match="X holds complex numbers"):
+        train_gbdt(GBDTParams(n_estimators=2), pd.DataFrame({"a": X[:, 0] + 1j, "b": X[:, 1]}), y)
+
+
 def test_no_rows_give_no_predictions():
     X, y = make_classification(100)
     for params in (GBDTParams(objective="binary", n_estimators=2), GBDTParams(objective="multiclass", n_classes=3,

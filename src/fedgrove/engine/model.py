@@ -88,7 +88,7 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
                 a[c] = a[c].to_numpy(dtype=np.float64, na_value=np.nan)
     elif hasattr(a, "dtype") and hasattr(a, "to_numpy") and _nullable_number(a.dtype):  # a Series
         a = a.to_numpy(dtype=np.float64, na_value=np.nan)
-    if (getattr(a, "dtype", None) is not None and np.dtype(a.dtype).kind == "c") or (_is_frame(a) and any(
+    if getattr(getattr(a, "dtype", None), "kind", "") == "c" or (_is_frame(a) and any(
             getattr(dtype, "kind", "") == "c" for dtype in a.dtypes)):  # float64 would drop the imaginary parts
         raise DataError(f"{name} holds complex numbers, expected real ones ({expected})")
     try:
