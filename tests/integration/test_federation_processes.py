@@ -366,6 +366,14 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         finally:
             (parts / f"{name}-test.csv").write_bytes(kept)
     assert "none of the host's 114 test instances is among the" in err  # the guest's own warning
+    # a config whose guests take no part any more: the host alone predicted from its own layers, without a word
+    toml = cfg.read_text()
+    cfg.write_text(toml.replace("guest_depth = 2", "guest_depth = 0"))
+    try:
+        assert main(["simulate", str(cfg), "--predict"]) == 2
+        assert "holds guest layers, but the config asks no guest to predict" in capsys.readouterr().err
+    finally:
+        cfg.write_text(toml)
     kept = (parts / "host.csv").read_bytes()
     pd.read_csv(parts / "host.csv").drop(columns="_id").to_csv(parts / "host.csv", index=False)
     try:
