@@ -583,6 +583,24 @@ def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_m
         finally:
             path.write_text(kept)
     _mixed_ids_are_refused(cfg, capsys, "party0")
+    _a_party_left_out_is_refused(cfg, capsys, "party2", "trained with the features of party2, which the federation")
+
+
+def _a_party_left_out_is_refused(cfg: Path, capsys, party: str, said: str) -> None:
+    """--predict with a config that has lost a party the model was trained with is refused, saying so (the
+    vertical active party waited for bits nobody sent; the forest's master blamed Proposition 1)."""
+    from fedgrove.cli.main import main
+
+    toml = cfg.read_text()
+    start = toml.index(f'[[party]]\nname = "{party}"')
+    end = toml.find("[[party]]", start + 1)
+    end = toml.index("[output]") if end < 0 else end
+    cut = cfg.with_name("without.toml")
+    cut.write_text(toml[:start] + toml[end:])
+    capsys.readouterr()
+    assert main(["simulate", str(cut), "--predict"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "give the config the model was trained with" in err, err
 
 
 def _mixed_ids_are_refused(cfg: Path, capsys, bare: str) -> None:
@@ -623,6 +641,8 @@ def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys)
     assert (out / "master.predictions.csv").read_bytes() == first
     _predicts_alike_after_its_training_files_change(cfg, out / "master.predictions.csv")
     _mixed_ids_are_refused(cfg, capsys, "party2")
+    _a_party_left_out_is_refused(cfg, capsys, "party1", "trained with the clients party0, party1, party2, the "
+                                 "federation has party0, party2")
     _corrupt_parts_are_refused(cfg, out, "party1", "master", capsys)
 
 

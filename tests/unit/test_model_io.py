@@ -104,6 +104,7 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     (0, ("metadata", "categories"), {"c": 3}, "metadata categories .*expected a list of distinct categories per"),
     (0, ("metadata", "categories"), {"c": ["a", "b", "a"]}, "metadata categories .*expected a list of distinct"),
     (0, ("fedgrove_version",), [1], "fedgrove_version is \\[1\\]"),
+    (0, ("metadata", "clients"), [["party0"]], "metadata clients is .*expected a list of party names"),
 ])
 def test_parts_of_a_model_file_that_do_not_fit_together_are_refused(models, tmp_path, which, field, value, said):
     # a tree_class beyond the model's outputs crashed the process (a segmentation fault in the prediction kernel,

@@ -395,6 +395,9 @@ def _check_metadata(meta: dict, source: str) -> None:
         bad("feature_owners", "a [party, column] pair per feature")
     if meta.get("own_feature_names") is not None and not isinstance(meta["own_feature_names"], list):
         bad("own_feature_names", "a list of names")
+    clients = meta.get("clients")  # a Federated Forest master's
+    if clients is not None and not (isinstance(clients, list) and all(isinstance(c, str) for c in clients)):
+        bad("clients", "a list of party names")
 
 
 def _jsonable(obj):

@@ -169,6 +169,11 @@ class ForestMaster:
         holder is sent when it asked (it holds the test labels and scores them)."""
         model = model or self.model
         check_method(method)
+        trained = model.metadata.get("clients")
+        if trained and set(trained) != set(self.clients):
+            raise InvalidParameterError(f"{self.ch.party}: the forest was trained with the clients "
+                                        f"{', '.join(trained)}, the federation has {', '.join(self.clients)}; give "
+                                        f"the config the model was trained with")
         hello = {c: self.ch.recv(c, "predict", m.TestHello) for c in self.clients}
         sizes = {h.n_samples for h in hello.values()}
         check_ids_everywhere({c: bool(len(h.ids)) for c, h in hello.items()}, "test file")

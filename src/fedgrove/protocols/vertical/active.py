@@ -369,6 +369,10 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
             raise ModelFormatError(f"{channel.party}: its model's tree {t} has a split on its own column "
                                    f"{int(own['feature'][np.isnan(own['threshold'])][0])} without a threshold: is "
                                    f"the model file undamaged?")
+    if owners and (absent := sorted({o[0] for o in owners} - {channel.party} - set(passives))):
+        raise InvalidParameterError(f"{channel.party}: its model was trained with the features of "
+                                    f"{', '.join(absent)}, which the federation lacks (its passive parties: "
+                                    f"{', '.join(passives) or 'none'}); give the config the model was trained with")
     n = len(X_local)
     channel.broadcast("predict", m.PredictRequest(n, m.ids_digest(ids) if ids is not None else b""), passives)
     remote_bits = {}
