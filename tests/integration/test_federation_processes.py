@@ -366,6 +366,8 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         finally:
             (parts / f"{name}-test.csv").write_bytes(kept)
     assert "none of the host's 114 test instances is among the" in err  # the guest's own warning
+    _a_party_left_out_is_refused(cfg, capsys, "guest2", "the host's model holds the layers of guest2, which the "
+                                 "federation lacks (its guests: guest0, guest1)")
     # a config whose guests take no part any more: the host alone predicted from its own layers, without a word
     toml = cfg.read_text()
     cfg.write_text(toml.replace("guest_depth = 2", "guest_depth = 0"))

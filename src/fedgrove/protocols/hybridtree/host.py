@@ -391,6 +391,11 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     route every test instance through the host subtrees, ask ``guests`` to continue, average their leaves."""
     from fedgrove.engine.tree import PackedEnsemble
 
+    trained = sorted({u for per_tree in model.guest_values for u, values in per_tree.items() if values})
+    if absent := [u for u in trained if u not in guests]:  # the host's value would stand in for their layers
+        raise InvalidParameterError(f"the host's model holds the layers of {', '.join(absent)}, which the "
+                                    f"federation lacks (its guests: {', '.join(guests) or 'none'}); give the "
+                                    f"config the model was trained with")
     X_test = as_numbers(by_names(X_test, model.feature_names, "the host's test features"), "the host's test X",
                         TEXT_FEATURES)
     n = len(X_test)
