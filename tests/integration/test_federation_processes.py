@@ -590,7 +590,8 @@ def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_m
 
 def _a_party_left_out_is_refused(cfg: Path, capsys, party: str, said: str) -> None:
     """--predict with a config that has lost a party the model was trained with is refused, saying so (the
-    vertical active party waited for bits nobody sent; the forest's master blamed Proposition 1)."""
+    vertical active party found 'no prediction bits ... from its owner'; the forest's master blamed Proposition 1;
+    the HybridTree host let its own value stand in for the guest's layers)."""
     from fedgrove.cli.main import main
 
     toml = cfg.read_text()
