@@ -368,6 +368,26 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     assert "none of the host's 114 test instances is among the" in err  # the guest's own warning
     _a_party_left_out_is_refused(cfg, capsys, "guest2", "the host's model holds the layers of guest2, which the "
                                  "federation lacks (its guests: guest0, guest1)")
+    # a damaged checkpoint is named as such on --resume (the error named no file: "not a party model file: ...")
+    toml = cfg.read_text()
+    cfg.write_text(toml.replace("n_estimators = 3", "n_estimators = 4"))
+    for name, change, said in (("host", lambda d: d["model"]["guest_gains"]["guest0"].__setitem__(0, None),
+                                "not a HybridTree host model"),
+                               ("guest0", lambda d: d["model"]["splits"].__setitem__(0, 0.5),
+                                "not a party model file: TypeError in split 0")):
+        path = out / f"{name}.checkpoint.json"
+        kept = path.read_text()
+        d = json.loads(kept)
+        change(d)
+        path.write_text(json.dumps(d))
+        try:
+            capsys.readouterr()
+            assert main(["simulate", str(cfg), "--resume"]) == 4
+            err = capsys.readouterr().err
+            assert f"checkpoint {path} is damaged: {said}" in err, err
+        finally:
+            path.write_text(kept)
+    cfg.write_text(toml)
     # a config whose guests take no part any more: the host alone predicted from its own layers, without a word
     toml = cfg.read_text()
     cfg.write_text(toml.replace("guest_depth = 2", "guest_depth = 0"))

@@ -20,7 +20,7 @@ from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tre
 from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import Tree
-from fedgrove.exceptions import InvalidParameterError, ProtocolError
+from fedgrove.exceptions import InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
@@ -61,8 +61,6 @@ class HybridHostModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> "HybridHostModel":
-        from fedgrove.exceptions import ModelFormatError
-
         if d.get("format") != "fedgrove-hybridtree-host" or d.get("version") != 1:
             raise ModelFormatError("not a version-1 HybridTree host model")
         try:
@@ -187,7 +185,10 @@ class HybridHost:
         model = HybridHostModel(p.objective, base, feature_names=self.feature_names)
         state = checkpoint.load() if (checkpoint is not None and resume) else None
         if state is not None:
-            model = HybridHostModel.from_dict(state["model"])
+            try:
+                model = HybridHostModel.from_dict(state["model"])
+            except ModelFormatError as exc:
+                raise ModelFormatError(f"checkpoint {checkpoint.path} is damaged: {exc}") from None
             raw = CheckpointStore.scores(state, (n, K))
         start = len(model.host_trees)
         ch.broadcast("start", m.Start(start if self.guest_depth > 0 else 0), self.guests)

@@ -197,7 +197,10 @@ def follow_trees(party, leader: str, expected: type, what: str, checkpoint=None,
     tree = ch.recv(leader, "start", m.Start).tree
     if tree > 0:
         state = CheckpointStore.resume_state(checkpoint, resume, tree, ch.party, leader)
-        party.model = PassiveModel.from_dict(state["model"]).before(tree)
+        try:
+            party.model = PassiveModel.from_dict(state["model"]).before(tree)
+        except ModelFormatError as exc:
+            raise ModelFormatError(f"checkpoint {checkpoint.path} is damaged: {exc}") from None
     while True:
         with ch.scope(tree=tree):
             first = ch.recv(leader, m.CONTROL)
