@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -308,6 +309,36 @@ def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path, capsys
     assert "no checkpoint of agg, c0, c1, c2 in" in capsys.readouterr().err
 
 
+@contextmanager
+def _changed(path: Path, rewrite):
+    """``path`` rewritten by ``rewrite(path)`` for the block, then restored byte for byte."""
+    kept = path.read_bytes()
+    rewrite(path)
+    try:
+        yield
+    finally:
+        path.write_bytes(kept)
+
+
+def _json(change):
+    """A rewrite for :func:`_changed`: the JSON file's content given to ``change`` to edit in place."""
+    def rewrite(path: Path) -> None:
+        d = json.loads(path.read_text())
+        change(d)
+        path.write_text(json.dumps(d))
+    return rewrite
+
+
+def _text(old: str, new: str):
+    """A rewrite for :func:`_changed`: ``old`` replaced by ``new`` in the file's text."""
+    return lambda path: path.write_text(path.read_text().replace(old, new))
+
+
+def _frame(change):
+    """A rewrite for :func:`_changed`: the CSV file as a DataFrame, replaced by what ``change`` returns."""
+    return lambda path: change(pd.read_csv(path)).to_csv(path, index=False)
+
+
 def _example(tmp_path, name: str, scheme: str, trees: int) -> Path:
     """The example federation ``examples/<name>`` on the breast-cancer table, fewer trees; returns its config."""
     from sklearn.datasets import load_breast_cancer
@@ -356,53 +387,33 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
             ("host", lambda df: df.drop(columns="_id"), 3, "the host's test file needs an _id column"),
             ("guest0", lambda df: df.assign(_id="r" + df["_id"].astype(str)), 0,
              "guest0 holds none of the host's 114 test instances")):
-        kept = (parts / f"{name}-test.csv").read_bytes()
-        change(pd.read_csv(parts / f"{name}-test.csv")).to_csv(parts / f"{name}-test.csv", index=False)
-        try:
+        with _changed(parts / f"{name}-test.csv", _frame(change)):
             capsys.readouterr()
             assert main(["simulate", str(cfg), "--predict"]) == code
             err = capsys.readouterr().err
             assert said in err, err
-        finally:
-            (parts / f"{name}-test.csv").write_bytes(kept)
     assert "none of the host's 114 test instances is among the" in err  # the guest's own warning
     _a_party_left_out_is_refused(cfg, capsys, "guest2", "the host's model holds the layers of guest2, which the "
                                  "federation lacks (its guests: guest0, guest1)")
     # a damaged checkpoint is named as such on --resume (the error named no file: "not a party model file: ...")
-    toml = cfg.read_text()
-    cfg.write_text(toml.replace("n_estimators = 3", "n_estimators = 4"))
-    for name, change, said in (("host", lambda d: d["model"]["guest_gains"]["guest0"].__setitem__(0, None),
-                                "not a HybridTree host model"),
-                               ("guest0", lambda d: d["model"]["splits"].__setitem__(0, 0.5),
-                                "not a party model file: TypeError in split 0")):
-        path = out / f"{name}.checkpoint.json"
-        kept = path.read_text()
-        d = json.loads(kept)
-        change(d)
-        path.write_text(json.dumps(d))
-        try:
-            capsys.readouterr()
-            assert main(["simulate", str(cfg), "--resume"]) == 4
-            err = capsys.readouterr().err
-            assert f"checkpoint {path} is damaged: {said}" in err, err
-        finally:
-            path.write_text(kept)
-    cfg.write_text(toml)
+    with _changed(cfg, _text("n_estimators = 3", "n_estimators = 4")):
+        for name, change, said in (("host", lambda d: d["model"]["guest_gains"]["guest0"].__setitem__(0, None),
+                                    "not a HybridTree host model"),
+                                   ("guest0", lambda d: d["model"]["splits"].__setitem__(0, 0.5),
+                                    "not a party model file: TypeError in split 0")):
+            path = out / f"{name}.checkpoint.json"
+            with _changed(path, _json(change)):
+                capsys.readouterr()
+                assert main(["simulate", str(cfg), "--resume"]) == 4
+                err = capsys.readouterr().err
+                assert f"checkpoint {path} is damaged: {said}" in err, err
     # a config whose guests take no part any more: the host alone predicted from its own layers, without a word
-    toml = cfg.read_text()
-    cfg.write_text(toml.replace("guest_depth = 2", "guest_depth = 0"))
-    try:
+    with _changed(cfg, _text("guest_depth = 2", "guest_depth = 0")):
         assert main(["simulate", str(cfg), "--predict"]) == 2
         assert "holds guest layers, but the config asks no guest to predict" in capsys.readouterr().err
-    finally:
-        cfg.write_text(toml)
-    kept = (parts / "host.csv").read_bytes()
-    pd.read_csv(parts / "host.csv").drop(columns="_id").to_csv(parts / "host.csv", index=False)
-    try:
+    with _changed(parts / "host.csv", _frame(lambda df: df.drop(columns="_id"))):
         assert main(["simulate", str(cfg)]) == 3
         assert "the host's file needs an _id column" in capsys.readouterr().err
-    finally:
-        (parts / "host.csv").write_bytes(kept)
     # a party's model file is described by info, and fedgrove predict says how such a model predicts
     capsys.readouterr()
     for name, shown in (("guest0", "guest0"), ("host", "HybridTree host")):
@@ -461,19 +472,13 @@ def _corrupt_parts_are_refused(cfg, out: Path, part: str, whole: str, capsys):
 
     def damaged(name, change, expected):
         path = out / f"{name}.model.json"
-        kept = path.read_text()
-        d = json.loads(kept)
-        change(d)
-        path.write_text(json.dumps(d))
         (out / f"{whole}.predictions.csv").unlink(missing_ok=True)
         capsys.readouterr()
-        try:
+        with _changed(path, _json(change)):
             assert main(["simulate", str(cfg), "--predict"]) == 4
             err = capsys.readouterr().err
             assert f"{path} is corrupt" in err and expected in err and "Traceback" not in err, err
             assert not (out / f"{whole}.predictions.csv").exists()
-        finally:
-            path.write_text(kept)
 
     for f in (-3, 99):
         damaged(part, lambda d, f=f: d["splits"][0].__setitem__(2, f), f"feature {f}")
@@ -489,18 +494,11 @@ def _corrupt_parts_are_refused(cfg, out: Path, part: str, whole: str, capsys):
         damaged(part, lambda d: d["splits"].pop(0), "has children but no split")
         # the host without the values of a guest's leaves: the files are not of one run (the host's own value
         # stood in for the guest's, silently)
-        path = out / f"{whole}.model.json"
-        kept = path.read_text()
-        d = json.loads(kept)
-        d["guest_values"][0][part] = {}
-        path.write_text(json.dumps(d))
-        try:
+        with _changed(out / f"{whole}.model.json", _json(lambda d: d["guest_values"][0].__setitem__(part, {}))):
             capsys.readouterr()
             assert main(["simulate", str(cfg), "--predict"]) == 5
             err = capsys.readouterr().err
             assert f"{part} routed test instance" in err and "are not of one training run" in err, err
-        finally:
-            path.write_text(kept)
 
 
 
@@ -593,17 +591,10 @@ def test_vertical_example_predicts_from_its_files_matching_test_columns_to_the_m
             ("party1", lambda d: d["bin_mapper"]["cuts"].__setitem__(1, -1), "a list of finite numbers", 4),
             # a split moved to a node it is not at: the active party names whose bits are missing
             ("party1", lambda d: d["splits"][0].__setitem__(1, 10_000), "party1 sent no go-left bits for tree", 5)):
-        path = out / f"{name}.model.json"
-        kept = path.read_text()
-        d = json.loads(kept)
-        change(d)
-        path.write_text(json.dumps(d))
-        try:
+        with _changed(out / f"{name}.model.json", _json(change)):
             capsys.readouterr()
             assert main(["simulate", str(cfg), "--predict"]) == code
             assert expected in capsys.readouterr().err
-        finally:
-            path.write_text(kept)
     _mixed_ids_are_refused(cfg, capsys, "party0")
     _a_party_left_out_is_refused(cfg, capsys, "party2", "trained with the features of party2, which the federation")
 
@@ -632,17 +623,12 @@ def _mixed_ids_are_refused(cfg: Path, capsys, bare: str) -> None:
     from fedgrove.cli.main import main
 
     for suffix, args in (("-test", ["--predict"]), ("", [])):
-        path = cfg.parent / "parts" / f"{bare}{suffix}.csv"
-        kept = path.read_bytes()
-        pd.read_csv(path).drop(columns="_id").to_csv(path, index=False)
-        try:
+        with _changed(cfg.parent / "parts" / f"{bare}{suffix}.csv", _frame(lambda df: df.drop(columns="_id"))):
             capsys.readouterr()
             assert main(["simulate", str(cfg), *args]) == 5
             err = capsys.readouterr().err
             what = "test file" if suffix else "file"
             assert f"instance IDs (an _id column) and {bare}'s {what} has none" in err, err
-        finally:
-            path.write_bytes(kept)
 
 
 def test_federated_forest_example_predicts_as_its_training_run(tmp_path, capsys):

@@ -607,9 +607,13 @@ def _all_dates(values: pd.Series) -> bool:
     return len(present) > 0 and all(type(v) is datetime.date for v in present)
 
 
-def check_categories(categories: dict) -> None:
-    """Refuse given categories that are not, per column, a list of distinct names: a string would be taken as
-    its letters, and a name given twice shifts the codes of those after it."""
+def check_categories(categories) -> None:
+    """Refuse given categories that are not a table of, per column, a list of distinct names: a list would be
+    read as the names of columns to find categories in, a string as its letters, and a name given twice shifts
+    the codes of those after it."""
+    if not isinstance(categories, dict):
+        raise DataError(f"the categories are {str(categories)[:60]}, expected each text column's categories, "
+                        f"{{column: [category, ...]}}")
     for c, cats in categories.items():
         if not isinstance(cats, (list, tuple)) or any(isinstance(v, (bool, list, dict)) or v is None for v in cats):
             raise DataError(f"the categories of column {str(c)!r} must be a list of category names, got "

@@ -382,11 +382,13 @@ def _check_metadata(meta: dict, source: str) -> None:
 
     if meta.get("label") is not None and (not isinstance(meta["label"], (str, int)) or isinstance(meta["label"], bool)):
         bad("label", "a column name or number")
-    cats = meta.get("categories")
-    if cats is not None and not (isinstance(cats, dict) and all(
-            isinstance(v, list) and all(isinstance(c, (str, int, float)) for c in v) and len(set(map(str, v))) == len(v)
-            for v in cats.values())):
-        bad("categories", "a list of distinct categories per column")
+    if meta.get("categories") is not None:
+        from fedgrove.data.io import check_categories
+
+        try:
+            check_categories(meta["categories"])
+        except DataError:
+            bad("categories", "a list of distinct categories per column")
     if meta.get("libsvm_base") is not None and meta["libsvm_base"] not in (0, 1):
         bad("libsvm_base", "0 or 1")
     owners = meta.get("feature_owners")

@@ -23,7 +23,7 @@ from fedgrove.crypto.he import keygen
 from fedgrove.data.io import (LIBSVM_BASE, check_categories, detect_format, feature_columns, label_text, libsvm_layout,
                               load_table)
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
-from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, listing
+from fedgrove.exceptions import DataError, ModelFormatError, listing
 from fedgrove.log import logger
 from fedgrove.protocols.forest.client import ForestClient, answer_predictions
 from fedgrove.protocols.forest.master import ForestMaster
@@ -196,9 +196,6 @@ class RoleContext:
             found = json.loads(self.categories_path.read_text())
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{self.categories_path} is not valid JSON: {exc}") from None
-        if not isinstance(found, dict):  # a list would be read as the names of columns to find categories in
-            raise ModelFormatError(f"{self.categories_path} is damaged: it holds {str(found)[:60]}, expected each "
-                                   f"text column's categories, {{column: [category, ...]}}")
         try:
             check_categories(found)
         except DataError as exc:
@@ -383,11 +380,6 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
     model = ctx.load_part(HybridHostModel.from_dict)
     table = ctx.data(with_label=True, test=True, model_names=model.feature_names)
     guests = ctx.others("guest") if ctx.cfg.hybridtree["guest_depth"] > 0 else []
-    if not guests and any(values for per_tree in model.guest_values for values in per_tree.values()):
-        # the host alone would predict from its own layers, without a word, what the guests' layers refine
-        raise InvalidParameterError(f"{ctx.model_path} holds guest layers, but the config asks no guest to predict "
-                                    f"([hybridtree] guest_depth = 0, or no guest party): give the config the model "
-                                    f"was trained with")
     if guests:  # without IDs the host's test rows would be its positions 0..n-1, matched to the guests' IDs
         _with_ids(ctx, table, "the host's test file needs an _id column linking its rows to the guests' test files")
     raw = predict_hybrid(ctx.channel, guests, model, table.X, table.ids)

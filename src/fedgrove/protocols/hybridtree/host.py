@@ -84,11 +84,11 @@ class HybridHostModel:
         if foreign := [t for t, tree in enumerate(model.host_trees) if tree.foreign_splits]:
             raise ModelFormatError(f"host tree {foreign[0]} has a split without a threshold (the host grows its "
                                    f"layers alone: each of its splits has one)")
-        bad = [(t, u) for t, per_tree in enumerate(model.guest_values) for u, vals in per_tree.items()
-               if not np.isfinite(list(vals.values())).all()]
-        if bad or not np.isfinite(model.base_score).all():
-            raise ModelFormatError(f"guest leaf values of tree {bad[0][0]} from {bad[0][1]} are not all finite"
-                                   if bad else f"base_score {d['base_score']!r} is not finite")
+        if not np.isfinite(model.base_score).all():
+            raise ModelFormatError(f"base_score {d['base_score']!r} is not finite")
+        if bad := [(t, u) for t, per_tree in enumerate(model.guest_values) for u, vals in per_tree.items()
+                   if not np.isfinite(list(vals.values())).all()]:
+            raise ModelFormatError(f"guest leaf values of tree {bad[0][0]} from {bad[0][1]} are not all finite")
         if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
             raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
                                    f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")
@@ -394,9 +394,10 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
 
     trained = sorted({u for per_tree in model.guest_values for u, values in per_tree.items() if values})
     if absent := [u for u in trained if u not in guests]:  # the host's value would stand in for their layers
-        raise InvalidParameterError(f"the host's model holds the layers of {', '.join(absent)}, which the "
-                                    f"federation lacks (its guests: {', '.join(guests) or 'none'}); give the "
-                                    f"config the model was trained with")
+        lacks = (f"the layers of {', '.join(absent)}, which the federation lacks (its guests: {', '.join(guests)})"
+                 if guests else "guest layers, but the config asks no guest to predict ([hybridtree] guest_depth = "
+                                "0, or no guest party)")
+        raise InvalidParameterError(f"the host's model holds {lacks}; give the config the model was trained with")
     X_test = as_numbers(by_names(X_test, model.feature_names, "the host's test features"), "the host's test X",
                         TEXT_FEATURES)
     n = len(X_test)
