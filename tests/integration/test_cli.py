@@ -772,7 +772,7 @@ def test_info_describes_a_checkpoint_and_a_party_statistics_file(tmp_path, capsy
     assert code == 0, err
     text = " ".join((out + err).split())
     for shown in ("party party0, active", "protocol │ vertical", "trees done │ 7", "params.max_depth │ 4 ",
-                  "--resume"):
+                  "--resume", "state │ matches the SHA-256 its run wrote with it"):
         assert shown in text, shown
     (tmp_path / "party0.stats.json").write_text(json.dumps(
         {"party": "party0", "role": "active", "seconds": 3.2, "total_sent": 2_500_000, "total_received": 10_000,
@@ -939,9 +939,13 @@ def test_info_names_a_damaged_manifest_stats_or_checkpoint_file(tmp_path, capsys
     for target, said in ((parts, "manifest.json' is damaged: party #1's features is 3"),
                          (stats, f"{stats} is damaged (the run writes it): TypeError"),
                          (runs, f"{runs} is damaged (one of its <party>.stats.json files"),
-                         (checkpoint, f"{checkpoint} is damaged")):
+                         (checkpoint, f"{checkpoint} is damaged: its state does not match the SHA-256")):
         code, out, err = run(["info", target], capsys)
         assert code != 0 and said in " ".join(err.split()) and "Traceback" not in err, (target, out, err)
+    del c["state_sha256"]  # as a checkpoint written before its state carried a digest: its fields are checked
+    checkpoint.write_text(json.dumps(c))
+    code, out, err = run(["info", checkpoint], capsys)
+    assert code == 3 and f"{checkpoint} is damaged (`fedgrove simulate`" in " ".join(err.split()), (out, err)
 
 
 def test_info_names_a_damaged_model_or_party_model_file(tmp_path, capsys):

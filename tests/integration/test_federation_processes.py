@@ -395,16 +395,27 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     assert "none of the host's 114 test instances is among the" in err  # the guest's own warning
     _a_party_left_out_is_refused(cfg, capsys, "guest2", "the host's model holds the layers of guest2, which the "
                                  "federation lacks (its guests: guest0, guest1)")
-    # a damaged checkpoint is named as such on --resume (the error named no file: "not a party model file: ...")
+    # a damaged checkpoint is named as such on --resume (the error named no file: "not a party model file: ...");
+    # one whose state no longer matches its digest too (a guest leaf value changed in the host's resumed without a
+    # word); states written before the digest carry none and are checked as they load
+    def changed_value(d):
+        values = d["model"]["guest_values"][0]["guest0"]
+        values[next(iter(values))] += 0.125
+
+    def undigested(change):
+        return lambda d: (change(d), d.pop("state_sha256"))
+
     with _changed(cfg, _text("n_estimators = 3", "n_estimators = 4")):
-        for name, change, said in (("host", lambda d: d["model"]["guest_gains"]["guest0"].__setitem__(0, None),
-                                    "not a HybridTree host model"),
-                                   ("guest0", lambda d: d["model"]["splits"].__setitem__(0, 0.5),
-                                    "not a party model file: TypeError in split 0")):
+        for name, change, code, said in (
+                ("host", changed_value, 3, "its state does not match the SHA-256 its run wrote with it"),
+                ("host", undigested(lambda d: d["model"]["guest_gains"]["guest0"].__setitem__(0, None)),
+                 4, "not a HybridTree host model"),
+                ("guest0", undigested(lambda d: d["model"]["splits"].__setitem__(0, 0.5)),
+                 4, "not a party model file: TypeError in split 0")):
             path = out / f"{name}.checkpoint.json"
             with _changed(path, _json(change)):
                 capsys.readouterr()
-                assert main(["simulate", str(cfg), "--resume"]) == 4
+                assert main(["simulate", str(cfg), "--resume"]) == code
                 err = capsys.readouterr().err
                 assert f"checkpoint {path} is damaged: {said}" in err, err
     # a config whose guests take no part any more: the host alone predicted from its own layers, without a word

@@ -201,6 +201,10 @@ def _checkpoint_info(p: Path) -> None:
         raise DataError(f"checkpoint {p} cannot be read: {exc}") from None
     if not isinstance(state, dict) or "trees_done" not in state:
         raise DataError(f"{p} is not a fedgrove checkpoint (no trees_done field)")
+    from fedgrove.runner.checkpoint import DIGEST, check_state_digest
+
+    digested = DIGEST in state
+    state = check_state_digest(state, p)
     run = state.get("run") if isinstance(state.get("run"), dict) else {}
     settings = run.get("settings") or {}
     from fedgrove.runner.config import shown_setting
@@ -215,6 +219,8 @@ def _checkpoint_info(p: Path) -> None:
         rows.append(("data file SHA-256", run["data_sha256"][:16] + "..."))
     if not run:
         rows.append(("run", "not named (written before 2026-11-24): --resume cannot check it was this run's"))
+    rows.append(("state", "matches the SHA-256 its run wrote with it" if digested else
+                 "carries no SHA-256 of itself (written before 2026-11-26): edits to it cannot be told"))
     rows.append(("resume", "`fedgrove simulate CONFIG --resume` (or `fedgrove party CONFIG --resume` on every "
                            "party) continues from it, with the same settings and data; more n_estimators grow the "
                            "model on"))

@@ -18,6 +18,11 @@ after every tree and written last, so it vouches for the others):
   2026-11-25 give each text's own SHA-256 instead; they load as before.
   A fresh run starts a new log (the old checkpoint stays readable until the
   new state replaces it); a resumed run appends to the log its state names.
+* The state carries the SHA-256 of its own text (``state_sha256``, the last
+  field: of the state as written without it), so that a state edited or
+  damaged after its run wrote it is refused by name rather than resumed
+  from (a changed leaf value would otherwise go into the model without a
+  word).  States written before 2026-11-26 carry none; they load as before.
 * ``<party>.checkpoint.npy`` and ``<party>.checkpoint.alt.npy``: an optional
   array (training scores), written in turn to the file the state does not
   name (the state names the one it vouches for, with its SHA-256), in place:
@@ -42,6 +47,20 @@ from fedgrove.exceptions import DataError
 
 _SCALARS = (int, float, str, bool, type(None))
 CHUNK = "$chunk"  # {"$chunk": [offset, length]}: a value stored in the tree log (earlier: [offset, length, sha256])
+DIGEST = "state_sha256"  # the state file's last field: the SHA-256 of the state's JSON text without it
+
+
+def check_state_digest(state: dict, path: Path) -> dict:
+    """``state`` (as read from ``path``) without its digest, which must match the rest; states written before
+    2026-11-26 carry none."""
+    if DIGEST not in state:
+        return state
+    digest = state.pop(DIGEST)
+    if hashlib.sha256(json.dumps(state).encode()).hexdigest() != digest:
+        raise DataError(f"checkpoint {path} is damaged: its state does not match the SHA-256 its run wrote with it "
+                        f"(edited or corrupted since); train anew (without --resume, or into another output "
+                        f"directory), or restore the file")
+    return state
 
 
 class CheckpointStore:
@@ -98,7 +117,10 @@ class CheckpointStore:
                 fh.truncate()
             skeleton["array_file"] = target.name
             skeleton["array_sha256"] = hashlib.sha256(data).hexdigest()
-        atomic_write_text(self.path, json.dumps(skeleton))  # written last: it vouches for the log and array
+        text = json.dumps(skeleton)  # (never empty: it names its tree log)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        # written last: it vouches for the log and array; its digest is its last field, as json.dumps would write it
+        atomic_write_text(self.path, f'{text[:-1]}, "{DIGEST}": "{digest}"}}')
         self._array_named = target
         if fresh:
             for old in self.path.parent.glob(f"{self.path.stem}.*.trees"):  # an earlier run's log
@@ -179,6 +201,9 @@ class CheckpointStore:
             state = json.loads(self.path.read_text())
         except json.JSONDecodeError as exc:
             raise DataError(f"checkpoint {self.path} is corrupt: {exc}") from None
+        if not isinstance(state, dict):
+            raise DataError(f"checkpoint {self.path} is damaged: it holds a JSON {type(state).__name__}, not a state")
+        state = check_state_digest(state, self.path)
         log = state.pop("tree_log", None)
         if log is not None:
             name, end, digest = log.get("file"), log.get("bytes"), log.get("sha256")
