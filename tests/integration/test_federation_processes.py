@@ -381,10 +381,12 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     assert (out / "host.predictions.csv").read_bytes() == first
     _predicts_alike_after_its_training_files_change(cfg, out / "host.predictions.csv")
     # test files whose IDs do not link: a host file without _id (its rows were taken as IDs 0..n-1, matched to
-    # the guests' IDs) is refused; a guest whose IDs are written otherwise (text) is warned about, as is the host
+    # the guests' IDs) is refused; a guest whose IDs are written otherwise (text) is warned about, as is the host.
+    # A guest may hold none of the test instances: its test file of column names alone was refused (no data rows)
     parts = tmp_path / "parts"
     for name, change, code, said in (
             ("host", lambda df: df.drop(columns="_id"), 3, "the host's test file needs an _id column"),
+            ("guest0", lambda df: df.iloc[:0], 0, "guest0 holds none of the host's 114 test instances"),
             ("guest0", lambda df: df.assign(_id="r" + df["_id"].astype(str)), 0,
              "guest0 holds none of the host's 114 test instances")):
         with _changed(parts / f"{name}-test.csv", _frame(change)):

@@ -309,6 +309,22 @@ def test_bad_input_names_the_problem(frame, tmp_path, case, match):
         load_table(p, label=label)
 
 
+def test_a_file_of_column_names_only_is_refused_unless_rows_may_be_none(tmp_path):
+    # a HybridTree guest holding none of the test instances writes its part as the column names alone;
+    # elsewhere no rows is a mistake, in Parquet as in CSV (a Parquet file of no rows was taken)
+    (tmp_path / "g.csv").write_text("_id,a,b\n")
+    pd.DataFrame({"_id": pd.Series([], dtype="int64"), "a": pd.Series([], dtype=float)}).to_parquet(
+        tmp_path / "g.parquet")
+    for name in ("g.csv", "g.parquet"):
+        with pytest.raises(DataError, match="has no data rows"):
+            load_table(tmp_path / name)
+        t = load_table(tmp_path / name, allow_empty=True)
+        assert t.X.shape[0] == 0 and t.ids is not None and len(t.ids) == 0
+    (tmp_path / "n.csv").write_text("")  # an empty file is not a table of no rows
+    with pytest.raises(DataError, match="is empty"):
+        load_table(tmp_path / "n.csv", allow_empty=True)
+
+
 def test_two_columns_with_one_name_are_refused_in_every_format(tmp_path):
     # pandas would read a CSV header "a,a,y" as a, a.1, y: the second 'a' quietly renamed
     (tmp_path / "d.csv").write_text("a,b,a,y\n1,2,3,0\n4,5,6,1\n")

@@ -176,7 +176,7 @@ def _sniff_format(path: Path) -> str | None:
 
 def load_table(path, label: str | int | None = None, format: str | None = None, header: bool | None = None,
                n_features: int | None = None, ids: bool = True, label_required: bool = True,
-               categorical=None, libsvm_base: int | None = None) -> Table:
+               categorical=None, libsvm_base: int | None = None, allow_empty: bool = False) -> Table:
     """Load a table.
 
     Parameters
@@ -198,6 +198,8 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
         (a model's ``metadata["categories"]``) encodes with those, and a value not among them becomes
         missing (counted in ``Table.unseen``).  A category's code is its position among the column's
         distinct values sorted as text (``Table.categories``); missing values stay missing.
+    allow_empty : CSV/Parquet only; a file of column names and no rows is a table of no rows (a HybridTree
+        guest's part of a test set it holds none of), where by default it is refused.
     """
     path = Path(path)
     if not path.exists():
@@ -219,8 +221,10 @@ def load_table(path, label: str | int | None = None, format: str | None = None, 
             df = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises many types for corrupt files
             raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
+        if len(df) == 0 and not allow_empty:
+            raise DataError(f"data file {str(path)!r} has no data rows")
     else:
-        df = _read_csv(path, header)
+        df = _read_csv(path, header, allow_empty=allow_empty)
         _note_index_column(df, path)
     if not label_required and isinstance(label, str) and label not in [str(c) for c in df.columns]:
         label = None
@@ -358,7 +362,7 @@ def read_csv(path, **options) -> pd.DataFrame:
     return pd.read_csv(path, **options, **_EXACT_FLOATS)
 
 
-def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.DataFrame:
+def _read_csv(path: Path, header: bool | None, nrows: int | None = None, allow_empty: bool = False) -> pd.DataFrame:
     sep = _separator(path)
     try:
         if header is None:
@@ -380,7 +384,7 @@ def _read_csv(path: Path, header: bool | None, nrows: int | None = None) -> pd.D
     if not header:
         df.columns = [f"f{j}" for j in range(df.shape[1])]
         df.attrs["named"] = False
-    if df.shape[0] == 0:
+    if df.shape[0] == 0 and not (allow_empty and header):
         raise DataError(f"data file {str(path)!r} has no data rows")
     return df
 

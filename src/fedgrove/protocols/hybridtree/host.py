@@ -410,8 +410,9 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
         answers = {u: channel.recv(u, "route", m.RouteAnswer).leaves for u in guests}
         for u, leaves in answers.items():
             if n and leaves.ndim == 2 and leaves.shape[1] and not (leaves[:, 0] >= 0).any():
-                logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them; "
-                               "were both test files' _id columns written alike (numbers, or the same text)?", u, n)
+                logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them (if it "
+                               "should hold some: were both test files' _id columns written alike, numbers or the "
+                               "same text?)", u, n)
     K = len(model.base_score)
     raw = np.tile(model.base_score, (n, 1))
     for t, tree in enumerate(model.host_trees):

@@ -222,8 +222,10 @@ def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPackin
     an integer whose packed pairs fit the key's plaintexts."""
     k = default_rows_per_ciphertext(he, packer) if k is None else k
     if isinstance(k, bool) or not isinstance(k, int) or not RowPacking.for_packer(packer, k).fits(he.plaintext_bits):
+        most = max(r for r in range(1, MAX_ROWS + 1) if RowPacking.for_packer(packer, r).fits(he.plaintext_bits))
         raise InvalidParameterError(f"rows_per_ciphertext must be an integer from 1 to {MAX_ROWS} whose packed "
-                                    f"pairs fit the key's {he.plaintext_bits}-bit plaintexts, got {k!r}")
+                                    f"pairs fit the key's {he.plaintext_bits}-bit plaintexts (at most {most} with "
+                                    f"this key and these gradients), got {k!r}")
     return RowPacking.for_packer(packer, k)
 
 

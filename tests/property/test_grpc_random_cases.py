@@ -1,0 +1,214 @@
+"""Every protocol on small random federations: `fedgrove simulate` (one process) and the parties' own configs run
+over gRPC with mutual TLS (each party in a thread of this process, as `fedgrove party` runs it) must write the
+same model files and predictions, byte for byte.
+
+The fixed examples' runs over gRPC check this on one table each; here each seed draws a table (40-200 rows of
+mixed scales, missing values, few-valued and constant columns), labels (binary, three classes or regression,
+where the protocol takes them), parameters, protocol options and a split of the data between two to four
+parties (instances in each party's own order, test files included), so that what only some data or settings
+reach (a guest holding no test instance, one ciphertext for several rows, PSI alignment, count mode, the
+classical forest prediction, DP noise, a schedule in blocks) travels over the real transport too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.integration.test_federation_processes import _parties_over_grpc_in_threads
+from tests.integration.test_grpc import _port
+
+OBJECTIVES = {"vertical": ("binary", "multiclass", "regression"), "hybridtree": ("binary", "multiclass", "regression"),
+              "horizontal": ("binary", "multiclass", "regression"), "federated-forest": ("binary", "multiclass",
+                                                                                         "regression"),
+              "simfl": ("binary", "regression"), "fvtree": ("binary", "regression")}
+
+
+def _table(rs, objective: str, n: int):
+    """A random table: features of mixed scales with missing values, and labels of ``objective``."""
+    d = int(rs.integers(3, 7))
+    X = rs.normal(size=(n, d)) * rs.choice([1e-3, 1.0, 1e4], size=d)
+    if rs.random() < 0.5:
+        X[rs.random(X.shape) < rs.random() * 0.3] = np.nan
+    if rs.random() < 0.3:
+        X[:, 0] = rs.integers(0, 3, n)
+    if rs.random() < 0.2:
+        X[:, -1] = 5.0
+    signal = np.nan_to_num(X[:, 0]) / (np.nanstd(X[:, 0]) + 1e-12) + rs.normal(size=n)
+    if objective == "binary":
+        y = (signal > 0).astype(int)
+        y[:2] = [0, 1]
+    elif objective == "multiclass":
+        y = np.digitize(signal, [-0.5, 0.5])
+        y[:3] = [0, 1, 2]
+    else:
+        y = signal * 3 + 10
+    return pd.DataFrame(X, columns=[f"f{j}" for j in range(d)]), y
+
+
+def _case(rs, protocol: str):
+    """(the parties: {name: (role, training frame, test frame or None, whether it holds the label)}, the config
+    text shared by every party but its [[party]] tables)."""
+    objective = str(rs.choice(OBJECTIVES[protocol]))
+    n, n_test = int(rs.integers(40, 200)), int(rs.integers(5, 40))
+    X, y = _table(rs, objective, n + n_test)
+    X.insert(0, "_id", rs.permutation(10 * (n + n_test))[:n + n_test])
+    X["label"] = y
+    train, test = X.iloc[:n], X.iloc[n:]
+    d = X.shape[1] - 2
+    k = int(rs.integers(2, 4 if protocol != "fvtree" else 5))
+    options = {}
+    params = {"objective": objective, "n_estimators": int(rs.integers(1, 4)), "max_depth": int(rs.integers(1, 5)),
+              "learning_rate": float(rs.choice([0.1, 0.3, 1.0])), "max_bins": int(rs.choice([2, 4, 16, 64])),
+              "seed": int(rs.integers(0, 100))}
+    if protocol == "federated-forest":  # a forest's parameters: fedgrove.engine.forest.ForestParams
+        params = {"task": "regression" if objective == "regression" else "classification",
+                  **{k: params[k] for k in ("n_estimators", "max_depth", "max_bins", "seed")},
+                  "max_features": "sqrt" if rs.random() < 0.5 else 1.0, "bootstrap": bool(rs.random() < 0.7)}
+    else:
+        params["reg_lambda"] = float(rs.choice([0.0, 1.0, 5.0]))
+        params["min_child_weight"] = float(rs.choice([1e-3, 1.0]))
+    if objective == "multiclass" and protocol != "federated-forest":
+        params["n_classes"] = 3
+    parties = {}
+
+    def rows(frame, cols, label):  # a party's part: its columns, in its own order of the instances
+        part = frame[["_id", *cols, *(["label"] if label else [])]]
+        return part.iloc[rs.permutation(len(part))]
+
+    if protocol in ("vertical", "federated-forest", "hybridtree"):
+        groups = [list(g) for g in np.array_split(rs.permutation(d), min(k, d)) if len(g)]
+        cols = [[f"f{j}" for j in sorted(g)] for g in groups]
+        if protocol == "hybridtree":
+            del params["max_depth"]
+            options["hybridtree"] = {"host_depth": int(rs.integers(1, 4)), "guest_depth": int(rs.integers(0, 3)),
+                                     "mode": str(rs.choice(["hessian", "count"]))}
+            parties["host"] = ("host", rows(train, cols[0], True), rows(test, cols[0], False), True)
+            for g, c in enumerate(cols[1:]):
+                keep = rs.random(n) < rs.uniform(0.3, 1.0)  # a guest holds some of the instances
+                keep_test = rs.random(n_test) < rs.uniform(0.0, 1.0)
+                parties[f"guest{g}"] = ("guest", rows(train[keep], c, False), rows(test[keep_test], c, False), False)
+        else:
+            lead, other = ("active", "passive") if protocol == "vertical" else ("client", "client")
+            if protocol == "federated-forest":
+                parties["master"] = ("master", None, None, False)
+                options["forest"] = {"label_mode": str(rs.choice(["encrypted", "shared"])),
+                                     "prediction": str(rs.choice(["one-round", "classical"]))}
+                params["feature_sampling"] = str(rs.choice(["tree", "node"]))
+            for p, c in enumerate(cols):
+                parties[f"party{p}"] = (lead if p == 0 else other, rows(train, c, p == 0), rows(test, c, False),
+                                        p == 0)
+            if protocol == "vertical" and rs.random() < 0.5:  # each party holds some instances the others lack
+                options["federation"] = {"align": "psi"}
+                for p in list(parties)[1:]:
+                    role, frame, t, label = parties[p]
+                    parties[p] = (role, frame.iloc[:-int(rs.integers(1, 5))], t, label)
+        count_mode = options.get("hybridtree", {}).get("mode") == "count"  # (one instance a ciphertext)
+        if protocol != "federated-forest" and not count_mode and rs.random() < 0.5:
+            options["he"] = {"rows_per_ciphertext": int(rs.integers(1, 3))}  # (OU-2048 holds two)
+    else:
+        features = [f"f{j}" for j in range(d)]
+        shares = rs.dirichlet(np.full(k, 2.0)) * 0.7 + 0.3 / k
+        cut = np.r_[0, np.round(np.cumsum(shares) * n).astype(int)]
+        cut[-1] = n
+        if protocol == "horizontal":
+            parties["aggregator"] = ("aggregator", None, None, False)
+        for p in range(k):
+            part = train.iloc[cut[p]:cut[p + 1]]
+            if objective == "binary" and part["label"].nunique() < 2:
+                part = pd.concat([part, train.iloc[:2]])  # (rows 0 and 1 hold both classes)
+            role = "client" if protocol == "horizontal" else "party"
+            parties[f"party{p}"] = (role, rows(part, features, True).drop(columns="_id"),
+                                    test[features].copy(), True)
+        if protocol == "simfl":
+            options["simfl"] = {"distribution": str(rs.choice(["cauchy", "gaussian"])),
+                                "schedule": str(rs.choice(["blocks", "round-robin"])), "n_bins": 32,
+                                "n_hashes": int(rs.integers(1, d)) if d > 1 else 1, "force": d == 1}
+        elif protocol == "fvtree":
+            options["fvtree"] = {"n_candidates": str(rs.choice(["all", "2"])), "refit": bool(rs.random() < 0.5),
+                                 "psd_depth": int(rs.integers(1, 5)), "verify": bool(rs.random() < 0.5),
+                                 "threshold": 10.0, "noise": "public"}
+            if options["fvtree"]["n_candidates"] == "2":
+                options["fvtree"]["n_candidates"] = 2
+            if rs.random() < 0.3:
+                options["fvtree.dp"] = {"epsilon": 5.0, "trees_per_ensemble": params["n_estimators"],
+                                        "n_ensembles": 1, "seeded": True}
+    if protocol in ("horizontal", "federated-forest"):  # (its master or aggregator holds no test file)
+        options.setdefault("federation", {})["predict"] = True
+    sections = {"federation": {"protocol": protocol, "seed": int(rs.integers(0, 1000)), "timeout": 60,
+                               **options.pop("federation", {})},
+                **({"he": {"scheme": "ou", "key_bits": 2048, **options.pop("he", {})}}
+                   if protocol in ("vertical", "hybridtree", "federated-forest") else {}),
+                "params": params, **options}
+    return parties, sections
+
+
+def _toml(sections: dict) -> str:
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return f'"{v}"' if isinstance(v, str) else repr(v)
+
+    return "".join(f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in table.items()) + "\n"
+                   for name, table in sections.items())
+
+
+def _write(tmp_path, parties: dict, sections: dict) -> None:
+    """The parties' files, certificates, the federation config (output ``sim``) and each party's own config
+    (output ``grpc``)."""
+    from fedgrove.crypto.certs import create_federation_certs
+
+    names = list(parties)
+    create_federation_certs(tmp_path / "certs", names)
+    ports = {n: _port() for n in names}
+    common = _toml(sections)
+    entries = {}
+    for n, (role, frame, test, label) in parties.items():
+        entry = f'name = "{n}"\nrole = "{role}"\n'
+        if frame is not None:
+            frame.to_csv(tmp_path / f"{n}.csv", index=False)
+            entry += f'data = "{n}.csv"\n'
+            if test is not None:
+                test.to_csv(tmp_path / f"{n}-test.csv", index=False)
+                entry += f'test = "{n}-test.csv"\n'
+        if label:
+            entry += 'label = "label"\n'
+        entries[n] = entry
+    (tmp_path / "federation.toml").write_text(
+        common + "".join(f"[[party]]\n{entries[n]}\n" for n in names) + '[output]\ndir = "sim"\n')
+    for n in names:
+        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
+        roles = "".join(f'{m} = "{parties[m][0]}"\n' for m in names if m != n)
+        (tmp_path / f"{n}.toml").write_text(f'[party]\n{entries[n]}listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n'
+                                            f"\n[peers]\n{peers}\n[roles]\n{roles}\n{common}"
+                                            '[output]\ndir = "grpc"\n')
+
+
+@pytest.mark.parametrize("protocol", ["vertical", "hybridtree", "horizontal", "federated-forest", "simfl",
+                                      "fvtree"])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+def test_a_random_federation_writes_the_same_files_in_one_process_and_over_grpc(tmp_path, protocol, seed):
+    from fedgrove.cli.main import main
+
+    rs = np.random.default_rng([seed, sorted(OBJECTIVES).index(protocol)])
+    parties, sections = _case(rs, protocol)
+    _write(tmp_path, parties, sections)
+    case = (tmp_path / "federation.toml").read_text()
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0, case
+    _parties_over_grpc_in_threads(tmp_path, list(parties))
+    # the models, predictions and SimFL's similarities; not statistics, checkpoints or ledgers (times, keys)
+    written = sorted(f.name for f in (tmp_path / "sim").iterdir()
+                     if f.name.endswith((".model.json", ".predictions.csv", ".simfl-prep.npz", ".simfl-prep.json")))
+    assert any(w.endswith(".model.json") for w in written), written
+    assert any(w.endswith(".predictions.csv") for w in written), written
+    for name in written:
+        sim, grpc_run = (tmp_path / d / name for d in ("sim", "grpc"))
+        assert grpc_run.exists(), (name, case)
+        if name.endswith(".simfl-prep.json"):  # (its preprocessing's seconds differ)
+            a, b = (json.loads(f.read_text()) for f in (sim, grpc_run))
+            assert a.pop("seconds") >= 0 and b.pop("seconds") >= 0 and a == b, (name, case)
+        else:
+            assert sim.read_bytes() == grpc_run.read_bytes(), (name, case)
