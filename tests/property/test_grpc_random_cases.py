@@ -3,11 +3,12 @@ over gRPC with mutual TLS (each party in a thread of this process, as `fedgrove 
 same model files and predictions, byte for byte.
 
 The fixed examples' runs over gRPC check this on one table each; here each seed draws a table (40-200 rows of
-mixed scales, missing values, few-valued and constant columns), labels (binary, three classes or regression,
-where the protocol takes them), parameters, protocol options and a split of the data between two to four
-parties (instances in each party's own order, test files included), so that what only some data or settings
-reach (a guest holding no test instance, one ciphertext for several rows, PSI alignment, count mode, the
-classical forest prediction, DP noise, a schedule in blocks) travels over the real transport too.
+mixed scales, missing values, few-valued and constant columns, a column of text categories, text IDs), labels
+(binary, three classes or regression, as codes or class names), parameters, protocol options and a split of the
+data between two to four parties (instances in each party's own order, test files included, in CSV or Parquet),
+so that what only some data or settings reach (a guest holding no test instance, one ciphertext for several
+rows, PSI alignment, count mode, the classical forest prediction, DP noise, a schedule in blocks, split Shapley
+contributions) travels over the real transport too.
 """
 
 from __future__ import annotations
@@ -21,10 +22,7 @@ import pytest
 from tests.integration.test_federation_processes import _parties_over_grpc_in_threads
 from tests.integration.test_grpc import _port
 
-OBJECTIVES = {"vertical": ("binary", "multiclass", "regression"), "hybridtree": ("binary", "multiclass", "regression"),
-              "horizontal": ("binary", "multiclass", "regression"), "federated-forest": ("binary", "multiclass",
-                                                                                         "regression"),
-              "simfl": ("binary", "regression"), "fvtree": ("binary", "regression")}
+PROTOCOLS = ("vertical", "hybridtree", "horizontal", "federated-forest", "simfl", "fvtree")
 
 
 def _table(rs, objective: str, n: int):
@@ -50,17 +48,27 @@ def _table(rs, objective: str, n: int):
 
 
 def _case(rs, protocol: str):
-    """(the parties: {name: (role, training frame, test frame or None, whether it holds the label)}, the config
-    text shared by every party but its [[party]] tables)."""
-    objective = str(rs.choice(OBJECTIVES[protocol]))
+    """The parties, {name: (role, training frame, test frame (None: no data), whether it holds the label, lines
+    of its [[party]] table)}, and the config's other tables, {table: {key: value}}, which every party shares."""
+    objective = str(rs.choice(["binary", "multiclass", "regression"]))
     n, n_test = int(rs.integers(40, 200)), int(rs.integers(5, 40))
     X, y = _table(rs, objective, n + n_test)
     X.insert(0, "_id", rs.permutation(10 * (n + n_test))[:n + n_test])
+    vertical = protocol in ("vertical", "federated-forest", "hybridtree")
+    if vertical and rs.random() < 0.3:  # instance IDs as text: every party codes them alike
+        X["_id"] = "c-" + X["_id"].astype(str)
+    options, extra = {}, ""
+    if rs.random() < 0.3:  # a feature of text categories (and missing values)
+        X["f0"] = np.where(np.isnan(X["f0"]), None, rs.choice(["red", "green", "blue"], len(X)))
+        extra = 'categorical = "auto"\n' if vertical else 'categorical = {f0 = ["blue", "green", "red"]}\n'
+    if objective != "regression" and rs.random() < 0.3:  # class names, in the order of their codes
+        names = ["no", "yes"] if objective == "binary" else ["a", "b", "c"]
+        y = np.asarray(names)[y]
+        options["federation"] = {"classes": names}
     X["label"] = y
     train, test = X.iloc[:n], X.iloc[n:]
     d = X.shape[1] - 2
     k = int(rs.integers(2, 4 if protocol != "fvtree" else 5))
-    options = {}
     params = {"objective": objective, "n_estimators": int(rs.integers(1, 4)), "max_depth": int(rs.integers(1, 5)),
               "learning_rate": float(rs.choice([0.1, 0.3, 1.0])), "max_bins": int(rs.choice([2, 4, 16, 64])),
               "seed": int(rs.integers(0, 100))}
@@ -79,6 +87,10 @@ def _case(rs, protocol: str):
         part = frame[["_id", *cols, *(["label"] if label else [])]]
         return part.iloc[rs.permutation(len(part))]
 
+    def holder(role, frame, test_frame, label):  # a party: (role, training frame, test frame, label?, config)
+        categorical = frame is not None and "f0" in frame and not pd.api.types.is_numeric_dtype(frame["f0"])
+        return role, frame, test_frame, label, extra if categorical else ""
+
     if protocol in ("vertical", "federated-forest", "hybridtree"):
         groups = [list(g) for g in np.array_split(rs.permutation(d), min(k, d)) if len(g)]
         cols = [[f"f{j}" for j in sorted(g)] for g in groups]
@@ -86,26 +98,27 @@ def _case(rs, protocol: str):
             del params["max_depth"]
             options["hybridtree"] = {"host_depth": int(rs.integers(1, 4)), "guest_depth": int(rs.integers(0, 3)),
                                      "mode": str(rs.choice(["hessian", "count"]))}
-            parties["host"] = ("host", rows(train, cols[0], True), rows(test, cols[0], False), True)
+            parties["host"] = holder("host", rows(train, cols[0], True), rows(test, cols[0], False), True)
             for g, c in enumerate(cols[1:]):
                 keep = rs.random(n) < rs.uniform(0.3, 1.0)  # a guest holds some of the instances
                 keep_test = rs.random(n_test) < rs.uniform(0.0, 1.0)
-                parties[f"guest{g}"] = ("guest", rows(train[keep], c, False), rows(test[keep_test], c, False), False)
+                parties[f"guest{g}"] = holder("guest", rows(train[keep], c, False), rows(test[keep_test], c, False),
+                                              False)
         else:
             lead, other = ("active", "passive") if protocol == "vertical" else ("client", "client")
             if protocol == "federated-forest":
-                parties["master"] = ("master", None, None, False)
+                parties["master"] = holder("master", None, None, False)
                 options["forest"] = {"label_mode": str(rs.choice(["encrypted", "shared"])),
                                      "prediction": str(rs.choice(["one-round", "classical"]))}
                 params["feature_sampling"] = str(rs.choice(["tree", "node"]))
             for p, c in enumerate(cols):
-                parties[f"party{p}"] = (lead if p == 0 else other, rows(train, c, p == 0), rows(test, c, False),
-                                        p == 0)
+                parties[f"party{p}"] = holder(lead if p == 0 else other, rows(train, c, p == 0),
+                                              rows(test, c, False), p == 0)
             if protocol == "vertical" and rs.random() < 0.5:  # each party holds some instances the others lack
-                options["federation"] = {"align": "psi"}
+                options.setdefault("federation", {})["align"] = "psi"
                 for p in list(parties)[1:]:
-                    role, frame, t, label = parties[p]
-                    parties[p] = (role, frame.iloc[:-int(rs.integers(1, 5))], t, label)
+                    role, frame, t, label, more = parties[p]
+                    parties[p] = (role, frame.iloc[:-int(rs.integers(1, 5))], t, label, more)
         count_mode = options.get("hybridtree", {}).get("mode") == "count"  # (one instance a ciphertext)
         if protocol != "federated-forest" and not count_mode and rs.random() < 0.5:
             options["he"] = {"rows_per_ciphertext": int(rs.integers(1, 3))}  # (OU-2048 holds two)
@@ -115,14 +128,16 @@ def _case(rs, protocol: str):
         cut = np.r_[0, np.round(np.cumsum(shares) * n).astype(int)]
         cut[-1] = n
         if protocol == "horizontal":
-            parties["aggregator"] = ("aggregator", None, None, False)
+            parties["aggregator"] = holder("aggregator", None, None, False)
+            if rs.random() < 0.3:
+                options["horizontal"] = {"contributions": True}
         for p in range(k):
             part = train.iloc[cut[p]:cut[p + 1]]
             if objective == "binary" and part["label"].nunique() < 2:
                 part = pd.concat([part, train.iloc[:2]])  # (rows 0 and 1 hold both classes)
             role = "client" if protocol == "horizontal" else "party"
-            parties[f"party{p}"] = (role, rows(part, features, True).drop(columns="_id"),
-                                    test[features].copy(), True)
+            parties[f"party{p}"] = holder(role, rows(part, features, True).drop(columns="_id"),
+                                          test[features].copy(), True)
         if protocol == "simfl":
             options["simfl"] = {"distribution": str(rs.choice(["cauchy", "gaussian"])),
                                 "schedule": str(rs.choice(["blocks", "round-robin"])), "n_bins": 32,
@@ -133,7 +148,7 @@ def _case(rs, protocol: str):
                                  "threshold": 10.0, "noise": "public"}
             if options["fvtree"]["n_candidates"] == "2":
                 options["fvtree"]["n_candidates"] = 2
-            if rs.random() < 0.3:
+            if objective != "multiclass" and rs.random() < 0.3:  # (DP: binary and regression)
                 options["fvtree.dp"] = {"epsilon": 5.0, "trees_per_ensemble": params["n_estimators"],
                                         "n_ensembles": 1, "seeded": True}
     if protocol in ("horizontal", "federated-forest"):  # (its master or aggregator holds no test file)
@@ -150,15 +165,17 @@ def _toml(sections: dict) -> str:
     def value(v):
         if isinstance(v, bool):
             return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
         return f'"{v}"' if isinstance(v, str) else repr(v)
 
     return "".join(f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in table.items()) + "\n"
                    for name, table in sections.items())
 
 
-def _write(tmp_path, parties: dict, sections: dict) -> None:
-    """The parties' files, certificates, the federation config (output ``sim``) and each party's own config
-    (output ``grpc``)."""
+def _write(tmp_path, parties: dict, sections: dict, parquet=()) -> None:
+    """The parties' files (CSV, Parquet for those in ``parquet``), certificates, the federation config (output
+    ``sim``) and each party's own config (output ``grpc``)."""
     from fedgrove.crypto.certs import create_federation_certs
 
     names = list(parties)
@@ -166,14 +183,14 @@ def _write(tmp_path, parties: dict, sections: dict) -> None:
     ports = {n: _port() for n in names}
     common = _toml(sections)
     entries = {}
-    for n, (role, frame, test, label) in parties.items():
-        entry = f'name = "{n}"\nrole = "{role}"\n'
+    for n, (role, frame, test, label, more) in parties.items():
+        entry = f'name = "{n}"\nrole = "{role}"\n{more}'
         if frame is not None:
-            frame.to_csv(tmp_path / f"{n}.csv", index=False)
-            entry += f'data = "{n}.csv"\n'
-            if test is not None:
-                test.to_csv(tmp_path / f"{n}-test.csv", index=False)
-                entry += f'test = "{n}-test.csv"\n'
+            ext = "parquet" if n in parquet else "csv"
+            for suffix, table in (("", frame), ("-test", test)):
+                path = tmp_path / f"{n}{suffix}.{ext}"
+                table.to_parquet(path, index=False) if n in parquet else table.to_csv(path, index=False)
+            entry += f'data = "{n}.{ext}"\ntest = "{n}-test.{ext}"\n'
         if label:
             entry += 'label = "label"\n'
         entries[n] = entry
@@ -187,15 +204,14 @@ def _write(tmp_path, parties: dict, sections: dict) -> None:
                                             '[output]\ndir = "grpc"\n')
 
 
-@pytest.mark.parametrize("protocol", ["vertical", "hybridtree", "horizontal", "federated-forest", "simfl",
-                                      "fvtree"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_a_random_federation_writes_the_same_files_in_one_process_and_over_grpc(tmp_path, protocol, seed):
     from fedgrove.cli.main import main
 
-    rs = np.random.default_rng([seed, sorted(OBJECTIVES).index(protocol)])
+    rs = np.random.default_rng([seed, PROTOCOLS.index(protocol)])
     parties, sections = _case(rs, protocol)
-    _write(tmp_path, parties, sections)
+    _write(tmp_path, parties, sections, parquet={n for n in parties if rs.random() < 0.3})
     case = (tmp_path / "federation.toml").read_text()
     assert main(["simulate", str(tmp_path / "federation.toml")]) == 0, case
     _parties_over_grpc_in_threads(tmp_path, list(parties))
