@@ -228,3 +228,47 @@ def test_a_random_federation_writes_the_same_files_in_one_process_and_over_grpc(
             assert a.pop("seconds") >= 0 and b.pop("seconds") >= 0 and a == b, (name, case)
         else:
             assert sim.read_bytes() == grpc_run.read_bytes(), (name, case)
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_files(tmp_path, monkeypatch, protocol,
+                                                                                     seed):
+    # one party fails while checkpointing a random tree (the others stop at once, some a tree further); every
+    # party restarted with --resume must write the files of a run that was never stopped
+    from fedgrove.runner.checkpoint import CheckpointStore
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import simulate
+
+    rs = np.random.default_rng([seed, PROTOCOLS.index(protocol), 1])
+    parties, sections = _case(rs, protocol)
+    sections["params"]["n_estimators"] = int(rs.integers(2, 5))
+    _write(tmp_path, parties, sections, parquet={n for n in parties if rs.random() < 0.3})
+    fed = tmp_path / "federation.toml"
+    case = fed.read_text()
+    simulate(load_federation(fed))  # into sim/
+    fed.write_text(case.replace('dir = "sim"', 'dir = "stopped"'))
+    victim, at = str(rs.choice(list(parties))), int(rs.integers(1, sections["params"]["n_estimators"]))
+    save = CheckpointStore.save
+
+    def dies(self, state, array=None):  # at its first checkpoint of at least ``at`` trees (multiclass: rounds)
+        if self.path.name == f"{victim}.checkpoint.json" and state.get("trees_done", 0) >= at:
+            raise _Killed(f"{victim} killed while checkpointing tree {state['trees_done']}")
+        return save(self, state, array)
+
+    monkeypatch.setattr(CheckpointStore, "save", dies)
+    with pytest.raises(Exception) as stopped:
+        simulate(load_federation(fed))
+    assert "killed while checkpointing" in str(stopped.value) or stopped.type.__name__ != "_Killed", stopped.value
+    monkeypatch.setattr(CheckpointStore, "save", save)
+    simulate(load_federation(fed), resume=True)
+    written = sorted(f.name for f in (tmp_path / "sim").iterdir()
+                     if f.name.endswith((".model.json", ".predictions.csv")))
+    assert written, case
+    for name in written:
+        assert (tmp_path / "sim" / name).read_bytes() == (tmp_path / "stopped" / name).read_bytes(), \
+            (name, victim, at, case)

@@ -197,3 +197,50 @@ def test_a_state_changed_after_its_run_wrote_it_is_refused_by_name(trees, tmp_pa
     path.write_text(json.dumps([1, 2]))
     with pytest.raises(DataError, match="is damaged: it holds a JSON list, not a state"):
         CheckpointStore(path).load()
+
+
+def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
+    # a party may stop after its peers checkpointed a tree and before it did: the federation resumes from the
+    # fewest trees every party holds, and one a tree ahead had only its newest state (no way back but to start
+    # afresh: "has no checkpoint that far" or "its checkpoint holds 3 trees, party0 resumes at 2")
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    for k in range(1, 5):
+        store.save(_state(trees, k), np.full((2, 1), float(k)))
+    assert CheckpointStore(path).trees_done() == 4
+    for limit, expected in ((None, 4), (5, 4), (4, 4), (3, 3), (2, 4), (0, None)):
+        back = CheckpointStore(path)
+        back.limit = limit
+        state = back.load()
+        if expected is None:
+            assert state is None
+            continue
+        assert state["trees_done"] == expected and state["array"][0, 0] == expected, limit
+        assert json.dumps(state["model"]) == json.dumps(_state(trees, expected)["model"])
+    resumed = CheckpointStore(path)  # resumed from tree 3: its next states follow on from there
+    resumed.limit = 3
+    resumed.load()
+    resumed.save(_state(trees[6:], 4), np.full((2, 1), 40.0))
+    again = CheckpointStore(path)
+    again.limit = 3
+    assert again.load()["array"][0, 0] == 3.0  # the previous state, its scores intact
+    newest = CheckpointStore(path).load()
+    assert newest["array"][0, 0] == 40.0
+    assert json.dumps(newest["model"]) == json.dumps(_state(trees[6:], 4)["model"])
+    CheckpointStore(path).save(_state(trees, 1))  # a fresh run: no earlier run's state to step back to
+    assert not (tmp_path / "p.checkpoint.prev.json").exists()
+
+
+def test_a_previous_state_cut_short_by_a_crash_is_refused_by_name(trees, tmp_path):
+    # the previous state is written in place: a crash while writing it leaves a state its digest refuses
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    for k in range(1, 4):
+        store.save(_state(trees, k))
+    prev = tmp_path / "p.checkpoint.prev.json"
+    prev.write_text(prev.read_text()[:-30] + '"}')
+    back = CheckpointStore(path)
+    back.limit = 2
+    with pytest.raises(DataError, match="p.checkpoint.prev.json is (corrupt|damaged)"):
+        back.load()
+    assert CheckpointStore(path).load()["trees_done"] == 3  # the newest state is as it was

@@ -23,6 +23,14 @@ after every tree and written last, so it vouches for the others):
   damaged after its run wrote it is refused by name rather than resumed
   from (a changed leaf value would otherwise go into the model without a
   word).  States written before 2026-11-26 carry none; they load as before.
+* ``<party>.checkpoint.prev.json``: the state before the newest, written
+  (in place) just before it, so that a party one tree ahead of a peer that
+  stopped can step back to where every party is: a party may stop after its
+  peers checkpointed a tree and before it did, and ``--resume`` then
+  resumes from the fewest trees every party holds (``limit``, which
+  :func:`fedgrove.runner.run` agrees on among the parties).  The tree log
+  and the array file the previous state names are kept for it (a fresh run
+  removes it).
 * ``<party>.checkpoint.npy`` and ``<party>.checkpoint.alt.npy``: an optional
   array (training scores), written in turn to the file the state does not
   name (the state names the one it vouches for, with its SHA-256), in place:
@@ -77,6 +85,11 @@ class CheckpointStore:
         self._seen: dict[int, tuple] = {}           # id(FrozenJSON) -> (the object, its reference)
         self._log_hash = hashlib.sha256()           # of the log's first _log_end bytes
         self.run: dict | None = None  # the run that saves (party, role, settings, data digest), kept in each state
+        self.prev_path = self.path.with_suffix(".prev.json")
+        self._text: str | None = None  # the newest state's text, written or loaded (the next save's previous one)
+        #: load the newest state of at most this many trees (the previous one where the newest holds more); None:
+        #: the newest
+        self.limit: int | None = None
 
     @property
     def _alt_array_path(self) -> Path:
@@ -84,7 +97,8 @@ class CheckpointStore:
 
     def save(self, state: dict, array: np.ndarray | None = None) -> None:
         fresh = self._log is None
-        if fresh:  # a fresh run (a resumed one has loaded its state): a new log
+        if fresh:  # a fresh run (a resumed one has loaded its state): a new log, and no earlier run's state
+            self.prev_path.unlink(missing_ok=True)
             self._log = self.path.with_name(f"{self.path.stem}.{uuid.uuid4().hex[:12]}.trees")
             self._log_end, self._chunks, self._seen, self._log_hash = 0, {}, {}, hashlib.sha256()
             self._log_size = 0
@@ -119,8 +133,13 @@ class CheckpointStore:
             skeleton["array_sha256"] = hashlib.sha256(data).hexdigest()
         text = json.dumps(skeleton)  # (never empty: it names its tree log)
         digest = hashlib.sha256(text.encode()).hexdigest()
-        # written last: it vouches for the log and array; its digest is its last field, as json.dumps would write it
-        atomic_write_text(self.path, f'{text[:-1]}, "{DIGEST}": "{digest}"}}')
+        text = f'{text[:-1]}, "{DIGEST}": "{digest}"}}'  # its digest is its last field, as json.dumps writes it
+        if self._text is not None:  # the state before, in place (a half-written one fails its digest)
+            with open(self.prev_path, "r+" if self.prev_path.exists() else "w") as fh:
+                fh.write(self._text)
+                fh.truncate()
+        atomic_write_text(self.path, text)  # written last: it vouches for the log and array
+        self._text = text
         self._array_named = target
         if fresh:
             for old in self.path.parent.glob(f"{self.path.stem}.*.trees"):  # an earlier run's log
@@ -193,29 +212,60 @@ class CheckpointStore:
             raise ProtocolError(f"checkpoint scores have shape {raw.shape}, expected {tuple(shape)}")
         return raw
 
-    def load(self) -> dict | None:
-        """The saved state with its trees and array restored; later saves append to the same tree log."""
-        if not self.path.exists():
+    def newest(self) -> dict | None:
+        """The newest state as written (its trees as references into the log, its array by name), its digest
+        checked; None: no checkpoint."""
+        state = self._read(self.path)
+        if state is not None:
+            del state["$text"]
+        return state
+
+    def trees_done(self) -> int:
+        """How many trees the newest state holds (0: none), read without restoring it."""
+        state = self.newest()
+        return 0 if state is None else _trees_done(state, self.path)
+
+    def _read(self, path: Path) -> dict | None:
+        """A state file's content, its digest checked (None: no file)."""
+        if not path.exists():
             return None
+        text = path.read_text()
         try:
-            state = json.loads(self.path.read_text())
+            state = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise DataError(f"checkpoint {self.path} is corrupt: {exc}") from None
+            raise DataError(f"checkpoint {path} is corrupt: {exc}") from None
         if not isinstance(state, dict):
-            raise DataError(f"checkpoint {self.path} is damaged: it holds a JSON {type(state).__name__}, not a state")
-        state = check_state_digest(state, self.path)
+            raise DataError(f"checkpoint {path} is damaged: it holds a JSON {type(state).__name__}, not a state")
+        state = check_state_digest(state, path)
+        state["$text"] = text
+        return state
+
+    def load(self) -> dict | None:
+        """The saved state with its trees and array restored; later saves append to the same tree log.  With a
+        ``limit``, the newest state of at most that many trees (the previous one if the newest holds more; None
+        at a limit of 0; the newest, for the protocol to cut short, where neither fits)."""
+        state, path = self._read(self.path), self.path
+        if state is not None and self.limit is not None and _trees_done(state, path) > self.limit:
+            prev = self._read(self.prev_path)
+            if prev is not None and _trees_done(prev, self.prev_path) <= self.limit:
+                state, path = prev, self.prev_path
+            elif self.limit == 0:
+                return None
+        if state is None:
+            return None
+        self._text = state.pop("$text")
         log = state.pop("tree_log", None)
         if log is not None:
             name, end, digest = log.get("file"), log.get("bytes"), log.get("sha256")
             log_path = self.path.with_name(str(name))
             if not isinstance(name, str) or Path(name).name != name or not isinstance(end, int) \
                     or not log_path.exists() or log_path.stat().st_size < end:
-                raise DataError(f"checkpoint tree log {log_path} is missing or shorter than {self.path} says")
+                raise DataError(f"checkpoint tree log {log_path} is missing or shorter than {path} says")
             with open(log_path, "rb") as fh:
                 data = fh.read(end)
             log_hash = hashlib.sha256(data)
             if digest is not None and log_hash.hexdigest() != digest:
-                raise DataError(f"checkpoint tree log {log_path} does not match its state {self.path}")
+                raise DataError(f"checkpoint tree log {log_path} does not match its state {path}")
             chunks: dict[str, list] = {}
             state = _internalise(state, data, chunks, log_path, digest is not None)
             self._log, self._log_end, self._chunks, self._seen = log_path, end, chunks, {}
@@ -224,15 +274,22 @@ class CheckpointStore:
         if "array_sha256" in state:
             name = state.pop("array_file", self.array_path.name)  # (states before 2026-11-25 name none)
             if name not in (self.array_path.name, self._alt_array_path.name):
-                raise DataError(f"checkpoint {self.path} names the array file {name!r}, expected "
+                raise DataError(f"checkpoint {path} names the array file {name!r}, expected "
                                 f"{self.array_path.name!r} or {self._alt_array_path.name!r}")
             array_path = self.path.with_name(name)
             data = array_path.read_bytes() if array_path.exists() else b""
             if hashlib.sha256(data).hexdigest() != state["array_sha256"]:
-                raise DataError(f"checkpoint array {array_path} is missing or does not match {self.path}")
+                raise DataError(f"checkpoint array {array_path} is missing or does not match {path}")
             state["array"] = np.load(io.BytesIO(data), allow_pickle=False)
             self._array_named = array_path
         return state
+
+
+def _trees_done(state: dict, path: Path) -> int:
+    n = state.get("trees_done")
+    if type(n) is not int or n < 0:
+        raise DataError(f"checkpoint {path} is damaged: trees_done is {n!r}, expected a count of trees")
+    return n
 
 
 def _internalise(obj, data: bytes, chunks: dict, where: Path, log_verified: bool):

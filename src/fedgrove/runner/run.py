@@ -82,6 +82,8 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
         ctx.key_pair()
     check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
     if resume and not predict_only:
+        if cfg.protocol != "fvtree":  # (FV-tree agrees on its own, stepping its ledger back too)
+            ctx.checkpoint.limit = agree_resume(ctx.checkpoint, channel)
         _check_checkpoint_fits(cfg, ctx)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if not predict_only:  # the earlier model's predictions would sit beside the new model as if they were its
@@ -142,7 +144,7 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
     """Refuse to resume from a checkpoint that another run wrote (another protocol, role, settings or data), or
     that holds more rounds than the config asks for: the model would keep them all while its parameters said
     fewer (a run is extended by raising n_estimators, not shortened)."""
-    state = ctx.checkpoint.load()
+    state = ctx.checkpoint.newest()  # (the newest: a party a tree ahead of its peers steps back from it)
     before = None if state is None else state.get("run")
     if isinstance(before, dict) and ctx.checkpoint.run is not None:  # (checkpoints before 2026-11-24 name none)
         diffs = _differences(before, ctx.checkpoint.run, ctx.spec.data)
@@ -157,6 +159,25 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
         raise InvalidParameterError(f"{ctx.spec.name}'s checkpoint holds {rounds} rounds, more than n_estimators = "
                                     f"{wanted}: resume with n_estimators >= {rounds}, or train anew (without "
                                     f"--resume, or into another output directory)")
+
+
+def agree_resume(checkpoint, channel) -> int:
+    """The trees every party's checkpoint holds: each tells every peer how many its newest holds, and the run
+    resumes from the fewest.  A party may have stopped after its peers checkpointed a tree and before it did; those
+    a tree ahead step back to their previous state (:class:`~fedgrove.runner.checkpoint.CheckpointStore`)."""
+    from fedgrove.runner.messages import Checkpointed
+
+    mine = checkpoint.trees_done()
+    peers = sorted(channel.peers)
+    with channel.scope(stage="resume"):
+        channel.broadcast("checkpointed", Checkpointed(mine), peers)
+        theirs = channel.gather("checkpointed", Checkpointed, peers)
+    fewest = min([mine] + [theirs[p].trees for p in peers])
+    if fewest < mine:
+        low = [p for p in peers if theirs[p].trees == fewest]
+        logger.info("%s: its checkpoint holds %d trees, %s's %d: the federation resumes after %d", channel.party,
+                    mine, ", ".join(low), fewest, fewest)
+    return fewest
 
 
 def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: str,
