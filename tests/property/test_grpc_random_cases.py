@@ -47,9 +47,10 @@ def _table(rs, objective: str, n: int):
     return pd.DataFrame(X, columns=[f"f{j}" for j in range(d)]), y
 
 
-def _case(rs, protocol: str):
-    """The parties, {name: (role, training frame, test frame (None: no data), whether it holds the label, lines
-    of its [[party]] table)}, and the config's other tables, {table: {key: value}}, which every party shares."""
+def _case(rs, protocol: str, trees: int | None = None):
+    """A random federation of ``trees`` rounds (else 1-3): the parties, {name: (role, training frame, test frame
+    (None: no data), whether it holds the label, lines of its [[party]] table)}, and the config's other tables,
+    {table: {key: value}}, which every party shares."""
     objective = str(rs.choice(["binary", "multiclass", "regression"]))
     n, n_test = int(rs.integers(40, 200)), int(rs.integers(5, 40))
     X, y = _table(rs, objective, n + n_test)
@@ -69,7 +70,8 @@ def _case(rs, protocol: str):
     train, test = X.iloc[:n], X.iloc[n:]
     d = X.shape[1] - 2
     k = int(rs.integers(2, 4 if protocol != "fvtree" else 5))
-    params = {"objective": objective, "n_estimators": int(rs.integers(1, 4)), "max_depth": int(rs.integers(1, 5)),
+    params = {"objective": objective, "n_estimators": trees or int(rs.integers(1, 4)),
+              "max_depth": int(rs.integers(1, 5)),
               "learning_rate": float(rs.choice([0.1, 0.3, 1.0])), "max_bins": int(rs.choice([2, 4, 16, 64])),
               "seed": int(rs.integers(0, 100))}
     if protocol == "federated-forest":  # a forest's parameters: fedgrove.engine.forest.ForestParams
@@ -245,14 +247,16 @@ def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_f
     from fedgrove.runner.run import simulate
 
     rs = np.random.default_rng([seed, PROTOCOLS.index(protocol), 1])
-    parties, sections = _case(rs, protocol)
-    sections["params"]["n_estimators"] = int(rs.integers(2, 5))
+    parties, sections = _case(rs, protocol, trees=int(rs.integers(2, 5)))
     _write(tmp_path, parties, sections, parquet={n for n in parties if rs.random() < 0.3})
     fed = tmp_path / "federation.toml"
     case = fed.read_text()
     simulate(load_federation(fed))  # into sim/
     fed.write_text(case.replace('dir = "sim"', 'dir = "stopped"'))
-    victim, at = str(rs.choice(list(parties))), int(rs.integers(1, sections["params"]["n_estimators"]))
+    done = {n: json.loads((tmp_path / "sim" / f"{n}.checkpoint.json").read_text())["trees_done"] for n in parties
+            if (tmp_path / "sim" / f"{n}.checkpoint.json").exists()}  # (a HybridTree guest of no layers has none)
+    victim = str(rs.choice(sorted(n for n in done if done[n] > 1)))
+    at = int(rs.integers(1, done[victim]))  # it stops at its first checkpoint of at least ``at`` trees
     save = CheckpointStore.save
 
     def dies(self, state, array=None):  # at its first checkpoint of at least ``at`` trees (multiclass: rounds)

@@ -87,8 +87,8 @@ class CheckpointStore:
         self.run: dict | None = None  # the run that saves (party, role, settings, data digest), kept in each state
         self.prev_path = self.path.with_suffix(".prev.json")
         self._text: str | None = None  # the newest state's text, written or loaded (the next save's previous one)
-        #: load the newest state of at most this many trees (the previous one where the newest holds more); None:
-        #: the newest
+        #: load the newest state of at most this many trees (the previous one where the newest holds more, else
+        #: none); None: the newest
         self.limit: int | None = None
 
     @property
@@ -242,15 +242,14 @@ class CheckpointStore:
 
     def load(self) -> dict | None:
         """The saved state with its trees and array restored; later saves append to the same tree log.  With a
-        ``limit``, the newest state of at most that many trees (the previous one if the newest holds more; None
-        at a limit of 0; the newest, for the protocol to cut short, where neither fits)."""
+        ``limit``, the newest state of at most that many trees (the previous one if the newest holds more; None,
+        to start afresh, where neither fits)."""
         state, path = self._read(self.path), self.path
         if state is not None and self.limit is not None and _trees_done(state, path) > self.limit:
             prev = self._read(self.prev_path)
-            if prev is not None and _trees_done(prev, self.prev_path) <= self.limit:
-                state, path = prev, self.prev_path
-            elif self.limit == 0:
+            if prev is None or _trees_done(prev, self.prev_path) > self.limit:
                 return None
+            state, path = prev, self.prev_path
         if state is None:
             return None
         self._text = state.pop("$text")

@@ -83,7 +83,9 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
     check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
     if resume and not predict_only:
         if cfg.protocol != "fvtree":  # (FV-tree agrees on its own, stepping its ledger back too)
-            ctx.checkpoint.limit = agree_resume(ctx.checkpoint, channel)
+            fewest = agree_resume(ctx.checkpoint, channel)
+            if (cfg.protocol, spec.role) not in CUT_SHORT:
+                ctx.checkpoint.limit = fewest
         _check_checkpoint_fits(cfg, ctx)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if not predict_only:  # the earlier model's predictions would sit beside the new model as if they were its
@@ -159,6 +161,13 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
         raise InvalidParameterError(f"{ctx.spec.name}'s checkpoint holds {rounds} rounds, more than n_estimators = "
                                     f"{wanted}: resume with n_estimators >= {rounds}, or train anew (without "
                                     f"--resume, or into another output directory)")
+
+
+#: roles that load their newest checkpoint on --resume and cut its trees short to where their leader resumes (they
+#: may checkpoint every tree where the leader checkpoints every round); the others load the newest state of at most
+#: the trees every party holds
+CUT_SHORT = {("vertical", "passive"), ("hybridtree", "guest"), ("federated-forest", "client"),
+             ("horizontal", "client")}
 
 
 def agree_resume(checkpoint, channel) -> int:
