@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.integration.test_federation_processes import _parties_over_grpc_in_threads
+from tests.property import random_features
 from tests.integration.test_grpc import _port
 
 PROTOCOLS = ("vertical", "hybridtree", "horizontal", "federated-forest", "simfl", "fvtree")
@@ -27,14 +28,8 @@ PROTOCOLS = ("vertical", "hybridtree", "horizontal", "federated-forest", "simfl"
 
 def _table(rs, objective: str, n: int):
     """A random table: features of mixed scales with missing values, and labels of ``objective``."""
-    d = int(rs.integers(3, 7))
-    X = rs.normal(size=(n, d)) * rs.choice([1e-3, 1.0, 1e4], size=d)
-    if rs.random() < 0.5:
-        X[rs.random(X.shape) < rs.random() * 0.3] = np.nan
-    if rs.random() < 0.3:
-        X[:, 0] = rs.integers(0, 3, n)
-    if rs.random() < 0.2:
-        X[:, -1] = 5.0
+    X = random_features(rs, n, int(rs.integers(3, 7)), missing=0.3)
+    d = X.shape[1]
     signal = np.nan_to_num(X[:, 0]) / (np.nanstd(X[:, 0]) + 1e-12) + rs.normal(size=n)
     if objective == "binary":
         y = (signal > 0).astype(int)

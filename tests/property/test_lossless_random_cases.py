@@ -26,19 +26,14 @@ import pytest
 from fedgrove import (FVTreeOptions, GBDTParams, keygen, run_fvtree, run_horizontal, run_hybridtree, run_vertical,
                       train_gbdt)
 from fedgrove.engine.binning import BinMapper
+from tests.property import random_features
 
 
 def _case(rs):
     """One random problem: (X, y, params, how to split it: ('vertical', column groups) or ('horizontal',
     row groups))."""
     n, d = int(rs.integers(20, 300)), int(rs.integers(2, 7))
-    X = rs.normal(size=(n, d)) * rs.choice([1e-3, 1, 1e4], size=d)
-    if rs.random() < 0.5:
-        X[rs.random(X.shape) < rs.random() * 0.4] = np.nan
-    if rs.random() < 0.3:
-        X[:, 0] = rs.integers(0, 3, n)
-    if rs.random() < 0.2:
-        X[:, -1] = 5.0
+    X = random_features(rs, n, d, missing=0.4)
     objective = str(rs.choice(["binary", "multiclass", "regression"]))
     extra = {}
     if objective == "binary":

@@ -21,6 +21,15 @@ def _state(trees, k):
     return {"trees_done": k, "model": {"kind": "test", "trees": [t.to_dict() for t in trees[:k]]}}
 
 
+def _saved(trees, tmp_path, n: int, scores: bool = True):
+    """A store that has saved states of 1..n trees (each with scores of its tree count); returns its path."""
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    for k in range(1, n + 1):
+        store.save(_state(trees, k), np.full((2, 1), float(k)) if scores else None)
+    return path
+
+
 def _logs(tmp_path):
     return sorted(tmp_path.glob("p.checkpoint.*.trees"))
 
@@ -161,10 +170,7 @@ def test_scores_go_to_the_file_the_state_does_not_name_so_a_crash_while_writing_
 
 
 def test_a_resumed_store_writes_its_scores_beside_the_file_its_state_names(trees, tmp_path):
-    path = tmp_path / "p.checkpoint.json"
-    first = CheckpointStore(path)
-    for k in range(1, 4):
-        first.save(_state(trees, k), np.full((2, 1), float(k)))
+    path = _saved(trees, tmp_path, 3)
     resumed = CheckpointStore(path)
     assert resumed.load()["array"][0, 0] == 3.0  # named by the state: p.checkpoint.npy
     resumed.save(_state(trees, 4), np.full((2, 1), 4.0))
@@ -203,10 +209,7 @@ def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
     # a party may stop after its peers checkpointed a tree and before it did: the federation resumes from the
     # fewest trees every party holds, and one a tree ahead had only its newest state (no way back but to start
     # afresh: "has no checkpoint that far" or "its checkpoint holds 3 trees, party0 resumes at 2")
-    path = tmp_path / "p.checkpoint.json"
-    store = CheckpointStore(path)
-    for k in range(1, 5):
-        store.save(_state(trees, k), np.full((2, 1), float(k)))
+    path = _saved(trees, tmp_path, 4)
     assert CheckpointStore(path).trees_done() == 4
     for limit, expected in ((None, 4), (5, 4), (4, 4), (3, 3), (2, None), (0, None)):  # (None: start afresh)
         back = CheckpointStore(path)
@@ -233,10 +236,7 @@ def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
 
 def test_a_previous_state_cut_short_by_a_crash_is_refused_by_name(trees, tmp_path):
     # the previous state is written in place: a crash while writing it leaves a state its digest refuses
-    path = tmp_path / "p.checkpoint.json"
-    store = CheckpointStore(path)
-    for k in range(1, 4):
-        store.save(_state(trees, k))
+    path = _saved(trees, tmp_path, 3, scores=False)
     prev = tmp_path / "p.checkpoint.prev.json"
     prev.write_text(prev.read_text()[:-30] + '"}')
     back = CheckpointStore(path)
