@@ -211,7 +211,8 @@ def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
     # afresh: "has no checkpoint that far" or "its checkpoint holds 3 trees, party0 resumes at 2")
     path = _saved(trees, tmp_path, 4)
     assert CheckpointStore(path).trees_done() == 4
-    for limit, expected in ((None, 4), (5, 4), (4, 4), (3, 3), (2, None), (0, None)):  # (None: start afresh)
+    # (None: start afresh; a limit of 3 steps back to the previous state, which is then the newest)
+    for limit, expected in ((None, 4), (5, 4), (4, 4), (2, None), (0, None), (3, 3), (4, 3)):
         back = CheckpointStore(path)
         back.limit = limit
         state = back.load()
@@ -223,13 +224,14 @@ def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
     resumed = CheckpointStore(path)  # resumed from tree 3: its next states follow on from there
     resumed.limit = 3
     resumed.load()
+    assert CheckpointStore(path).newest()["trees_done"] == 3  # the state stepped back to is the newest now
     resumed.save(_state(trees[6:], 4), np.full((2, 1), 40.0))
-    again = CheckpointStore(path)
-    again.limit = 3
-    assert again.load()["array"][0, 0] == 3.0  # the previous state, its scores intact
     newest = CheckpointStore(path).load()
     assert newest["array"][0, 0] == 40.0
     assert json.dumps(newest["model"]) == json.dumps(_state(trees[6:], 4)["model"])
+    again = CheckpointStore(path)
+    again.limit = 3
+    assert again.load()["array"][0, 0] == 3.0  # the previous state, its scores intact (and the newest again)
     CheckpointStore(path).save(_state(trees, 1))  # a fresh run: no earlier run's state to step back to
     assert not (tmp_path / "p.checkpoint.prev.json").exists()
 
@@ -244,3 +246,25 @@ def test_a_previous_state_cut_short_by_a_crash_is_refused_by_name(trees, tmp_pat
     with pytest.raises(DataError, match="p.checkpoint.prev.json is (corrupt|damaged)"):
         back.load()
     assert CheckpointStore(path).load()["trees_done"] == 3  # the newest state is as it was
+
+
+def test_a_crash_in_the_first_save_after_a_step_back_leaves_the_state_stepped_back_to(trees, tmp_path, monkeypatch):
+    # the first save after a step back cuts the tree log back and overwrites the array file the newest state named:
+    # had that state stayed the newest, a crash before the new one was written left none that held together
+    import fedgrove.runner.checkpoint as checkpoint
+
+    path = _saved(trees, tmp_path, 4)
+    resumed = CheckpointStore(path)
+    resumed.limit = 3
+    resumed.load()
+
+    def crash(*args, **kwargs):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(checkpoint, "atomic_write_text", crash)  # the new state is never written
+    with pytest.raises(OSError):
+        resumed.save(_state(trees[6:], 4), np.full((2, 1), 40.0))
+    monkeypatch.undo()
+    back = CheckpointStore(path).load()
+    assert back["trees_done"] == 3 and back["array"][0, 0] == 3.0
+    assert json.dumps(back["model"]) == json.dumps(_state(trees, 3)["model"])

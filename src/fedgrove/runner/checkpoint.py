@@ -242,14 +242,17 @@ class CheckpointStore:
 
     def load(self) -> dict | None:
         """The saved state with its trees and array restored; later saves append to the same tree log.  With a
-        ``limit``, the newest state of at most that many trees (the previous one if the newest holds more; None,
-        to start afresh, where neither fits)."""
+        ``limit``, the newest state of at most that many trees (the previous one if the newest holds more, which
+        then becomes the newest; None, to start afresh, where neither fits)."""
         state, path = self._read(self.path), self.path
         if state is not None and self.limit is not None and _trees_done(state, path) > self.limit:
             prev = self._read(self.prev_path)
             if prev is None or _trees_done(prev, self.prev_path) > self.limit:
                 return None
-            state, path = prev, self.prev_path
+            # the previous state becomes the newest now: the next save cuts the tree log back and writes the array
+            # the newest names, so a crash during it would leave no newest state that holds together
+            atomic_write_text(self.path, prev["$text"])
+            state = prev
         if state is None:
             return None
         self._text = state.pop("$text")
