@@ -37,21 +37,29 @@ max_bins = 16
 def _write_configs(tmp_path: Path, role: dict, labelled: str, common: str) -> list[str]:
     """Certificates, a federation config (output ``sim``) and one party config per party (output ``grpc``)."""
     names = list(role)
+    lines = {n: ("" if role[n] in ("master", "aggregator") else f'data = "{n}.csv"\n')
+             + ('label = "label"\n' if n == labelled else "") for n in names}
+    _federation_configs(tmp_path, role, lines, common)
+    return names
+
+
+def _federation_configs(tmp_path: Path, role: dict, lines: dict, common: str) -> None:
+    """Certificates for the parties of ``role`` ({name: role}), a federation config (output ``sim``) and one party
+    config per party on a free local port (output ``grpc``): ``common`` their shared tables, ``lines`` the lines of
+    each party's table past its name and role."""
+    names = list(role)
     create_federation_certs(tmp_path / "certs", names)
     ports = {n: _port() for n in names}
-    label = {n: 'label = "label"\n' if n == labelled else "" for n in names}
-    data = {n: "" if role[n] in ("master", "aggregator") else f'data = "{n}.csv"\n' for n in names}
-    fed = common + "".join(f'\n[[party]]\nname = "{n}"\nrole = "{role[n]}"\n' + data[n] + label[n]
+    fed = common + "".join(f'\n[[party]]\nname = "{n}"\nrole = "{role[n]}"\n' + lines[n]
                            for n in names) + '\n[output]\ndir = "sim"\n'
     (tmp_path / "federation.toml").write_text(fed)
     for n in names:
         peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
         roles = "".join(f'{m} = "{role[m]}"\n' for m in names if m != n)
         (tmp_path / f"{n}.toml").write_text(
-            f'[party]\nname = "{n}"\nrole = "{role[n]}"\n' + data[n] + label[n]
+            f'[party]\nname = "{n}"\nrole = "{role[n]}"\n' + lines[n]
             + f'listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n\n[peers]\n{peers}\n[roles]\n{roles}'
             + common + '\n[output]\ndir = "grpc"\n')
-    return names
 
 
 def _setup(tmp_path: Path, trees=2, timeout=30, rows=400):

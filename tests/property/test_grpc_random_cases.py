@@ -14,16 +14,19 @@ contributions) travels over the real transport too.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.integration.test_federation_processes import _parties_over_grpc_in_threads
+from tests.integration.test_federation_processes import _federation_configs, _parties_over_grpc_in_threads
 from tests.property import random_features
-from tests.integration.test_grpc import _port
 
 PROTOCOLS = ("vertical", "hybridtree", "horizontal", "federated-forest", "simfl", "fvtree")
+#: seed 0 in every run, the others marked slow: 1 and 2, or up to FEDGROVE_PROPERTY_SEEDS (exclusive) when set
+SEEDS = [0] + [pytest.param(s, marks=pytest.mark.slow)
+               for s in range(1, int(os.environ.get("FEDGROVE_PROPERTY_SEEDS", "3")))]
 
 
 def _table(rs, objective: str, n: int):
@@ -173,36 +176,22 @@ def _toml(sections: dict) -> str:
 def _write(tmp_path, parties: dict, sections: dict, parquet=()) -> None:
     """The parties' files (CSV, Parquet for those in ``parquet``), certificates, the federation config (output
     ``sim``) and each party's own config (output ``grpc``)."""
-    from fedgrove.crypto.certs import create_federation_certs
-
-    names = list(parties)
-    create_federation_certs(tmp_path / "certs", names)
-    ports = {n: _port() for n in names}
-    common = _toml(sections)
-    entries = {}
-    for n, (role, frame, test, label, more) in parties.items():
-        entry = f'name = "{n}"\nrole = "{role}"\n{more}'
+    lines = {}
+    for n, (_, frame, test, label, more) in parties.items():
+        lines[n] = more
         if frame is not None:
             ext = "parquet" if n in parquet else "csv"
             for suffix, table in (("", frame), ("-test", test)):
                 path = tmp_path / f"{n}{suffix}.{ext}"
                 table.to_parquet(path, index=False) if n in parquet else table.to_csv(path, index=False)
-            entry += f'data = "{n}.{ext}"\ntest = "{n}-test.{ext}"\n'
+            lines[n] += f'data = "{n}.{ext}"\ntest = "{n}-test.{ext}"\n'
         if label:
-            entry += 'label = "label"\n'
-        entries[n] = entry
-    (tmp_path / "federation.toml").write_text(
-        common + "".join(f"[[party]]\n{entries[n]}\n" for n in names) + '[output]\ndir = "sim"\n')
-    for n in names:
-        peers = "".join(f'{m} = "127.0.0.1:{ports[m]}"\n' for m in names if m != n)
-        roles = "".join(f'{m} = "{parties[m][0]}"\n' for m in names if m != n)
-        (tmp_path / f"{n}.toml").write_text(f'[party]\n{entries[n]}listen = "127.0.0.1:{ports[n]}"\ncerts = "certs"\n'
-                                            f"\n[peers]\n{peers}\n[roles]\n{roles}\n{common}"
-                                            '[output]\ndir = "grpc"\n')
+            lines[n] += 'label = "label"\n'
+    _federation_configs(tmp_path, {n: p[0] for n, p in parties.items()}, lines, _toml(sections))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", SEEDS)
 def test_a_random_federation_writes_the_same_files_in_one_process_and_over_grpc(tmp_path, protocol, seed):
     from fedgrove.cli.main import main
 
@@ -232,7 +221,7 @@ class _Killed(Exception):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", SEEDS)
 def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_files(tmp_path, monkeypatch, protocol,
                                                                                      seed):
     # one party fails while checkpointing a random tree (the others stop at once, some a tree further); every

@@ -210,7 +210,8 @@ def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
     # fewest trees every party holds, and one a tree ahead had only its newest state (no way back but to start
     # afresh: "has no checkpoint that far" or "its checkpoint holds 3 trees, party0 resumes at 2")
     path = _saved(trees, tmp_path, 4)
-    assert CheckpointStore(path).trees_done() == 4
+    store = CheckpointStore(path)
+    assert store.trees_done(store.newest()) == 4
     # (None: start afresh; a limit of 3 steps back to the previous state, which is then the newest)
     for limit, expected in ((None, 4), (5, 4), (4, 4), (2, None), (0, None), (3, 3), (4, 3)):
         back = CheckpointStore(path)

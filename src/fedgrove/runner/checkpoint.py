@@ -87,8 +87,7 @@ class CheckpointStore:
         self.run: dict | None = None  # the run that saves (party, role, settings, data digest), kept in each state
         self.prev_path = self.path.with_suffix(".prev.json")
         self._text: str | None = None  # the newest state's text, written or loaded (the next save's previous one)
-        #: load the newest state of at most this many trees (the previous one where the newest holds more, else
-        #: none); None: the newest
+        #: a leading party's resume point: load the newest state of at most this many trees (see load)
         self.limit: int | None = None
 
     @property
@@ -181,8 +180,8 @@ class CheckpointStore:
         """The state to resume from at ``tree`` (announced by ``leader``), or a clear error when there is none."""
         from fedgrove.exceptions import ProtocolError
 
-        state = checkpoint.load() if (checkpoint is not None and resume) else None
-        if state is None or state["trees_done"] < tree:
+        state = checkpoint.load(at_least=tree) if (checkpoint is not None and resume) else None
+        if state is None:
             raise ProtocolError(f"{party}: {leader} resumes at tree {tree} but this party has no checkpoint that far "
                                 f"(run it with --resume and its checkpoint)")
         return state
@@ -215,18 +214,15 @@ class CheckpointStore:
     def newest(self) -> dict | None:
         """The newest state as written (its trees as references into the log, its array by name), its digest
         checked; None: no checkpoint."""
-        state = self._read(self.path)
-        if state is not None:
-            del state["$text"]
-        return state
+        found = self._read(self.path)
+        return None if found is None else found[0]
 
-    def trees_done(self) -> int:
-        """How many trees the newest state holds (0: none), read without restoring it."""
-        state = self.newest()
+    def trees_done(self, state: dict | None) -> int:
+        """How many trees ``state`` (one of this store's, as :meth:`newest` reads it) holds; 0 for none."""
         return 0 if state is None else _trees_done(state, self.path)
 
-    def _read(self, path: Path) -> dict | None:
-        """A state file's content, its digest checked (None: no file)."""
+    def _read(self, path: Path) -> tuple[dict, str] | None:
+        """A state file's content and text, its digest checked (None: no file)."""
         if not path.exists():
             return None
         text = path.read_text()
@@ -236,26 +232,34 @@ class CheckpointStore:
             raise DataError(f"checkpoint {path} is corrupt: {exc}") from None
         if not isinstance(state, dict):
             raise DataError(f"checkpoint {path} is damaged: it holds a JSON {type(state).__name__}, not a state")
-        state = check_state_digest(state, path)
-        state["$text"] = text
-        return state
+        return check_state_digest(state, path), text
 
-    def load(self) -> dict | None:
-        """The saved state with its trees and array restored; later saves append to the same tree log.  With a
-        ``limit``, the newest state of at most that many trees (the previous one if the newest holds more, which
-        then becomes the newest; None, to start afresh, where neither fits)."""
-        state, path = self._read(self.path), self.path
-        if state is not None and self.limit is not None and _trees_done(state, path) > self.limit:
-            prev = self._read(self.prev_path)
-            if prev is None or _trees_done(prev, self.prev_path) > self.limit:
-                return None
-            # the previous state becomes the newest now: the next save cuts the tree log back and writes the array
-            # the newest names, so a crash during it would leave no newest state that holds together
-            atomic_write_text(self.path, prev["$text"])
-            state = prev
-        if state is None:
+    def load(self, at_least: int | None = None) -> dict | None:
+        """The saved state with its trees and array restored; later saves append to the same tree log.
+
+        Of the newest state and the one before it: with ``at_least`` (a follower told where its leader resumes),
+        the one of fewer trees that holds at least that many (None where neither does); else with a ``limit`` (a
+        party that leads the resume), the one of more trees that holds at most the limit (None, to start
+        afresh, where neither does); else the newest.  A previous state chosen becomes the newest at once: the
+        next save cuts the tree log back and writes the array file the newest names, so a crash during it would
+        leave no newest state that held together."""
+        found = self._read(self.path)
+        if found is None:
             return None
-        self._text = state.pop("$text")
+        newest = _trees_done(found[0], self.path)
+        if at_least is not None and newest < at_least:
+            return None
+        limit = at_least if at_least is not None else self.limit
+        if limit is not None and newest > limit:  # the previous state, where it fits
+            prev = self._read(self.prev_path)
+            k = None if prev is None else _trees_done(prev[0], self.prev_path)
+            if k is not None and (k >= at_least if at_least is not None else k <= limit):
+                atomic_write_text(self.path, prev[1])
+                found = prev
+            elif at_least is None:
+                return None
+        state, self._text = found
+        path = self.path
         log = state.pop("tree_log", None)
         if log is not None:
             name, end, digest = log.get("file"), log.get("bytes"), log.get("sha256")

@@ -82,11 +82,10 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
         ctx.key_pair()
     check_same_settings(cfg, spec, channel, "predict" if predict_only else "train")
     if resume and not predict_only:
+        newest = ctx.checkpoint.newest()
         if cfg.protocol != "fvtree":  # (FV-tree agrees on its own, stepping its ledger back too)
-            fewest = agree_resume(ctx.checkpoint, channel)
-            if (cfg.protocol, spec.role) not in CUT_SHORT:
-                ctx.checkpoint.limit = fewest
-        _check_checkpoint_fits(cfg, ctx)
+            ctx.checkpoint.limit = agree_resume(ctx.checkpoint.trees_done(newest), channel)
+        _check_checkpoint_fits(cfg, ctx, newest)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if not predict_only:  # the earlier model's predictions would sit beside the new model as if they were its
         stale = [out_dir / f"{spec.name}.predict-stats.json"] + ([] if cfg.predict else
@@ -142,11 +141,10 @@ def _differences(before: dict, now: dict, data) -> list[str]:
     return out
 
 
-def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
+def _check_checkpoint_fits(cfg: FederationConfig, ctx, state: dict | None) -> None:
     """Refuse to resume from a checkpoint that another run wrote (another protocol, role, settings or data), or
     that holds more rounds than the config asks for: the model would keep them all while its parameters said
-    fewer (a run is extended by raising n_estimators, not shortened)."""
-    state = ctx.checkpoint.newest()  # (the newest: a party a tree ahead of its peers steps back from it)
+    fewer (a run is extended by raising n_estimators, not shortened).  ``state``: the newest checkpoint."""
     before = None if state is None else state.get("run")
     if isinstance(before, dict) and ctx.checkpoint.run is not None:  # (checkpoints before 2026-11-24 name none)
         diffs = _differences(before, ctx.checkpoint.run, ctx.spec.data)
@@ -163,20 +161,13 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx) -> None:
                                     f"--resume, or into another output directory)")
 
 
-#: roles that load their newest checkpoint on --resume and cut its trees short to where their leader resumes (they
-#: may checkpoint every tree where the leader checkpoints every round); the others load the newest state of at most
-#: the trees every party holds
-CUT_SHORT = {("vertical", "passive"), ("hybridtree", "guest"), ("federated-forest", "client"),
-             ("horizontal", "client")}
-
-
-def agree_resume(checkpoint, channel) -> int:
-    """The trees every party's checkpoint holds: each tells every peer how many its newest holds, and the run
-    resumes from the fewest.  A party may have stopped after its peers checkpointed a tree and before it did; those
-    a tree ahead step back to their previous state (:class:`~fedgrove.runner.checkpoint.CheckpointStore`)."""
+def agree_resume(mine: int, channel) -> int:
+    """The trees every party's checkpoint holds: each tells every peer how many its newest holds (``mine``), and the
+    run resumes from the fewest.  A party may have stopped after its peers checkpointed a tree and before it did:
+    a leading party a tree ahead steps back to its previous state, and the others load the state of the tree it
+    names (:meth:`~fedgrove.runner.checkpoint.CheckpointStore.load`)."""
     from fedgrove.runner.messages import Checkpointed
 
-    mine = checkpoint.trees_done()
     peers = sorted(channel.peers)
     with channel.scope(stage="resume"):
         channel.broadcast("checkpointed", Checkpointed(mine), peers)
