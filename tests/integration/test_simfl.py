@@ -161,3 +161,28 @@ def test_bad_setups_are_refused_before_anything_is_sent():
         run_simfl(parts, GBDTParams(n_estimators=1), names=["a"])
     with pytest.raises(InvalidParameterError, match="resume must be true or false, got 'no'"):
         run_simfl(parts, GBDTParams(n_estimators=1), resume="no")  # a string was taken as true
+
+
+@pytest.mark.parametrize("behind", ["party0", "party1"])
+def test_resume_through_the_api_steps_back_a_party_a_tree_ahead_of_one_that_stopped(tmp_path, behind):
+    # one party stopped after its peer checkpointed tree 4 and before it did: its newest state holds 3 trees
+    # (its previous one, here); the run resumes after 3 trees, the other party stepping back, and grows the
+    # uninterrupted model
+    import shutil
+
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    _, _, parts = _parts(n=600, k=2)
+    params = GBDTParams(n_estimators=4, max_depth=3)
+
+    def stores():
+        return {f"party{k}": CheckpointStore(tmp_path / f"party{k}.checkpoint.json") for k in range(2)}
+
+    whole = run_simfl(parts, params, checkpoints=stores())["model"].to_dict()
+    shutil.copyfile(tmp_path / f"{behind}.checkpoint.prev.json", tmp_path / f"{behind}.checkpoint.json")
+    held = {name: s.trees_done(s.newest()) for name, s in stores().items()}
+    assert held[behind] == 3 and max(held.values()) == 4
+    resumed = run_simfl(parts, params, checkpoints=stores(), resume=True)
+    assert resumed["model"].to_dict() == whole
+    assert [len(m.trees) for m in resumed["models"].values()] == [4, 4]
+    assert all(s.trees_done(s.newest()) == 4 for s in stores().values())

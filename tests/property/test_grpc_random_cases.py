@@ -8,7 +8,8 @@ mixed scales, missing values, few-valued and constant columns, a column of text 
 data between two to four parties (instances in each party's own order, test files included, in CSV or Parquet),
 so that what only some data or settings reach (a guest holding no test instance, one ciphertext for several
 rows, PSI alignment, count mode, the classical forest prediction, DP noise, a schedule in blocks, split Shapley
-contributions) travels over the real transport too.
+contributions) travels over the real transport too.  The parties then predict again over gRPC from their model
+files alone (`fedgrove party --predict`), which must write the same predictions.
 """
 
 from __future__ import annotations
@@ -214,6 +215,13 @@ def test_a_random_federation_writes_the_same_files_in_one_process_and_over_grpc(
             assert a.pop("seconds") >= 0 and b.pop("seconds") >= 0 and a == b, (name, case)
         else:
             assert sim.read_bytes() == grpc_run.read_bytes(), (name, case)
+    # and `fedgrove party --predict` over gRPC, from the model files alone, predicts the same
+    predictions = sorted((tmp_path / "grpc").glob("*.predictions.csv"))
+    for f in predictions:
+        f.unlink()
+    _parties_over_grpc_in_threads(tmp_path, list(parties), predict_only=True)
+    for f in predictions:
+        assert f.exists() and f.read_bytes() == (tmp_path / "sim" / f.name).read_bytes(), (f.name, case)
 
 
 class _Killed(Exception):

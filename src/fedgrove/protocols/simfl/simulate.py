@@ -6,6 +6,7 @@ from fedgrove.engine.gbdt import GBDTParams
 from fedgrove.engine.params import Flag, check_types
 from fedgrove.protocols.simfl.party import SimFLOptions, SimFLParty
 from fedgrove.protocols import check_parts, party_names, with_kernel_threads
+from fedgrove.runner.run import agree_resume
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 
@@ -13,13 +14,15 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
               names: list[str] | None = None, timeout: float = 600.0, observers: dict | None = None,
               caches: dict | None = None, checkpoints: dict | None = None, resume: bool = False) -> dict:
     """``parts`` holds each party's (X, y) or (X, y, ids).  ``caches`` and ``checkpoints`` map party names to
-    where its preprocessing is saved and to a checkpoint store (``resume``: continue from them).  Returns each
-    party's model (all equal), the similarity each computed, timings and channel statistics."""
+    where its preprocessing is saved and to a checkpoint store (``resume``: continue from them, after the fewest
+    trees every party's checkpoint holds, as ``fedgrove simulate`` does).  Returns each party's model (all equal),
+    the similarity each computed, timings and channel statistics."""
     check_types("run_simfl", params=(params, GBDTParams), options=(options, (SimFLOptions, type(None))))
     check_parts(parts, "parts", "a tuple (X, y) or (X, y, ids)", (2, 3))
     Flag().check("resume", resume)  # a string such as "no" was taken as true
     names = party_names(names, len(parts), "party", "parts")
     hub = InProcessHub(names)
+    agree = all((checkpoints or {}).get(n) is not None for n in names)  # (else the leader's store decides)
     out = {"timings": {}, "similarity": {}}
 
     def role(k):
@@ -29,7 +32,10 @@ def run_simfl(parts: list[tuple], params: GBDTParams, options: SimFLOptions | No
             X, y, *rest = parts[k]
             party = SimFLParty(ch, X, y, params, options, ids=rest[0] if rest else None,
                                cache=(caches or {}).get(ch.party))
-            model = party.fit((checkpoints or {}).get(ch.party), resume)
+            store = (checkpoints or {}).get(ch.party)
+            if resume and agree:  # a party a tree ahead of a peer that stopped steps back to where both are
+                store.limit = agree_resume(store.trees_done(store.newest()), ch)
+            model = party.fit(store, resume)
             out["timings"][ch.party] = party.timings
             out["similarity"][ch.party] = party.similarity
             return model
