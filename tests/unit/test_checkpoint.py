@@ -269,3 +269,21 @@ def test_a_crash_in_the_first_save_after_a_step_back_leaves_the_state_stepped_ba
     back = CheckpointStore(path).load()
     assert back["trees_done"] == 3 and back["array"][0, 0] == 3.0
     assert json.dumps(back["model"]) == json.dumps(_state(trees, 3)["model"])
+
+
+def test_lists_of_trees_carried_from_save_to_save_read_back_as_saved(trees, tmp_path):
+    # a save reuses the references' text of the last save's list that starts with the same trees: lists that
+    # grow, are cut short, change a tree, appear twice, or hold other things too must all read back as saved,
+    # with the digest that json.dumps of the read state gives (load checks it)
+    dicts = [t.to_dict() for t in trees]
+    other = dict(dicts[3])  # (an equal dict, not the same object: its text is the log's already)
+    states = [{"trees_done": k, "model": {"trees": dicts[:k]}} for k in (1, 2, 5, 3, 6)]
+    states += [{"trees_done": 6, "model": {"trees": dicts[:6]}, "again": dicts[:6], "short": dicts[:2]},
+               {"trees_done": 6, "model": {"trees": dicts[:3] + [trees[9].to_dict()] + dicts[4:6]}},
+               {"trees_done": 6, "model": {"trees": dicts[:2] + [other, 7, None, [1.5]]}},
+               {"trees_done": 7, "model": {"trees": list(reversed(dicts[:7]))}, "pair": (dicts[0], dicts[1])}]
+    store = CheckpointStore(tmp_path / "p.checkpoint.json")
+    for state in states:
+        store.save(state)
+        back = CheckpointStore(tmp_path / "p.checkpoint.json").load()
+        assert json.dumps(back) == json.dumps(state)

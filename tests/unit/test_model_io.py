@@ -158,11 +158,35 @@ def test_checkpoint_text_equals_json_dumps_and_tree_dicts_follow_their_arrays(mo
     assert tree.to_dict() is first  # memoised while the arrays are unchanged
     with pytest.raises(TypeError):
         first["values"] = []
-    tree.values[0, 0] += 1.0
+    # its arrays are read-only now: a tree changes by new arrays, or by an array made writeable again
+    with pytest.raises(ValueError, match="read-only"):
+        tree.values[0, 0] += 1.0
+    old_values = tree.values
+    tree.values = tree.values + 1.0
     second = tree.to_dict()
     assert second is not first and second["values"][0][0] == first["values"][0][0] + 1.0
     assert json.loads(jsontext.dumps({"t": [second]}))["t"][0]["values"][0][0] == second["values"][0][0]
-    tree.values[0, 0] -= 1.0
+    assert tree.to_dict() is second
+    tree.values.flags.writeable = True
+    assert tree.to_dict() is second  # (unchanged content: the same dict)
+    tree.values.flags.writeable = True
+    tree.values[0, 0] = first["values"][0][0]
+    third = tree.to_dict()
+    assert third is not second and third["values"][0] == first["values"][0] != second["values"][0]
+    tree.nodes.flags.writeable = True
+    tree.nodes["gain"][0] += 1.0
+    assert tree.to_dict()["nodes"]["gain"][0] == first["nodes"]["gain"][0] + 1.0
+    tree.nodes.flags.writeable = True
+    tree.nodes["gain"][0] -= 1.0
+    tree.values = old_values
+    # arrays that view another's data stay writeable, and are compared each time
+    from fedgrove.engine.tree import Tree
+
+    flat = old_values.ravel().copy()
+    viewing = Tree(tree.nodes.copy(), flat.reshape(-1, 1))
+    assert viewing.to_dict()["values"][0][0] == flat[0]
+    flat[0] += 2.0
+    assert viewing.to_dict()["values"][0][0] == flat[0] and viewing.values.flags.writeable
     # a model whose trees hold memoised dicts still copies and pickles
     import copy
     import pickle

@@ -249,5 +249,5 @@ class TreeGrower:
     def finish(self) -> Tree:
         nodes = self._all_nodes()
         stats = self._node_stats[:self._n]
-        values = np.asarray(self.leaf_value(stats), dtype=np.float64).reshape(len(nodes), -1)
+        values = np.asarray(self.leaf_value(stats), dtype=np.float64).reshape(len(nodes), -1).copy()  # (its own)
         return Tree(nodes, values)

@@ -20,7 +20,7 @@ import numpy as np
 from fedgrove.engine.predict import (predict_leaves, predict_leaves_binned, predict_leaves_ranked, predict_mean_values,
                                      predict_raw_sum, rank_cuts)
 from fedgrove.exceptions import DataError, ModelFormatError
-from fedgrove.jsontext import memoised
+from fedgrove.jsontext import FrozenJSON
 
 NODE_DTYPE = np.dtype([
     ("feature", np.int32),       # split feature, -1 for a leaf
@@ -40,6 +40,19 @@ FEDERATED_PREDICTION = ("list each party's test file (test = ...) in the federat
                         "simulate CONFIG --predict` or `fedgrove party CONFIG --predict`")
 FOREIGN_SPLITS = ("this tree holds splits whose thresholds belong to another party; predict through the federation "
                   f"instead ({FEDERATED_PREDICTION})")
+
+
+def _unchangeable(a: np.ndarray) -> bool:
+    """Whether nothing can write to ``a``'s data: it and every array it views are read-only, down to one that
+    holds its own data or to immutable bytes (a message's buffer)."""
+    while not a.flags.writeable:
+        base = a.base
+        if base is None or type(base) is bytes:
+            return True
+        if not isinstance(base, np.ndarray):
+            return False
+        a = base
+    return False
 
 
 @dataclass
@@ -78,12 +91,30 @@ class Tree:
     def to_dict(self) -> dict:
         """The tree as JSON-ready data: a :class:`~fedgrove.jsontext.FrozenJSON`, the same object (and JSON
         text) while the tree's arrays keep their content, so rewriting a checkpoint re-encodes only new trees.
-        Do not modify the returned dict."""
-        # the key holds a copy of the arrays' bytes: comparing them is exact, and ~30x cheaper than hashing
-        # them (a party checkpoints its whole model after every tree, so this runs trees^2 / 2 times a run)
-        key = (self.nodes.dtype, self.values.shape, self.nodes.tobytes(), self.values.tobytes())
-        return memoised(self, key, lambda: {"nodes": {n: _encode_column(self.nodes[n]) for n in NODE_DTYPE.names},
-                                            "values": self.values.tolist()})
+        Do not modify the returned dict.
+
+        Once made, the dict vouches for the arrays by making them read-only (those that hold their own data;
+        writing to them raises ValueError): change a tree by giving it new arrays (``tree.values = ...``), or
+        set an array writeable again, after which the next call compares its content with the dict's."""
+        nodes, values = self.nodes, self.values
+        memo = self.__dict__.get("_dict_memo")
+        # a party checkpoints its whole model after every tree, so this runs trees^2 / 2 times a run: the arrays
+        # the dict was made from, still read-only to the bottom, cannot have changed (0.2 us against 1.1 us for
+        # comparing their bytes with a copy, itself ~30x cheaper than hashing them)
+        if memo is not None and memo[2] is nodes and memo[3] is values and _unchangeable(nodes) \
+                and _unchangeable(values):
+            return memo[1]
+        key = (nodes.dtype, values.shape, nodes.tobytes(), values.tobytes())
+        if memo is not None and memo[0] == key:
+            d = memo[1]
+        else:
+            d = FrozenJSON({"nodes": {n: _encode_column(nodes[n]) for n in NODE_DTYPE.names},
+                            "values": values.tolist()})
+        for a in (nodes, values):
+            if a.flags.owndata:
+                a.flags.writeable = False
+        self.__dict__["_dict_memo"] = (key, d, nodes, values)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":
@@ -105,7 +136,7 @@ class Tree:
                 if len(col) != n:
                     raise ModelFormatError(f"node column {name!r} has {len(col)} entries, expected {n}")
                 nodes[name] = np.asarray(col, dtype=kind)
-            values = np.asarray(d["values"], dtype=np.float64).reshape(n, -1)
+            values = np.array(d["values"], dtype=np.float64).reshape(n, -1).copy()  # (its own data, not a view)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ModelFormatError(f"malformed tree record: {exc}") from exc
         tree = cls(nodes, values)

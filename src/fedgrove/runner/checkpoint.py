@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import operator
 import uuid
 from pathlib import Path
 
@@ -83,6 +84,12 @@ class CheckpointStore:
         self._log_size = 0                # its bytes on disk (more after a crash while appending)
         self._chunks: dict[str, list] = {}          # sha256 of a text -> its reference [offset, length]
         self._seen: dict[int, tuple] = {}           # id(FrozenJSON) -> (the object, its reference)
+        # id(first item) -> (the items, their references' JSON texts) of each list of FrozenJSON the last save
+        # held (a model's trees): the next save's list that starts with the same items reuses their texts
+        self._lists: dict[int, tuple[list, list]] = {}
+        self._last_lists: dict[int, tuple[list, list]] = {}
+        self._spliced: dict[str, str] = {}         # a save's placeholders -> the JSON text of the list each stands for
+        self._token = uuid.uuid4().hex
         self._log_hash = hashlib.sha256()           # of the log's first _log_end bytes
         self.run: dict | None = None  # the run that saves (party, role, settings, data digest), kept in each state
         self.prev_path = self.path.with_suffix(".prev.json")
@@ -100,8 +107,10 @@ class CheckpointStore:
             self.prev_path.unlink(missing_ok=True)
             self._log = self.path.with_name(f"{self.path.stem}.{uuid.uuid4().hex[:12]}.trees")
             self._log_end, self._chunks, self._seen, self._log_hash = 0, {}, {}, hashlib.sha256()
+            self._lists = {}
             self._log_size = 0
         pending: list[bytes] = []
+        self._spliced, self._last_lists, self._lists = {}, self._lists, {}  # (this state's lists, from the last's)
         skeleton = self._externalise(state, pending)
         if pending or not self._log.exists():  # (a state without trees still names its empty log)
             with open(self._log, "r+b" if self._log.exists() else "wb") as fh:
@@ -131,6 +140,8 @@ class CheckpointStore:
             skeleton["array_file"] = target.name
             skeleton["array_sha256"] = hashlib.sha256(data).hexdigest()
         text = json.dumps(skeleton)  # (never empty: it names its tree log)
+        for placeholder, part in self._spliced.items():  # the lists of references, as json.dumps writes them
+            text = text.replace(json.dumps(placeholder), part, 1)
         digest = hashlib.sha256(text.encode()).hexdigest()
         text = f'{text[:-1]}, "{DIGEST}": "{digest}"}}'  # its digest is its last field, as json.dumps writes it
         if self._text is not None:  # the state before, in place (a half-written one fails its digest)
@@ -146,7 +157,8 @@ class CheckpointStore:
                     old.unlink(missing_ok=True)
 
     def _externalise(self, obj, pending: list):
-        """``obj`` with every FrozenJSON replaced by a reference into the log (appending texts not yet there)."""
+        """``obj`` with every FrozenJSON replaced by a reference into the log (appending texts not yet there);
+        a list of FrozenJSON by a placeholder for the JSON text of its references (see :meth:`_frozen_list`)."""
         if isinstance(obj, jsontext.FrozenJSON):
             hit = self._seen.get(id(obj))
             if hit is not None and hit[0] is obj:
@@ -163,8 +175,11 @@ class CheckpointStore:
         if isinstance(obj, dict):
             return {k: self._externalise(v, pending) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            # a model's trees (after the first save all but the newest are in the log) and its per-tree lists
-            # of numbers, without a call each: every save walks the whole model
+            if obj and type(obj[0]) is jsontext.FrozenJSON:
+                placeholder = self._frozen_list(obj, pending)
+                if placeholder is not None:
+                    return placeholder
+            # per-tree lists of numbers, without a call each
             seen, out = self._seen, []
             for v in obj:
                 if type(v) in _SCALARS:
@@ -174,6 +189,27 @@ class CheckpointStore:
                 out.append({CHUNK: hit[1]} if hit is not None and hit[0] is v else self._externalise(v, pending))
             return out
         return obj
+
+    def _frozen_list(self, items, pending: list) -> str | None:
+        """A placeholder for the JSON text of the references of ``items``, a list of FrozenJSON (a model's
+        trees; None where it holds anything else), which :meth:`save` puts in for it.  The last save's list
+        that starts with the same objects (one identity test each, in C) lends its texts, so that a save
+        after tree T encodes one reference, not T (every save used to walk and encode the whole model)."""
+        first = items[0]
+        objs, parts = self._lists.get(id(first)) or self._last_lists.get(id(first)) or ([], [])
+        n = len(objs)
+        if not objs or objs[0] is not first or n > len(items) or not all(map(operator.is_, objs, items[:n])):
+            objs, parts, n = [], [], 0
+        tail = items[n:]
+        if any(type(v) is not jsontext.FrozenJSON for v in tail):
+            return None
+        for v in tail:
+            parts.append(json.dumps(self._externalise(v, pending)))
+            objs.append(v)
+        self._lists[id(first)] = (objs, parts)
+        placeholder = f"\0{self._token}:{len(self._spliced)}\0"
+        self._spliced[placeholder] = "[" + ", ".join(parts) + "]"
+        return placeholder
 
     @staticmethod
     def resume_state(checkpoint, resume: bool, tree: int, party: str, leader: str) -> dict:
@@ -274,7 +310,7 @@ class CheckpointStore:
                 raise DataError(f"checkpoint tree log {log_path} does not match its state {path}")
             chunks: dict[str, list] = {}
             state = _internalise(state, data, chunks, log_path, digest is not None)
-            self._log, self._log_end, self._chunks, self._seen = log_path, end, chunks, {}
+            self._log, self._log_end, self._chunks, self._seen, self._lists = log_path, end, chunks, {}, {}
             self._log_hash, self._log_size = log_hash, log_path.stat().st_size
         self._array_named = None
         if "array_sha256" in state:
