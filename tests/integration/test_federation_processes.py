@@ -98,10 +98,10 @@ def test_same_seed_same_model_in_process_and_over_grpc(tmp_path):
         assert sim.read_bytes() == grpc_run.read_bytes()
 
 
-def _parties_over_grpc_in_threads(tmp_path, names, predict_only: bool = False) -> None:
+def _parties_over_grpc_in_threads(tmp_path, names, predict_only: bool = False, resume: bool = False) -> None:
     """Each party's config run by run_party in a thread of this process (so that a test can patch the
     transport), over gRPC with mutual TLS (``predict_only``: as `fedgrove party --predict`, from the model
-    files); fails with the parties' errors."""
+    files; ``resume``: as `fedgrove party --resume`); fails with the parties' errors."""
     import threading
 
     from fedgrove.runner.config import load_party
@@ -111,7 +111,7 @@ def _parties_over_grpc_in_threads(tmp_path, names, predict_only: bool = False) -
 
     def party(name):
         try:
-            run_party(*load_party(tmp_path / f"{name}.toml"), predict_only=predict_only)
+            run_party(*load_party(tmp_path / f"{name}.toml"), predict_only=predict_only, resume=resume)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors[name] = exc
 

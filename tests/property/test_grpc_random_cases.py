@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -233,22 +234,53 @@ class _Killed(Exception):
 def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_files(tmp_path, monkeypatch, protocol,
                                                                                      seed):
     # one party fails while checkpointing a random tree (the others stop at once, some a tree further); every
-    # party restarted with --resume must write the files of a run that was never stopped
+    # party restarted with --resume, in one process or over gRPC (a random half of the cases), must write the
+    # files of a run that was never stopped
+    rs = np.random.default_rng([seed, PROTOCOLS.index(protocol), 1])
+    parties, sections = _case(rs, protocol, trees=int(rs.integers(2, 5)))
+    _write(tmp_path, parties, sections, parquet={n for n in parties if rs.random() < 0.3})
+
+    def choose(done):  # a party that checkpoints more than one tree, and the tree it stops at
+        victim = str(rs.choice(sorted(n for n in done if done[n] > 1)))
+        return victim, int(rs.integers(1, done[victim]))
+
+    over_grpc = np.random.default_rng([seed, PROTOCOLS.index(protocol), 2]).random() >= 0.5
+    _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over_grpc)
+
+
+def test_a_hybridtree_federation_whose_guests_grow_no_layers_resumes_from_the_hosts_checkpoint(tmp_path,
+                                                                                                monkeypatch):
+    # guest_depth = 0: the guests take part in no tree and never checkpoint; the host resumes where it stopped
+    # (the resume agreement counted the guests' missing checkpoints as none, and the federation trained afresh)
+    rs = np.random.default_rng(3)
+    parties, sections = _case(rs, "hybridtree", trees=4)
+    sections["hybridtree"]["guest_depth"] = 0
+    assert sections["params"]["objective"] != "multiclass" and len(parties) > 1
+    _write(tmp_path, parties, sections)
+    _stopped_and_resumed(tmp_path, monkeypatch, "hybridtree", sections, lambda done: ("host", 3), False)
+    _stopped_and_resumed(tmp_path, monkeypatch, "hybridtree", sections, lambda done: ("host", 2), True)
+
+
+def _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over_grpc: bool) -> None:
+    """Train the federation written in ``tmp_path`` uninterrupted (into sim/), then again (into stopped/) with
+    the party ``choose(done)`` names ({party: trees its checkpoint holds at the end}: (party, tree)) failing
+    at its first checkpoint of at least that tree, then resume it (in one process, or ``over_grpc`` with the
+    parties' own configs); every model and prediction file must be the uninterrupted run's."""
     from fedgrove.runner.checkpoint import CheckpointStore
     from fedgrove.runner.config import load_federation
     from fedgrove.runner.run import simulate
 
-    rs = np.random.default_rng([seed, PROTOCOLS.index(protocol), 1])
-    parties, sections = _case(rs, protocol, trees=int(rs.integers(2, 5)))
-    _write(tmp_path, parties, sections, parquet={n for n in parties if rs.random() < 0.3})
     fed = tmp_path / "federation.toml"
-    case = fed.read_text()
+    case = fed.read_text().replace('dir = "stopped"', 'dir = "sim"')
+    fed.write_text(case)
+    for d in ("sim", "stopped"):
+        shutil.rmtree(tmp_path / d, ignore_errors=True)
     simulate(load_federation(fed))  # into sim/
     fed.write_text(case.replace('dir = "sim"', 'dir = "stopped"'))
+    parties = [p.name for p in load_federation(fed).parties]
     done = {n: json.loads((tmp_path / "sim" / f"{n}.checkpoint.json").read_text())["trees_done"] for n in parties
             if (tmp_path / "sim" / f"{n}.checkpoint.json").exists()}  # (a HybridTree guest of no layers has none)
-    victim = str(rs.choice(sorted(n for n in done if done[n] > 1)))
-    at = int(rs.integers(1, done[victim]))  # it stops at its first checkpoint of at least ``at`` trees
+    victim, at = choose(done)
     save = CheckpointStore.save
 
     killed = []
@@ -264,7 +296,26 @@ def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_f
         simulate(load_federation(fed))
     assert len(killed) == 1 and killed[0] <= done[victim], (killed, victim, case)  # (its last checkpoint too)
     monkeypatch.setattr(CheckpointStore, "save", save)
-    simulate(load_federation(fed), resume=True)
+
+    def states():  # each party's newest checkpoint state in stopped/ (None: none yet)
+        files = {n: tmp_path / "stopped" / f"{n}.checkpoint.json" for n in done}
+        return {n: json.loads(f.read_text()) if f.exists() else None for n, f in files.items()}
+
+    before = states()
+    if not over_grpc:
+        simulate(load_federation(fed), resume=True)
+    else:  # the parties' own configs over gRPC resume what stopped in one process
+        for n in parties:
+            config = tmp_path / f"{n}.toml"
+            config.write_text(config.read_text().replace('dir = "grpc"', 'dir = "stopped"'))
+        _parties_over_grpc_in_threads(tmp_path, parties, resume=True)
+    one_tree_a_round = sections["params"].get("objective") != "multiclass" or protocol == "federated-forest"
+    if one_tree_a_round and all(st is not None and st["trees_done"] for st in before.values()):
+        # every party holds a tree: the federation resumed (the same tree logs), it did not train afresh
+        after = states()
+        assert all(after[n]["tree_log"]["file"] == before[n]["tree_log"]["file"] for n in done), \
+            (victim, at, {n: (before[n]["trees_done"], before[n]["tree_log"], after[n]["tree_log"]) for n in done},
+             case)
     written = sorted(f.name for f in (tmp_path / "sim").iterdir()
                      if f.name.endswith((".model.json", ".predictions.csv")))
     assert written, case

@@ -287,3 +287,27 @@ def test_lists_of_trees_carried_from_save_to_save_read_back_as_saved(trees, tmp_
         store.save(state)
         back = CheckpointStore(tmp_path / "p.checkpoint.json").load()
         assert json.dumps(back) == json.dumps(state)
+
+
+def test_the_parties_resume_after_the_fewest_trees_a_party_that_grows_none_follows_and_a_negative_count_is_refused():
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.runner.messages import Checkpointed
+    from fedgrove.runner.run import agree_resume
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    def agreed(counts):
+        roles = {p: (lambda n: lambda ch: agree_resume(n, ch))(n) for p, n in counts.items()}
+        return run_parties(InProcessHub(list(counts)), roles, timeout=10)[0]
+
+    assert agreed({"host": 3, "guest0": 2, "guest1": 3}) == {"host": 2, "guest0": 2, "guest1": 2}
+    # a HybridTree guest of no layers never checkpoints: the others resume where they are
+    assert agreed({"host": 3, "guest0": None, "guest1": None}) == {"host": 3, "guest0": 3, "guest1": 3}
+    assert agreed({"host": 0, "guest0": None}) == {"host": 0, "guest0": 0}
+
+    def liar(ch):
+        with ch.scope(stage="resume"):
+            ch.broadcast("checkpointed", Checkpointed(-5), ["host"])
+            return ch.gather("checkpointed", Checkpointed, ["host"])
+
+    with pytest.raises(ProtocolError, match=r"liar \(-5\) said its checkpoint holds a negative number"):
+        run_parties(InProcessHub(["host", "liar"]), {"host": lambda ch: agree_resume(2, ch), "liar": liar}, timeout=10)

@@ -15,6 +15,7 @@ class Settings(Message):
 
 @register
 class Checkpointed(Message):
-    """How many trees a party's newest checkpoint holds (0: none), when every party resumes."""
+    """How many trees a party's newest checkpoint holds (0: none; -1: it takes part in no tree), when every party
+    resumes."""
 
     trees: int = 0

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from fedgrove.engine.model import atomic_write_text
-from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.runner.config import FederationConfig, PartySpec, canonical, shown_setting
 
@@ -84,7 +84,8 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
     if resume and not predict_only:
         newest = ctx.checkpoint.newest()
         if cfg.protocol != "fvtree":  # (FV-tree agrees on its own, stepping its ledger back too)
-            ctx.checkpoint.limit = agree_resume(ctx.checkpoint.trees_done(newest), channel)
+            no_trees = cfg.protocol == "hybridtree" and spec.role == "guest" and cfg.hybridtree["guest_depth"] == 0
+            ctx.checkpoint.limit = agree_resume(None if no_trees else ctx.checkpoint.trees_done(newest), channel)
         _check_checkpoint_fits(cfg, ctx, newest)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if not predict_only:  # the earlier model's predictions would sit beside the new model as if they were its
@@ -161,8 +162,9 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx, state: dict | None) -> No
                                     f"--resume, or into another output directory)")
 
 
-def agree_resume(mine: int, channel) -> int:
-    """The trees every party's checkpoint holds: each tells every peer how many its newest holds (``mine``), and the
+def agree_resume(mine: int | None, channel) -> int:
+    """The trees every party's checkpoint holds: each tells every peer how many its newest holds (``mine``; None
+    for a party that takes part in no tree, a HybridTree guest of no layers, which never checkpoints), and the
     run resumes from the fewest.  A party may have stopped after its peers checkpointed a tree and before it did:
     a leading party a tree ahead steps back to its previous state, and the others load the state of the tree it
     names (:meth:`~fedgrove.runner.checkpoint.CheckpointStore.load`)."""
@@ -170,10 +172,15 @@ def agree_resume(mine: int, channel) -> int:
 
     peers = sorted(channel.peers)
     with channel.scope(stage="resume"):
-        channel.broadcast("checkpointed", Checkpointed(mine), peers)
+        channel.broadcast("checkpointed", Checkpointed(-1 if mine is None else mine), peers)
         theirs = channel.gather("checkpointed", Checkpointed, peers)
-    fewest = min([mine] + [theirs[p].trees for p in peers])
-    if fewest < mine:
+    bad = [f"{p} ({theirs[p].trees})" for p in peers if theirs[p].trees < -1]
+    if bad:
+        raise ProtocolError(f"{channel.party}: {', '.join(bad)} said its checkpoint holds a negative number of "
+                            f"trees")
+    counts = [n for n in [mine] + [theirs[p].trees for p in peers] if n is not None and n >= 0]
+    fewest = min(counts, default=0)
+    if mine is not None and fewest < mine:
         low = [p for p in peers if theirs[p].trees == fewest]
         logger.info("%s: its checkpoint holds %d trees, %s's %d: the federation resumes after %d", channel.party,
                     mine, ", ".join(low), fewest, fewest)
