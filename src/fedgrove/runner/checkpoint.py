@@ -107,7 +107,6 @@ class CheckpointStore:
             self.prev_path.unlink(missing_ok=True)
             self._log = self.path.with_name(f"{self.path.stem}.{uuid.uuid4().hex[:12]}.trees")
             self._log_end, self._chunks, self._seen, self._log_hash = 0, {}, {}, hashlib.sha256()
-            self._lists = {}
             self._log_size = 0
         pending: list[bytes] = []
         self._spliced, self._last_lists, self._lists = {}, self._lists, {}  # (this state's lists, from the last's)

@@ -390,8 +390,14 @@ def _hybrid_host_predict(ctx: RoleContext) -> dict:
     return write_predictions(ctx, shell.output_from_raw(raw), classes, table)
 
 
+def grows_no_trees(cfg, role: str) -> bool:
+    """Whether a party of ``role`` takes part in no tree, so that it keeps no checkpoint and predicts nothing: a
+    HybridTree guest when the guests grow no layers."""
+    return cfg.protocol == "hybridtree" and role == "guest" and cfg.hybridtree["guest_depth"] == 0
+
+
 def _hybrid_guest_predict(ctx: RoleContext) -> dict:
-    if ctx.cfg.hybridtree["guest_depth"] == 0:
+    if grows_no_trees(ctx.cfg, ctx.spec.role):
         return {}
     guest = ctx.load_part(lambda d: HybridGuest.from_model(ctx.channel, d, ctx.cfg.lead))
     table = _with_ids(ctx, ctx.data(False, test=True, model_names=guest.model.feature_names),

@@ -68,7 +68,7 @@ def _loopback(address: str) -> bool:
 
 def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
     from fedgrove.runner.checkpoint import CheckpointStore
-    from fedgrove.runner.roles import PREDICT, TRAIN, RoleContext
+    from fedgrove.runner.roles import PREDICT, TRAIN, RoleContext, grows_no_trees
 
     t0 = time.perf_counter()
     out_dir = Path(cfg.output_dir)
@@ -84,8 +84,8 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
     if resume and not predict_only:
         newest = ctx.checkpoint.newest()
         if cfg.protocol != "fvtree":  # (FV-tree agrees on its own, stepping its ledger back too)
-            no_trees = cfg.protocol == "hybridtree" and spec.role == "guest" and cfg.hybridtree["guest_depth"] == 0
-            ctx.checkpoint.limit = agree_resume(None if no_trees else ctx.checkpoint.trees_done(newest), channel)
+            mine = None if grows_no_trees(cfg, spec.role) else ctx.checkpoint.trees_done(newest)
+            ctx.checkpoint.limit = agree_resume(mine, channel)
         _check_checkpoint_fits(cfg, ctx, newest)
     summary = {} if predict_only else TRAIN[(cfg.protocol, spec.role)](ctx)
     if not predict_only:  # the earlier model's predictions would sit beside the new model as if they were its
