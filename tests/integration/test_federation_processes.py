@@ -408,7 +408,8 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
                                  "federation lacks (its guests: guest0, guest1)")
     # a damaged checkpoint is named as such on --resume (the error named no file: "not a party model file: ...");
     # one whose state no longer matches its digest too (a guest leaf value changed in the host's resumed without a
-    # word); states written before the digest carry none and are checked as they load
+    # word); states written before the digest carry none and are checked as they load.  (Each with no whole state
+    # before it, which would take its place: see below)
     def changed_value(d):
         values = d["model"]["guest_values"][0]["guest0"]
         values[next(iter(values))] += 0.125
@@ -424,7 +425,7 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
                 ("guest0", undigested(lambda d: d["model"]["splits"].__setitem__(0, 0.5)),
                  4, "not a party model file: TypeError in split 0")):
             path = out / f"{name}.checkpoint.json"
-            with _changed(path, _json(change)):
+            with _changed(path, _json(change)), _changed(path.with_suffix(".prev.json"), _text("{", "[")):
                 capsys.readouterr()
                 assert main(["simulate", str(cfg), "--resume"]) == code
                 err = capsys.readouterr().err
@@ -462,6 +463,17 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
     used = " ".join(capsys.readouterr().out.split()).split("its most used features │")[1].split("│")[0]
     assert {u.rsplit(" (", 1)[0] for u in used.strip().split(", ")} <= guest_columns and "splits)" in used
     _corrupt_parts_are_refused(cfg, out, "guest0", "host", capsys)
+    # a newest state that a crash cut short (written in place) gives way to the whole one before it: the host
+    # resumes from 2 trees, the guests step back to it, and the run goes on to 4
+    host_state = out / "host.checkpoint.json"
+    host_state.write_text(host_state.read_text()[:100])
+    with _changed(cfg, _text("n_estimators = 3", "n_estimators = 4")):
+        capsys.readouterr()
+        assert main(["simulate", str(cfg), "--resume"]) == 0
+        err = " ".join(capsys.readouterr().err.split())
+    assert f"checkpoint {host_state} does not hold together" in err and "(2 trees), is whole" in err, err
+    assert "resumes after 2" in err, err
+    assert len(json.loads((out / "host.model.json").read_text())["host_trees"]) == 4
 
 
 def _predicts_alike_after_its_training_files_change(cfg: Path, predictions: Path) -> None:

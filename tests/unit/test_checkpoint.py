@@ -39,7 +39,7 @@ def test_each_tree_is_written_once_and_reads_back_exactly(trees, tmp_path):
     for k in range(1, 9):
         store.save(_state(trees, k), np.full((3, 1), float(k)))
     (log,) = _logs(tmp_path)
-    texts = [json.dumps(t.to_dict()).encode() for t in trees[:8]]
+    texts = [t.to_dict().text().encode() for t in trees[:8]]
     assert log.read_bytes() == b"".join(texts)  # every tree once, in order
     assert (tmp_path / "p.checkpoint.json").stat().st_size < len(texts[0])  # references, not trees
     back = CheckpointStore(tmp_path / "p.checkpoint.json").load()
@@ -62,7 +62,7 @@ def test_resume_appends_to_the_log_and_drops_a_tail_no_state_vouches_for(trees, 
     for k in range(5, 8):
         resumed.save(_state(trees, k))
     assert _logs(tmp_path) == [log] and log.read_bytes().startswith(head)
-    assert log.stat().st_size == sum(len(json.dumps(t.to_dict())) for t in trees[:7])
+    assert log.stat().st_size == sum(len(t.to_dict().text().encode()) for t in trees[:7])
     assert json.dumps(CheckpointStore(path).load()["model"]) == json.dumps(_state(trees, 7)["model"])
 
 
@@ -184,25 +184,83 @@ def test_a_resumed_store_writes_its_scores_beside_the_file_its_state_names(trees
         CheckpointStore(path).load()
 
 
-@pytest.mark.parametrize("edit", ["value", "field", "digest"])
-def test_a_state_changed_after_its_run_wrote_it_is_refused_by_name(trees, tmp_path, edit):
+@pytest.mark.parametrize("edit", ["value", "field", "digest", "list"])
+def test_a_state_changed_after_its_run_wrote_it_is_never_resumed_from(trees, tmp_path, edit, caplog):
     # the state's own JSON was not vouched for: a leaf value or setting changed by hand, or by a disk, resumed
-    # without a word (found by mutating a HybridTree host's checkpoint under --resume: 6 of 16 runs went on)
+    # without a word (found by mutating a HybridTree host's checkpoint under --resume: 6 of 16 runs went on).
+    # The state before it, where whole, takes its place (what a save cut short leaves); else it is refused by name
     path = tmp_path / "p.checkpoint.json"
+    prev = tmp_path / "p.checkpoint.prev.json"
     store = CheckpointStore(path)
     for k in range(1, 3):
-        store.save({**_state(trees, k), "leaves": [0.25, -0.5]}, np.zeros((2, 1)))
+        store.save({**_state(trees, k), "leaves": [0.25, -0.5]}, np.full((2, 1), float(k)))
     text = path.read_text()
     assert json.loads(text)["leaves"] == [0.25, -0.5] and CheckpointStore(path).load()["leaves"] == [0.25, -0.5]
     changed = {"value": text.replace("0.25", "0.3"), "field": text.replace('"trees_done": 2', '"trees_done": 3'),
-               "digest": text[:-5] + 'abc"}'}[edit]
+               "digest": text[:-5] + 'abc"}', "list": json.dumps([1, 2])}[edit]
     assert changed != text
     path.write_text(changed)
-    with pytest.raises(DataError, match=f"checkpoint {path} is damaged: its state does not match the SHA-256"):
-        CheckpointStore(path).load()
-    path.write_text(json.dumps([1, 2]))
-    with pytest.raises(DataError, match="is damaged: it holds a JSON list, not a state"):
-        CheckpointStore(path).load()
+    before = prev.read_text()
+    with caplog.at_level("WARNING", logger="fedgrove"):
+        back = CheckpointStore(path).load()
+    assert back["trees_done"] == 1 and back["array"][0, 0] == 1.0 and back["leaves"] == [0.25, -0.5]
+    assert json.dumps(back["model"]) == json.dumps(_state(trees, 1)["model"])
+    assert f"checkpoint {path} does not hold together" in caplog.text and f"{prev} (1 trees), is whole" in caplog.text
+    assert path.read_text() == before  # (it took the newest's place)
+    path.write_text(changed)
+    for damage in ("missing", "damaged"):  # and no state before it that holds together: refused by name
+        if damage == "missing":
+            prev.unlink()
+        else:
+            prev.write_text(before[:-3] + '0"}')
+        damaged = "it holds a JSON list, not a state" if edit == "list" else "its state does not match the SHA-256"
+        with pytest.raises(DataError, match=f"checkpoint {path} is damaged: {damaged}"):
+            CheckpointStore(path).load()
+        assert path.read_text() == changed
+
+
+def test_a_newest_state_a_crash_cut_short_gives_way_to_the_one_before_it(trees, tmp_path, monkeypatch, caplog):
+    # after a run's first state the newest is written in place (a new file and a rename cost 10 times as much),
+    # after the state before it: a crash while writing it leaves a text that fails to parse or its digest
+    import fedgrove.runner.checkpoint as checkpoint
+
+    path = _saved(trees, tmp_path, 4)
+    store = CheckpointStore(path)
+    store.load()
+    real = checkpoint._write_in_place
+
+    def torn(at):
+        def write(p, text):
+            if p != path:
+                return real(p, text)
+            with open(p, "r+") as fh:  # (the rest of the longer text before it stays, as a crash leaves it)
+                fh.write(text[:at])
+            raise KeyboardInterrupt
+        return write
+
+    longer = {**_state(trees, 5), "pad": "x" * 4000}  # longer than state 4: the old tail stays behind it
+    for at in (0, 1, 20, 200, -3):  # (-3: all but its last three characters)
+        whole = path.read_text()
+        monkeypatch.setattr(checkpoint, "_write_in_place", torn(at))
+        with pytest.raises(KeyboardInterrupt):
+            store.save(longer, np.full((2, 1), 5.0))
+        monkeypatch.undo()
+        cut = path.read_text() != whole
+        assert cut == (at >= 20 or at < 0)  # ('{' is where it was; '{"trees_done": 5' differs)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="fedgrove"):
+            store = CheckpointStore(path)
+            back = store.load()
+        assert back["trees_done"] == 4 and back["array"][0, 0] == 4.0, at
+        assert json.dumps(back["model"]) == json.dumps(_state(trees, 4)["model"])
+        if not cut:  # (nothing of it written that differs: state 4 is whole where it was)
+            assert caplog.text == ""
+        else:
+            assert f"checkpoint {path} does not hold together" in caplog.text and "(4 trees), is whole" in caplog.text
+    store.save(_state(trees, 5), np.full((2, 1), 5.0))  # and the run goes on from there
+    back = CheckpointStore(path).load()
+    assert back["trees_done"] == 5 and back["array"][0, 0] == 5.0
+    assert json.dumps(back["model"]) == json.dumps(_state(trees, 5)["model"])
 
 
 def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
@@ -262,7 +320,9 @@ def test_a_crash_in_the_first_save_after_a_step_back_leaves_the_state_stepped_ba
     def crash(*args, **kwargs):
         raise OSError("no space left on device")
 
-    monkeypatch.setattr(checkpoint, "atomic_write_text", crash)  # the new state is never written
+    real = checkpoint._write_in_place
+    monkeypatch.setattr(checkpoint, "_write_in_place",  # the new state is never written (the one before it is)
+                        lambda p, text: crash() if p == path else real(p, text))
     with pytest.raises(OSError):
         resumed.save(_state(trees[6:], 4), np.full((2, 1), 40.0))
     monkeypatch.undo()

@@ -141,14 +141,15 @@ def test_failed_save_leaves_previous_file(models, tmp_path, monkeypatch):
 
 
 def test_checkpoint_text_equals_json_dumps_and_tree_dicts_follow_their_arrays(models, tmp_path):
-    """Per-tree checkpoints reuse each finished tree's JSON text: the file must read back exactly as a plain
-    json.dumps would write it, and a tree whose arrays change must not keep its old text."""
+    """Per-tree checkpoints and model files reuse each finished tree's JSON text: the file must read back the
+    values a plain json.dumps writes, and a tree whose arrays change must not keep its old text."""
     from fedgrove import jsontext
     from fedgrove.runner.checkpoint import CheckpointStore
 
     model = models[1][0]
     state = {"trees_done": len(model.trees), "model": model.to_dict(), "other": {"k": [1, 2.5, None]}}
-    assert jsontext.dumps(state) == json.dumps(state)
+    assert json.loads(jsontext.dumps(state)) == json.loads(json.dumps(state))
+    assert jsontext.dumps(state) != json.dumps(state)  # (the trees' compact texts from orjson)
     store = CheckpointStore(tmp_path / "p.checkpoint.json")
     store.save(state, np.arange(6.0).reshape(3, 2))
     back = store.load()

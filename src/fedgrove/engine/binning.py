@@ -221,7 +221,8 @@ class BinMapper:
 
         self._check_fitted()
         key = (self.max_bins, tuple(len(c) for c in self.cuts_), b"".join(c.tobytes() for c in self.cuts_))
-        return memoised(self, key, lambda: {"max_bins": self.max_bins, "cuts": [c.tolist() for c in self.cuts_]})
+        return memoised(self, key, lambda: {"max_bins": self.max_bins, "cuts": [c.tolist() for c in self.cuts_]},
+                        finite=lambda d: all(np.isfinite(c).all() for c in self.cuts_))
 
     @classmethod
     def from_dict(cls, d: dict) -> "BinMapper":

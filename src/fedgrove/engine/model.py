@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedgrove import jsontext
 from fedgrove._version import __version__
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.losses import make_objective
@@ -293,7 +294,8 @@ class TreeEnsembleModel:
         }
 
     def save(self, path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), allow_nan=False))
+        # (each tree's JSON text as its dict cached it: made once a run, by the first checkpoint or by this)
+        atomic_write_text(path, jsontext.dumps(self.to_dict(), allow_nan=False))
 
     @staticmethod
     def load(path) -> "TreeEnsembleModel":

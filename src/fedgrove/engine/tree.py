@@ -108,8 +108,9 @@ class Tree:
         if memo is not None and memo[0] == key:
             d = memo[1]
         else:
+            # (the node columns spell out their non-finite values; leaf values are finite but for a defect)
             d = FrozenJSON({"nodes": {n: _encode_column(nodes[n]) for n in NODE_DTYPE.names},
-                            "values": values.tolist()})
+                            "values": values.tolist()}, finite=bool(np.isfinite(values).all()))
         for a in (nodes, values):
             if a.flags.owndata:
                 a.flags.writeable = False

@@ -18,7 +18,7 @@ import numpy as np
 
 # protocols are imported here, not in the role functions: parties run in threads of one process, and
 # concurrent first imports of one package's modules can deadlock
-from fedgrove import metrics
+from fedgrove import jsontext, metrics
 from fedgrove.crypto.he import keygen
 from fedgrove.data.io import (LIBSVM_BASE, check_categories, detect_format, feature_columns, label_text, libsvm_layout,
                               load_table)
@@ -220,7 +220,7 @@ class RoleContext:
             self.spec.label is not None and self.cfg.forest["label_mode"] == "encrypted"
 
     def save_json(self, d: dict) -> None:
-        atomic_write_text(self.model_path, json.dumps(d))
+        atomic_write_text(self.model_path, jsontext.dumps(d))  # (trees' texts as their dicts cached them)
 
     def _check_model_file(self) -> None:
         if not self.model_path.exists():
