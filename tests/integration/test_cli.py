@@ -783,6 +783,20 @@ def test_info_describes_a_checkpoint_and_a_party_statistics_file(tmp_path, capsy
     (tmp_path / "other.checkpoint.json").write_text("[1, 2]")
     code, _, err = run(["info", tmp_path / "other.checkpoint.json"], capsys)
     assert code != 0 and "not a fedgrove checkpoint" in err
+    # a newest state cut short, or changed, is named, with the whole state before it that --resume takes instead
+    store.save({"trees_done": 8, "model": {}})
+    path, whole = tmp_path / "party0.checkpoint.json", (tmp_path / "party0.checkpoint.json").read_text()
+    for cut, said in ((whole[:40], "cannot be read (Unterminated string"),
+                      (whole.replace('"trees_done": 8', '"trees_done": 9'), "does not match the SHA-256")):
+        path.write_text(cut)
+        code, _, err = run(["info", path], capsys)
+        err = " ".join(err.split())
+        assert code == 3 and f"checkpoint {path} {said}" in err, err
+        assert f"--resume takes the state before it instead, {path.with_suffix('.prev.json')} (7 trees)" in err
+    (tmp_path / "party0.checkpoint.prev.json").write_text(whole[:40])  # neither whole: no way back named
+    code, _, err = run(["info", path], capsys)
+    assert code == 3 and "is damaged" in err and "--resume takes" not in err
+    path.write_text(whole)
     # a run's folder with checkpoints but no statistics (a run stopped before its end) is named as such
     stopped = tmp_path / "stopped"
     stopped.mkdir()
@@ -939,7 +953,9 @@ def test_info_names_a_damaged_manifest_stats_or_checkpoint_file(tmp_path, capsys
     for target, said in ((parts, "manifest.json' is damaged: party #1's features is 3"),
                          (stats, f"{stats} is damaged (the run writes it): TypeError"),
                          (runs, f"{runs} is damaged (one of its <party>.stats.json files"),
-                         (checkpoint, f"{checkpoint} is damaged: its state does not match the SHA-256")):
+                         (checkpoint, f"{checkpoint} does not match the SHA-256 its run wrote with it (cut short "
+                                      "by a crash, or changed since); --resume takes the state before it instead, "
+                                      f"{checkpoint.with_suffix('.prev.json')} (")):
         code, out, err = run(["info", target], capsys)
         assert code != 0 and said in " ".join(err.split()) and "Traceback" not in err, (target, out, err)
     del c["state_sha256"]  # as a checkpoint written before its state carried a digest: its fields are checked

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedgrove.exceptions import DataError
 from tests.integration.test_federation_processes import _federation_configs, _parties_over_grpc_in_threads
 from tests.property import random_features
 
@@ -245,7 +246,8 @@ def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_f
         return victim, int(rs.integers(1, done[victim]))
 
     over_grpc = np.random.default_rng([seed, PROTOCOLS.index(protocol), 2]).random() >= 0.5
-    _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over_grpc)
+    torn = np.random.default_rng([seed, PROTOCOLS.index(protocol), 3]).random() < 0.5
+    _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over_grpc, torn)
 
 
 def test_a_hybridtree_federation_whose_guests_grow_no_layers_resumes_from_the_hosts_checkpoint(tmp_path,
@@ -258,14 +260,17 @@ def test_a_hybridtree_federation_whose_guests_grow_no_layers_resumes_from_the_ho
     assert sections["params"]["objective"] != "multiclass" and len(parties) > 1
     _write(tmp_path, parties, sections)
     _stopped_and_resumed(tmp_path, monkeypatch, "hybridtree", sections, lambda done: ("host", 3), False)
-    _stopped_and_resumed(tmp_path, monkeypatch, "hybridtree", sections, lambda done: ("host", 2), True)
+    _stopped_and_resumed(tmp_path, monkeypatch, "hybridtree", sections, lambda done: ("host", 2), True, torn=True)
 
 
-def _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over_grpc: bool) -> None:
+def _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over_grpc: bool,
+                         torn: bool = False) -> None:
     """Train the federation written in ``tmp_path`` uninterrupted (into sim/), then again (into stopped/) with
     the party ``choose(done)`` names ({party: trees its checkpoint holds at the end}: (party, tree)) failing
-    at its first checkpoint of at least that tree, then resume it (in one process, or ``over_grpc`` with the
+    at its first checkpoint of at least that tree (``torn``: halfway through writing its state, where that is
+    written in place, after its run's first), then resume it (in one process, or ``over_grpc`` with the
     parties' own configs); every model and prediction file must be the uninterrupted run's."""
+    import fedgrove.runner.checkpoint as checkpoint
     from fedgrove.runner.checkpoint import CheckpointStore
     from fedgrove.runner.config import load_federation
     from fedgrove.runner.run import simulate
@@ -285,10 +290,28 @@ def _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over
 
     killed = []
 
+    in_place = checkpoint._write_in_place
+    cut = []  # the victim's state file, where its writing was cut short
+
     def dies(self, state, array=None):  # at its first checkpoint of at least ``at`` trees (multiclass: rounds)
         if self.path.name == f"{victim}.checkpoint.json" and state.get("trees_done", 0) >= at:
             killed.append(state["trees_done"])
-            raise _Killed(f"{victim} killed while checkpointing tree {state['trees_done']}")
+            message = f"{victim} killed while checkpointing tree {state['trees_done']}"
+            if torn and self._text is not None:
+                def cut_short(path, text):  # the state before it whole, the newest half written
+                    if path != self.path:
+                        return in_place(path, text)
+                    with open(path, "r+") as fh:
+                        fh.write(text[:len(text) // 2])
+                    cut.append(path)
+                    raise _Killed(message)
+
+                monkeypatch.setattr(checkpoint, "_write_in_place", cut_short)
+                try:
+                    save(self, state, array)
+                finally:
+                    monkeypatch.setattr(checkpoint, "_write_in_place", in_place)
+            raise _Killed(message)
         return save(self, state, array)
 
     monkeypatch.setattr(CheckpointStore, "save", dies)
@@ -297,11 +320,17 @@ def _stopped_and_resumed(tmp_path, monkeypatch, protocol, sections, choose, over
     assert len(killed) == 1 and killed[0] <= done[victim], (killed, victim, case)  # (its last checkpoint too)
     monkeypatch.setattr(CheckpointStore, "save", save)
 
-    def states():  # each party's newest checkpoint state in stopped/ (None: none yet)
-        files = {n: tmp_path / "stopped" / f"{n}.checkpoint.json" for n in done}
+    def states(cut_short=()):  # each party's newest checkpoint state in stopped/ (None: none yet; ``cut_short``:
+        # parties whose newest does not hold together, the state before it)
+        files = {n: tmp_path / "stopped" / f"{n}.checkpoint{'.prev' if n in cut_short else ''}.json" for n in done}
         return {n: json.loads(f.read_text()) if f.exists() else None for n, f in files.items()}
 
-    before = states()
+    if cut:  # (torn, where the victim had written a state before: its run's first replaces the file whole)
+        with pytest.raises((json.JSONDecodeError, DataError)):  # (resume falls back to the state before it)
+            checkpoint.check_state_digest(json.loads(cut[0].read_text()), cut[0])
+        before = states(cut_short=[victim])
+    else:
+        before = states()
     if not over_grpc:
         simulate(load_federation(fed), resume=True)
     else:  # the parties' own configs over gRPC resume what stopped in one process

@@ -197,7 +197,7 @@ def test_a_state_changed_after_its_run_wrote_it_is_never_resumed_from(trees, tmp
     text = path.read_text()
     assert json.loads(text)["leaves"] == [0.25, -0.5] and CheckpointStore(path).load()["leaves"] == [0.25, -0.5]
     changed = {"value": text.replace("0.25", "0.3"), "field": text.replace('"trees_done": 2', '"trees_done": 3'),
-               "digest": text[:-5] + 'abc"}', "list": json.dumps([1, 2])}[edit]
+               "digest": text[:-66] + "0" * 64 + '"}', "list": json.dumps([1, 2])}[edit]
     assert changed != text
     path.write_text(changed)
     before = prev.read_text()
@@ -212,7 +212,7 @@ def test_a_state_changed_after_its_run_wrote_it_is_never_resumed_from(trees, tmp
         if damage == "missing":
             prev.unlink()
         else:
-            prev.write_text(before[:-3] + '0"}')
+            prev.write_text(before[:-3] + ('1' if before[-3] == '0' else '0') + '"}')  # (another digest)
         damaged = "it holds a JSON list, not a state" if edit == "list" else "its state does not match the SHA-256"
         with pytest.raises(DataError, match=f"checkpoint {path} is damaged: {damaged}"):
             CheckpointStore(path).load()

@@ -195,16 +195,25 @@ def _checkpoint_info(p: Path) -> None:
     """What a party's checkpoint holds: whose it is, under which protocol, and how far the run had come."""
     from fedgrove.exceptions import DataError
 
+    from fedgrove.runner.checkpoint import DIGEST, check_state_digest, whole_previous_state
+
+    def damaged(message: str, what: str) -> DataError:  # (or what, and the state --resume takes instead)
+        prev = whole_previous_state(p)
+        return DataError(message if prev is None else f"checkpoint {p} {what}; --resume takes the state before it "
+                         f"instead, {prev[0]} ({prev[1]} trees), which is whole")
+
     try:
         state = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"checkpoint {p} cannot be read: {exc}") from None
+        raise damaged(f"checkpoint {p} cannot be read: {exc}", f"cannot be read ({exc})") from None
     if not isinstance(state, dict) or "trees_done" not in state:
         raise DataError(f"{p} is not a fedgrove checkpoint (no trees_done field)")
-    from fedgrove.runner.checkpoint import DIGEST, check_state_digest
-
     digested = DIGEST in state
-    state = check_state_digest(state, p)
+    try:
+        state = check_state_digest(state, p)
+    except DataError as exc:
+        raise damaged(str(exc), "does not match the SHA-256 its run wrote with it (cut short by a crash, or "
+                      "changed since)") from None
     run = state.get("run") if isinstance(state.get("run"), dict) else {}
     settings = run.get("settings") or {}
     from fedgrove.runner.config import shown_setting

@@ -79,6 +79,17 @@ def check_state_digest(state: dict, path: Path) -> dict:
     return state
 
 
+def whole_previous_state(path) -> tuple[Path, int] | None:
+    """The state before the newest beside the checkpoint ``path`` (its file and trees) where it holds together,
+    which --resume takes where the newest does not; None where it is missing or does not."""
+    store = CheckpointStore(path)
+    try:
+        found = store._read(store.prev_path)
+        return None if found is None else (store.prev_path, _trees_done(found[0], store.prev_path))
+    except DataError:
+        return None
+
+
 class CheckpointStore:
     """A JSON state file, an append-only log of finished trees' text, and an optional array (``.npy``)."""
 
