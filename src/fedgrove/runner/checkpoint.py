@@ -31,8 +31,8 @@ before it; a run's first state replaces the file whole):
 * ``<party>.checkpoint.prev.json``: the state before the newest, written
   (in place) just before it, so that a newest state cut short by a crash
   gives way to it (with a warning), and so that a party one tree ahead of a
-  peer that stopped can step back to where every party is: a party may stop after its
-  peers checkpointed a tree and before it did, and ``--resume`` then
+  peer that stopped can step back to where every party is: a party may stop
+  after its peers checkpointed a tree and before it did, and ``--resume`` then
   resumes from the fewest trees every party holds (``limit``, which
   :func:`fedgrove.runner.run` agrees on among the parties).  The tree log
   and the array file the previous state names are kept for it (a fresh run
@@ -164,8 +164,8 @@ class CheckpointStore:
         # written last, as it vouches for the log and array
         if self._text is None:  # a run's first state replaces whatever the file held, whole
             atomic_write_text(self.path, text)
-        else:  # in place (40 times cheaper than a new file), after the state before it: a newest state that a
-            # crash cut short fails its digest, and load falls back to that one
+        else:  # in place (6-12 times cheaper here than a new file and a rename), after the state before it: a
+            # newest state that a crash cut short fails its digest, and load falls back to that one
             _write_in_place(self.prev_path, self._text)
             _write_in_place(self.path, text)
         self._text = text
