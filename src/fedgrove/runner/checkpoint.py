@@ -83,11 +83,8 @@ def whole_previous_state(path) -> tuple[Path, int] | None:
     """The state before the newest beside the checkpoint ``path`` (its file and trees) where it holds together,
     which --resume takes where the newest does not; None where it is missing or does not."""
     store = CheckpointStore(path)
-    try:
-        found = store._read(store.prev_path)
-        return None if found is None else (store.prev_path, _trees_done(found[0], store.prev_path))
-    except DataError:
-        return None
+    prev = store._whole_previous()
+    return None if prev is None else (store.prev_path, prev[1])
 
 
 class CheckpointStore:
@@ -283,18 +280,22 @@ class CheckpointStore:
         try:
             return self._read(self.path)
         except DataError as exc:
-            try:
-                prev = self._read(self.prev_path)
-                trees = None if prev is None else _trees_done(prev[0], self.prev_path)
-            except DataError:
-                prev = None
+            prev = self._whole_previous()
             if prev is None:
                 raise exc from None
             logger.warning("checkpoint %s does not hold together (a crash cut its writing short, or it was changed "
                            "since); the state before it, %s (%d trees), is whole and takes its place", self.path,
-                           self.prev_path, trees)
-            atomic_write_text(self.path, prev[1])
-            return prev
+                           self.prev_path, prev[1])
+            atomic_write_text(self.path, prev[0][1])
+            return prev[0]
+
+    def _whole_previous(self) -> tuple[tuple[dict, str], int] | None:
+        """The state before the newest (its content and text) and its trees, where it holds together; else None."""
+        try:
+            found = self._read(self.prev_path)
+            return None if found is None else (found, _trees_done(found[0], self.prev_path))
+        except DataError:
+            return None
 
     def _read(self, path: Path) -> tuple[dict, str] | None:
         """A state file's content and text, its digest checked (None: no file)."""
