@@ -43,3 +43,22 @@ def test_a_missing_dataset_is_named_before_any_work_or_folder(capsys, tmp_path, 
     assert main(["reproduce", "federated-forest", "--quick", "--datasets", "diabetes,spambase", "--out", str(out),
                  "--no-progress"]) == 3
     assert "dataset 'spambase'" in capsys.readouterr().err and not out.exists()
+
+
+def test_merged_experiments_join_the_earlier_ones_and_the_report_says_when_each_ran(spambase, tmp_path, capsys):
+    # --merge put a Federated Forest run's experiments nowhere (its results are laid out by experiment, not by
+    # dataset) while the note said they were merged, and the report said nothing of when each part ran
+    out = tmp_path / "res"
+    quick = ["reproduce", "federated-forest", "--quick", "--out", str(out), "--no-progress"]
+    assert main(quick + ["--datasets", "diabetes", "--experiments", "table1"]) == 0
+    first = json.loads((out / "results.json").read_text())
+    assert "Runs:" not in (out / "report.md").read_text()  # one run: nothing to say
+    assert main(quick + ["--datasets", "spambase", "--experiments", "table1,clients", "--merge"]) == 0, \
+        capsys.readouterr().err
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["table1"]["diabetes"] == first["table1"]["diabetes"]  # the earlier dataset's entry is kept
+    assert set(merged["table1"]) == {"diabetes", "spambase"} and merged["clients"]["dataset"] == "spambase"
+    assert set(merged["seconds"]) == {"table1:diabetes", "table1:spambase", "clients:spambase"}
+    report = (out / "report.md").read_text()
+    assert "| diabetes |" in report and "| spambase |" in report and "Adding clients" in report
+    assert f"Runs: {first['machine']['date']}: the rest; table1, clients on spambase: " in report

@@ -3,6 +3,8 @@
 import json
 
 from fedgrove.cli.main import main
+from fedgrove.cli.reproduce import merge_results
+from fedgrove.experiments import fvtree as exp
 
 
 def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
@@ -20,3 +22,8 @@ def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
     for title in ("Figure 6", "Figure 7", "Figure 8", "Figure 9", "Quick run", "accuracy loss"):
         assert title in report
     assert (out / "a9a-figure9.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # results merged from several runs say in the report when each part ran
+    full = json.loads((out / "results.json").read_text())
+    exp.write_report(merge_results(full, full, "figure9 on a9a"), out)
+    assert f"Runs: {full['machine']['date']}: the rest; figure9 on a9a: " in (out / "report.md").read_text()

@@ -5,6 +5,7 @@ import json
 import numpy as np
 
 from fedgrove.cli.main import main
+from fedgrove.cli.reproduce import merge_results
 from fedgrove.experiments import hybridtree as exp
 
 
@@ -36,6 +37,15 @@ def test_quick_reproduce_writes_report_results_and_plots(a9a, tmp_path, capsys):
     assert f"{t1['HybridTree']:.3f}" in report and "0.832" in report  # ours beside the paper's
     for png in ("a9a-figure6.png", "a9a-figure8.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # results merged from several runs say in the report when each part ran
+    full = json.loads((out / "results.json").read_text())
+    merged = merge_results(full, full, "table1 on a9a")
+    merged["reruns"] = [{"experiments": ["table1"], "machine": {"date": "2026-01-02 03:04:05"}, "note": "checked"}]
+    exp.write_report(merged, out)
+    report = (out / "report.md").read_text()
+    assert f"Runs: {full['machine']['date']}: the rest; table1 on a9a: " in report
+    assert "Rerun 2026-01-02 03:04:05: table1 (checked)." in report
 
 
 def test_ablation_without_guest_layers_is_solo_on_the_host(a9a):

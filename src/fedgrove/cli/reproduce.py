@@ -86,7 +86,8 @@ def reproduce(
 
         with tempfile.TemporaryDirectory(prefix=".reproduce-", dir=out) as tmp:
             results = run(Path(tmp))
-        merged = merge_results(earlier, results, f"{', '.join(ex)} on {', '.join(ds)}")
+        merged = merge_results(earlier, results, f"{', '.join(ex)} on {', '.join(ds)}",
+                               getattr(exp, "PER_DATASET", ()))
         write_json(out / "results.json", merged)
         exp.write_report(merged, out)
     else:
@@ -127,9 +128,13 @@ def _check_same_settings(earlier: dict, now: dict, every: bool = False) -> None:
                                     f"another --out or use --overwrite")
 
 
-def merge_results(earlier: dict, new: dict, what: str) -> dict:
-    """``earlier`` with the datasets' entries ``new`` computed put in (per dataset: each result key replaced,
-    step seconds added); refused when the two runs' settings differ.  The machine note records the merge."""
+def merge_results(earlier: dict, new: dict, what: str, per_dataset: tuple = ()) -> dict:
+    """``earlier`` with the entries ``new`` computed put in (per dataset: each result key replaced, step seconds
+    added); refused when the two runs' settings differ.  The machine note records the merge.
+
+    Results laid out by experiment rather than by dataset (Federated Forest's): each experiment's entry
+    replaced, or, for the experiments ``per_dataset`` names (keyed by dataset), each dataset's; step seconds
+    added."""
     import json
 
     def plain(d):
@@ -137,13 +142,22 @@ def merge_results(earlier: dict, new: dict, what: str) -> dict:
 
     _check_same_settings(plain(earlier.get("config", {})), plain(new.get("config", {})), every=True)
     merged = plain(earlier)
-    for name, r in plain(new).get("datasets", {}).items():
+    new = plain(new)
+    for name, r in new.get("datasets", {}).items():
         target = merged.setdefault("datasets", {}).setdefault(name, {})
         for key, value in r.items():
             if key == "seconds" and isinstance(target.get("seconds"), dict):
                 target["seconds"].update(value)
             else:
                 target[key] = value
+    for key, value in new.items():  # (until 2026-11-26 these were left out, though the note said merged)
+        if key in ("config", "machine", "datasets"):
+            continue
+        if (key == "seconds" or key in per_dataset) and isinstance(merged.get(key), dict) \
+                and isinstance(value, dict):
+            merged[key].update(value)
+        else:
+            merged[key] = value
     machine = merged.setdefault("machine", {})
     note = f"{what}: {new.get('machine', {}).get('date', 'undated')} (merged with --merge)"
     machine["note"] = f"{machine['note']}; {note}" if machine.get("note") else \

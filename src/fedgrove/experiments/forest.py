@@ -33,12 +33,13 @@ import numpy as np
 
 from fedgrove import metrics
 from fedgrove.engine.forest import ForestParams, train_forest
-from fedgrove.experiments.report import fmt, line_plot, machine, md_table, write_json
+from fedgrove.experiments.report import fmt, line_plot, machine, md_table, runs_note, write_json
 from fedgrove.log import logger
 from fedgrove.protocols.forest.simulate import run_federated_forest
 
 DATASETS = ("spambase", "ionosphere", "waveform", "kddcup99", "diabetes")
 EXPERIMENTS = ("table1", "clients", "prediction")
+PER_DATASET = ("table1", "prediction")  # experiments whose results are keyed by dataset (--merge keeps the rest)
 CLASSIFICATION = ("spambase", "ionosphere", "waveform", "kddcup99")
 # what survives of the paper's Table 1 in our copy of its text: RF1 and RF2 (the other columns' numbers were lost
 # in extraction, except where noted), and the paper's z-test p-value of NonFF against FF
@@ -240,7 +241,7 @@ def write_report(results: dict, out_dir: Path) -> None:
              f"{cfg['repeats']} repeat(s) with seeds {cfg['seed']}..{cfg['seed'] + cfg['repeats'] - 1} (data split, "
              f"feature split and forest). Label mode: {mode}; the federated forest is identical in both modes "
              f"(tested)." + (" **Quick run: subsampled data and fewer trees; not comparable with the paper.**"
-                             if cfg["quick"] else ""), ""]
+                             if cfg["quick"] else ""), "", *runs_note(results)]
     if "table1" in results:
         rows, paper_rows = [], []
         for name, r in results["table1"].items():

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.experiments import simfl as simfl_exp
-from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps
+from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps, runs_note
 from fedgrove.log import logger
 from fedgrove.protocols.fvtree.party import FVTreeOptions
 from fedgrove.protocols.fvtree.privacy import DPOptions
@@ -187,7 +187,7 @@ def write_report(results: dict, out_dir: Path) -> None:
              "them. It reports figures only (no table of numbers survives in our copy), so the comparison is "
              "qualitative: FV-tree close to Centralized and above PV-tree and Standalone (Figure 6), less affected by "
              "the unbalanced ratio and the number of parties than SimFL (Figures 7, 8), still useful under DP on "
-             "large data (Figure 9).", ""]
+             "large data (Figure 9).", "", *runs_note(results)]
     for name, r in results["datasets"].items():
         lines += [f"## {name}", "", f"{r['n_train']} training and {r['n_test']} test instances, "
                   f"{r['n_features']} features.", ""]

@@ -37,7 +37,7 @@ from fedgrove.crypto.he import keygen
 from fedgrove.data import load_dataset
 from fedgrove.data.partition import hybrid_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.experiments.report import fmt, line_plot, machine, md_table, write_json
+from fedgrove.experiments.report import fmt, line_plot, machine, md_table, runs_note, write_json
 from fedgrove.log import logger
 from fedgrove.protocols.hybridtree.bagging import bag_predictions
 from fedgrove.protocols.hybridtree.simulate import run_hybridtree
@@ -394,7 +394,7 @@ def write_report(results: dict, out_dir: Path) -> None:
              "model with real encryption: tested). VFL is the node-level vertical protocol between the host and "
              "one guest on the instances they share, run for every guest (min-max). TFL: the host and every "
              "guest (labelled, for this baseline) boost trees in turn. \"Adult\" in the paper is LIBSVM's a9a.",
-             ""]
+             "", *runs_note(results)]
     for name, r in results["datasets"].items():
         sp = r.get("split", {})
         lines += [f"## {name}", "", f"Host features: {sp.get('n_host_features')} of {sp.get('n_features')} "

@@ -36,6 +36,18 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def runs_note(results: dict) -> list[str]:
+    """A report's lines saying when each part of results merged from several runs was run (the machine's note,
+    which ``fedgrove reproduce --merge`` extends), and which experiments were rerun to check them (``reruns``:
+    each with its experiments, machine and note); none for the results of one run."""
+    parts = [f"Runs: {results['machine']['note']}."] if results.get("machine", {}).get("note") else []
+    for r in results.get("reruns", []):
+        why = r.get("note") or r.get("why")
+        parts.append(f"Rerun {r.get('machine', {}).get('date', 'undated')}: {', '.join(r.get('experiments', []))}"
+                     + (f" ({why})." if why else "."))
+    return [" ".join(parts), ""] if parts else []
+
+
 def write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, default=_default))
 

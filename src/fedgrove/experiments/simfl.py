@@ -49,7 +49,7 @@ import numpy as np
 from fedgrove import metrics
 from fedgrove.data.partition import horizontal_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps
+from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps, runs_note
 from fedgrove.log import logger
 from fedgrove.protocols.simfl.lsh import LSHParams
 from fedgrove.protocols.simfl.party import SimFLOptions
@@ -279,8 +279,7 @@ def write_report(results: dict, out_dir: Path) -> None:
                  if cfg["quick"] else ""), "",
              "TFL grows each party's trees on its own data, in blocks proportional to the data shares (the schedule "
              "SimFL uses); TFL in turn (round-robin) is listed too: on these data it comes close to ALL-IN.", ""]
-    if results["machine"].get("note"):  # experiments run at other times and merged into these results
-        lines += [f"Runs: {results['machine']['note']}.", ""]
+    lines += runs_note(results)  # experiments run at other times and merged into these results
     for name, r in results["datasets"].items():
         lines += [f"## {name}", "", f"{r['n_train']} training and {r['n_test']} test instances, "
                   f"{r['n_features']} features.", ""]
