@@ -53,6 +53,9 @@ def test_merged_experiments_join_the_earlier_ones_and_the_report_says_when_each_
     assert main(quick + ["--datasets", "diabetes", "--experiments", "table1"]) == 0
     first = json.loads((out / "results.json").read_text())
     assert "Runs:" not in (out / "report.md").read_text()  # one run: nothing to say
+    capsys.readouterr()
+    assert main(quick + ["--datasets", "spambase", "--experiments", "clients"]) == 2  # named, where it said none
+    assert f"earlier run ({first['machine']['date']} (--quick); table1: diabetes)" in capsys.readouterr().err
     assert main(quick + ["--datasets", "spambase", "--experiments", "table1,clients", "--merge"]) == 0, \
         capsys.readouterr().err
     merged = json.loads((out / "results.json").read_text())

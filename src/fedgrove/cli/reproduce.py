@@ -60,7 +60,8 @@ def reproduce(
     earlier = _earlier_results(out)
     if earlier is not None and not (merge or overwrite):
         raise InvalidParameterError(
-            f"{out} holds the results of an earlier run ({_describe(earlier)}), which this run would replace: "
+            f"{out} holds the results of an earlier run ({_describe(earlier, getattr(exp, 'PER_DATASET', ()))}), "
+            f"which this run would replace: "
             f"give another --out, add this run's experiments to them with --merge, or replace them with "
             f"--overwrite")
     merge = merge and earlier is not None
@@ -109,12 +110,15 @@ def _earlier_results(out: Path) -> dict | None:
     return d if isinstance(d, dict) else {}
 
 
-def _describe(results: dict) -> str:
+def _describe(results: dict, per_dataset: tuple = ()) -> str:
     quick = " (--quick)" if results.get("config", {}).get("quick") else ""
     date = results.get("machine", {}).get("date", "undated")
     parts = [f"{name}: {', '.join(k for k in r if k not in ('n_train', 'n_test', 'n_features', 'seconds'))}"
              for name, r in results.get("datasets", {}).items() if isinstance(r, dict)]
-    return f"{date}{quick}; " + ("; ".join(parts) or "no datasets")
+    # results laid out by experiment (Federated Forest's), where the experiments keyed by dataset name them
+    parts += [f"{key}: {', '.join(value)}" if key in per_dataset and isinstance(value, dict) else key
+              for key, value in results.items() if key not in ("config", "machine", "datasets", "seconds", "reruns")]
+    return f"{date}{quick}; " + ("; ".join(parts) or "no experiments")
 
 
 def _check_same_settings(earlier: dict, now: dict, every: bool = False) -> None:
