@@ -64,4 +64,4 @@ def test_merged_experiments_join_the_earlier_ones_and_the_report_says_when_each_
     assert set(merged["seconds"]) == {"table1:diabetes", "table1:spambase", "clients:spambase"}
     report = (out / "report.md").read_text()
     assert "| diabetes |" in report and "| spambase |" in report and "Adding clients" in report
-    assert f"Runs: {first['machine']['date']}: the rest; table1, clients on spambase: " in report
+    assert f"Runs: {first['machine']['date']}: the rest; table1 on spambase; clients on spambase: " in report

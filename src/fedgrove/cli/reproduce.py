@@ -87,13 +87,26 @@ def reproduce(
 
         with tempfile.TemporaryDirectory(prefix=".reproduce-", dir=out) as tmp:
             results = run(Path(tmp))
-        merged = merge_results(earlier, results, f"{', '.join(ex)} on {', '.join(ds)}",
-                               getattr(exp, "PER_DATASET", ()))
+        merged = merge_results(earlier, results, _what_ran(results, ex, ds), getattr(exp, "PER_DATASET", ()))
         write_json(out / "results.json", merged)
         exp.write_report(merged, out)
     else:
         run(out)
     console.print(f"report written to {out / 'report.md'}" + (" (merged with the earlier results)" if merge else ""))
+
+
+def _what_ran(results: dict, experiments: list[str], datasets: list[str]) -> str:
+    """What a run computed, for the merge's note: its experiments on its datasets; for results laid out by
+    experiment (Federated Forest's, whose experiments but Table 1 take their datasets from the settings), each
+    experiment on the datasets its steps name."""
+    steps = results.get("seconds")
+    if "datasets" in results or not isinstance(steps, dict) or not steps:
+        return f"{', '.join(experiments)} on {', '.join(datasets)}"
+    ran: dict[str, list[str]] = {}
+    for step in steps:  # "experiment:dataset"
+        name, _, data = str(step).partition(":")
+        ran.setdefault(name, []).append(data)
+    return "; ".join(f"{name} on {', '.join(data)}" for name, data in ran.items())
 
 
 def _earlier_results(out: Path) -> dict | None:
