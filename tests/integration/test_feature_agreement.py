@@ -115,14 +115,16 @@ def test_over_grpc_the_parties_waiting_on_the_refusing_one_stop_at_once_with_its
 
     _federation(tmp_path, "horizontal", lambda df: df[["label", "b", "a", "c", "d"]])
     role = {"agg": "aggregator", "c0": "client", "c1": "client"}
-    names = _write_configs(tmp_path, role, "c0", '[federation]\nprotocol = "horizontal"\ntimeout = 30\n'
+    names = _write_configs(tmp_path, role, "c0", '[federation]\nprotocol = "horizontal"\ntimeout = 150\n'
                            '[params]\nn_estimators = 2\nmax_depth = 2\n')
     conf = tmp_path / "c1.toml"
     conf.write_text(conf.read_text().replace('data = "c1.csv"\n', 'data = "c1.csv"\nlabel = "label"\n'))
     t0 = time.monotonic()
     procs = {n: _start(tmp_path, n) for n in names}
-    errs = {n: p.communicate(timeout=120)[1] for n, p in procs.items()}
-    assert time.monotonic() - t0 < 30  # within the 30 s timeout: nobody waited it out
+    errs = {n: p.communicate(timeout=300)[1] for n, p in procs.items()}
+    # within the 150 s timeout: nobody waited it out (three processes starting on a loaded 2-CPU machine took
+    # 70 s, which a 30 s timeout could not tell from waiting)
+    assert time.monotonic() - t0 < 150
     assert all(procs[n].returncode not in (0, None) for n in names)
     assert "feature columns differ in names or order" in errs["agg"]
     for n in ("c0", "c1"):
