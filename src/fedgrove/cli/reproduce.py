@@ -51,6 +51,7 @@ def reproduce(
     import importlib
 
     exp = importlib.import_module(PAPERS[paper])
+    per_dataset = getattr(exp, "PER_DATASET", ())  # results laid out by experiment: those keyed by dataset
     ds = _split(datasets, exp.DATASETS, "--datasets")
     ex = _split(experiments, exp.EXPERIMENTS, "--experiments")
     out = out or Path("results") / paper
@@ -60,9 +61,8 @@ def reproduce(
     earlier = _earlier_results(out)
     if earlier is not None and not (merge or overwrite):
         raise InvalidParameterError(
-            f"{out} holds the results of an earlier run ({_describe(earlier, getattr(exp, 'PER_DATASET', ()))}), "
-            f"which this run would replace: "
-            f"give another --out, add this run's experiments to them with --merge, or replace them with "
+            f"{out} holds the results of an earlier run ({_describe(earlier, per_dataset)}), which this run would "
+            f"replace: give another --out, add this run's experiments to them with --merge, or replace them with "
             f"--overwrite")
     merge = merge and earlier is not None
     if merge:  # the settings the command line gives, checked before any work (all of them after the run)
@@ -87,7 +87,7 @@ def reproduce(
 
         with tempfile.TemporaryDirectory(prefix=".reproduce-", dir=out) as tmp:
             results = run(Path(tmp))
-        merged = merge_results(earlier, results, _what_ran(results, ex, ds), getattr(exp, "PER_DATASET", ()))
+        merged = merge_results(earlier, results, _what_ran(results, ex, ds), per_dataset)
         write_json(out / "results.json", merged)
         exp.write_report(merged, out)
     else:
