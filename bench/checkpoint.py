@@ -13,12 +13,14 @@ Then what checkpoints cost a federation whose trees are cheap, as
 checkpoints its whole model and scores after every tree): SimFL on a9a (75%
 of the training file), two parties with a balanced partition,
 ``--federation-trees`` trees of depth 8, one kernel thread per party, in one
-process, trained without checkpoints and with a checkpoint store per party,
-alternately, ``--repeats`` times: the training seconds (the slower party's)
-of each, median, and their ratio; the models must be equal.  Writes
+process, trained without checkpoints, with a checkpoint store per party
+saving after every tree, and with stores saving after every ``--every``
+trees (``[federation] checkpoint_every``), in turn, ``--repeats`` times: the
+training seconds (the slower party's) of each, median, and their ratios to
+the run without; the models must be equal.  Writes
 bench/results/checkpoint.json.
 
-    python bench/checkpoint.py [--trees 300 --repeats 3 --federation-trees 500]
+    python bench/checkpoint.py [--trees 300 --repeats 3 --federation-trees 500 --every 10]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main():
     ap.add_argument("--trees", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--federation-trees", type=int, default=500, help="SimFL's trees (0: skip that part)")
+    ap.add_argument("--every", type=int, default=10, help="the rounds between checkpoints of the third run")
     args = ap.parse_args()
     from fedgrove import jsontext
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
@@ -85,7 +88,7 @@ def main():
            "runs": rows}
     out["ratio_rewrite_over_log_seconds"] = out["median_seconds"]["rewrite"] / out["median_seconds"]["log"]
     if args.federation_trees:
-        out["federation"] = federation(X, y, args.federation_trees, args.repeats)
+        out["federation"] = federation(X, y, args.federation_trees, args.repeats, args.every)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     write_json(RESULTS, out)
     print(f"{args.trees} checkpoints: tree log {out['median_seconds']['log']:.2f} s, "
@@ -93,7 +96,7 @@ def main():
           f"{out['mb_written']['rewrite']:.1f} MB (x{out['ratio_rewrite_over_log_seconds']:.2f} time); wrote {RESULTS}")
 
 
-def federation(X, y, n_trees: int, repeats: int) -> dict:
+def federation(X, y, n_trees: int, repeats: int, every: int) -> dict:
     """SimFL's training seconds without and with per-party checkpoints (see the module's docstring)."""
     import json
 
@@ -106,22 +109,28 @@ def federation(X, y, n_trees: int, repeats: int) -> dict:
     params = GBDTParams(n_estimators=n_trees, max_depth=8, learning_rate=0.1, n_threads=1)
     data = [(X[p], y[p], p) for p in parts]
     run_simfl(data, GBDTParams(n_estimators=2, max_depth=3))  # compile the kernels
-    rows, models = {"without": [], "with": []}, {}
+    every_k = f"with_every_{every}"
+    rows, models = {"without": [], "with": [], every_k: []}, {}
     for _ in range(repeats):
         for kind in rows:
             with tempfile.TemporaryDirectory() as tmp:
                 stores = {f"party{k}": CheckpointStore(Path(tmp) / f"party{k}.checkpoint.json") for k in (0, 1)} \
-                    if kind == "with" else None
+                    if kind != "without" else None
+                for store in (stores or {}).values():
+                    store.every = every if kind == every_k else 1
                 out = run_simfl(data, params, checkpoints=stores)
             rows[kind].append(max(t["train_seconds"] for t in out["timings"].values()))
             models[kind] = json.dumps(out["model"].to_dict())
-    if models["with"] != models["without"]:
+    if len(set(models.values())) != 1:
         raise SystemExit("SimFL with checkpoints grew another model than without")
     med = {k: float(np.median(v)) for k, v in rows.items()}
     res = {"protocol": "simfl", "parties": 2, "trees": n_trees, "depth": 8, "threads_per_party": 1,
-           "median_training_seconds": med, "ratio_with_over_without": med["with"] / med["without"], "runs": rows}
+           "checkpoint_every": every, "median_training_seconds": med,
+           "ratio_with_over_without": med["with"] / med["without"],
+           f"ratio_{every_k}_over_without": med[every_k] / med["without"], "runs": rows}
     print(f"SimFL, {n_trees} trees: training {med['without']:.2f} s without checkpoints, {med['with']:.2f} s with "
-          f"one per party after every tree (x{res['ratio_with_over_without']:.2f})")
+          f"one per party after every tree (x{res['ratio_with_over_without']:.2f}), {med[every_k]:.2f} s with one "
+          f"after every {every} trees (x{res[f'ratio_{every_k}_over_without']:.2f})")
     return res
 
 

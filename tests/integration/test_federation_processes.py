@@ -998,6 +998,43 @@ def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_e
     assert longer.n_trees == 6 and longer.params["n_estimators"] == 6
 
 
+def test_checkpoints_every_few_rounds_come_at_those_rounds_and_the_last_and_every_party_must_give_the_same(
+        tmp_path):
+    # [federation] checkpoint_every: a SimFL tree costs a few ms here and its checkpoint about as much; the model
+    # is the same, a resume may change the setting, and parties given different ones refuse to start (each would
+    # step back only one of its own checkpoints)
+    from fedgrove.exceptions import InvalidParameterError
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import run_role, simulate
+    from fedgrove.transport.inprocess import InProcessHub, run_parties
+
+    _simfl_pair_data(tmp_path)
+    runs = tmp_path / "runs"
+
+    def config(trees, every, name="f.toml"):
+        path = tmp_path / name
+        path.write_text(SIMFL_PAIR.format(trees=trees, schedule="round-robin", threads=1, extra="")
+                        .replace("timeout = 20\n", f"timeout = 20\ncheckpoint_every = {every}\n"))
+        return load_federation(path)
+
+    def run(trees, every, resume=False):
+        simulate(config(trees, every), resume=resume)
+        states = {n: [json.loads((runs / f"{n}.checkpoint{s}.json").read_text())["trees_done"]
+                      for s in ("", ".prev")] for n in ("p0", "p1")}
+        return states, (runs / "p0.model.json").read_bytes()
+
+    every_round = {t: run(t, 1)[1] for t in (8, 11)}
+    states, model = run(8, 3)
+    assert states == {"p0": [8, 6], "p1": [8, 6]} and model == every_round[8]
+    states, model = run(11, 2, resume=True)  # grown on from round 8, now checkpointing every 2 rounds
+    assert states == {"p0": [11, 10], "p1": [11, 10]} and model == every_round[11]
+    hub = InProcessHub(["p0", "p1"])
+    cfgs = {"p0": config(4, 2, "a.toml"), "p1": config(4, 3, "b.toml")}
+    with pytest.raises(InvalidParameterError, match=r"federation.checkpoint_every: [23] here, [23] at"):
+        run_parties(hub, {n: (lambda n: lambda ch: run_role(cfgs[n], cfgs[n].party(n), ch))(n) for n in cfgs},
+                    timeout=20)
+
+
 def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_difference(tmp_path):
     # a federation of other settings, data or protocol in the same output folder: --resume went on from its
     # checkpoints (a model of mixed trees) or failed on what it found in them with a message about something else

@@ -317,10 +317,10 @@ class _Stop(Exception):
     pass
 
 
-def _interrupted_then_resumed(tmp_path, params, options, lagging: str, at: int):
+def _interrupted_then_resumed(tmp_path, params, options, lagging: str, at: int, every: int = 1):
     """An uninterrupted run, and a run in which ``lagging`` dies while checkpointing round ``at`` (the others have
-    checkpointed it) then resumed; both with the same signing keys.  Returns both runs' outputs and the records
-    of each party's two ledgers."""
+    checkpointed it) then resumed, every party checkpointing after every ``every`` rounds; both with the same
+    signing keys.  Returns both runs' outputs and the records of each party's two ledgers."""
     from fedgrove.crypto.signing import SigningKey
     from fedgrove.ledger.store import open_records
     from fedgrove.runner.checkpoint import CheckpointStore
@@ -340,13 +340,18 @@ def _interrupted_then_resumed(tmp_path, params, options, lagging: str, at: int):
     (tmp_path / "full").mkdir()
     (tmp_path / "res").mkdir()
     full = run_fvtree(parts, params, options, ledger_dir=tmp_path / "full", keys=keys())
-    stores = {n: (DiesAt if n == lagging else CheckpointStore)(tmp_path / "res" / f"{n}.checkpoint.json")
-              for n in names}
+    def stores(lagging=None):
+        out = {n: (DiesAt if n == lagging else CheckpointStore)(tmp_path / "res" / f"{n}.checkpoint.json")
+               for n in names}
+        for store in out.values():
+            store.every = every
+        return out
+
     with pytest.raises(_Stop):
-        run_fvtree(parts, params, options, ledger_dir=tmp_path / "res", keys=keys(), checkpoints=stores)
+        run_fvtree(parts, params, options, ledger_dir=tmp_path / "res", keys=keys(), checkpoints=stores(lagging))
     done = {n: json.loads((tmp_path / "res" / f"{n}.checkpoint.json").read_text())["trees_done"] for n in names}
-    assert done == {n: at - 1 if n == lagging else at for n in names}
-    stores = {n: CheckpointStore(tmp_path / "res" / f"{n}.checkpoint.json") for n in names}
+    assert done == {n: at - every if n == lagging else at for n in names}
+    stores = stores()
     resumed = run_fvtree(parts, params, options, ledger_dir=tmp_path / "res", keys=keys(), checkpoints=stores,
                          resume=True)
 
@@ -356,14 +361,17 @@ def _interrupted_then_resumed(tmp_path, params, options, lagging: str, at: int):
     return full, resumed, {n: (records("full", n), records("res", n)) for n in names}
 
 
-@pytest.mark.parametrize("dp,at", [(None, 3), (DPOptions(epsilon=8.0, trees_per_ensemble=2), 4),
-                                   (DPOptions(epsilon=8.0, trees_per_ensemble=2), 3)])
-def test_an_interrupted_run_resumes_to_the_model_and_ledger_of_an_uninterrupted_one(tmp_path, dp, at):
-    # one party dies before checkpointing a round the others checkpointed: the federation resumes one round back
-    # (those parties step back: ledger truncated, model and scores rolled back; under DP the accountant and the
-    # noise stream too, inside an ensemble (at = 4: three rounds done, two per ensemble) or between two)
+@pytest.mark.parametrize("dp,at,every", [(None, 3, 1), (DPOptions(epsilon=8.0, trees_per_ensemble=2), 4, 1),
+                                         (DPOptions(epsilon=8.0, trees_per_ensemble=2), 3, 1), (None, 4, 2),
+                                         (DPOptions(epsilon=8.0, trees_per_ensemble=2), 3, 3)])
+def test_an_interrupted_run_resumes_to_the_model_and_ledger_of_an_uninterrupted_one(tmp_path, dp, at, every):
+    # one party dies before checkpointing a round the others checkpointed: the federation resumes one checkpoint
+    # back (those parties step back: ledger truncated, model and scores rolled back; under DP the accountant and
+    # the noise stream too, inside an ensemble (at = 4: three rounds done, two per ensemble; at = 3 with a
+    # checkpoint every 3 rounds: to the setup) or between two); checkpoints every round or every 2 or 3
     params = GBDTParams(n_estimators=6, max_depth=3, learning_rate=0.3, max_bins=16)
-    full, resumed, ledgers = _interrupted_then_resumed(tmp_path, params, FVTreeOptions(dp=dp), "party1", at)
+    full, resumed, ledgers = _interrupted_then_resumed(tmp_path, params, FVTreeOptions(dp=dp), "party1", at,
+                                                       every)
     assert resumed["model"].to_dict() == full["model"].to_dict()
     for n, (a, b) in ledgers.items():
         assert a == b, n

@@ -163,6 +163,47 @@ def test_bad_setups_are_refused_before_anything_is_sent():
         run_simfl(parts, GBDTParams(n_estimators=1), resume="no")  # a string was taken as true
 
 
+def test_checkpoints_every_few_rounds_resume_a_party_a_checkpoint_behind_to_the_uninterrupted_model(tmp_path):
+    # checkpoints after rounds 3, 6 and 7 (the last) of 7; a run of 6 rounds whose party1 stopped before
+    # checkpointing round 6, which party0 had, resumed with 7: it resumes after round 3, party0 stepping back a
+    # whole checkpoint, and grows the model of a run that was never stopped (and that checkpointed every round)
+    import shutil
+
+    from fedgrove.runner.checkpoint import CheckpointStore
+
+    _, _, parts = _parts(n=600, k=2)
+    params = GBDTParams(n_estimators=7, max_depth=3)
+    written = []
+
+    class Spy(CheckpointStore):
+        def save(self, state, array=None):
+            written.append((self.path.name, state["trees_done"]))
+            super().save(state, array)
+
+    def stores(every=3):
+        out = {f"party{k}": Spy(tmp_path / f"party{k}.checkpoint.json") for k in range(2)}
+        for store in out.values():
+            store.every = every
+        return out
+
+    def expected(rounds):  # the states each party writes
+        return sorted((f"party{k}.checkpoint.json", t) for k in range(2) for t in rounds)
+
+    whole = run_simfl(parts, params, checkpoints=stores(1))["model"].to_dict()
+    written.clear()
+    assert run_simfl(parts, params, checkpoints=stores())["model"].to_dict() == whole
+    assert sorted(written) == expected([3, 6, 7])
+    written.clear()
+    run_simfl(parts, GBDTParams(n_estimators=6, max_depth=3), checkpoints=stores())
+    shutil.copyfile(tmp_path / "party1.checkpoint.prev.json", tmp_path / "party1.checkpoint.json")
+    assert {n: s.trees_done(s.newest()) for n, s in stores().items()} == {"party0": 6, "party1": 3}
+    written.clear()
+    resumed = run_simfl(parts, params, checkpoints=stores(), resume=True)
+    assert resumed["model"].to_dict() == whole
+    assert sorted(written) == expected([6, 7])
+    assert all(s.trees_done(s.newest()) == 7 for s in stores().values())
+
+
 @pytest.mark.parametrize("behind", ["party0", "party1"])
 def test_resume_through_the_api_steps_back_a_party_a_tree_ahead_of_one_that_stopped(tmp_path, behind):
     # one party stopped after its peer checkpointed tree 4 and before it did: its newest state holds 3 trees

@@ -234,11 +234,17 @@ class _Killed(Exception):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_random_federation_stopped_mid_training_resumes_to_the_uninterrupted_files(tmp_path, monkeypatch, protocol,
                                                                                      seed):
-    # one party fails while checkpointing a random tree (the others stop at once, some a tree further); every
-    # party restarted with --resume, in one process or over gRPC (a random half of the cases), must write the
-    # files of a run that was never stopped
+    # one party fails while checkpointing a random tree (the others stop at once, some a checkpoint further);
+    # every party restarted with --resume, in one process or over gRPC (a random half of the cases), must write
+    # the files of a run that was never stopped; the parties checkpoint after every round or every 2 or 3
     rs = np.random.default_rng([seed, PROTOCOLS.index(protocol), 1])
     parties, sections = _case(rs, protocol, trees=int(rs.integers(2, 5)))
+    every = int(np.random.default_rng([seed, PROTOCOLS.index(protocol), 4]).integers(1, 4))
+    sections["federation"]["checkpoint_every"] = every
+    if every > 1:  # (more rounds than a checkpoint's)
+        sections["params"]["n_estimators"] += every
+        if "fvtree.dp" in sections:
+            sections["fvtree.dp"]["trees_per_ensemble"] = sections["params"]["n_estimators"]
     _write(tmp_path, parties, sections, parquet={n for n in parties if rs.random() < 0.3})
 
     def choose(done):  # a party that checkpoints more than one tree, and the tree it stops at

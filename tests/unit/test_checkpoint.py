@@ -295,6 +295,43 @@ def test_a_party_a_tree_ahead_steps_back_to_its_previous_state(trees, tmp_path):
     assert not (tmp_path / "p.checkpoint.prev.json").exists()
 
 
+def test_a_checkpoint_is_due_after_every_nth_round_and_after_the_last(tmp_path):
+    store = CheckpointStore(tmp_path / "p.checkpoint.json")
+    assert [k for k in range(12) if store.due(k, 11)] == list(range(12))  # (every = 1: the default)
+    store.every = 4
+    assert [k for k in range(12) if store.due(k, 11)] == [0, 4, 8, 11]
+    assert [k for k in range(12) if store.due(k)] == [0, 4, 8]  # (a feature holder: the total unknown)
+    assert [k for k in range(9) if store.due(k, 8)] == [0, 4, 8]
+
+
+def test_a_party_a_checkpoint_ahead_steps_back_to_its_previous_one_rounds_apart(trees, tmp_path):
+    # checkpoints every 3 rounds of 7: rounds 3, 6 and 7 (the last); a peer that stopped before checkpointing
+    # round 6 holds round 3, and the party that checkpointed 6 steps back to its state before it; a follower
+    # told to resume at a round takes the state of fewer rounds that holds it
+    path = tmp_path / "p.checkpoint.json"
+
+    def saved(rounds):
+        store = CheckpointStore(path)
+        store.every = 3
+        written = [k for k in range(1, rounds + 1) if store.due(k, rounds)]
+        for k in written:
+            store.save(_state(trees, k), np.full((2, 1), float(k)))
+        return written
+
+    assert saved(7) == [3, 6, 7]
+    for limit, expected in ((8, 7), (7, 7), (6, 6), (5, None), (3, None)):
+        saved(7)
+        back = CheckpointStore(path)
+        back.limit = limit
+        state = back.load()
+        assert (state if state is None else (state["trees_done"], state["array"][0, 0])) == \
+            (expected if expected is None else (expected, expected)), limit
+    for at_least, expected in ((3, 6), (6, 6), (7, 7), (8, None)):
+        assert saved(6) == [3, 6] and saved(7) == [3, 6, 7]
+        state = CheckpointStore(path).load(at_least=at_least)
+        assert (state if state is None else state["trees_done"]) == expected, at_least
+
+
 def test_a_previous_state_cut_short_by_a_crash_is_refused_by_name(trees, tmp_path):
     # the previous state is written in place: a crash while writing it leaves a state its digest refuses
     path = _saved(trees, tmp_path, 3, scores=False)

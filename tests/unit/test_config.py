@@ -54,7 +54,23 @@ def test_the_message_limit_defaults_to_2_gb_and_is_read(tmp_path):
     assert _load(tmp_path, "max_message_mb = 8192").max_message_mb == 8192
 
 
+def test_checkpoint_every_defaults_to_every_round_is_shared_and_left_out_of_what_a_resume_must_match(tmp_path):
+    from fedgrove.runner.run import run_record
+
+    cfg = _load(tmp_path, "")
+    assert cfg.checkpoint_every == 1 and cfg.shared_settings()["federation.checkpoint_every"] == 1
+    every = _load(tmp_path, "checkpoint_every = 10")
+    assert every.checkpoint_every == 10 and every.shared_settings()["federation.checkpoint_every"] == 10
+    # every party must checkpoint at the same rounds (compared when a run starts), but a resumed run may change it
+    assert run_record(cfg, cfg.parties[0]) == run_record(every, every.parties[0])
+
+
 @pytest.mark.parametrize("extra, message", [
+    ("checkpoint_every = 0", r"federation.checkpoint_every must be a whole number of rounds, 1 or more \(1: after "
+                             r"every round\), got 0"),
+    ("checkpoint_every = 2.5", "federation.checkpoint_every must be a whole number of rounds, 1 or more .*got 2.5"),
+    ("checkpoint_every = true", "federation.checkpoint_every must be a whole number .*got True"),
+    ('checkpoint_every = "10"', "federation.checkpoint_every must be a whole number .*got '10'"),
     ("startup_timeout = 0", "federation.startup_timeout must be a positive number of seconds, got 0"),
     ("startup_timeout = \"long\"", "federation.startup_timeout must be a positive number"),
     ("timeout = -1", "federation.timeout must be a positive number of seconds, got -1"),

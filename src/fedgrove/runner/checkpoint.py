@@ -111,6 +111,17 @@ class CheckpointStore:
         self._text: str | None = None  # the newest state's text, written or loaded (the next save's previous one)
         #: a leading party's resume point: load the newest state of at most this many trees (see load)
         self.limit: int | None = None
+        #: checkpoint after every this many rounds, and after the last (see due); [federation] checkpoint_every
+        self.every = 1
+
+    def due(self, done: int, total: int | None = None) -> bool:
+        """Whether a party that has finished ``done`` rounds (trees of a forest) of ``total`` (None: unknown)
+        checkpoints now: after every :attr:`every`-th and after the last.  Every party of a federation
+        checkpoints at the same rounds, so that one that stops leaves its peers at most one checkpoint ahead,
+        which the state before their newest bridges on --resume; a resume redoes fewer than ``every`` rounds.
+        A party that counts single trees where its leader counts rounds (a feature holder following a
+        multiclass model) checkpoints more often, which keeps that so."""
+        return self.every <= 1 or done % self.every == 0 or (total is not None and done >= total)
 
     @property
     def _alt_array_path(self) -> Path:

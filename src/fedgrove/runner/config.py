@@ -14,6 +14,9 @@
                                  # holds the same); hybridtree: each guest keeps the instances the host holds
     max_message_mb = 2048        # the largest message a party sends or takes (a vertical federation's encrypted
                                  # gradients take about 272 bytes a row under OU); over gRPC it travels in pieces
+    checkpoint_every = 1         # each party checkpoints after every this many rounds (trees of a forest) and
+                                 # after the last; every party must give the same; a resume redoes at most
+                                 # this many less one (10: cheap trees train faster, see docs/cli.md)
     predict = true               # predict the test data after training (default: when parties list test files;
                                  # a party config of a role without data, master or aggregator, must say so)
     classes = ["no", "yes"]      # the classes in the order of their codes 0, 1, ...: text labels' names, or
@@ -119,6 +122,7 @@ class FederationConfig:
     startup_timeout: float = 300.0                        # party mode: wait for a peer not yet heard from
     max_message_mb: float = MESSAGE_LIMIT_MB              # largest message sent or taken
     align: str = "exact"                                  # "psi": train on the IDs every party holds
+    checkpoint_every: int = 1                             # rounds between checkpoints (and after the last)
     source: Path | None = None
     predict: bool = False                                 # predict the test data after training
     classes: list[str] | None = None                      # class names of text labels, code order
@@ -165,9 +169,11 @@ class FederationConfig:
     def shared_settings(self) -> dict:
         """What every party must have been given alike, compared when a run starts: the protocol and its
         table, the seed, the parameters (but ``n_threads``, each party's own), the class names, whether test
-        data is predicted, and who plays which role; resolved, so that a default left out and the same value
-        written (or ``1`` and ``1.0``) agree.  Timeouts, paths, addresses and certificates are each party's own,
-        and so is ``[he]``: only the key holder reads it (the others take the scheme from its key)."""
+        data is predicted, how often the parties checkpoint (a resume steps a party back one checkpoint at
+        most, so they must checkpoint at the same rounds), and who plays which role; resolved, so that a
+        default left out and the same value written (or ``1`` and ``1.0``) agree.  Timeouts, paths, addresses
+        and certificates are each party's own, and so is ``[he]``: only the key holder reads it (the others
+        take the scheme from its key)."""
         if self.protocol == "simfl":
             o = self.simfl_options()
             section = {**o.lsh.to_dict(), "schedule": o.schedule}
@@ -179,6 +185,7 @@ class FederationConfig:
         params = {k: v for k, v in self.make_params().to_dict().items() if k != "n_threads"}
         settings = {"federation.protocol": self.protocol, "federation.seed": self.seed, "federation.align": self.align,
                     "federation.classes": self.classes, "federation.predict": self.predict,
+                    "federation.checkpoint_every": self.checkpoint_every,
                     "roles": {p.name: p.role for p in self.parties}, **{f"params.{k}": v for k, v in params.items()}}
         if section is not None:
             table = "forest" if self.protocol == "federated-forest" else self.protocol
@@ -414,7 +421,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                                     f"{', '.join(hints)}; expected some of {', '.join(f'[{t}]' for t in TABLES)}")
     fed = d.get("federation", {})
     check_keys("[federation]", fed, ("protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict",
-                                     "classes", "align"))
+                                     "classes", "align", "checkpoint_every"))
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -437,6 +444,10 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not 1 <= max_mb <= MAX_MESSAGE_MB:
         raise InvalidParameterError(f"federation.max_message_mb must be a number of megabytes from 1 to "
                                     f"{MAX_MESSAGE_MB}, got {max_mb!r}")
+    every = fed.get("checkpoint_every", 1)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise InvalidParameterError(f"federation.checkpoint_every must be a whole number of rounds, 1 or more (1: "
+                                    f"after every round), got {every!r}")
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
     check_keys("[he]", he, ("scheme", "key_bits", "backend", "rows_per_ciphertext"))
     if he["scheme"] not in SCHEMES:
@@ -484,7 +495,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
                            startup_timeout=float(startup), max_message_mb=float(max_mb), classes=classes,
-                           align=align)
+                           align=align, checkpoint_every=every)
     if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
         raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
     cfg.make_params()

@@ -75,6 +75,7 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = RoleContext(cfg, spec, channel, he, resume, progress,
                       CheckpointStore(out_dir / f"{spec.name}.checkpoint.json"))
+    ctx.checkpoint.every = cfg.checkpoint_every
     if not predict_only:  # every checkpoint names the run that wrote it, so that --resume can tell another's
         ctx.checkpoint.run = run_record(cfg, spec)
     predict = PREDICT[(cfg.protocol, spec.role)]
@@ -110,8 +111,8 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
     return stats
 
 
-#: settings a resumed run may change: more trees, and whether test data is predicted
-RESUMABLE = ("params.n_estimators", "federation.predict")
+#: settings a resumed run may change: more trees, whether test data is predicted, and how often to checkpoint
+RESUMABLE = ("params.n_estimators", "federation.predict", "federation.checkpoint_every")
 
 
 def run_record(cfg: FederationConfig, spec: PartySpec) -> dict:

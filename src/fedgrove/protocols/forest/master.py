@@ -109,7 +109,7 @@ class ForestMaster:
             with ch.scope(tree=t):
                 model.add_tree(self._grow(t))
                 ch.broadcast(m.CONTROL, m.TreeEnd(t), self.clients)
-            if checkpoint is not None:
+            if checkpoint is not None and checkpoint.due(t + 1, p.n_estimators):
                 checkpoint.save({"trees_done": t + 1, "model": model.to_dict()})
             if progress is not None:
                 progress(t + 1, p.n_estimators)

@@ -190,6 +190,7 @@ class FVTreeParty:
         self.uploads = 0                                    # uploads per party so far (one per layer)
         self._replay, self._replay_pos = None, 0  # a resumed run's setup records, checked instead of appended
         self._history: dict = {}                  # checkpointed light state per number of rounds done
+        self._saved_at: int | None = None         # the rounds of this run's last checkpoint
         self._fp: str | None = None               # this party's fingerprint (data, settings, key)
 
     def _noise_seed(self, purpose: bytes, public: list) -> list:
@@ -357,7 +358,8 @@ class FVTreeParty:
         if saved is not None:
             privacy = self._roll_back(saved, start, model, raw)
         self._history = dict(saved["history"]) if saved is not None else {}
-        self._save(checkpoint, start, model)
+        self._saved_at = None
+        self._save(checkpoint, start, model, force=True)  # (a party that stepped back: its ledger was cut)
         tpe = getattr(self.privacy, "tpe", p.n_estimators)
         if privacy is not None and start % tpe == 0:  # between ensembles: no composition block open
             self.privacy.restore(privacy)
@@ -481,7 +483,8 @@ class FVTreeParty:
         start = min(pt.trees_done for pt in points.values())
         if saved is not None and str(start) not in saved["history"]:
             raise ProtocolError(f"{ch.party}: the federation resumes after {start} rounds; this party's checkpoint "
-                                f"holds {saved['trees_done']} and can step back one round (or to the start) only")
+                                f"holds {saved['trees_done']} and can step back to the checkpoint before it (or "
+                                f"to the start) only")
         return start
 
     def _roll_back(self, saved, start: int, model: GBDTModel, raw: np.ndarray):
@@ -504,10 +507,10 @@ class FVTreeParty:
         self.uploads = int(at["uploads"])
         return at["privacy"]
 
-    def _save(self, checkpoint, trees_done: int, model: GBDTModel) -> None:
-        """After the setup (0) and every round: the model and, for the setup, this round and the one before (a
-        party may have to step back one), the ledger's length and head, contributions, rejections and the
-        privacy state."""
+    def _save(self, checkpoint, trees_done: int, model: GBDTModel, force: bool = False) -> None:
+        """After the setup or a resume (``force``) and every round the checkpoint is due: the model and, for
+        the setup, this round and the last one checkpointed before it (a party may have to step back to it), the
+        ledger's length and head, contributions, rejections and the privacy state (recorded every round)."""
         if checkpoint is None:
             return
         self._history[str(trees_done)] = {
@@ -516,10 +519,15 @@ class FVTreeParty:
             "contributions": self.contributions.ravel().tolist(), "rejected": self.rejected,
             "refused": self.refused.tolist(), "uploads": self.uploads,
             "privacy": self.privacy.state()}
-        # the setup's entry stays (a resumed run's setup must reproduce its records), with the last two rounds
-        self._history = {k: v for k, v in self._history.items() if int(k) in (0, trees_done - 1, trees_done)}
+        if not force and not checkpoint.due(trees_done, self.params.n_estimators):
+            return
+        # the setup's entry stays (a resumed run's setup must reproduce its records), with the rounds of this
+        # checkpoint and the one before it
+        keep = (0, trees_done - 1 if self._saved_at is None else self._saved_at, trees_done)
+        self._history = {k: v for k, v in self._history.items() if int(k) in keep}
         checkpoint.save({"protocol": "fvtree", "fingerprint": self._fingerprint(), "trees_done": trees_done,
                          "model": model.to_dict(), "history": self._history})
+        self._saved_at = trees_done
 
     def _grow(self, tree_id: int, g: np.ndarray, h: np.ndarray):
         o, p = self.o, self.params

@@ -194,7 +194,8 @@ class HorizontalAggregator:
                         self._contributions(tree_id, tree)
                 model.add_tree(tree, c)
                 tree_id += 1
-                if checkpoint is not None and c == objective.n_outputs - 1:
+                if checkpoint is not None and c == objective.n_outputs - 1 \
+                        and checkpoint.due(tree_id // objective.n_outputs, p.n_estimators):
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict(),
                                      **({"shapley": self.shapley.tolist(), "shapley_var": self.shapley_var.tolist()}
                                         if self.contributions else {})})

@@ -99,7 +99,8 @@ class HorizontalClient:
                         model.add_tree(tree, msg.output)
                         leaves = np.nonzero(tree.is_leaf)[0]
                         finder.add_node_values(raw, msg.output, leaves, tree.values[leaves, 0])
-                        if checkpoint is not None and msg.output == K - 1:
+                        if checkpoint is not None and msg.output == K - 1 \
+                                and checkpoint.due((tree_id + 1) // K, p.n_estimators):
                             checkpoint.save({"trees_done": tree_id + 1, "model": model.to_dict()})
                         break
                     if not isinstance(msg, m.LayerPlan) or msg.tree != tree_id:

@@ -222,7 +222,7 @@ class HybridHost:
                 model.tree_class.append(c)
                 model.guest_values.append(values)
                 tree_id += 1
-                if checkpoint is not None and c == K - 1:
+                if checkpoint is not None and c == K - 1 and checkpoint.due(tree_id // K, p.n_estimators):
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
                 if progress is not None:
                     progress(tree_id, p.n_estimators * K)

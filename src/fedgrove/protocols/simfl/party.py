@@ -310,7 +310,7 @@ class SimFLParty:
             for c, tree in enumerate(trees):
                 model.add_tree(tree, c)
             self.tree_seconds.append(time.perf_counter() - t1)
-            if checkpoint is not None:
+            if checkpoint is not None and checkpoint.due(t + 1, p.n_estimators):
                 checkpoint.save({"trees_done": t + 1, "model": model.to_dict()}, raw)
             if progress is not None:
                 progress(t + 1, p.n_estimators)

@@ -335,7 +335,7 @@ class VerticalActive:
                 local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
                 self.tree_seconds.append(time.perf_counter() - t0)
                 tree_id += 1
-                if checkpoint is not None and c == K - 1:
+                if checkpoint is not None and c == K - 1 and checkpoint.due(tree_id // K, p.n_estimators):
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
                 if progress is not None:
                     progress(tree_id, p.n_estimators * K)

@@ -190,7 +190,9 @@ def follow_trees(party, leader: str, expected: type, what: str, checkpoint=None,
     ``leader`` opens with an ``expected`` message (``what`` names it in the error for anything else), inside
     the channel's scope of that tree, until the leader says training is done.  ``party`` is the protocol's
     party object: its ``ch`` and ``model`` (a :class:`PassiveModel`); a resumed run restores the model from
-    the checkpoint at the tree the leader resumes at, and after every tree the model is saved there."""
+    the checkpoint at the tree the leader resumes at, and the model is saved there after every tree that
+    :meth:`~fedgrove.runner.checkpoint.CheckpointStore.due` names (in trees: a feature holder does not know
+    the rounds) and at the end."""
     from fedgrove.runner.checkpoint import CheckpointStore
 
     ch = party.ch
@@ -201,18 +203,22 @@ def follow_trees(party, leader: str, expected: type, what: str, checkpoint=None,
             party.model = PassiveModel.from_dict(state["model"]).before(tree)
         except ModelFormatError as exc:
             raise ModelFormatError(f"checkpoint {checkpoint.path} is damaged: {exc}") from None
+    saved = tree
     while True:
         with ch.scope(tree=tree):
             first = ch.recv(leader, m.CONTROL)
             if isinstance(first, m.TrainingDone):
+                if checkpoint is not None and saved != tree:  # (checkpoints between: the last trees)
+                    checkpoint.save({"trees_done": tree, "model": party.model.to_dict()})
                 return
             if not isinstance(first, expected) or first.tree != tree:
                 raise ProtocolError(f"{ch.party}: expected {what} of tree {tree} from {leader}, got "
                                     f"{type(first).__name__}")
             yield tree, first
         tree += 1
-        if checkpoint is not None:
+        if checkpoint is not None and checkpoint.due(tree):
             checkpoint.save({"trees_done": tree, "model": party.model.to_dict()})
+            saved = tree
 
 
 def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids=None) -> None:
