@@ -1,4 +1,5 @@
-"""Per-party checkpoints: after each completed tree a party writes its state.
+"""Per-party checkpoints: after each completed round (or every ``[federation] checkpoint_every`` rounds, and the
+last: :meth:`CheckpointStore.due`) a party writes its state.
 
 Restarting every party with ``--resume`` continues from the last tree all of
 them completed and gives exactly the model of an uninterrupted run (the
