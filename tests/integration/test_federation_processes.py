@@ -1035,6 +1035,43 @@ def test_checkpoints_every_few_rounds_come_at_those_rounds_and_the_last_and_ever
                     timeout=20)
 
 
+def test_feature_holders_checkpointing_every_few_trees_checkpoint_at_the_end_too(tmp_path):
+    # a forest's clients follow the master's trees and do not know how many there will be: with a checkpoint
+    # every 3 of 5 trees they checkpointed only after tree 3, and a resume with more trees stepped the master
+    # back two trees; now they checkpoint when training ends, and the resume grows the uninterrupted forest
+    from fedgrove.runner.config import load_federation
+    from fedgrove.runner.run import simulate
+
+    r = np.random.default_rng(5)
+    X = r.normal(size=(120, 4))
+    y = (X[:, 0] + X[:, 3] > 0).astype(int)
+    for k in range(2):
+        df = pd.DataFrame(X[:, 2 * k:2 * k + 2], columns=[f"x{2 * k + j}" for j in range(2)])
+        df.insert(0, "_id", np.arange(120))
+        if k == 0:
+            df["label"] = y
+        df.to_csv(tmp_path / f"c{k}.csv", index=False)
+    text = ('[federation]\nprotocol = "federated-forest"\nseed = 1\ntimeout = 60\ncheckpoint_every = 3\n'
+            '[forest]\nlabel_mode = "shared"\n[params]\nn_estimators = {trees}\nmax_depth = 3\n'
+            '[[party]]\nname = "m"\nrole = "master"\n'
+            '[[party]]\nname = "c0"\nrole = "client"\ndata = "c0.csv"\nlabel = "label"\n'
+            '[[party]]\nname = "c1"\nrole = "client"\ndata = "c1.csv"\n[output]\ndir = "{out}"\n')
+
+    def run(trees, out, resume=False):
+        path = tmp_path / f"{out}.toml"
+        path.write_text(text.format(trees=trees, out=out))
+        simulate(load_federation(path), resume=resume)
+        return {n: [json.loads((tmp_path / out / f"{n}.checkpoint{s}.json").read_text())["trees_done"]
+                    for s in ("", ".prev")] for n in ("m", "c0", "c1")}
+
+    assert run(5, "res") == {n: [5, 3] for n in ("m", "c0", "c1")}
+    assert run(7, "res", resume=True) == {n: [7, 6] for n in ("m", "c0", "c1")}
+    run(7, "whole")
+    for n in ("m", "c0", "c1"):
+        assert (tmp_path / "res" / f"{n}.model.json").read_bytes() == \
+            (tmp_path / "whole" / f"{n}.model.json").read_bytes(), n
+
+
 def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_difference(tmp_path):
     # a federation of other settings, data or protocol in the same output folder: --resume went on from its
     # checkpoints (a model of mixed trees) or failed on what it found in them with a message about something else
