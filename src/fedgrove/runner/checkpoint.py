@@ -119,7 +119,7 @@ class CheckpointStore:
         """Whether a party that has finished ``done`` rounds (trees of a forest) of ``total`` (None: unknown)
         checkpoints now: after every :attr:`every`-th and after the last.  Every party of a federation
         checkpoints at the same rounds, so that one that stops leaves its peers at most one checkpoint ahead,
-        which the state before their newest bridges on --resume; a resume redoes fewer than ``every`` rounds.
+        which the state before their newest bridges on --resume; a resume redoes at most ``every`` finished rounds.
         A party that counts single trees where its leader counts rounds (a feature holder following a
         multiclass model) checkpoints more often, which keeps that so."""
         return self.every <= 1 or done % self.every == 0 or (total is not None and done >= total)

@@ -16,7 +16,7 @@
                                  # gradients take about 272 bytes a row under OU); over gRPC it travels in pieces
     checkpoint_every = 1         # each party checkpoints after every this many rounds (trees of a forest) and
                                  # after the last; every party must give the same; a resume redoes at most
-                                 # this many less one (10: cheap trees train faster, see docs/cli.md)
+                                 # this many finished rounds (10: cheap trees train faster, see docs/cli.md)
     predict = true               # predict the test data after training (default: when parties list test files;
                                  # a party config of a role without data, master or aggregator, must say so)
     classes = ["no", "yes"]      # the classes in the order of their codes 0, 1, ...: text labels' names, or
