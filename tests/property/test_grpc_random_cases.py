@@ -151,7 +151,7 @@ def _case(rs, protocol: str, trees: int | None = None):
                                  "threshold": 10.0, "noise": "public"}
             if options["fvtree"]["n_candidates"] == "2":
                 options["fvtree"]["n_candidates"] = 2
-            if objective != "multiclass" and rs.random() < 0.3:  # (DP: binary and regression)
+            if rs.random() < 0.3:
                 options["fvtree.dp"] = {"epsilon": 5.0, "trees_per_ensemble": params["n_estimators"],
                                         "n_ensembles": 1, "seeded": True}
     if protocol in ("horizontal", "federated-forest"):  # (its master or aggregator holds no test file)

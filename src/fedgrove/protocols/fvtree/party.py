@@ -153,7 +153,7 @@ class FVTreeParty:
     ----------
     channel : this party's Channel
     X, y : its instances and labels (the same features as every other party)
-    params : GBDTParams (binary or regression; multiclass without DP)
+    params : GBDTParams (binary, multiclass with n_classes, or regression)
     options : FVTreeOptions
     ledger : this party's :class:`~fedgrove.ledger.store.Ledger` replica, or None (records are still signed
         and checked, not stored)
@@ -169,12 +169,8 @@ class FVTreeParty:
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
         refuse_unsupported(params, "FV-tree")
-        if params.objective == "multiclass":
-            if params.n_classes is None:
-                raise InvalidParameterError(f"FV-tree multiclass needs {NEEDS_N_CLASSES}")
-            if self.o.dp is not None:
-                raise InvalidParameterError("FV-tree's differential privacy trains binary or regression models only, "
-                                            "got the multiclass objective")
+        if params.objective == "multiclass" and params.n_classes is None:
+            raise InvalidParameterError(f"FV-tree multiclass needs {NEEDS_N_CLASSES}")
         self.parties = sorted([channel.party] + list(channel.peers))
         self.index = self.parties.index(channel.party)
         self.others = [p for p in self.parties if p != channel.party]
@@ -182,7 +178,9 @@ class FVTreeParty:
         self.key = key or SigningKey()
         self.ledger = ledger
         self.privacy = (DifferentialPrivacy(self.o.dp, params.n_estimators, params.max_depth,
-                                            self._noise_seed(b"dp", [params.seed, 41, self.index]))
+                                            self._noise_seed(b"dp", [params.seed, 41, self.index]),
+                                            trees_per_round=params.n_classes if params.objective == "multiclass"
+                                            else 1)
                         if self.o.dp is not None else NoPrivacy())
         self.contributions = np.zeros((len(self.parties), 2))  # per party: split Shapley, vote (sums)
         self.rejected = 0                                   # uploads refused (all parties')
@@ -372,9 +370,9 @@ class FVTreeParty:
                     if privacy is not None and t == start and start % tpe:  # inside the ensemble's block
                         self.privacy.restore(privacy)
                 g, h = objective.gradients(y, raw)
-                for c in range(K):
-                    with ch.scope(tree=t * K + c), self.privacy.tree(t * K + c):
-                        tree = self._grow(t * K + c, g[:, c], h[:, c])
+                for c in range(K):  # (a multiclass round: one tree per class, all on the round's rows under DP)
+                    with ch.scope(tree=t * K + c), self.privacy.tree(t):
+                        tree = self._grow(t * K + c, t, g[:, c], h[:, c])
                     model.add_tree(tree, c)
                     leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
                     raw[:, c] += tree.values[leaf[:, 0], 0]
@@ -529,10 +527,10 @@ class FVTreeParty:
                          "model": model.to_dict(), "history": self._history})
         self._saved_at = trees_done
 
-    def _grow(self, tree_id: int, g: np.ndarray, h: np.ndarray):
+    def _grow(self, tree_id: int, round_: int, g: np.ndarray, h: np.ndarray):
         o, p = self.o, self.params
         g, h = self.privacy.clip(g, h)
-        rows = self.privacy.rows_of_tree(tree_id, len(g), [p.seed, 59, self.index])
+        rows = self.privacy.rows_of_tree(round_, len(g), [p.seed, 59, self.index])
         cols = [g, h, np.ones_like(g)]
         if o.refit:
             wg, wh = self.privacy.clip(self.weights * g, self.weights * h)

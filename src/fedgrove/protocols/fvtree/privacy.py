@@ -7,9 +7,12 @@ sensitivity ``3 g*^2``), adds Laplace noise to histogram (g, h) sums
 accounts for every query with a :class:`~fedgrove.crypto.dp.PrivacyAccountant`:
 
 * trees are grown in ensembles ("ensembles of ensembles"): within one
-  ensemble each tree uses a disjoint part of every party's instances
-  (parallel composition), ensembles compose in sequence, so each tree may
-  spend ``epsilon / n_ensembles``;
+  ensemble each boosting round uses a disjoint part of every party's
+  instances (parallel composition), ensembles compose in sequence, so each
+  round may spend ``epsilon / n_ensembles``;
+* a multiclass model's round grows one tree per class, all on the round's
+  part of the data: they compose in sequence, so each spends
+  ``epsilon / n_ensembles / n_classes``;
 * within a tree the depths compose in sequence (``/ max_depth`` each) and the
   nodes of one depth in parallel (disjoint instances);
 * a node's queries share its depth's budget: one vote and, per candidate
@@ -44,8 +47,8 @@ class DPOptions:
     training with a PrivacyBudgetError."""
 
     epsilon: float
-    trees_per_ensemble: int | None = None   # default: every tree in one ensemble
-    n_ensembles: int | None = None          # default: enough ensembles for every tree
+    trees_per_ensemble: int | None = None   # boosting rounds (of one tree a class) per ensemble; default: all
+    n_ensembles: int | None = None          # default: enough ensembles for every round
     g_clip: float = 1.0                     # |g| is clipped to g*, h to [0, g*]
     leaf_clip: float | None = 1.0           # |leaf value| (before the learning rate) at most this: post-processing
     #                                         of the noisy sums, no budget; None: no bound
@@ -119,18 +122,21 @@ class NoPrivacy:
 
 
 class DifferentialPrivacy(NoPrivacy):
-    def __init__(self, options: DPOptions, n_trees: int, max_depth: int, seed):
+    def __init__(self, options: DPOptions, n_rounds: int, max_depth: int, seed, trees_per_round: int = 1):
+        """``n_rounds`` boosting rounds of ``trees_per_round`` trees each (a multiclass model's classes), every
+        tree at most ``max_depth`` deep."""
         self.o = options
-        self.tpe = options.trees_per_ensemble or n_trees
-        self.n_ensembles = options.n_ensembles or -(-n_trees // self.tpe)
+        self.tpe = options.trees_per_ensemble or n_rounds  # (rounds)
+        self.n_ensembles = options.n_ensembles or -(-n_rounds // self.tpe)
         self.max_depth = max_depth
         self.accountant = PrivacyAccountant(options.epsilon)
-        self.eps_depth = options.epsilon / self.n_ensembles / max_depth
+        self.eps_depth = options.epsilon / self.n_ensembles / trees_per_round / max_depth
         self.rng = np.random.default_rng(seed) if options.seeded else None  # seed: an int or a list of ints
         self.g_star = float(options.g_clip)
 
     def rows_of_tree(self, t: int, n: int, rng_seed) -> np.ndarray:
-        """Tree ``t``'s part of the party's ``n`` instances: the ensemble's trees use disjoint parts."""
+        """Round ``t``'s part of the party's ``n`` instances (every tree of the round grows on it): the
+        ensemble's rounds use disjoint parts."""
         order = np.random.default_rng(rng_seed).permutation(n)
         return np.sort(np.array_split(order, self.tpe)[t % self.tpe])
 
@@ -141,6 +147,7 @@ class DifferentialPrivacy(NoPrivacy):
 
     @contextlib.contextmanager
     def tree(self, t: int):
+        """One tree of round ``t``: the round's trees (one per class) share its branch, where they add up."""
         with self.accountant.branch(("tree", t)):
             yield
 
