@@ -280,6 +280,33 @@ def test_horizontal_federation_runs_from_a_config(tmp_path):
     assert np.mean(models[0].predict(X) == y) > 0.9
 
 
+def test_column_sampling_resumes_to_the_uninterrupted_model_vertical_and_horizontal(tmp_path):
+    # colsample_bytree: the leader draws the engine's features each round, and a resumed run draws those of the
+    # rounds it skips again, so its later rounds sample what the uninterrupted run's did
+    from fedgrove.cli.main import main
+
+    names = _setup(tmp_path, trees=2)  # vertical: an active and two passive parties
+    vertical = (tmp_path / "federation.toml").read_text().replace("max_bins = 16\n",
+                                                                 "max_bins = 16\ncolsample_bytree = 0.4\n")
+    whole = pd.read_csv(tmp_path / "party0.csv").drop(columns="_id")
+    for k in range(3):  # horizontal: three clients with the active party's features and labels, a third each
+        whole.iloc[k::3].to_csv(tmp_path / f"client{k}.csv", index=False)
+    horizontal = ('[federation]\nprotocol = "horizontal"\nseed = 3\n[params]\nn_estimators = 2\nmax_depth = 3\n'
+                  'max_bins = 16\ncolsample_bytree = 0.4\n[[party]]\nname = "agg"\nrole = "aggregator"\n'
+                  + "".join(f'[[party]]\nname = "client{k}"\nrole = "client"\ndata = "client{k}.csv"\n'
+                            f'label = "label"\n' for k in range(3)) + '[output]\ndir = "sim"\n')
+    for protocol, text, holder in (("vertical", vertical, names[0]), ("horizontal", horizontal, "agg")):
+        runs = {}
+        for out, steps in (("full", [(5, False)]), ("res", [(2, False), (5, True)])):
+            for trees, resume in steps:
+                cfg = tmp_path / f"{protocol}-{out}.toml"
+                cfg.write_text(text.replace("n_estimators = 2", f"n_estimators = {trees}")
+                               .replace('dir = "sim"', f'dir = "{protocol}-{out}"'))
+                assert main(["simulate", str(cfg), *(["--resume"] if resume else [])]) == 0
+            runs[out] = json.loads((tmp_path / f"{protocol}-{out}" / f"{holder}.model.json").read_text())
+        assert runs["res"]["trees"] == runs["full"]["trees"] and len(runs["full"]["trees"]) == 5, protocol
+
+
 def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path, capsys):
     r = np.random.default_rng(2)
     X = r.normal(size=(900, 4))

@@ -32,11 +32,16 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("protocol", list(RUNS))
-@pytest.mark.parametrize("setting, message", [({"subsample": 0.5}, "subsampling is not supported"),
-                                              ({"colsample_bytree": 0.5}, "subsampling is not supported"),
-                                              ({"early_stopping_rounds": 3}, "early stopping is not supported"),
-                                              ({"eval_metric": "auc"}, "eval_metric is not used")])
+SETTINGS = [({"subsample": 0.5}, "row subsampling is not supported"),
+            ({"colsample_bytree": 0.5}, "column subsampling is not supported"),
+            ({"early_stopping_rounds": 3}, "early stopping is not supported"),
+            ({"eval_metric": "auc"}, "eval_metric is not used")]
+SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol")  # as the engine does: see below
+
+
+@pytest.mark.parametrize("protocol, setting, message",
+                         [(p, s, m) for p in RUNS for s, m in SETTINGS
+                          if not ("colsample_bytree" in s and p in SAMPLE_COLUMNS)])
 def test_unsupported_settings_are_refused_by_name(protocol, setting, message):
     # early stopping ran silently as plain training in every federation, and eval_metric was ignored; HybridTree
     # ignored subsampling too
@@ -103,3 +108,28 @@ def test_simulations_refuse_malformed_party_inputs_by_name(call, error, message)
 
     with pytest.raises(DataError if error == "DataError" else error, match=message):
         call()
+
+
+@pytest.mark.parametrize("protocol", SAMPLE_COLUMNS)
+def test_the_vertical_and_horizontal_protocols_sample_the_engines_columns(protocol):
+    # colsample_bytree draws the engine's features each round (fedgrove.engine.gbdt.RoundSampler): the trees are
+    # the engine's with the same setting, not those grown without it (tests/property/test_lossless_random_cases.py
+    # checks this on many random problems)
+    from fedgrove.engine.binning import BinMapper
+    from fedgrove.engine.gbdt import train_gbdt
+
+    def trees(model):
+        return [(t.nodes["feature"].tolist(), t.nodes["bin"].tolist(), np.round(t.values, 9).tolist())
+                for t in model.trees]
+
+    def grown(**kw):
+        params = GBDTParams(n_estimators=4, max_depth=3, max_bins=16, seed=3, **kw)
+        fed = RUNS[protocol](params)["model"]
+        if protocol == "the vertical protocol":  # the engine on the parties' columns side by side, their cuts
+            cuts = sum([BinMapper(16, seed=3).fit(X[:, c]).cuts_ for c in (slice(0, 3), slice(3, 6))], [])
+            return fed, train_gbdt(params, X, y, bin_mapper=BinMapper.from_cuts(cuts, 16))
+        return fed, train_gbdt(params, X, y, bin_mapper=fed.bin_mapper)  # (the clients' rows in order)
+
+    (sampled, engine), (full, _) = grown(colsample_bytree=0.5), grown()
+    assert trees(sampled) == trees(engine)
+    assert trees(sampled) != trees(full)

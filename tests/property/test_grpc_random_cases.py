@@ -8,8 +8,8 @@ mixed scales, missing values, few-valued and constant columns, a column of text 
 data between two to four parties (instances in each party's own order, test files included, in CSV or Parquet),
 so that what only some data or settings reach (a guest holding no test instance, one ciphertext for several
 rows, PSI alignment, count mode, the classical forest prediction, DP noise, a schedule in blocks, split Shapley
-contributions) travels over the real transport too.  The parties then predict again over gRPC from their model
-files alone (`fedgrove party --predict`), which must write the same predictions.
+contributions, column subsampling) travels over the real transport too.  The parties then predict again over
+gRPC from their model files alone (`fedgrove party --predict`), which must write the same predictions.
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ def _case(rs, protocol: str, trees: int | None = None):
         params["min_child_weight"] = float(rs.choice([1e-3, 1.0]))
     if objective == "multiclass" and protocol != "federated-forest":
         params["n_classes"] = 3
+    if protocol in ("vertical", "horizontal") and rs.random() < 0.3:  # the engine's features each round
+        params["colsample_bytree"] = 0.5
     parties = {}
 
     def rows(frame, cols, label):  # a party's part: its columns, in its own order of the instances

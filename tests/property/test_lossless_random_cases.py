@@ -5,7 +5,8 @@ DP) must grow the engine's trees, node for node; HybridTree without guest layers
 several instances to a ciphertext the model of one.
 
 Random tables (20-300 rows, 2-6 columns of mixed scales, missing values, few-valued and constant columns),
-binary / multiclass / regression labels and random parameters (lambda 0 included, as LightGBM's default).  Each
+binary / multiclass / regression labels and random parameters (lambda 0 included, as LightGBM's default; the
+vertical and horizontal protocols with column subsampling too, drawing the engine's features).  Each
 seed's cases are drawn in one stream, so a failure names its seed and case.
 
 Before 2026-11-26 about one case in ten differed: a split of a node whose gradients were all equal (lambda 0)
@@ -19,6 +20,8 @@ itself rounding (a multiclass root whose children keep the class shares exactly)
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -53,7 +56,8 @@ def _case(rs):
         reg_lambda=float(rs.choice([0.0, 1.0, 5.0])), gamma=float(rs.choice([0.0, 0.1])),
         # the vertical protocol exchanges no counts: min_samples_leaf 1 and min_child_weight > 0
         min_child_weight=float(rs.choice([1e-3, 1.0] if vertical else [0.0, 1e-3, 1.0])),
-        min_samples_leaf=1 if vertical else int(rs.choice([1, 5])), seed=int(rs.integers(0, 100)), **extra)
+        min_samples_leaf=1 if vertical else int(rs.choice([1, 5])), seed=int(rs.integers(0, 100)),
+        colsample_bytree=float(rs.choice([1.0, 1.0, 0.5])), **extra)  # (the engine's features each round)
     if vertical:
         k = int(rs.integers(2, min(d, 3) + 1))
         return X, y, params, ("vertical", [np.sort(c) for c in np.array_split(rs.permutation(d), k)])
@@ -102,6 +106,7 @@ def test_fv_tree_with_every_feature_a_candidate_grows_the_engines_trees_on_rando
         X, y, params, (scheme, groups) = _case(rs)
         if scheme == "vertical":  # FV-tree is horizontal: split those tables' rows in two
             groups = np.array_split(rs.permutation(len(y)), 2)
+        params = replace(params, colsample_bytree=1.0)  # (FV-tree samples no columns)
         parts = [(X[r], y[r]) for r in groups]
         fed = run_fvtree(parts, params, FVTreeOptions(n_candidates=None, verify=False))["model"]
         union = np.concatenate(groups)
@@ -120,6 +125,7 @@ def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing
     failures, ran = [], 0
     for case in range(60):
         X, y, params, _ = _case(rs)
+        params = replace(params, colsample_bytree=1.0)  # (HybridTree samples no columns)
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             continue  # HybridTree, like the vertical protocol, exchanges no counts
         d, n = X.shape[1], len(y)

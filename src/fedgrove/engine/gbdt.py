@@ -173,6 +173,40 @@ class LocalGrower:
         return tree, finder
 
 
+class RoundSampler:
+    """The rows (``subsample``) and features (``colsample_bytree``) each boosting round draws, from one generator
+    seeded with ``params.seed``, rows first: the engine and the federated protocols that sample columns draw
+    the same features round by round, so that a lossless protocol still grows the engine's trees.  A run that
+    resumes after some rounds draws (and drops) theirs again, so that its later rounds draw what they would
+    have."""
+
+    def __init__(self, params: GBDTParams, n_rows: int | None, n_features: int):
+        self.subsample, self.colsample = params.subsample, params.colsample_bytree
+        if self.subsample < 1.0 and n_rows is None:
+            raise InvalidParameterError("row subsampling needs the number of rows")
+        self.n_rows, self.n_features = n_rows, n_features
+        self.rng = np.random.default_rng(params.seed)
+
+    def next(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The next round's sorted rows and features (None: all)."""
+        rows = features = None
+        if self.subsample < 1.0:
+            n = self.n_rows
+            rows = np.sort(self.rng.choice(n, max(1, int(round(self.subsample * n))), replace=False))
+        if self.colsample < 1.0:
+            k = max(1, int(round(self.colsample * self.n_features)))
+            features = np.sort(self.rng.choice(self.n_features, k, replace=False))
+        return rows, features
+
+    def feature_mask(self, features: np.ndarray | None) -> np.ndarray:
+        """Which of the ``n_features`` a round's ``features`` allow (all for None)."""
+        mask = np.zeros(self.n_features, dtype=np.bool_) if features is not None else \
+            np.ones(self.n_features, dtype=np.bool_)
+        if features is not None:
+            mask[features] = True
+        return mask
+
+
 def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapper: BinMapper | None = None,
                feature_names=None, progress: Callable[[int, int], None] | None = None) -> GBDTModel:
     """Train a GBDT model.
@@ -223,7 +257,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     model = GBDTModel(objective=params.objective, n_classes=objective.n_classes, base_score=base,
                       bin_mapper=bin_mapper, params=params.to_dict(), feature_names=feature_names)
     scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
-    rng = np.random.default_rng(params.seed)
+    sampler = RoundSampler(params, n, n_features)
     thresholds = bin_mapper.thresholds()
     offsets, missing_codes = bin_mapper.feature_offsets, bin_mapper.missing_codes
 
@@ -247,16 +281,11 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     t0 = time.perf_counter()
     for it in range(params.n_estimators):
         g, h = objective.gradients_by_class(y, raw_by_class)
-        rows = None
-        if params.subsample < 1.0:
-            rows = np.sort(rng.choice(n, max(1, int(round(params.subsample * n))), replace=False))
-        allowed, features = None, None
-        if params.colsample_bytree < 1.0:
-            k = max(1, int(round(params.colsample_bytree * n_features)))
-            features = np.sort(rng.choice(n_features, k, replace=False))
-            mask = np.zeros(n_features, dtype=bool)
-            mask[features] = True
-            allowed = (lambda m: (lambda layer: np.broadcast_to(m, (len(layer), len(m)))))(mask)
+        rows, features = sampler.next()
+        allowed = None
+        if features is not None:
+            allowed = (lambda m: (lambda layer: np.broadcast_to(m, (len(layer), len(m)))))(
+                sampler.feature_mask(features))
         for c in range(K):
             stats[:, 0] = g[c]
             stats[:, 1] = h[c]

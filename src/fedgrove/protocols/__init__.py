@@ -131,12 +131,21 @@ def check_same_features(digests: dict) -> None:
                             f"rows never hold feature 0 reads as numbered from 1 (give its party libsvm_base = 0)")
 
 
-def refuse_unsupported(params, protocol: str) -> None:
+#: the protocols that sample columns (colsample_bytree), as the engine does
+SAMPLE_COLUMNS = "the vertical and horizontal protocols"
+
+
+def refuse_unsupported(params, protocol: str, columns: bool = False) -> None:
     """Refuse, by name, the boosting settings a federated protocol does not implement and would otherwise ignore:
-    row/column subsampling, and early stopping and its metric (a federation trains without a validation set)."""
-    if params.subsample < 1 or params.colsample_bytree < 1:
-        raise InvalidParameterError(f"row/column subsampling is not supported by {protocol} (subsample="
-                                    f"{params.subsample}, colsample_bytree={params.colsample_bytree}; use 1)")
+    row subsampling, column subsampling (unless ``columns``: the protocol draws the engine's features each
+    round, :class:`~fedgrove.engine.gbdt.RoundSampler`), and early stopping and its metric (a federation trains
+    without a validation set)."""
+    if params.subsample < 1:
+        raise InvalidParameterError(f"row subsampling is not supported by {protocol} (subsample={params.subsample}; "
+                                    f"use 1)")
+    if params.colsample_bytree < 1 and not columns:
+        raise InvalidParameterError(f"column subsampling is not supported by {protocol} (colsample_bytree="
+                                    f"{params.colsample_bytree}; use 1; {SAMPLE_COLUMNS} support it)")
     if params.early_stopping_rounds:
         raise InvalidParameterError(f"early stopping is not supported by {protocol}: a federation trains without a "
                                     f"validation set (early_stopping_rounds={params.early_stopping_rounds}; "

@@ -9,7 +9,7 @@ import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, add128
 from fedgrove.engine.binning import BinMapper, QuantileSketch
-from fedgrove.engine.gbdt import GBDTParams
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel
@@ -40,7 +40,7 @@ class _Aggregation:
 
 class AggregatedSplitFinder(SplitFinder):
     def __init__(self, agg: _Aggregation, clients, bin_mapper: BinMapper, scorer: GBDTScorer, hist_stats: int,
-                 tree: int, max_depth: int):
+                 tree: int, max_depth: int, feature_mask: np.ndarray | None = None):
         self.agg, self.clients = agg, clients
         self.bm = bin_mapper
         self.offsets = bin_mapper.feature_offsets
@@ -53,6 +53,8 @@ class AggregatedSplitFinder(SplitFinder):
         self.layer_no = 0
         self.hist: dict[int, np.ndarray] = {}   # node -> histogram (bins, k)
         self.thresholds = bin_mapper.thresholds()
+        # the round's features (colsample_bytree)
+        self.feature_mask = np.ones(bin_mapper.n_features, dtype=np.bool_) if feature_mask is None else feature_mask
 
     def _plan(self, **kw):
         plan = m.LayerPlan(tree=self.tree, layer=self.layer_no, **kw)
@@ -72,7 +74,7 @@ class AggregatedSplitFinder(SplitFinder):
 
     def find_splits(self, layer: Layer) -> LayerSplits:
         hist = np.stack([self.hist[int(n)] for n in layer.node_ids])
-        allowed = np.ones((len(layer), self.bm.n_features), dtype=np.bool_)
+        allowed = np.ascontiguousarray(np.broadcast_to(self.feature_mask, (len(layer), self.bm.n_features)))
         rows = np.arange(len(layer), dtype=np.int64)
         gain, feature, bins, ml, left = self.scorer.find(hist, rows, layer.stats, self.offsets, allowed)
         splits = LayerSplits(gain, feature, bins, ml, left, np.full(len(layer), np.nan),
@@ -177,12 +179,14 @@ class HorizontalAggregator:
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         k = 3 if scorer.hist_needs_count else 2
         start = tree_id = model.n_trees
+        sampler = RoundSampler(p, None, bm.n_features)  # the engine's features
         for round_ in range(p.n_estimators):
+            mask = sampler.feature_mask(sampler.next()[1])  # (drawn for the rounds a resumed run skips too)
             if (round_ + 1) * objective.n_outputs <= start:  # done before the checkpoint
                 continue
             for c in range(objective.n_outputs):
                 with ch.scope(tree=tree_id):
-                    finder = AggregatedSplitFinder(agg, self.clients, bm, scorer, k, tree_id, p.max_depth)
+                    finder = AggregatedSplitFinder(agg, self.clients, bm, scorer, k, tree_id, p.max_depth, mask)
                     tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                                       min_samples_split=2 * p.min_samples_leaf).grow()
                     nodes = tree.nodes

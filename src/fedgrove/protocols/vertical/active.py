@@ -11,7 +11,7 @@ import numpy as np
 from fedgrove.crypto.he import HEContext
 from fedgrove.crypto.packing import MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, names_of
@@ -91,7 +91,7 @@ class VerticalSplitFinder(SplitFinder):
 
     def __init__(self, local: HistogramSplitFinder, channel, remotes: list[_Remote], he: HEContext,
                  packer: GHPacker, scorer: GBDTScorer, layer_counter: list,
-                 row_packing: RowPacking | None = None):
+                 row_packing: RowPacking | None = None, feature_mask: np.ndarray | None = None):
         self.local = local
         self.row_packing = row_packing
         self.ch = channel
@@ -107,6 +107,8 @@ class VerticalSplitFinder(SplitFinder):
         self.n_features = len(self.offsets) - 1
         self._remote_hist = None
         self._layer = layer_counter
+        # the round's features (colsample_bytree), over the active party's then each passive party's, in order
+        self.feature_mask = np.ones(self.n_features, dtype=np.bool_) if feature_mask is None else feature_mask
 
     def root_stats(self):
         return self.local.root_stats()
@@ -143,7 +145,7 @@ class VerticalSplitFinder(SplitFinder):
             for parent_row, small, large in pairs:
                 hist[large, self.local_bins:] = prev[parent_row, self.local_bins:] - hist[small, self.local_bins:]
         self._remote_hist = hist
-        allowed = np.ones((len(layer), self.n_features), dtype=np.bool_)
+        allowed = np.ascontiguousarray(np.broadcast_to(self.feature_mask, (len(layer), self.n_features)))
         rows = np.arange(len(layer), dtype=np.int64)
         gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.offsets, allowed)
         splits = LayerSplits(gain, feature, bins, missing_left, left, np.full(len(layer), np.nan),
@@ -247,7 +249,7 @@ class VerticalActive:
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
-        refuse_unsupported(params, "the vertical protocol")
+        refuse_unsupported(params, "the vertical protocol", columns=True)
         if not he.has_secret:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
@@ -312,7 +314,9 @@ class VerticalActive:
         thresholds = self.bin_mapper.thresholds()
         tree_id = start
         self.tree_seconds = []  # wall time of each tree, the passive parties' work included
+        sampler = RoundSampler(p, None, feat)  # the engine's features, over the joined columns
         for round_ in range(p.n_estimators):
+            mask = sampler.feature_mask(sampler.next()[1])  # (drawn for the rounds a resumed run skips too)
             if round_ * K < start:
                 continue
             g, h = objective.gradients(y, raw)
@@ -326,7 +330,7 @@ class VerticalActive:
                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,
                                                  X_columns=X_columns)
                     finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0],
-                                                 self.row_packing)
+                                                 self.row_packing, mask)
                     tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                                       min_samples_split=2 * p.min_samples_leaf).grow()
                     ch.broadcast(m.CONTROL, m.TreeEnd(tree_id), self.passives)
