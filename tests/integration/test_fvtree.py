@@ -433,6 +433,18 @@ def test_an_interrupted_run_resumes_to_the_model_and_ledger_of_an_uninterrupted_
             assert party.privacy.report() == full["parties"][n].privacy.report()
 
 
+def test_an_interrupted_run_with_column_sampling_resumes_to_the_uninterrupted_one(tmp_path):
+    # colsample_bytree: every party draws the round's features from the seed; the resumed run draws the skipped
+    # rounds' again, so its later rounds vote among the uninterrupted run's features
+    params = GBDTParams(n_estimators=6, max_depth=3, learning_rate=0.3, max_bins=16, colsample_bytree=0.5)
+    full, resumed, ledgers = _interrupted_then_resumed(tmp_path, params, FVTreeOptions(), "party1", 4)
+    assert resumed["model"].to_dict() == full["model"].to_dict()
+    for n, (a, b) in ledgers.items():
+        assert a == b, n
+    per_tree = [{int(f) for f in t.nodes["feature"] if f >= 0} for t in full["model"].trees]
+    assert all(len(f) <= 3 for f in per_tree) and len(set().union(*per_tree)) > 3  # 3 of 6 features a round
+
+
 @pytest.mark.parametrize("at", [2, 3])
 def test_an_interrupted_multiclass_run_with_dp_resumes_to_the_uninterrupted_one(tmp_path, at):
     # three trees a round, two rounds an ensemble: a party dies before checkpointing round ``at``, the others

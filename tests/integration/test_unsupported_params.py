@@ -36,7 +36,7 @@ SETTINGS = [({"subsample": 0.5}, "row subsampling is not supported"),
             ({"colsample_bytree": 0.5}, "column subsampling is not supported"),
             ({"early_stopping_rounds": 3}, "early stopping is not supported"),
             ({"eval_metric": "auc"}, "eval_metric is not used")]
-SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol")  # as the engine does: see below
+SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol", "FV-tree")  # as the engine does: see below
 
 
 @pytest.mark.parametrize("protocol, setting, message",
@@ -111,7 +111,7 @@ def test_simulations_refuse_malformed_party_inputs_by_name(call, error, message)
 
 
 @pytest.mark.parametrize("protocol", SAMPLE_COLUMNS)
-def test_the_vertical_and_horizontal_protocols_sample_the_engines_columns(protocol):
+def test_the_vertical_and_horizontal_protocols_and_fv_tree_sample_the_engines_columns(protocol):
     # colsample_bytree draws the engine's features each round (fedgrove.engine.gbdt.RoundSampler): the trees are
     # the engine's with the same setting, not those grown without it (tests/property/test_lossless_random_cases.py
     # checks this on many random problems)
@@ -124,7 +124,12 @@ def test_the_vertical_and_horizontal_protocols_sample_the_engines_columns(protoc
 
     def grown(**kw):
         params = GBDTParams(n_estimators=4, max_depth=3, max_bins=16, seed=3, **kw)
-        fed = RUNS[protocol](params)["model"]
+        if protocol == "FV-tree":  # every feature of the round a candidate, every upload counted: the engine's splits
+            from fedgrove.protocols.fvtree.party import FVTreeOptions
+
+            fed = run_fvtree(HALVES, params, FVTreeOptions(n_candidates=None, verify=False))["model"]
+        else:
+            fed = RUNS[protocol](params)["model"]
         if protocol == "the vertical protocol":  # the engine on the parties' columns side by side, their cuts
             cuts = sum([BinMapper(16, seed=3).fit(X[:, c]).cuts_ for c in (slice(0, 3), slice(3, 6))], [])
             return fed, train_gbdt(params, X, y, bin_mapper=BinMapper.from_cuts(cuts, 16))

@@ -84,7 +84,7 @@ def _case(rs, protocol: str, trees: int | None = None):
         params["min_child_weight"] = float(rs.choice([1e-3, 1.0]))
     if objective == "multiclass" and protocol != "federated-forest":
         params["n_classes"] = 3
-    if protocol in ("vertical", "horizontal") and rs.random() < 0.3:  # the engine's features each round
+    if protocol in ("vertical", "horizontal", "fvtree") and rs.random() < 0.3:  # the engine's features each round
         params["colsample_bytree"] = 0.5
     parties = {}
 

@@ -132,7 +132,7 @@ def check_same_features(digests: dict) -> None:
 
 
 #: the protocols that sample columns (colsample_bytree), as the engine does
-SAMPLE_COLUMNS = "the vertical and horizontal protocols"
+SAMPLE_COLUMNS = "the vertical and horizontal protocols and FV-tree"
 
 
 def refuse_unsupported(params, protocol: str, columns: bool = False) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedgrove.crypto.signing import SigningKey, verify
 from fedgrove.engine.binning import BinMapper, QuantileSketch
-from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, names_of
@@ -168,7 +168,7 @@ class FVTreeParty:
         self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
-        refuse_unsupported(params, "FV-tree")
+        refuse_unsupported(params, "FV-tree", columns=True)
         if params.objective == "multiclass" and params.n_classes is None:
             raise InvalidParameterError(f"FV-tree multiclass needs {NEEDS_N_CLASSES}")
         self.parties = sorted([channel.party] + list(channel.peers))
@@ -359,6 +359,9 @@ class FVTreeParty:
         self._saved_at = None
         self._save(checkpoint, start, model, force=True)  # (a party that stepped back: its ledger was cut)
         tpe = getattr(self.privacy, "tpe", p.n_estimators)
+        sampler = RoundSampler(p, None, self.X.shape[1])  # the engine's features each round (colsample_bytree)
+        for _ in range(start):  # (the rounds before a resume point drew theirs)
+            sampler.next()
         if privacy is not None and start % tpe == 0:  # between ensembles: no composition block open
             self.privacy.restore(privacy)
         ensemble = None
@@ -370,9 +373,10 @@ class FVTreeParty:
                     if privacy is not None and t == start and start % tpe:  # inside the ensemble's block
                         self.privacy.restore(privacy)
                 g, h = objective.gradients(y, raw)
+                mask = sampler.feature_mask(sampler.next()[1])
                 for c in range(K):  # (a multiclass round: one tree per class, all on the round's rows under DP)
                     with ch.scope(tree=t * K + c), self.privacy.tree(t):
-                        tree = self._grow(t * K + c, t, g[:, c], h[:, c])
+                        tree = self._grow(t * K + c, t, g[:, c], h[:, c], mask)
                     model.add_tree(tree, c)
                     leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
                     raw[:, c] += tree.values[leaf[:, 0], 0]
@@ -527,7 +531,7 @@ class FVTreeParty:
                          "model": model.to_dict(), "history": self._history})
         self._saved_at = trees_done
 
-    def _grow(self, tree_id: int, round_: int, g: np.ndarray, h: np.ndarray):
+    def _grow(self, tree_id: int, round_: int, g: np.ndarray, h: np.ndarray, feature_mask: np.ndarray):
         o, p = self.o, self.params
         g, h = self.privacy.clip(g, h)
         rows = self.privacy.rows_of_tree(round_, len(g), [p.seed, 59, self.index])
@@ -541,7 +545,7 @@ class FVTreeParty:
         local = HistogramSplitFinder(self.X_binned, self.bin_mapper.feature_offsets, self.bin_mapper.missing_codes,
                                      self.thresholds, np.column_stack(cols), self.scorer, root_samples=rows,
                                      X_columns=self.X_columns)
-        finder = _FVFinder(self, local, tree_id)
+        finder = _FVFinder(self, local, tree_id, feature_mask)
         tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * self.privacy.leaf(self.scorer.leaf_value(s)),
                           min_samples_split=2 * p.min_samples_leaf).grow()
         finder.publish_records()
@@ -553,12 +557,13 @@ class _FVFinder(SplitFinder):
 
     n_stats = 3
 
-    def __init__(self, party: FVTreeParty, local: HistogramSplitFinder, tree_id: int):
+    def __init__(self, party: FVTreeParty, local: HistogramSplitFinder, tree_id: int, feature_mask: np.ndarray):
         self.p, self.local, self.tree = party, local, tree_id
         self.offsets = party.bin_mapper.feature_offsets.astype(np.int32)
         self.n_features = len(self.offsets) - 1
+        self.feature_mask = feature_mask  # the round's features (colsample_bytree): votes and candidates among them
         self.k = party.o.n_candidates or self.n_features
-        self.k = min(self.k, self.n_features)
+        self.k = min(self.k, int(feature_mask.sum()))
         self.layers: list[_LayerState] = []
 
     def root_stats(self):
@@ -589,7 +594,7 @@ class _FVFinder(SplitFinder):
         with p.ch.scope(layer=layer.depth), p.privacy.depth(layer.depth):
             # 1. votes
             totals = np.ascontiguousarray(vote_hist[:, first, :].sum(axis=1))
-            allowed = np.ones((n_nodes, self.n_features), dtype=np.bool_)
+            allowed = np.ascontiguousarray(np.broadcast_to(self.feature_mask, (n_nodes, self.n_features)))
             pg = gbdt_pair_splits(np.ascontiguousarray(vote_hist), np.arange(n_nodes, dtype=np.int64), totals,
                                   self.offsets, allowed, float(p.scorer.reg_lambda), float(p.scorer.gamma),
                                   float(p.scorer.min_child_weight),
@@ -668,13 +673,13 @@ class _FVFinder(SplitFinder):
         return splits
 
     def _candidates(self, votes: np.ndarray) -> np.ndarray:
-        """Per node the ``k`` features with most votes (ties: the lower feature), -1 padded; every feature when
-        ``n_candidates`` is None."""
+        """Per node the ``k`` features with most votes (ties: the lower feature), -1 padded; every feature of the
+        round when ``n_candidates`` is None."""
         n_nodes = votes.shape[1]
         out = np.full((n_nodes, self.k), -1, dtype=np.int32)
         for j in range(n_nodes):
             if self.p.o.n_candidates is None:
-                out[j] = np.arange(self.n_features)
+                out[j] = np.nonzero(self.feature_mask)[0]
                 continue
             counts = np.bincount(votes[:, j][votes[:, j] >= 0], minlength=self.n_features)
             voted = np.nonzero(counts)[0]
