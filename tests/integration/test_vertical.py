@@ -78,6 +78,33 @@ def test_several_instances_per_gradient_ciphertext_are_lossless_and_send_fewer_b
     assert default_rows_per_ciphertext(keygen("ou", 2048, "plain"), packer) == 1
 
 
+def test_column_sampling_is_lossless_and_passive_parties_sum_only_the_sampled_features(a9a):
+    """colsample_bytree: the active party draws the engine's features each round and tells each passive party
+    which of its own are sampled; those sum only their bins (with OU, whose additions search row patterns), so
+    they send less, and the trees are the engine's.  A request naming features the party lacks is refused."""
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.vertical.passive import encrypted_histograms
+
+    X, y = a9a.train.X[:1200], a9a.train.y[:1200]
+    parts = _split(X, 3)
+    he = keygen("ou")
+    sent, requests = {}, []
+    for colsample in (1.0, 0.3):
+        params = GBDTParams(n_estimators=3, max_depth=4, colsample_bytree=colsample)
+        out = run_vertical([X[:, p] for p in parts], y, params, he,
+                           observers={"party1": [lambda d, peer, tag, msg: requests.append(msg)
+                                                 if isinstance(msg, m.HistogramRequest) else None]})
+        _assert_same_trees(out["model"], _oracle(X, y, parts, params)[0])
+        sent[colsample] = out["stats"]["party1"]["total_sent"] + out["stats"]["party2"]["total_sent"]
+    assert sent[0.3] < 0.6 * sent[1.0], sent
+    sampled = [r for r in requests if r.sampled]
+    assert sampled and all(len(r.features) < len(parts[1]) for r in sampled)
+    assert not any(r.sampled for r in requests[:len(requests) - len(sampled)])  # (colsample 1: none)
+    with pytest.raises(ProtocolError, match=r"histogram request for features \[7\] outside its 5"):
+        encrypted_histograms("party1", [0], {0: np.arange(3)}, np.zeros((3, 5), dtype=np.uint8),
+                             np.arange(0, 36, 6), None, keygen("ou", 2048, "plain"), None, features=[7])
+
+
 @pytest.mark.parametrize("objective", ["multiclass", "regression"])
 def test_lossless_multiclass_and_regression_with_missing_values(objective):
     r = np.random.default_rng(4)

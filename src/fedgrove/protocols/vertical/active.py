@@ -130,9 +130,10 @@ class VerticalSplitFinder(SplitFinder):
         build = self.local.last_build_rows
         pairs = self.local.last_pairs
         nodes = [int(layer.node_ids[r]) for r in build]
-        request = m.HistogramRequest(self._layer[0], nodes)
-        for r in self.remotes:
-            self.ch.send(r.name, m.CONTROL, request)
+        for r in self.remotes:  # (with colsample_bytree, each passive party sums only its sampled features' bins)
+            own = self.feature_mask[r.first_feature:r.first_feature + r.n_features]
+            self.ch.send(r.name, m.CONTROL, m.HistogramRequest(self._layer[0], nodes, not own.all(),
+                                                               np.nonzero(own)[0].tolist() if not own.all() else []))
         total_bins = int(self.offsets[-1])
         hist = np.zeros((len(layer), total_bins, 2))
         hist[:, :self.local_bins] = local_hist

@@ -65,8 +65,17 @@ class EncryptedGradients(Message):
 
 @register
 class HistogramRequest(Message):
+    """The nodes whose histograms the layer needs; with ``sampled`` (``colsample_bytree``), ``features`` are the
+    receiver's own features the round samples, the only ones whose bins it sums (possibly none)."""
+
     layer: int = 0
     nodes: list[int] = None
+    sampled: bool = False
+    features: list[int] = None
+
+    def __post_init__(self):
+        if self.features is None:
+            self.features = []
 
 
 @register

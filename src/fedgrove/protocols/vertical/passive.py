@@ -154,7 +154,8 @@ class VerticalPassive:
             if isinstance(msg, m.TreeEnd):
                 return
             if isinstance(msg, m.HistogramRequest):
-                ch.send(self.active, m.REPLY, self._histograms(msg.nodes, rows, ct, he, packer))
+                ch.send(self.active, m.REPLY, self._histograms(msg.nodes, rows, ct, he, packer,
+                                                                  msg.features if msg.sampled else None))
             elif isinstance(msg, m.SplitQuery):
                 masks = []
                 for node, f, b, ml in zip(msg.nodes, msg.features, msg.bins, msg.missing_left):
@@ -176,9 +177,9 @@ class VerticalPassive:
             else:
                 raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during tree {tree}")
 
-    def _histograms(self, nodes, rows, ct, he, packer) -> m.EncryptedHistograms:
+    def _histograms(self, nodes, rows, ct, he, packer, features=None) -> m.EncryptedHistograms:
         return encrypted_histograms(self.ch.party, nodes, rows, self.X_binned, self.bin_mapper.feature_offsets, ct, he,
-                                    packer, self.row_packing)
+                                    packer, self.row_packing, features=features)
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
@@ -275,7 +276,7 @@ PLAN_MIN_ADDITIONS = 1024
 
 def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer,
                          row_packing: RowPacking | None = None,
-                         plan_min_additions: int = PLAN_MIN_ADDITIONS) -> m.EncryptedHistograms:
+                         plan_min_additions: int = PLAN_MIN_ADDITIONS, features=None) -> m.EncryptedHistograms:
     """Encrypted per-bin (G, H) sums of the nodes' instances (``rows[node]``: instance ``i`` is ``ct[i]``, or
     position ``i mod K`` of ``ct[i // K]`` with ``row_packing`` of ``K`` rows).
 
@@ -299,10 +300,21 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer,
     position (the bin's code becomes ``bin * K + K - 1 - position``, so the
     plans above run unchanged); they are compressed whole bins to a
     plaintext and masked as :class:`RowPacking` describes.
+
+    ``features`` (None: all): the only features whose bins are summed (the round's sample); the others list no
+    bin, and their sums are left to the key holder's node totals, which it does not use.
     """
     n_features = X_binned.shape[1]
     width = int(np.max(np.diff(offsets))) if n_features else 1
     k = 1 if row_packing is None else row_packing.rows
+    unused = None
+    if features is not None:
+        features = np.asarray(features, dtype=np.int64)
+        if features.ndim != 1 or np.any(features < 0) or np.any(features >= n_features):
+            raise ProtocolError(f"{party}: histogram request for features {features.tolist()} outside its "
+                                f"{n_features}")
+        unused = np.ones(n_features, dtype=bool)
+        unused[features] = False
     plans, skipped, n_bins, bins = [], [], [], []
     for node in nodes:
         if node not in rows:
@@ -315,6 +327,9 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer,
         present = counts > 0
         present[np.arange(n_features), skip] = False
         listed = B != skip
+        if unused is not None:
+            present[unused] = False
+            listed[:, unused] = False
         ids = r
         if k > 1:  # a bin's sums per position: codes bin * k + (k - 1 - position), items are ciphertexts
             code = np.uint16 if width * k <= np.iinfo(np.uint16).max else np.int64
