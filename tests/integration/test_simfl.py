@@ -204,17 +204,19 @@ def test_checkpoints_every_few_rounds_resume_a_party_a_checkpoint_behind_to_the_
     assert all(s.trees_done(s.newest()) == 7 for s in stores().values())
 
 
-@pytest.mark.parametrize("behind", ["party0", "party1"])
-def test_resume_through_the_api_steps_back_a_party_a_tree_ahead_of_one_that_stopped(tmp_path, behind):
+@pytest.mark.parametrize("behind, sampling", [("party0", {}), ("party1", {}),
+                                              ("party0", {"subsample": 0.6, "colsample_bytree": 0.6})])
+def test_resume_through_the_api_steps_back_a_party_a_tree_ahead_of_one_that_stopped(tmp_path, behind, sampling):
     # one party stopped after its peer checkpointed tree 4 and before it did: its newest state holds 3 trees
     # (its previous one, here); the run resumes after 3 trees, the other party stepping back, and grows the
-    # uninterrupted model
+    # uninterrupted model (with subsampling: each trainer draws again the rows and features of the rounds it
+    # trained before the resume point, so that its later rounds draw what they would have)
     import shutil
 
     from fedgrove.runner.checkpoint import CheckpointStore
 
     _, _, parts = _parts(n=600, k=2)
-    params = GBDTParams(n_estimators=4, max_depth=3)
+    params = GBDTParams(n_estimators=4, max_depth=3, **sampling)
 
     def stores():
         return {f"party{k}": CheckpointStore(tmp_path / f"party{k}.checkpoint.json") for k in range(2)}
@@ -227,3 +229,19 @@ def test_resume_through_the_api_steps_back_a_party_a_tree_ahead_of_one_that_stop
     assert resumed["model"].to_dict() == whole
     assert [len(m.trees) for m in resumed["models"].values()] == [4, 4]
     assert all(s.trees_done(s.newest()) == 4 for s in stores().values())
+
+
+def test_each_trainer_subsamples_its_own_rows_and_features_each_round():
+    # subsample and colsample_bytree, as the engine's: a trainer grows each of its trees on a draw of its own rows
+    # (the root's count) and features, from its own generator; the same seed gives the same model
+    _, _, parts = _parts(n=1200, k=2)
+    params = GBDTParams(n_estimators=6, max_depth=4, subsample=0.5, colsample_bytree=0.5)
+    out = run_simfl(parts, params, SimFLOptions(schedule="round-robin"))
+    model = out["model"]
+    sizes = [len(p[0]) for p in parts]
+    assert [int(t.nodes["count"][0]) for t in model.trees] == [round(0.5 * sizes[t % 2]) for t in range(6)]
+    assert all(len({f for f in t.nodes["feature"] if f >= 0}) <= 4 for t in model.trees)  # 4 of 8 features
+    assert run_simfl(parts, params, SimFLOptions(schedule="round-robin"))["model"].to_dict() == model.to_dict()
+    whole = run_simfl(parts, GBDTParams(n_estimators=6, max_depth=4), SimFLOptions(schedule="round-robin"))
+    assert [int(t.nodes["count"][0]) for t in whole["model"].trees] == [sizes[t % 2] for t in range(6)]
+    assert len({f for t in whole["model"].trees for f in t.nodes["feature"] if f >= 0}) > 4

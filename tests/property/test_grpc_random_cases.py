@@ -8,7 +8,7 @@ mixed scales, missing values, few-valued and constant columns, a column of text 
 data between two to four parties (instances in each party's own order, test files included, in CSV or Parquet),
 so that what only some data or settings reach (a guest holding no test instance, one ciphertext for several
 rows, PSI alignment, count mode, the classical forest prediction, DP noise, a schedule in blocks, split Shapley
-contributions, column subsampling) travels over the real transport too.  The parties then predict again over
+contributions, subsampling) travels over the real transport too.  The parties then predict again over
 gRPC from their model files alone (`fedgrove party --predict`), which must write the same predictions.
 """
 
@@ -86,6 +86,8 @@ def _case(rs, protocol: str, trees: int | None = None):
         params["n_classes"] = 3
     if protocol in ("vertical", "horizontal", "fvtree") and rs.random() < 0.3:  # the engine's features each round
         params["colsample_bytree"] = 0.5
+    if protocol == "simfl" and rs.random() < 0.3:  # each trainer its own rows and features each round
+        params.update(subsample=0.7, colsample_bytree=0.6)
     parties = {}
 
     def rows(frame, cols, label):  # a party's part: its columns, in its own order of the instances

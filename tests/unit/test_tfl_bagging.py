@@ -55,11 +55,17 @@ def test_a_dataframe_s_column_names_are_kept_and_matched_when_predicting(data):
     np.testing.assert_array_equal(model.predict_raw(frame[frame.columns[::-1]]), model.predict_raw(X))
 
 
-def test_subsampling_is_refused_not_ignored(data):
+def test_each_party_subsamples_its_own_rows_and_features_each_round(data):
+    # subsample and colsample_bytree were refused; each party now draws, from its own generator, the rows (of
+    # its own: the root's count) and features (of its own columns) of each round it grows
     X, y = data
-    for kw in ({"subsample": 0.5}, {"colsample_bytree": 0.5}):
-        with pytest.raises(InvalidParameterError, match="subsampling is not supported by TFL"):
-            train_tfl(X, y, [PartyView(np.arange(len(y)), np.arange(6))], GBDTParams(n_estimators=2, **kw))
+    views = [PartyView(np.arange(0, 800), np.array([0, 1, 2, 3])), PartyView(np.arange(800, 1200), np.arange(6))]
+    params = GBDTParams(n_estimators=4, max_depth=3, subsample=0.5, colsample_bytree=0.5)
+    model = train_tfl(X, y, views, params)
+    assert [int(t.nodes["count"][0]) for t in model.trees] == [400, 200, 400, 200]
+    used = [{int(f) for f in t.nodes["feature"] if f >= 0} for t in model.trees]
+    assert all(u <= {0, 1, 2, 3} and len(u) <= 2 for u in used[0::2]) and all(len(u) <= 3 for u in used[1::2])
+    assert train_tfl(X, y, views, params).to_dict() == model.to_dict()
 
 
 def test_tree_schedules():

@@ -150,9 +150,10 @@ def check_xy(X, y, n_features: int | None = None):
 
 class LocalGrower:
     """Grows boosting trees on one fixed table from the g and h it is given each time: bins fitted once (or
-    given), the engine's histogram splitter and grower, no subsampling.  Protocols whose parties grow whole trees
-    on their own rows from gradients the engine does not compute (SimFL's weighted ones, TFL's turns) use it;
-    ``bench/simfl.py`` regrows a run's trees with it to time them without messages."""
+    given), the engine's histogram splitter and grower, on the rows and features a caller's
+    :class:`RoundSampler` drew (default: all).  Protocols whose parties grow whole trees on their own rows from
+    gradients the engine does not compute (SimFL's weighted ones, TFL's turns) use it; ``bench/simfl.py``
+    regrows a run's trees with it to time them without messages."""
 
     def __init__(self, X, params: GBDTParams, bin_mapper: BinMapper | None = None):
         self.params = params
@@ -162,12 +163,20 @@ class LocalGrower:
         self.thresholds = self.bin_mapper.thresholds()
         self.scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
 
-    def grow(self, g: np.ndarray, h: np.ndarray):
-        """One tree (bin and raw thresholds) and the splitter that grew it, which knows each row's leaf."""
+    def grow(self, g: np.ndarray, h: np.ndarray, rows: np.ndarray | None = None,
+             features: np.ndarray | None = None):
+        """One tree (bin and raw thresholds) and the splitter that grew it, which knows each of ``rows``' leaf
+        (None: every row); ``features``: the only ones it may split on (None: all)."""
         p, bm, scorer = self.params, self.bin_mapper, self.scorer
         cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
+        allowed = None
+        if features is not None:
+            mask = np.zeros(self.X_binned.shape[1], dtype=np.bool_)
+            mask[features] = True
+            allowed = (lambda layer: np.broadcast_to(mask, (len(layer), len(mask))))
         finder = HistogramSplitFinder(self.X_binned, bm.feature_offsets, bm.missing_codes, self.thresholds,
-                                      np.column_stack(cols), scorer, X_columns=self.X_columns)
+                                      np.column_stack(cols), scorer, root_samples=rows, allowed=allowed,
+                                      features=features, X_columns=self.X_columns)
         tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                           min_samples_split=2 * p.min_samples_leaf).grow()
         return tree, finder
@@ -180,12 +189,14 @@ class RoundSampler:
     resumes after some rounds draws (and drops) theirs again, so that its later rounds draw what they would
     have."""
 
-    def __init__(self, params: GBDTParams, n_rows: int | None, n_features: int):
+    def __init__(self, params: GBDTParams, n_rows: int | None, n_features: int, seed=None):
+        """``seed``: the generator's seed (default ``params.seed``; a party sampling its own rows gives one of
+        its own, e.g. ``[params.seed, party]``)."""
         self.subsample, self.colsample = params.subsample, params.colsample_bytree
         if self.subsample < 1.0 and n_rows is None:
             raise InvalidParameterError("row subsampling needs the number of rows")
         self.n_rows, self.n_features = n_rows, n_features
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng(params.seed if seed is None else seed)
 
     def next(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The next round's sorted rows and features (None: all)."""

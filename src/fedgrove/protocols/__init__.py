@@ -131,18 +131,19 @@ def check_same_features(digests: dict) -> None:
                             f"rows never hold feature 0 reads as numbered from 1 (give its party libsvm_base = 0)")
 
 
-#: the protocols that sample columns (colsample_bytree), as the engine does
-SAMPLE_COLUMNS = "the vertical and horizontal protocols and FV-tree"
+#: the protocols that sample columns (colsample_bytree) and rows (subsample)
+SAMPLE_COLUMNS = "the vertical and horizontal protocols, FV-tree, SimFL and TFL"
+SAMPLE_ROWS = "SimFL and TFL"
 
 
-def refuse_unsupported(params, protocol: str, columns: bool = False) -> None:
+def refuse_unsupported(params, protocol: str, columns: bool = False, rows: bool = False) -> None:
     """Refuse, by name, the boosting settings a federated protocol does not implement and would otherwise ignore:
-    row subsampling, column subsampling (unless ``columns``: the protocol draws the engine's features each
+    row subsampling (unless ``rows``), column subsampling (unless ``columns``: the protocol draws features each
     round, :class:`~fedgrove.engine.gbdt.RoundSampler`), and early stopping and its metric (a federation trains
     without a validation set)."""
-    if params.subsample < 1:
+    if params.subsample < 1 and not rows:
         raise InvalidParameterError(f"row subsampling is not supported by {protocol} (subsample={params.subsample}; "
-                                    f"use 1)")
+                                    f"use 1; {SAMPLE_ROWS} support it)")
     if params.colsample_bytree < 1 and not columns:
         raise InvalidParameterError(f"column subsampling is not supported by {protocol} (colsample_bytree="
                                     f"{params.colsample_bytree}; use 1; {SAMPLE_COLUMNS} support it)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
+from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_xy
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import GBDTModel, names_of
 from fedgrove.engine.params import check_types
@@ -62,7 +62,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     X, y = check_xy(X, y)
     if not views:
         raise InvalidParameterError("TFL needs at least one party")
-    refuse_unsupported(params, "TFL")
+    refuse_unsupported(params, "TFL", columns=True, rows=True)
     objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
     K = objective.n_outputs
@@ -75,14 +75,17 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
         rows, feats = np.asarray(v.rows, dtype=np.int64), np.asarray(v.features, dtype=np.int64)
         if len(rows) == 0 or len(feats) == 0:
             raise InvalidParameterError("every TFL party needs at least one row and one feature")
-        prepared.append((rows, feats, LocalGrower(X[np.ix_(rows, feats)], params)))
+        # subsample / colsample_bytree: each party draws the rows and features of its rounds from its own generator
+        prepared.append((rows, feats, LocalGrower(X[np.ix_(rows, feats)], params),
+                         RoundSampler(params, len(rows), len(feats), seed=[params.seed, 67, len(prepared)])))
     ranked = RankedRows(X)  # each party's tree is routed through every row of the joined table
     order = tree_schedule(params.n_estimators, [len(v.rows) for v in views], schedule)
     for party in order:
-        rows, feats, grower = prepared[party]
+        rows, feats, grower, sampler = prepared[party]
         g, h = objective.gradients(y[rows], raw[rows])
+        sampled, features = sampler.next()
         for c in range(K):
-            tree = _to_global_features(grower.grow(g[:, c], h[:, c])[0], feats, party)
+            tree = _to_global_features(grower.grow(g[:, c], h[:, c], sampled, features)[0], feats, party)
             model.add_tree(tree, c)
             raw[:, c] += tree.values[ranked.leaves(tree), 0]
     return model

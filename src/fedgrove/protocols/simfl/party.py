@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
-from fedgrove.engine.gbdt import GBDTParams, LocalGrower, check_xy
+from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_xy
 from fedgrove.engine.histogram import grouped_sums
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text, names_of
@@ -127,7 +127,7 @@ class SimFLParty:
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
             raise InvalidParameterError(f"SimFL multiclass needs {NEEDS_N_CLASSES}")
-        refuse_unsupported(params, "SimFL")
+        refuse_unsupported(params, "SimFL", columns=True, rows=True)
         self.options.lsh.resolve(self.X.shape[1])  # refuse L >= d before anything is sent
         self.parties = sorted([channel.party] + list(channel.peers))
         self.index = self.parties.index(channel.party)
@@ -284,6 +284,13 @@ class SimFLParty:
         grower = LocalGrower(self.X, p)
         ranked = RankedRows(self.X)  # routes the other parties' trees (raw thresholds) through this party's rows
         order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
+        # subsample / colsample_bytree: the trainer draws its own rows and the features for each of its rounds,
+        # from its own generator (the rounds it trained before a resume point drew theirs)
+        me = self.parties.index(ch.party)
+        sampler = RoundSampler(p, len(y), self.X.shape[1], seed=[p.seed, 67, me])
+        for t in range(start):
+            if order[t] == me:
+                sampler.next()
         before, t0 = ch.stats.as_dict(), time.perf_counter()
         self.tree_seconds = []
         for t in range(start, p.n_estimators):
@@ -299,14 +306,17 @@ class SimFLParty:
                         raw[:, c] += trees[-1].values[ranked.leaves(trees[-1]), 0]
                 else:
                     gw, hw = self._weighted(t, g, h)
+                    rows, features = sampler.next()
                     trees = []
                     for c in range(K):
-                        tree, finder = grower.grow(gw[:, c], hw[:, c])
+                        tree, finder = grower.grow(gw[:, c], hw[:, c], rows, features)
                         trees.append(m.shared_tree(tree, order[t]))
                         ch.broadcast(m.TREE, m.tree_message(t, c, trees[-1]), self.others)
-                        # the trainer knows its own instances' leaves: no routing (the same leaves as by threshold)
-                        done = np.nonzero(tree.is_leaf)[0]
-                        finder.add_node_values(raw, c, done, tree.values[done, 0])
+                        if rows is None:  # the trainer knows its own instances' leaves: no routing (the same
+                            done = np.nonzero(tree.is_leaf)[0]  # leaves as by threshold)
+                            finder.add_node_values(raw, c, done, tree.values[done, 0])
+                        else:  # (only its sampled rows')
+                            raw[:, c] += trees[-1].values[ranked.leaves(trees[-1]), 0]
             for c, tree in enumerate(trees):
                 model.add_tree(tree, c)
             self.tree_seconds.append(time.perf_counter() - t1)
