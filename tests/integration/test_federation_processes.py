@@ -281,13 +281,14 @@ def test_horizontal_federation_runs_from_a_config(tmp_path):
 
 
 def test_column_sampling_resumes_to_the_uninterrupted_model_vertical_and_horizontal(tmp_path):
-    # colsample_bytree: the leader draws the engine's features each round, and a resumed run draws those of the
-    # rounds it skips again, so its later rounds sample what the uninterrupted run's did
+    # colsample_bytree (and the vertical protocol's subsample): the leader draws the engine's features (and rows)
+    # each round, and a resumed run draws those of the rounds it skips again, so its later rounds sample what the
+    # uninterrupted run's did
     from fedgrove.cli.main import main
 
     names = _setup(tmp_path, trees=2)  # vertical: an active and two passive parties
-    vertical = (tmp_path / "federation.toml").read_text().replace("max_bins = 16\n",
-                                                                 "max_bins = 16\ncolsample_bytree = 0.4\n")
+    vertical = (tmp_path / "federation.toml").read_text().replace(
+        "max_bins = 16\n", "max_bins = 16\ncolsample_bytree = 0.4\nsubsample = 0.7\n")  # (its rows too)
     whole = pd.read_csv(tmp_path / "party0.csv").drop(columns="_id")
     for k in range(3):  # horizontal: three clients with the active party's features and labels, a third each
         whole.iloc[k::3].to_csv(tmp_path / f"client{k}.csv", index=False)

@@ -105,6 +105,29 @@ def test_column_sampling_is_lossless_and_passive_parties_sum_only_the_sampled_fe
                              np.arange(0, 36, 6), None, keygen("ou", 2048, "plain"), None, features=[7])
 
 
+def test_row_subsampling_is_lossless_and_encrypts_only_the_sampled_instances(a9a):
+    """subsample: the active party draws the engine's rows each round and encrypts only their gradients (the
+    passive parties grow the tree on them), then routes every instance with the passive parties' go-left bits
+    at their splits; the trees and training scores are the engine's."""
+    X, y = a9a.train.X[:1200], a9a.train.y[:1200]
+    parts = _split(X, 2)
+    he = keygen("ou")
+    sizes = {}
+    for subsample in (1.0, 0.5):
+        seen = []
+        params = GBDTParams(n_estimators=3, max_depth=4, subsample=subsample, colsample_bytree=0.7)
+        out = run_vertical([X[:, p] for p in parts], y, params, he, X_test_parts=[X[:, p] for p in parts],
+                           observers={"party1": [lambda d, peer, tag, msg: seen.append(msg)]})
+        eng, Xj = _oracle(X, y, parts, params)
+        _assert_same_trees(out["model"], eng)
+        np.testing.assert_allclose(out["raw"], eng.predict_raw(Xj), rtol=1e-9, atol=1e-9)
+        grads = [x for x in seen if isinstance(x, m.EncryptedGradients)]
+        sizes[subsample] = sum(len(x.ciphertexts) for x in grads)
+        assert all(x.sampled == (subsample < 1) and len(x.rows) == (600 if subsample < 1 else 0) for x in grads)
+        assert sum(isinstance(x, m.PredictBits) for x in seen) == (3 if subsample < 1 else 0) + 1  # (+ predict)
+    assert sizes[0.5] < 0.55 * sizes[1.0]
+
+
 @pytest.mark.parametrize("objective", ["multiclass", "regression"])
 def test_lossless_multiclass_and_regression_with_missing_values(objective):
     r = np.random.default_rng(4)

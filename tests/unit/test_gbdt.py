@@ -79,6 +79,25 @@ def test_same_seed_same_model_with_subsampling():
     assert not np.array_equal(a.predict_raw(X), c.predict_raw(X))
 
 
+def test_a_subsample_is_not_reordered_by_the_trees_grown_on_it():
+    # the splitter partitioned its rows in the caller's array: a multiclass round's subsample came reordered to
+    # its next class's tree (the same rows, summed in another order), and a federation that sends the sample
+    # to its parties in sorted order could not match it
+    from fedgrove.engine.binning import BinMapper
+    from fedgrove.engine.grower import TreeGrower
+    from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+
+    X, y = make_classification(600)
+    bm = BinMapper(32).fit(X)
+    rows = np.sort(np.random.default_rng(0).choice(600, 300, replace=False))
+    kept = rows.copy()
+    scorer = GBDTScorer(1.0, 0.0, 1e-3, 1)
+    finder = HistogramSplitFinder(bm.transform(X), bm.feature_offsets, bm.missing_codes, bm.thresholds(),
+                                  np.column_stack([y - 0.5, np.full(600, 0.25)]), scorer, root_samples=rows)
+    assert TreeGrower(finder, 4, scorer.leaf_value).grow().n_nodes > 3
+    np.testing.assert_array_equal(rows, kept)
+
+
 def test_early_stopping_truncates_to_best_iteration():
     X, y = make_classification(4000, seed=1)
     Xv, yv = make_classification(2000, seed=2)

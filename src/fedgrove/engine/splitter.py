@@ -146,9 +146,10 @@ class HistogramSplitFinder(SplitFinder):
         self.features = np.arange(self.n_features, dtype=np.int64) if features is None else \
             np.ascontiguousarray(features, dtype=np.int64)
         self.owner = owner
-        if root_samples is None:
-            root_samples = np.arange(X_binned.shape[0], dtype=np.int64)
-        root = np.ascontiguousarray(root_samples, dtype=np.int64)
+        # (a copy of the caller's rows: the partitions below write into this buffer, which reordered a subsample
+        # that the engine then gave the next class's tree)
+        root = np.arange(X_binned.shape[0], dtype=np.int64) if root_samples is None else \
+            np.array(root_samples, dtype=np.int64)
         # two (indices, statistics in index order) buffers; each layer's partition
         # writes into the buffer its parents are not in
         self._indices = [root, np.empty_like(root)]

@@ -232,6 +232,30 @@ def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPackin
     return RowPacking.for_packer(packer, k)
 
 
+def _route(tree, tree_id: int, X_binned: np.ndarray, missing_codes, bits: dict) -> np.ndarray:
+    """Each training instance's leaf in ``tree``: the active party's splits by its binned columns, the passive
+    parties' by their go-left ``bits`` ((tree, node) -> bool per instance)."""
+    nodes = tree.nodes
+    leaf = np.zeros(len(X_binned), dtype=np.int64)
+    frontier = [(0, np.arange(len(X_binned)))]
+    while frontier:
+        node, rows = frontier.pop()
+        f = int(nodes["feature"][node])
+        if f < 0:
+            leaf[rows] = node
+            continue
+        if nodes["owner"][node] <= 0:
+            codes = X_binned[rows, f]
+            go = np.where(codes == missing_codes[f], bool(nodes["missing_left"][node]), codes <= nodes["bin"][node])
+        else:
+            mask = bits.get((tree_id, node))
+            if mask is None:
+                raise ProtocolError(f"no go-left bits came for tree {tree_id} node {node}, a passive party's split")
+            go = mask[rows]
+        frontier += [(int(nodes["left"][node]), rows[go]), (int(nodes["right"][node]), rows[~go])]
+    return leaf
+
+
 class VerticalActive:
     """The active side of training and prediction.
 
@@ -250,7 +274,7 @@ class VerticalActive:
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
-        refuse_unsupported(params, "the vertical protocol", columns=True)
+        refuse_unsupported(params, "the vertical protocol", columns=True, rows=True)
         if not he.has_secret:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
@@ -315,29 +339,42 @@ class VerticalActive:
         thresholds = self.bin_mapper.thresholds()
         tree_id = start
         self.tree_seconds = []  # wall time of each tree, the passive parties' work included
-        sampler = RoundSampler(p, None, feat)  # the engine's features, over the joined columns
+        sampler = RoundSampler(p, n, feat)  # the engine's rows and features (over the joined columns)
         for round_ in range(p.n_estimators):
-            mask = sampler.feature_mask(sampler.next()[1])  # (drawn for the rounds a resumed run skips too)
+            sample, features = sampler.next()  # (drawn for the rounds a resumed run skips too)
+            mask = sampler.feature_mask(features)
             if round_ * K < start:
                 continue
             g, h = objective.gradients(y, raw)
+            rows = slice(None) if sample is None else sample
             for c in range(K):
                 t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
-                    ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[:, c], h[:, c])))
-                    ch.broadcast(m.CONTROL, m.EncryptedGradients(tree_id, self.he.serialize(ct), n), self.passives)
+                    ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[rows, c], h[rows, c])))
+                    ch.broadcast(m.CONTROL, m.EncryptedGradients(
+                        tree_id, self.he.serialize(ct), n if sample is None else len(sample), sample is not None,
+                        np.zeros(0, dtype=np.int64) if sample is None else sample.astype(np.int64)), self.passives)
                     stats = np.column_stack([g[:, c], h[:, c]])
                     local = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,
-                                                 X_columns=X_columns)
+                                                 root_samples=sample, X_columns=X_columns)
                     finder = VerticalSplitFinder(local, ch, self.remotes, self.he, self.packer, scorer, [0],
                                                  self.row_packing, mask)
                     tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                                       min_samples_split=2 * p.min_samples_leaf).grow()
                     ch.broadcast(m.CONTROL, m.TreeEnd(tree_id), self.passives)
+                    if sample is not None:  # every instance's leaf: the passive parties' go-left bits at their splits
+                        bits = {}
+                        for r in self.remotes:
+                            reply = ch.recv(r.name, m.REPLY, m.PredictBits)
+                            for t, node, b in zip(reply.trees, reply.nodes, reply.bits):
+                                bits[(t, node)] = m.unpack_mask(b, n)
                 model.add_tree(tree, c)
-                leaves = np.nonzero(tree.is_leaf)[0]
-                local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
+                if sample is None:
+                    leaves = np.nonzero(tree.is_leaf)[0]
+                    local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
+                else:
+                    raw[:, c] += tree.values[_route(tree, tree_id, X_binned, self.bin_mapper.missing_codes, bits), 0]
                 self.tree_seconds.append(time.perf_counter() - t0)
                 tree_id += 1
                 if checkpoint is not None and c == K - 1 and checkpoint.due(tree_id // K, p.n_estimators):

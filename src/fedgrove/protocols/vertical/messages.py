@@ -6,6 +6,7 @@ Per layer:  active -> passive  HistogramRequest;  passive -> active  EncryptedHi
             active -> owner    SplitQuery;        owner -> active    SplitMasks
             active -> passive  LayerPartition
             active -> passive  TreeEnd
+            (subsample: passive -> active  PredictBits of its splits over every instance)
 End:        active -> passive  TrainingDone
 Prediction: active -> passive  PredictRequest;    passive -> active  PredictBits
 
@@ -56,11 +57,14 @@ class Start(Message):
 @register
 class EncryptedGradients(Message):
     """Packed Enc(g, h) of every instance, in instance order (``rows_per_ciphertext`` instances a
-    ciphertext); sent once per tree."""
+    ciphertext); sent once per tree.  With ``sampled`` (``subsample``) only of the instances ``rows`` (sorted
+    positions in the aligned order), which the tree grows on."""
 
     tree: int = 0
     ciphertexts: bytes = b""
     n: int = 0
+    sampled: bool = False
+    rows: np.ndarray = array_field("<i8", 1)
 
 
 @register

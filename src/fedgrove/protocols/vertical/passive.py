@@ -140,29 +140,43 @@ class VerticalPassive:
         for tree, first in follow_trees(self, self.active, m.EncryptedGradients, "the encrypted gradients",
                                         checkpoint, resume):
             ct = he.deserialize(first.ciphertexts)
-            if ct.size != self.row_packing.n_ciphertexts(len(self.X)):
-                raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {len(self.X)} "
+            sample = None
+            if first.sampled:  # subsample: the tree grows on these instances, whose gradients alone came
+                sample = first.rows
+                if sample.ndim != 1 or len(sample) == 0 or sample[0] < 0 or sample[-1] >= len(self.X) \
+                        or np.any(np.diff(sample) <= 0):
+                    raise ProtocolError(f"{ch.party}: the instances sampled for tree {tree} are not sorted "
+                                        f"positions among its {len(self.X)}")
+            n = len(self.X) if sample is None else len(sample)
+            if ct.size != self.row_packing.n_ciphertexts(n):
+                raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {n} "
                                     f"instances, {self.row_packing.rows} a ciphertext")
-            self._grow(tree, ct, he, packer)
+            self._grow(tree, ct, he, packer, sample)
         return self.model
 
-    def _grow(self, tree, ct, he, packer) -> None:
+    def _grow(self, tree, ct, he, packer, sample=None) -> None:
+        """One tree on every instance, or on ``sample`` (their positions; ciphertext ``i`` is ``sample[i]``'s),
+        after which the active party is sent the go-left bits of every instance at this party's splits, to
+        update every instance's score."""
         ch = self.ch
-        rows = {0: np.arange(len(self.X))}
+        X_binned = self.X_binned if sample is None else self.X_binned[sample]
+        rows = {0: np.arange(len(X_binned))}
         while True:
             msg = ch.recv(self.active, m.CONTROL)
             if isinstance(msg, m.TreeEnd):
+                if sample is not None:
+                    ch.send(self.active, m.REPLY, self._bits_of_tree(tree))
                 return
             if isinstance(msg, m.HistogramRequest):
                 ch.send(self.active, m.REPLY, self._histograms(msg.nodes, rows, ct, he, packer,
-                                                                  msg.features if msg.sampled else None))
+                                                                  msg.features if msg.sampled else None, X_binned))
             elif isinstance(msg, m.SplitQuery):
                 masks = []
                 for node, f, b, ml in zip(msg.nodes, msg.features, msg.bins, msg.missing_left):
                     if not 0 <= f < self.X.shape[1] or not 0 <= b < self.n_value_bins[f] or node not in rows:
                         raise ProtocolError(f"{ch.party}: split query for node {node}, feature {f}, bin {b} "
                                             f"is out of range")
-                    codes = self.X_binned[rows[node], f]
+                    codes = X_binned[rows[node], f]
                     mask = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
                     self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
                     masks.append(m.pack_mask(mask))
@@ -177,9 +191,20 @@ class VerticalPassive:
             else:
                 raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during tree {tree}")
 
-    def _histograms(self, nodes, rows, ct, he, packer, features=None) -> m.EncryptedHistograms:
-        return encrypted_histograms(self.ch.party, nodes, rows, self.X_binned, self.bin_mapper.feature_offsets, ct, he,
-                                    packer, self.row_packing, features=features)
+    def _histograms(self, nodes, rows, ct, he, packer, features=None, X_binned=None) -> m.EncryptedHistograms:
+        return encrypted_histograms(self.ch.party, nodes, rows, self.X_binned if X_binned is None else X_binned,
+                                    self.bin_mapper.feature_offsets, ct, he, packer, self.row_packing,
+                                    features=features)
+
+    def _bits_of_tree(self, tree: int) -> m.PredictBits:
+        """Go-left bits of every training instance at each of this party's splits of ``tree``."""
+        keys = sorted(k for k in self.model.splits if k[0] == tree)
+        bits = []
+        for key in keys:
+            f, b, ml, _ = self.model.splits[key]
+            codes = self.X_binned[:, f]
+            bits.append(m.pack_mask(np.where(codes == self.bin_mapper.missing_codes[f], ml, codes <= b)))
+        return m.PredictBits([k[0] for k in keys], [k[1] for k in keys], bits)
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
