@@ -182,7 +182,9 @@ class HistogramSplitFinder(SplitFinder):
     def allowed(self, layer: Layer) -> np.ndarray:
         if self.allowed_fn is None:
             return np.ones((len(layer), self.n_features), dtype=np.bool_)
-        return np.ascontiguousarray(self.allowed_fn(layer), dtype=np.bool_)
+        # a writable copy: a broadcast mask of one node is already contiguous but read-only, for which numba
+        # compiles the split search again
+        return np.array(self.allowed_fn(layer), dtype=np.bool_, order="C")
 
     def find_splits(self, layer: Layer) -> LayerSplits:
         allowed = self.allowed(layer)

@@ -594,7 +594,7 @@ class _FVFinder(SplitFinder):
         with p.ch.scope(layer=layer.depth), p.privacy.depth(layer.depth):
             # 1. votes
             totals = np.ascontiguousarray(vote_hist[:, first, :].sum(axis=1))
-            allowed = np.ascontiguousarray(np.broadcast_to(self.feature_mask, (n_nodes, self.n_features)))
+            allowed = np.tile(self.feature_mask, (n_nodes, 1))  # (writable: numba compiles read-only arrays apart)
             pg = gbdt_pair_splits(np.ascontiguousarray(vote_hist), np.arange(n_nodes, dtype=np.int64), totals,
                                   self.offsets, allowed, float(p.scorer.reg_lambda), float(p.scorer.gamma),
                                   float(p.scorer.min_child_weight),

@@ -74,7 +74,7 @@ class AggregatedSplitFinder(SplitFinder):
 
     def find_splits(self, layer: Layer) -> LayerSplits:
         hist = np.stack([self.hist[int(n)] for n in layer.node_ids])
-        allowed = np.ascontiguousarray(np.broadcast_to(self.feature_mask, (len(layer), self.bm.n_features)))
+        allowed = np.tile(self.feature_mask, (len(layer), 1))  # (writable: numba compiles read-only arrays apart)
         rows = np.arange(len(layer), dtype=np.int64)
         gain, feature, bins, ml, left = self.scorer.find(hist, rows, layer.stats, self.offsets, allowed)
         splits = LayerSplits(gain, feature, bins, ml, left, np.full(len(layer), np.nan),

@@ -146,7 +146,7 @@ class VerticalSplitFinder(SplitFinder):
             for parent_row, small, large in pairs:
                 hist[large, self.local_bins:] = prev[parent_row, self.local_bins:] - hist[small, self.local_bins:]
         self._remote_hist = hist
-        allowed = np.ascontiguousarray(np.broadcast_to(self.feature_mask, (len(layer), self.n_features)))
+        allowed = np.tile(self.feature_mask, (len(layer), 1))  # (writable: numba compiles read-only arrays apart)
         rows = np.arange(len(layer), dtype=np.int64)
         gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.offsets, allowed)
         splits = LayerSplits(gain, feature, bins, missing_left, left, np.full(len(layer), np.nan),
