@@ -215,7 +215,7 @@ def test_dp_multiclass_spends_exactly_the_budget_with_a_rounds_class_trees_in_se
 
 def test_dp_multiclass_learns_more_the_larger_epsilon():
     # three classes of about a third each: the noisy model at epsilon 64 is far above chance (0.70-0.72 over three
-    # draws of the training rows; 0.77 without DP), at epsilon 2 it is 0.35-0.44
+    # draws of the training rows, by hand), at epsilon 2 it is 0.35-0.44
     parts = _three_class_parts(n=15000, k=3)
     X_test, y_test = _three_class_parts(n=3000, k=1, seed=9)[0]
     params = GBDTParams(objective="multiclass", n_classes=3, n_estimators=10, max_depth=3, learning_rate=0.3,
