@@ -169,11 +169,7 @@ class LocalGrower:
         (None: every row); ``features``: the only ones it may split on (None: all)."""
         p, bm, scorer = self.params, self.bin_mapper, self.scorer
         cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
-        allowed = None
-        if features is not None:
-            mask = np.zeros(self.X_binned.shape[1], dtype=np.bool_)
-            mask[features] = True
-            allowed = (lambda layer: np.broadcast_to(mask, (len(layer), len(mask))))
+        allowed = None if features is None else _allowed(feature_mask(features, self.X_binned.shape[1]))
         finder = HistogramSplitFinder(self.X_binned, bm.feature_offsets, bm.missing_codes, self.thresholds,
                                       np.column_stack(cols), scorer, root_samples=rows, allowed=allowed,
                                       features=features, X_columns=self.X_columns)
@@ -211,11 +207,21 @@ class RoundSampler:
 
     def feature_mask(self, features: np.ndarray | None) -> np.ndarray:
         """Which of the ``n_features`` a round's ``features`` allow (all for None)."""
-        mask = np.zeros(self.n_features, dtype=np.bool_) if features is not None else \
-            np.ones(self.n_features, dtype=np.bool_)
-        if features is not None:
-            mask[features] = True
-        return mask
+        return feature_mask(features, self.n_features)
+
+
+def feature_mask(features: np.ndarray | None, n_features: int) -> np.ndarray:
+    """Which of ``n_features`` the sampled ``features`` allow (all for None)."""
+    if features is None:
+        return np.ones(n_features, dtype=np.bool_)
+    mask = np.zeros(n_features, dtype=np.bool_)
+    mask[features] = True
+    return mask
+
+
+def _allowed(mask: np.ndarray):
+    """A splitter's ``allowed`` callable: ``mask`` for every node of a layer."""
+    return lambda layer: np.broadcast_to(mask, (len(layer), len(mask)))
 
 
 def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapper: BinMapper | None = None,
@@ -293,10 +299,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     for it in range(params.n_estimators):
         g, h = objective.gradients_by_class(y, raw_by_class)
         rows, features = sampler.next()
-        allowed = None
-        if features is not None:
-            allowed = (lambda m: (lambda layer: np.broadcast_to(m, (len(layer), len(m)))))(
-                sampler.feature_mask(features))
+        allowed = None if features is None else _allowed(sampler.feature_mask(features))
         for c in range(K):
             stats[:, 0] = g[c]
             stats[:, 1] = h[c]

@@ -286,10 +286,9 @@ class SimFLParty:
         order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
         # subsample / colsample_bytree: the trainer draws its own rows and the features for each of its rounds,
         # from its own generator (the rounds it trained before a resume point drew theirs)
-        me = self.parties.index(ch.party)
-        sampler = RoundSampler(p, len(y), self.X.shape[1], seed=[p.seed, 67, me])
+        sampler = RoundSampler(p, len(y), self.X.shape[1], seed=[p.seed, 67, self.index])
         for t in range(start):
-            if order[t] == me:
+            if order[t] == self.index:
                 sampler.next()
         before, t0 = ch.stats.as_dict(), time.perf_counter()
         self.tree_seconds = []

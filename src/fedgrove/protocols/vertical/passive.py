@@ -176,8 +176,7 @@ class VerticalPassive:
                     if not 0 <= f < self.X.shape[1] or not 0 <= b < self.n_value_bins[f] or node not in rows:
                         raise ProtocolError(f"{ch.party}: split query for node {node}, feature {f}, bin {b} "
                                             f"is out of range")
-                    codes = X_binned[rows[node], f]
-                    mask = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
+                    mask = self._go_left(X_binned[rows[node], f], f, b, bool(ml))
                     self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
                     masks.append(m.pack_mask(mask))
                 ch.send(self.active, m.REPLY, m.SplitMasks(masks))
@@ -202,9 +201,12 @@ class VerticalPassive:
         bits = []
         for key in keys:
             f, b, ml, _ = self.model.splits[key]
-            codes = self.X_binned[:, f]
-            bits.append(m.pack_mask(np.where(codes == self.bin_mapper.missing_codes[f], ml, codes <= b)))
+            bits.append(m.pack_mask(self._go_left(self.X_binned[:, f], f, b, ml)))
         return m.PredictBits([k[0] for k in keys], [k[1] for k in keys], bits)
+
+    def _go_left(self, codes: np.ndarray, f: int, b: int, missing_left: bool) -> np.ndarray:
+        """Which of feature ``f``'s bin ``codes`` go left at a split on bin ``b``."""
+        return np.where(codes == self.bin_mapper.missing_codes[f], missing_left, codes <= b)
 
     def predict(self, X: np.ndarray) -> None:
         """Answer one prediction request: go-left bits of every test instance at each owned split."""
