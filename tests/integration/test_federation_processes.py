@@ -280,10 +280,10 @@ def test_horizontal_federation_runs_from_a_config(tmp_path):
     assert np.mean(models[0].predict(X) == y) > 0.9
 
 
-def test_column_sampling_resumes_to_the_uninterrupted_model_vertical_and_horizontal(tmp_path):
+def test_row_and_column_sampling_resume_to_the_uninterrupted_model_vertical_and_horizontal(tmp_path):
     # colsample_bytree (and the vertical protocol's subsample): the leader draws the engine's features (and rows)
-    # each round, and a resumed run draws those of the rounds it skips again, so its later rounds sample what the
-    # uninterrupted run's did
+    # each round; with the horizontal protocol's subsample every client draws its own rows; a resumed run draws
+    # those of the rounds it skips again, so its later rounds sample what the uninterrupted run's did
     from fedgrove.cli.main import main
 
     names = _setup(tmp_path, trees=2)  # vertical: an active and two passive parties
@@ -293,7 +293,8 @@ def test_column_sampling_resumes_to_the_uninterrupted_model_vertical_and_horizon
     for k in range(3):  # horizontal: three clients with the active party's features and labels, a third each
         whole.iloc[k::3].to_csv(tmp_path / f"client{k}.csv", index=False)
     horizontal = ('[federation]\nprotocol = "horizontal"\nseed = 3\n[params]\nn_estimators = 2\nmax_depth = 3\n'
-                  'max_bins = 16\ncolsample_bytree = 0.4\n[[party]]\nname = "agg"\nrole = "aggregator"\n'
+                  'max_bins = 16\ncolsample_bytree = 0.4\nsubsample = 0.7\n'
+                  '[[party]]\nname = "agg"\nrole = "aggregator"\n'
                   + "".join(f'[[party]]\nname = "client{k}"\nrole = "client"\ndata = "client{k}.csv"\n'
                             f'label = "label"\n' for k in range(3)) + '[output]\ndir = "sim"\n')
     for protocol, text, holder in (("vertical", vertical, names[0]), ("horizontal", horizontal, "agg")):

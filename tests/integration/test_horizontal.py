@@ -53,6 +53,46 @@ def test_lossless_multiclass_and_regression_with_missing_values(objective):
     _same_trees(out["model"], train_gbdt(params, Xu, yu, bin_mapper=out["model"].bin_mapper))
 
 
+def test_row_subsampling_grows_the_engines_trees_on_the_rows_the_clients_drew(monkeypatch):
+    # subsample: each client draws its own rows every round (RoundSampler seeded [seed, 67, its place]); the trees
+    # are the engine's on the union of those rows, a round's class trees all on the round's rows, and every row's
+    # score (sampled or not) moves with each tree, so later rounds' gradients stay the engine's too
+    from dataclasses import replace
+
+    import fedgrove.engine.gbdt as gbdt
+
+    r = np.random.default_rng(5)
+    X = r.normal(size=(900, 5))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 2] + 0.3 * r.normal(size=900), [-0.6, 0.6]).astype(float)
+    data = [(X[:200], y[:200]), (X[200:550], y[200:550]), (X[550:], y[550:])]
+    params = GBDTParams("multiclass", n_classes=3, n_estimators=4, max_depth=3, max_bins=16, seed=11,
+                        subsample=0.6, colsample_bytree=0.6)
+    fed = run_horizontal(data, params)["model"]
+    sizes = [len(yc) for _, yc in data]
+
+    sampler = gbdt.RoundSampler
+
+    class ClientsDraws(sampler):  # the engine's sampler, replaying the clients' rows
+        def __init__(self, p, n_rows, n_features, seed=None):
+            super().__init__(replace(p, subsample=1.0), None, n_features)  # the aggregator's features
+            self.clients = [sampler(p, k, n_features, seed=[p.seed, 67, i]) for i, k in enumerate(sizes)]
+
+        def next(self):
+            rows = np.concatenate([s.next()[0] + o for s, o in zip(self.clients, np.cumsum([0] + sizes[:-1]))])
+            return rows, super().next()[1]
+
+    Xu, yu = _union(data)
+    with monkeypatch.context() as mp:
+        mp.setattr(gbdt, "RoundSampler", ClientsDraws)
+        replayed = train_gbdt(params, Xu, yu, bin_mapper=fed.bin_mapper)
+    _same_trees(fed, replayed)
+    roots = [t.nodes["count"][0] for t in fed.trees]
+    assert roots == [round(0.6 * 200) + round(0.6 * 350) + round(0.6 * 350)] * 12
+    whole = run_horizontal(data, replace(params, subsample=1.0))["model"]
+    assert whole.trees[0].nodes["count"][0] == 900
+    assert [t.nodes["feature"].tolist() for t in fed.trees] != [t.nodes["feature"].tolist() for t in whole.trees]
+
+
 def test_lossless_when_a_bin_sums_to_a_tiny_negative_gradient():
     # secure aggregation once decoded a bin's G of -1e-15 as -2048 (2**64 - 1 is no float64): the aggregator
     # then split on that bin with a gain of 1e6.  Found on KDD Cup 99 (23 classes, where the rare classes'

@@ -38,12 +38,13 @@ SETTINGS = [({"subsample": 0.5}, "row subsampling is not supported"),
             ({"eval_metric": "auc"}, "eval_metric is not used")]
 SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol", "FV-tree")  # as the engine does: see below
 SAMPLE_OWN = ("SimFL", "TFL")  # each trainer its own rows and features: tests/integration/test_simfl.py, unit/
+SAMPLE_ROWS = ("the vertical protocol", "the horizontal protocol")  # (the engine's rows; each client its own)
 
 
 @pytest.mark.parametrize("protocol, setting, message",
                          [(p, s, m) for p in RUNS for s, m in SETTINGS
                           if not ("colsample_bytree" in s and p in SAMPLE_COLUMNS + SAMPLE_OWN)
-                          and not ("subsample" in s and p in SAMPLE_OWN + ("the vertical protocol",))])
+                          and not ("subsample" in s and p in SAMPLE_OWN + SAMPLE_ROWS)])
 def test_unsupported_settings_are_refused_by_name(protocol, setting, message):
     # early stopping ran silently as plain training in every federation, and eval_metric was ignored; HybridTree
     # ignored subsampling too

@@ -133,7 +133,7 @@ def check_same_features(digests: dict) -> None:
 
 #: the protocols that sample columns (colsample_bytree) and rows (subsample)
 SAMPLE_COLUMNS = "the vertical and horizontal protocols, FV-tree, SimFL and TFL"
-SAMPLE_ROWS = "the vertical protocol, SimFL and TFL"
+SAMPLE_ROWS = "the vertical and horizontal protocols, SimFL and TFL"
 
 
 def refuse_unsupported(params, protocol: str, columns: bool = False, rows: bool = False) -> None:

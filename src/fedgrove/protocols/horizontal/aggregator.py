@@ -4,6 +4,7 @@ chooses every split, and broadcasts the trees."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -179,7 +180,9 @@ class HorizontalAggregator:
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         k = 3 if scorer.hist_needs_count else 2
         start = tree_id = model.n_trees
-        sampler = RoundSampler(p, None, bm.n_features)  # the engine's features
+        # the engine's features (its rows are the clients' to draw, each its own: with subsample < 1 the features
+        # are those the engine draws without row sampling)
+        sampler = RoundSampler(replace(p, subsample=1.0), None, bm.n_features)
         for round_ in range(p.n_estimators):
             mask = sampler.feature_mask(sampler.next()[1])  # (drawn for the rounds a resumed run skips too)
             if (round_ + 1) * objective.n_outputs <= start:  # done before the checkpoint

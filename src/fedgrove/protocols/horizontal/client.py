@@ -6,12 +6,12 @@ import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, names_of
 from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
-from fedgrove.engine.tree import NODE_DTYPE, Tree
+from fedgrove.engine.tree import NODE_DTYPE, PackedEnsemble, Tree
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols import features_digest
 from fedgrove.protocols.horizontal import messages as m
@@ -70,7 +70,6 @@ class HorizontalClient:
         tree_id = ch.recv(self.agg, "start", m.Start).tree
         if tree_id > 0:
             from fedgrove.engine.model import model_from_dict
-            from fedgrove.engine.tree import PackedEnsemble
             from fedgrove.runner.checkpoint import CheckpointStore
 
             state = CheckpointStore.resume_state(checkpoint, resume, tree_id, ch.party, self.agg)
@@ -80,13 +79,20 @@ class HorizontalClient:
             # the trees' own routing (bin codes) replays the training scores exactly
             leaves = PackedEnsemble(model.trees).leaves_binned(X_binned, bm.missing_codes)
             raw = np.ascontiguousarray(model.raw_from_leaves(leaves).reshape(len(y), K))
+        # subsample: the client draws its own rows each round from its own generator (the aggregator learns only
+        # the sampled rows' sums, as it did all rows'); a resumed run draws the earlier rounds' again
+        sampler = RoundSampler(p, len(y), self.X.shape[1], seed=[p.seed, 67, relay.names.index(ch.party)])
+        for _ in range(tree_id // K):
+            sampler.next()
+        rows = None
         while True:
             c = tree_id % K
             if c == 0:
                 g, h = objective.gradients(y, raw)
+                rows = sampler.next()[0]  # (its features are the aggregator's to draw)
             stats = np.column_stack([g[:, c], h[:, c]] + ([np.ones(len(y))] if scorer.hist_needs_count else []))
             finder = HistogramSplitFinder(X_binned, bm.feature_offsets, bm.missing_codes, thresholds, stats, scorer,
-                                          X_columns=X_columns)
+                                          root_samples=rows, X_columns=X_columns)
             with ch.scope(tree=tree_id):
                 while True:
                     msg = ch.recv(self.agg, m.CONTROL)
@@ -97,8 +103,12 @@ class HorizontalClient:
                         if self.contributions:
                             ch.send(self.agg, m.UP, _split_sums(tree_id, tree, finder, stats))
                         model.add_tree(tree, msg.output)
-                        leaves = np.nonzero(tree.is_leaf)[0]
-                        finder.add_node_values(raw, msg.output, leaves, tree.values[leaves, 0])
+                        if rows is None:
+                            leaves = np.nonzero(tree.is_leaf)[0]
+                            finder.add_node_values(raw, msg.output, leaves, tree.values[leaves, 0])
+                        else:  # the rows left out of the round are routed too
+                            leaf = PackedEnsemble([tree]).leaves_binned(X_binned, bm.missing_codes)[:, 0]
+                            raw[:, msg.output] += tree.values[leaf, 0]
                         if checkpoint is not None and msg.output == K - 1 \
                                 and checkpoint.due((tree_id + 1) // K, p.n_estimators):
                             checkpoint.save({"trees_done": tree_id + 1, "model": model.to_dict()})
