@@ -51,3 +51,26 @@ def make_classification(n=2000, d=6, seed=0, missing=0.0):
     if missing:
         X[r.random(X.shape) < missing] = np.nan
     return X, y
+
+
+def replaying_own_rows(sizes):
+    """An engine ``RoundSampler`` that replays the rows the parties of a horizontal federation draw for
+    themselves each round (``subsample``: party ``i`` of ``sizes[i]`` rows, its generator seeded
+    ``[seed, 67, i]``), as rows of their union in party order, and draws the features as the federation does
+    (the engine's without row sampling).  Patch it in as ``fedgrove.engine.gbdt.RoundSampler``."""
+    from dataclasses import replace
+
+    from fedgrove.engine.gbdt import RoundSampler
+
+    offsets = np.cumsum([0, *sizes[:-1]])
+
+    class OwnRows(RoundSampler):
+        def __init__(self, p, n_rows, n_features, seed=None):
+            super().__init__(replace(p, subsample=1.0), None, n_features)
+            self.parties = [RoundSampler(p, k, n_features, seed=[p.seed, 67, i]) for i, k in enumerate(sizes)]
+
+        def next(self):
+            rows = np.concatenate([s.next()[0] + o for s, o in zip(self.parties, offsets)])
+            return rows, super().next()[1]
+
+    return OwnRows

@@ -15,7 +15,7 @@ from fedgrove.ledger.verify import compare_replicas, verify_ledger
 from fedgrove.protocols.fvtree.party import FVTreeOptions
 from fedgrove.protocols.fvtree.privacy import DPOptions
 from fedgrove.protocols.fvtree.simulate import run_fvtree
-from tests.conftest import make_classification
+from tests.conftest import make_classification, replaying_own_rows
 
 
 def _parts(n=3000, k=3, theta=0.7, seed=1):
@@ -47,6 +47,53 @@ def test_with_every_feature_a_candidate_the_splits_are_the_engines(tmp_path):
         np.testing.assert_allclose(a.values, b.values, rtol=1e-9, atol=1e-12)
     models = list(out["models"].values())
     assert all(m.to_dict() == models[0].to_dict() for m in models)  # every party holds the same model
+
+
+def test_with_row_subsampling_the_splits_are_the_engines_on_the_rows_the_parties_drew(monkeypatch):
+    # subsample: every party draws its own rows each round ([seed, 67, its place]); with every feature a candidate
+    # and no DP the trees are the engine's on the union of those rows (a multiclass round's trees all on them)
+    import fedgrove.engine.gbdt as gbdt
+
+    parts = _three_class_parts(n=1800)
+    params = GBDTParams("multiclass", n_classes=3, n_estimators=3, max_depth=3, learning_rate=0.3, max_bins=16,
+                        seed=4, subsample=0.5, colsample_bytree=0.7)
+    fed = run_fvtree(parts, params, FVTreeOptions(n_candidates=None, verify=False))["model"]
+    with monkeypatch.context() as mp:
+        mp.setattr(gbdt, "RoundSampler", replaying_own_rows([len(b) for _, b in parts]))
+        ref = train_gbdt(params, np.vstack([a for a, _ in parts]), np.concatenate([b for _, b in parts]),
+                         bin_mapper=fed.bin_mapper)
+    for a, b in zip(fed.trees, ref.trees, strict=True):
+        for col in ("feature", "bin", "left", "right", "missing_left", "count"):
+            np.testing.assert_array_equal(a.nodes[col], b.nodes[col])
+        np.testing.assert_allclose(a.values, b.values, rtol=1e-9, atol=1e-12)
+    assert [t.nodes["count"][0] for t in fed.trees] == [sum(round(0.5 * len(b)) for _, b in parts)] * 9
+
+
+def test_with_dp_and_row_subsampling_a_tree_grows_on_the_sampled_rows_of_its_part(monkeypatch):
+    # under DP a round's rows are its part of the ensemble's disjoint parts; subsample keeps the party's own draw
+    # of them (the parts stay disjoint, so the ensemble's trees still compose in parallel)
+    import fedgrove.protocols.fvtree.party as party
+    from fedgrove.engine.gbdt import RoundSampler
+    from fedgrove.protocols.fvtree.privacy import DifferentialPrivacy
+
+    seen, finder = [], party.HistogramSplitFinder
+
+    def spy(*args, root_samples=None, **kw):
+        seen.append(root_samples)
+        return finder(*args, root_samples=root_samples, **kw)
+
+    monkeypatch.setattr(party, "HistogramSplitFinder", spy)
+    parts = _parts(n=1500)
+    params = GBDTParams(n_estimators=4, max_depth=2, max_bins=16, seed=2, subsample=0.5)
+    dp = DPOptions(epsilon=20.0, trees_per_ensemble=2)
+    run_fvtree(parts, params, FVTreeOptions(verify=False, dp=dp))
+    rounds = DifferentialPrivacy(dp, 4, 2, seed=None)  # (its parts of the rows)
+    for i, (_, yp) in enumerate(parts):
+        own = RoundSampler(params, len(yp), 6, seed=[2, 67, i])
+        want = [np.intersect1d(rounds.rows_of_tree(t, len(yp), [2, 59, i]), own.next()[0]) for t in range(4)]
+        assert all(abs(len(w) - len(yp) / 4) < 0.1 * len(yp) for w in want)  # half of half of the party's rows
+        assert all(any(r is not None and np.array_equal(w, r) for r in seen) for w in want), i
+    assert len(seen) == 3 * 4
 
 
 def test_with_lambda_zero_contributions_are_numbers_and_the_ledger_verifies(tmp_path):
@@ -433,10 +480,12 @@ def test_an_interrupted_run_resumes_to_the_model_and_ledger_of_an_uninterrupted_
             assert party.privacy.report() == full["parties"][n].privacy.report()
 
 
-def test_an_interrupted_run_with_column_sampling_resumes_to_the_uninterrupted_one(tmp_path):
-    # colsample_bytree: every party draws the round's features from the seed; the resumed run draws the skipped
-    # rounds' again, so its later rounds vote among the uninterrupted run's features
-    params = GBDTParams(n_estimators=6, max_depth=3, learning_rate=0.3, max_bins=16, colsample_bytree=0.5)
+def test_an_interrupted_run_with_row_and_column_sampling_resumes_to_the_uninterrupted_one(tmp_path):
+    # colsample_bytree: every party draws the round's features from the seed, and (subsample) its own rows from
+    # its own generator; the resumed run draws the skipped rounds' again, so its later rounds vote among the
+    # uninterrupted run's features, on its rows
+    params = GBDTParams(n_estimators=6, max_depth=3, learning_rate=0.3, max_bins=16, colsample_bytree=0.5,
+                        subsample=0.7)
     full, resumed, ledgers = _interrupted_then_resumed(tmp_path, params, FVTreeOptions(), "party1", 4)
     assert resumed["model"].to_dict() == full["model"].to_dict()
     for n, (a, b) in ledgers.items():

@@ -10,6 +10,7 @@ from fedgrove.data.partition import horizontal_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.protocols.horizontal import messages as m
 from fedgrove.protocols.horizontal.simulate import run_horizontal
+from tests.conftest import replaying_own_rows
 
 
 def _same_trees(fed, eng):
@@ -68,22 +69,9 @@ def test_row_subsampling_grows_the_engines_trees_on_the_rows_the_clients_drew(mo
     params = GBDTParams("multiclass", n_classes=3, n_estimators=4, max_depth=3, max_bins=16, seed=11,
                         subsample=0.6, colsample_bytree=0.6)
     fed = run_horizontal(data, params)["model"]
-    sizes = [len(yc) for _, yc in data]
-
-    sampler = gbdt.RoundSampler
-
-    class ClientsDraws(sampler):  # the engine's sampler, replaying the clients' rows
-        def __init__(self, p, n_rows, n_features, seed=None):
-            super().__init__(replace(p, subsample=1.0), None, n_features)  # the aggregator's features
-            self.clients = [sampler(p, k, n_features, seed=[p.seed, 67, i]) for i, k in enumerate(sizes)]
-
-        def next(self):
-            rows = np.concatenate([s.next()[0] + o for s, o in zip(self.clients, np.cumsum([0] + sizes[:-1]))])
-            return rows, super().next()[1]
-
     Xu, yu = _union(data)
     with monkeypatch.context() as mp:
-        mp.setattr(gbdt, "RoundSampler", ClientsDraws)
+        mp.setattr(gbdt, "RoundSampler", replaying_own_rows([len(yc) for _, yc in data]))
         replayed = train_gbdt(params, Xu, yu, bin_mapper=fed.bin_mapper)
     _same_trees(fed, replayed)
     roots = [t.nodes["count"][0] for t in fed.trees]

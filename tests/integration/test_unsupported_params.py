@@ -38,7 +38,8 @@ SETTINGS = [({"subsample": 0.5}, "row subsampling is not supported"),
             ({"eval_metric": "auc"}, "eval_metric is not used")]
 SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol", "FV-tree")  # as the engine does: see below
 SAMPLE_OWN = ("SimFL", "TFL")  # each trainer its own rows and features: tests/integration/test_simfl.py, unit/
-SAMPLE_ROWS = ("the vertical protocol", "the horizontal protocol")  # (the engine's rows; each client its own)
+SAMPLE_ROWS = ("the vertical protocol", "the horizontal protocol", "FV-tree")  # (the engine's rows; each party
+# its own: tests/integration/test_horizontal.py, test_fvtree.py)
 
 
 @pytest.mark.parametrize("protocol, setting, message",

@@ -86,8 +86,8 @@ def _case(rs, protocol: str, trees: int | None = None):
         params["n_classes"] = 3
     if protocol in ("vertical", "horizontal", "fvtree") and rs.random() < 0.3:  # the engine's features each round
         params["colsample_bytree"] = 0.5
-    if protocol in ("vertical", "horizontal") and rs.random() < 0.3:  # rows each round: the engine's (vertical),
-        # each client its own (horizontal)
+    if protocol in ("vertical", "horizontal", "fvtree") and rs.random() < 0.3:  # rows each round: the engine's
+        # (vertical), each party its own (horizontal, FV-tree)
         params["subsample"] = 0.7
     if protocol == "simfl" and rs.random() < 0.3:  # each trainer its own rows and features each round
         params.update(subsample=0.7, colsample_bytree=0.6)

@@ -131,9 +131,8 @@ def check_same_features(digests: dict) -> None:
                             f"rows never hold feature 0 reads as numbered from 1 (give its party libsvm_base = 0)")
 
 
-#: the protocols that sample columns (colsample_bytree) and rows (subsample)
-SAMPLE_COLUMNS = "the vertical and horizontal protocols, FV-tree, SimFL and TFL"
-SAMPLE_ROWS = "the vertical and horizontal protocols, SimFL and TFL"
+#: the protocols that sample rows (subsample) and columns (colsample_bytree)
+SAMPLING = "the vertical and horizontal protocols, FV-tree, SimFL and TFL"
 
 
 def refuse_unsupported(params, protocol: str, columns: bool = False, rows: bool = False) -> None:
@@ -143,10 +142,10 @@ def refuse_unsupported(params, protocol: str, columns: bool = False, rows: bool 
     without a validation set)."""
     if params.subsample < 1 and not rows:
         raise InvalidParameterError(f"row subsampling is not supported by {protocol} (subsample={params.subsample}; "
-                                    f"use 1; {SAMPLE_ROWS} support it)")
+                                    f"use 1; {SAMPLING} support it)")
     if params.colsample_bytree < 1 and not columns:
         raise InvalidParameterError(f"column subsampling is not supported by {protocol} (colsample_bytree="
-                                    f"{params.colsample_bytree}; use 1; {SAMPLE_COLUMNS} support it)")
+                                    f"{params.colsample_bytree}; use 1; {SAMPLING} support it)")
     if params.early_stopping_rounds:
         raise InvalidParameterError(f"early stopping is not supported by {protocol}: a federation trains without a "
                                     f"validation set (early_stopping_rounds={params.early_stopping_rounds}; "

@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -168,7 +168,7 @@ class FVTreeParty:
         self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
-        refuse_unsupported(params, "FV-tree", columns=True)
+        refuse_unsupported(params, "FV-tree", columns=True, rows=True)
         if params.objective == "multiclass" and params.n_classes is None:
             raise InvalidParameterError(f"FV-tree multiclass needs {NEEDS_N_CLASSES}")
         self.parties = sorted([channel.party] + list(channel.peers))
@@ -359,9 +359,13 @@ class FVTreeParty:
         self._saved_at = None
         self._save(checkpoint, start, model, force=True)  # (a party that stepped back: its ledger was cut)
         tpe = getattr(self.privacy, "tpe", p.n_estimators)
-        sampler = RoundSampler(p, None, self.X.shape[1])  # the engine's features each round (colsample_bytree)
+        # the engine's features each round (colsample_bytree); this party's own rows each round (subsample), from
+        # its own generator (the engine's would need the union's row order)
+        sampler = RoundSampler(replace(p, subsample=1.0), None, self.X.shape[1])
+        own = RoundSampler(p, len(y), self.X.shape[1], seed=[p.seed, 67, self.index])
         for _ in range(start):  # (the rounds before a resume point drew theirs)
             sampler.next()
+            own.next()
         if privacy is not None and start % tpe == 0:  # between ensembles: no composition block open
             self.privacy.restore(privacy)
         ensemble = None
@@ -374,9 +378,10 @@ class FVTreeParty:
                         self.privacy.restore(privacy)
                 g, h = objective.gradients(y, raw)
                 mask = sampler.feature_mask(sampler.next()[1])
+                sample = own.next()[0]
                 for c in range(K):  # (a multiclass round: one tree per class, all on the round's rows under DP)
                     with ch.scope(tree=t * K + c), self.privacy.tree(t):
-                        tree = self._grow(t * K + c, t, g[:, c], h[:, c], mask)
+                        tree = self._grow(t * K + c, t, g[:, c], h[:, c], mask, sample)
                     model.add_tree(tree, c)
                     leaf = PackedEnsemble([tree]).leaves_binned(self.X_binned, self.bin_mapper.missing_codes)
                     raw[:, c] += tree.values[leaf[:, 0], 0]
@@ -531,10 +536,15 @@ class FVTreeParty:
                          "model": model.to_dict(), "history": self._history})
         self._saved_at = trees_done
 
-    def _grow(self, tree_id: int, round_: int, g: np.ndarray, h: np.ndarray, feature_mask: np.ndarray):
+    def _grow(self, tree_id: int, round_: int, g: np.ndarray, h: np.ndarray, feature_mask: np.ndarray,
+              sample: np.ndarray | None = None):
+        """One tree on the round's rows: ``sample`` (subsample; None: all), and under differential privacy the
+        round's part of them."""
         o, p = self.o, self.params
         g, h = self.privacy.clip(g, h)
         rows = self.privacy.rows_of_tree(round_, len(g), [p.seed, 59, self.index])
+        if sample is not None:
+            rows = sample if rows is None else np.intersect1d(rows, sample)
         cols = [g, h, np.ones_like(g)]
         if o.refit:
             wg, wh = self.privacy.clip(self.weights * g, self.weights * h)
