@@ -782,6 +782,26 @@ def test_hybridtree_guest_killed_host_exits_and_resume_over_grpc_equals_the_simu
         assert sim.read_bytes() == grpc_run.read_bytes(), n
 
 
+def test_hybridtree_with_row_and_column_sampling_resumes_to_the_uninterrupted_model(tmp_path):
+    # the host draws its rows and features each round, and each guest's features; a resumed run draws those of
+    # the rounds it skips again; the guests' model files (their splits) come out the same too
+    from fedgrove.cli.main import main
+
+    names = _setup_hybrid(tmp_path, trees=2, timeout=30, rows=600)
+    text = (tmp_path / "federation.toml").read_text().replace(
+        "max_bins = 16\n", "max_bins = 16\nsubsample = 0.6\ncolsample_bytree = 0.6\n")
+    for out, steps in (("full", [(5, False)]), ("res", [(2, False), (5, True)])):
+        for trees, resume in steps:
+            cfg = tmp_path / f"hybrid-{out}.toml"
+            cfg.write_text(text.replace("n_estimators = 2", f"n_estimators = {trees}")
+                           .replace('dir = "sim"', f'dir = "{out}"'))
+            assert main(["simulate", str(cfg), *(["--resume"] if resume else [])]) == 0
+    for n in names:
+        full, res = ((tmp_path / d / f"{n}.model.json").read_text() for d in ("full", "res"))
+        assert full == res, n
+    assert len(json.loads(full)["splits"]) > 0
+
+
 FOREST = """
 [federation]
 protocol = "federated-forest"

@@ -32,23 +32,16 @@ RUNS = {
 }
 
 
-SETTINGS = [({"subsample": 0.5}, "row subsampling is not supported"),
-            ({"colsample_bytree": 0.5}, "column subsampling is not supported"),
-            ({"early_stopping_rounds": 3}, "early stopping is not supported"),
+SETTINGS = [({"early_stopping_rounds": 3}, "early stopping is not supported"),
             ({"eval_metric": "auc"}, "eval_metric is not used")]
-SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol", "FV-tree")  # as the engine does: see below
-SAMPLE_OWN = ("SimFL", "TFL")  # each trainer its own rows and features: tests/integration/test_simfl.py, unit/
-SAMPLE_ROWS = ("the vertical protocol", "the horizontal protocol", "FV-tree")  # (the engine's rows; each party
-# its own: tests/integration/test_horizontal.py, test_fvtree.py)
+# subsample and colsample_bytree every boosting protocol takes (tests/integration/test_horizontal.py, test_fvtree.py,
+# test_hybridtree.py, test_simfl.py, test_vertical.py); these draw the engine's features:
+SAMPLE_COLUMNS = ("the vertical protocol", "the horizontal protocol", "FV-tree")
 
 
-@pytest.mark.parametrize("protocol, setting, message",
-                         [(p, s, m) for p in RUNS for s, m in SETTINGS
-                          if not ("colsample_bytree" in s and p in SAMPLE_COLUMNS + SAMPLE_OWN)
-                          and not ("subsample" in s and p in SAMPLE_OWN + SAMPLE_ROWS)])
+@pytest.mark.parametrize("protocol, setting, message", [(p, s, m) for p in RUNS for s, m in SETTINGS])
 def test_unsupported_settings_are_refused_by_name(protocol, setting, message):
-    # early stopping ran silently as plain training in every federation, and eval_metric was ignored; HybridTree
-    # ignored subsampling too
+    # early stopping ran silently as plain training in every federation, and eval_metric was ignored
     with pytest.raises(InvalidParameterError, match=f"{message} by {protocol}"):
         RUNS[protocol](GBDTParams(n_estimators=2, max_depth=2, **setting))
 

@@ -108,6 +108,10 @@ def _case(rs, protocol: str, trees: int | None = None):
             del params["max_depth"]
             options["hybridtree"] = {"host_depth": int(rs.integers(1, 4)), "guest_depth": int(rs.integers(0, 3)),
                                      "mode": str(rs.choice(["hessian", "count"]))}
+            if rs.random() < 0.3:  # the host's rows and features each round, and each guest's features
+                params["colsample_bytree"] = 0.6
+                if options["hybridtree"]["mode"] == "hessian":  # (count mode samples no rows)
+                    params["subsample"] = 0.7
             parties["host"] = holder("host", rows(train, cols[0], True), rows(test, cols[0], False), True)
             for g, c in enumerate(cols[1:]):
                 keep = rs.random(n) < rs.uniform(0.3, 1.0)  # a guest holds some of the instances

@@ -131,21 +131,11 @@ def check_same_features(digests: dict) -> None:
                             f"rows never hold feature 0 reads as numbered from 1 (give its party libsvm_base = 0)")
 
 
-#: the protocols that sample rows (subsample) and columns (colsample_bytree)
-SAMPLING = "the vertical and horizontal protocols, FV-tree, SimFL and TFL"
-
-
-def refuse_unsupported(params, protocol: str, columns: bool = False, rows: bool = False) -> None:
+def refuse_unsupported(params, protocol: str) -> None:
     """Refuse, by name, the boosting settings a federated protocol does not implement and would otherwise ignore:
-    row subsampling (unless ``rows``), column subsampling (unless ``columns``: the protocol draws features each
-    round, :class:`~fedgrove.engine.gbdt.RoundSampler`), and early stopping and its metric (a federation trains
-    without a validation set)."""
-    if params.subsample < 1 and not rows:
-        raise InvalidParameterError(f"row subsampling is not supported by {protocol} (subsample={params.subsample}; "
-                                    f"use 1; {SAMPLING} support it)")
-    if params.colsample_bytree < 1 and not columns:
-        raise InvalidParameterError(f"column subsampling is not supported by {protocol} (colsample_bytree="
-                                    f"{params.colsample_bytree}; use 1; {SAMPLING} support it)")
+    early stopping and its metric (a federation trains without a validation set).  (Row and column subsampling
+    every boosting protocol implements: each draws rows and features every round with
+    :class:`~fedgrove.engine.gbdt.RoundSampler`.)"""
     if params.early_stopping_rounds:
         raise InvalidParameterError(f"early stopping is not supported by {protocol}: a federation trains without a "
                                     f"validation set (early_stopping_rounds={params.early_stopping_rounds}; "

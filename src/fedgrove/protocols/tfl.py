@@ -62,7 +62,7 @@ def train_tfl(X, y, views: list[PartyView], params: GBDTParams, schedule: str = 
     X, y = check_xy(X, y)
     if not views:
         raise InvalidParameterError("TFL needs at least one party")
-    refuse_unsupported(params, "TFL", columns=True, rows=True)
+    refuse_unsupported(params, "TFL")
     objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
     K = objective.n_outputs

@@ -168,7 +168,7 @@ class FVTreeParty:
         self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.o = options or FVTreeOptions()
         self.X, self.y = check_xy(X, y)
-        refuse_unsupported(params, "FV-tree", columns=True, rows=True)
+        refuse_unsupported(params, "FV-tree")
         if params.objective == "multiclass" and params.n_classes is None:
             raise InvalidParameterError(f"FV-tree multiclass needs {NEEDS_N_CLASSES}")
         self.parties = sorted([channel.party] + list(channel.peers))

@@ -39,4 +39,4 @@ def base_score(params: GBDTParams, stats: np.ndarray) -> np.ndarray:
 def check_params(params: GBDTParams) -> None:
     if params.objective == "multiclass" and params.n_classes is None:
         raise InvalidParameterError(f"the horizontal protocol's multiclass needs {NEEDS_N_CLASSES}")
-    refuse_unsupported(params, "the horizontal protocol", columns=True, rows=True)
+    refuse_unsupported(params, "the horizontal protocol")

@@ -40,6 +40,7 @@ class HybridGuest:
         row_packing = row_packing_from_key(key, packer, he, ch.party, self.host)
         self.setup = ch.recv(self.host, "setup", m.HybridSetup)
         self._check_setup(masking)
+        self.row_packing = row_packing
         if row_packing.rows > 1 and self.setup.mode == "count":
             raise ProtocolError(f"{ch.party}: {row_packing.rows} instances per ciphertext from {self.host} in count "
                                 f"mode, which needs one (a prediction per instance)")
@@ -49,13 +50,50 @@ class HybridGuest:
             if len(first.nodes) != len(self.X):
                 raise ProtocolError(f"{ch.party}: the gradients of tree {tree} from {self.host} are for "
                                     f"{len(first.nodes)} instances, {ch.party} holds {len(self.X)}")
+            sample = self._sample(tree, first)
+            X_binned = self.X_binned if sample is None else self.X_binned[sample]
+            nodes = first.nodes if sample is None else first.nodes[sample]
             ct = he.deserialize(first.ciphertexts)
-            if ct.size != row_packing.n_ciphertexts(len(self.X)):
-                raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(self.X)} instances at "
+            if ct.size != row_packing.n_ciphertexts(len(X_binned)):
+                raise ProtocolError(f"{ch.party}: {ct.size} ciphertexts for {len(X_binned)} instances at "
                                     f"{row_packing.rows} a ciphertext")
-            rows = {int(n): np.nonzero(first.nodes == n)[0] for n in np.unique(first.nodes)}
-            self._grow(tree, rows, ct, he, packer, row_packing)
+            rows = {int(n): np.nonzero(nodes == n)[0] for n in np.unique(nodes)}
+            self._grow(tree, rows, ct, he, packer, X_binned, None if sample is None else first.nodes)
         return self.model
+
+    def _sample(self, tree: int, first: m.NodeGradients) -> np.ndarray | None:
+        """The round's rows (``subsample``) the gradients are for: None for all."""
+        if not first.sampled:
+            return None
+        rows = first.rows
+        if self.setup.mode == "count":
+            raise ProtocolError(f"{self.ch.party}: sampled gradients of tree {tree} from {self.host} in count "
+                                f"mode, which predicts every instance from its own gradients")
+        if rows.ndim != 1 or (len(rows) and (rows[0] < 0 or rows[-1] >= len(self.X)
+                                             or np.any(np.diff(rows) <= 0))):
+            raise ProtocolError(f"{self.ch.party}: the sampled rows of tree {tree} from {self.host} are not "
+                                f"increasing positions among its {len(self.X)} instances")
+        return rows
+
+    def _go_left(self, codes: np.ndarray, f: int, b: int, missing_left: bool) -> np.ndarray:
+        return np.where(codes == self.bin_mapper.missing_codes[f], bool(missing_left), codes <= b)
+
+    def _route(self, tree: int, handoff: np.ndarray) -> np.ndarray:
+        """The leaf of this guest's layers of ``tree`` that each instance reaches from its hand-off node."""
+        node = handoff.astype(np.int64)
+        while True:  # one pass per guest layer: every instance at a split node moves one level down
+            moved = False
+            for nd in np.unique(node).tolist():
+                split = self.model.splits.get((tree, nd))
+                if split is None:
+                    continue
+                f, b, ml, _ = split
+                sel = node == nd
+                left, right = self.model.children[(tree, nd)]
+                node[sel] = np.where(self._go_left(self.X_binned[sel, f], f, b, ml), left, right)
+                moved = True
+            if not moved:
+                return node.astype(np.int32)
 
     def _check_setup(self, masking) -> None:
         st = self.setup
@@ -99,22 +137,25 @@ class HybridGuest:
         per_instance = he.add(per_instance, he.encrypt(masks))
         return m.EncryptedPredictions(he.serialize(per_instance), nodes, he.serialize(leaf_ct))
 
-    def _grow(self, tree, rows, ct, he, packer, row_packing) -> None:
+    def _grow(self, tree, rows, ct, he, packer, X_binned, handoff=None) -> None:
+        """Grow this guest's layers of ``tree`` on ``X_binned`` (the round's rows: ``rows[node]`` index it and
+        ``ct``); with ``handoff`` (row subsampling: every instance's hand-off node) route all instances at the
+        end."""
         ch = self.ch
         while True:
             msg = ch.recv(self.host, m.CONTROL)
-            if isinstance(msg, m.HistogramRequest):
-                ch.send(self.host, m.REPLY, encrypted_histograms(ch.party, msg.nodes, rows, self.X_binned,
+            if isinstance(msg, m.HistogramRequest):  # (with colsample_bytree: only the sampled features' bins)
+                ch.send(self.host, m.REPLY, encrypted_histograms(ch.party, msg.nodes, rows, X_binned,
                                                                  self.bin_mapper.feature_offsets, ct, he, packer,
-                                                                 row_packing))
+                                                                 self.row_packing,
+                                                                 features=msg.features if msg.sampled else None))
             elif isinstance(msg, m.GuestSplits):
                 for node, f, b, ml, left, right in zip(msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
                                                        msg.right):
                     if node not in rows or not 0 <= f < self.X.shape[1] or not 0 <= b < self.bin_mapper.n_value_bins[f]:
                         raise ProtocolError(f"{ch.party}: split of node {node} on feature {f}, bin {b} is invalid")
                     r = rows.pop(node)
-                    codes = self.X_binned[r, f]
-                    go = np.where(codes == self.bin_mapper.missing_codes[f], bool(ml), codes <= b)
+                    go = self._go_left(X_binned[r, f], f, b, ml)
                     rows[left], rows[right] = r[go], r[~go]
                     self.model.splits[(tree, node)] = (f, b, bool(ml), self.bin_mapper.threshold(f, b))
                     self.model.children[(tree, node)] = (left, right)
@@ -122,9 +163,12 @@ class HybridGuest:
                 ch.send(self.host, m.REPLY, self._count_predictions(tree, rows, ct, he, packer))
                 return
             elif isinstance(msg, m.TreeEnd):
-                leaves = np.full(len(self.X), -1, dtype=np.int32)
-                for node, r in rows.items():
-                    leaves[r] = node
+                if handoff is not None:  # every instance, the round's or not
+                    leaves = self._route(tree, handoff)
+                else:
+                    leaves = np.full(len(self.X), -1, dtype=np.int32)
+                    for node, r in rows.items():
+                        leaves[r] = node
                 ch.send(self.host, m.REPLY, m.LeafAssignment(leaves))
                 return
             else:

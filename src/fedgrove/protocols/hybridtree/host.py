@@ -7,19 +7,19 @@ totals the host holds in plaintext."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, check_xy
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler, _allowed, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tree_class, names_of
 from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
-from fedgrove.engine.tree import Tree
+from fedgrove.engine.tree import PackedEnsemble, Tree
 from fedgrove.exceptions import InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
@@ -119,6 +119,11 @@ class HybridHost:
             raise InvalidParameterError("HybridTree exchanges no per-bin counts: it needs min_samples_leaf=1 and "
                                         "min_child_weight > 0")
         refuse_unsupported(params, "HybridTree")
+        if params.subsample < 1 and mode == "count":
+            raise InvalidParameterError(f"HybridTree's count mode does not sample rows (subsample="
+                                        f"{params.subsample}): its guests return an encrypted prediction for every "
+                                        f"instance from the gradients they got; use subsample = 1, or mode "
+                                        f"\"hessian\"")
         Interval(int, 1).check("host_depth", host_depth)  # a float failed deep inside as numpy's TypeError
         Interval(int, 0).check("guest_depth", guest_depth)
         if host_depth < 1 or guest_depth < 0:
@@ -194,28 +199,46 @@ class HybridHost:
         ch.broadcast("start", m.Start(start if self.guest_depth > 0 else 0), self.guests)
         tree_id = start
         self.tree_seconds = []  # wall time of each tree grown here, guests' layers included
+        # subsample and colsample_bytree: the host draws its rows and its own features each round as the engine
+        # does on the host's table (so that without guest layers the model stays SOLO's), and each guest's
+        # features from a generator of the guest's own, [seed, 67, its place]; the guests sum only those bins
+        sampler = RoundSampler(p, n, self.X.shape[1])
+        guest_samplers = {u: RoundSampler(replace(p, subsample=1.0), None, remotes[u].n_features,
+                                          seed=[p.seed, 67, k]) for k, u in enumerate(self.guests)}
         for round_ in range(p.n_estimators):
+            sample, features = sampler.next()  # (drawn for the rounds a resumed run skips too)
+            guest_masks = {u: s.feature_mask(s.next()[1]) for u, s in guest_samplers.items()}
             if round_ * K < start:
                 continue
             g, h = objective.gradients(y, raw)
+            in_sample = None
+            if sample is not None:
+                in_sample = np.zeros(n, dtype=bool)
+                in_sample[sample] = True
             for c in range(K):
                 t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
                     stats = np.column_stack([g[:, c], h[:, c]])
-                    finder = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
-                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,
-                                                  X_columns=X_columns)
+                    finder = HistogramSplitFinder(
+                        X_binned, self.bin_mapper.feature_offsets, self.bin_mapper.missing_codes, thresholds, stats,
+                        scorer, root_samples=sample, X_columns=X_columns, features=features,
+                        allowed=None if features is None else _allowed(sampler.feature_mask(features)))
                     leaf_fn = lambda s: p.learning_rate * scorer.leaf_value(s)  # noqa: E731
                     host_tree = TreeGrower(finder, self.host_depth, leaf_fn,
                                            min_samples_split=2 * p.min_samples_leaf).grow()
-                    leaf_of_row = np.empty(n, dtype=np.int64)
-                    for leaf in np.nonzero(host_tree.is_leaf)[0]:
-                        leaf_of_row[finder.node_samples(leaf)] = leaf
+                    if sample is None:
+                        leaf_of_row = np.empty(n, dtype=np.int64)
+                        for leaf in np.nonzero(host_tree.is_leaf)[0]:
+                            leaf_of_row[finder.node_samples(leaf)] = leaf
+                    else:  # every instance, the round's or not
+                        leaf_of_row = PackedEnsemble([host_tree]).leaves_binned(
+                            X_binned, self.bin_mapper.missing_codes)[:, 0].astype(np.int64)
                     update = host_tree.values[leaf_of_row, 0].copy()
                     values = {}
                     if self.guest_depth > 0 and self.guests:
                         values = self._guest_layers(tree_id, g[:, c], h[:, c], leaf_of_row, host_tree.n_nodes,
-                                                    guest_rows, remotes, scorer, update, model)
+                                                    guest_rows, remotes, scorer, update, model, in_sample,
+                                                    guest_masks)
                 raw[:, c] += update
                 self.tree_seconds.append(time.perf_counter() - t0)
                 model.host_trees.append(host_tree)
@@ -247,16 +270,24 @@ class HybridHost:
                 "count", p.learning_rate, p.reg_lambda, SCALE_BITS, peers, [layouts[v].mask_key for v in peers],
                 np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets, **kept))
 
-    def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update, model):
+    def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update, model,
+                      in_sample=None, guest_masks=None):
+        """The guests' layers of one tree (``in_sample``: the round's rows, None for all; ``guest_masks``: each
+        guest's sampled features, None for all)."""
         ch, p = self.ch, self.params
         if self.mode == "count":
             h = np.ones_like(h)  # the paper's h = 1 below the host's layers: H sums are instance counts
         state = {}
         for u in self.guests:
             rows = guest_rows[u]
+            handoff = leaf_of_row[rows]
+            positions = np.zeros(0, dtype=np.int64) if in_sample is None else np.nonzero(in_sample[rows])[0]
+            if in_sample is not None:
+                rows = rows[positions]  # the round's instances of the guest: its layers grow on them
             nodes = leaf_of_row[rows]
             ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[rows], h[rows])))
-            ch.send(u, m.CONTROL, m.NodeGradients(tree_id, nodes, self.he.serialize(ct)))
+            ch.send(u, m.CONTROL, m.NodeGradients(tree_id, handoff, self.he.serialize(ct), in_sample is not None,
+                                                  positions))
             roots = np.unique(nodes)
             totals = {int(r): np.array([g[rows[nodes == r]].sum(), h[rows[nodes == r]].sum()]) for r in roots}
             # pairs: (parent's row in the previous layer's histograms, left child's row, right child's row)
@@ -270,7 +301,10 @@ class HybridHost:
                 st = state[u]
                 build = [j for _, j, _ in st["pairs"]] if st["pairs"] else list(range(len(st["frontier"])))
                 st["build"] = build
-                ch.send(u, m.CONTROL, m.HistogramRequest(layer, [st["frontier"][j] for j in build]))
+                mask = None if guest_masks is None else guest_masks[u]
+                sampled = mask is not None and not mask.all()
+                ch.send(u, m.CONTROL, m.HistogramRequest(layer, [st["frontier"][j] for j in build], sampled,
+                                                         np.nonzero(mask)[0].tolist() if sampled else []))
             for u in active:
                 st = state[u]
                 front, build = st["frontier"], st["build"]
@@ -284,7 +318,8 @@ class HybridHost:
                     hist[rrow] = st["hist"][parent_row] - hist[lrow]
                 node_stats = np.column_stack([totals, np.full(len(front), np.nan)])
                 offsets = remotes[u].local_offsets.astype(np.int32)
-                allowed = np.ones((len(front), remotes[u].n_features), dtype=np.bool_)
+                allowed = (np.ones((len(front), remotes[u].n_features), dtype=np.bool_) if guest_masks is None
+                           else np.tile(guest_masks[u], (len(front), 1)))  # (writable, see the vertical finder)
                 gain, feat, bins, ml, left = scorer.find(hist, np.arange(len(front), dtype=np.int64), node_stats,
                                                          offsets, allowed)
                 splits = LayerSplits(gain, feat, bins, ml, left, np.full(len(front), np.nan),
@@ -317,13 +352,16 @@ class HybridHost:
         for u in self.guests:
             leaves = ch.recv(u, m.REPLY, m.LeafAssignment).leaves
             rows = guest_rows[u]
-            if leaves.shape != rows.shape or np.any(~np.isin(leaves, list(state[u]["totals"]))):
-                raise ProtocolError(f"leaf assignment from {u} does not match its tree")
             tot = state[u]["totals"]
+            # with subsample, an instance at a hand-off node where none of the guest's instances was sampled
+            # stays there, and keeps the host's value (no guest value there, as at prediction)
+            known = np.isin(leaves, list(tot)) if leaves.shape == rows.shape else None
+            if known is None or not np.all(known | ((leaves == leaf_of_row[rows]) & (in_sample is not None))):
+                raise ProtocolError(f"leaf assignment from {u} does not match its tree")
             vals = {nid: float(-p.learning_rate * t[0] / (t[1] + p.reg_lambda)) for nid, t in tot.items()}
-            values[u] = {nid: vals[nid] for nid in np.unique(leaves).tolist()}
-            acc[rows] += np.array([vals[int(x)] for x in leaves])
-            cnt[rows] += 1
+            values[u] = {nid: vals[nid] for nid in np.unique(leaves[known]).tolist()}
+            acc[rows[known]] += np.array([vals[int(x)] for x in leaves[known]])
+            cnt[rows[known]] += 1
         covered = cnt > 0
         update[covered] = acc[covered] / cnt[covered]  # mean over the guests holding an instance
         return values

@@ -49,11 +49,15 @@ class HybridSetup(Message):
 
 @register
 class NodeGradients(Message):
-    """For each of the guest's instances (in its ID order): its hand-off node and packed Enc(g, h)."""
+    """For each of the guest's instances (in its ID order): its hand-off node and packed Enc(g, h); with
+    ``sampled`` (``subsample``) Enc(g, h) of only the round's ``rows`` (positions in that order, increasing),
+    on which the guest grows its layers; it then routes all its instances."""
 
     tree: int = 0
     nodes: np.ndarray = array_field("<i4", 1)
     ciphertexts: bytes = b""
+    sampled: bool = False
+    rows: np.ndarray = array_field("<i8", 1)
 
 
 @register

@@ -127,7 +127,7 @@ class SimFLParty:
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
             raise InvalidParameterError(f"SimFL multiclass needs {NEEDS_N_CLASSES}")
-        refuse_unsupported(params, "SimFL", columns=True, rows=True)
+        refuse_unsupported(params, "SimFL")
         self.options.lsh.resolve(self.X.shape[1])  # refuse L >= d before anything is sent
         self.parties = sorted([channel.party] + list(channel.peers))
         self.index = self.parties.index(channel.party)

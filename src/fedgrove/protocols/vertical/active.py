@@ -274,7 +274,7 @@ class VerticalActive:
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
-        refuse_unsupported(params, "the vertical protocol", columns=True, rows=True)
+        refuse_unsupported(params, "the vertical protocol")
         if not he.has_secret:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
