@@ -169,7 +169,7 @@ class LocalGrower:
         (None: every row); ``features``: the only ones it may split on (None: all)."""
         p, bm, scorer = self.params, self.bin_mapper, self.scorer
         cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
-        allowed = None if features is None else _allowed(feature_mask(features, self.X_binned.shape[1]))
+        allowed = None if features is None else mask_for_every_node(feature_mask(features, self.X_binned.shape[1]))
         finder = HistogramSplitFinder(self.X_binned, bm.feature_offsets, bm.missing_codes, self.thresholds,
                                       np.column_stack(cols), scorer, root_samples=rows, allowed=allowed,
                                       features=features, X_columns=self.X_columns)
@@ -219,7 +219,7 @@ def feature_mask(features: np.ndarray | None, n_features: int) -> np.ndarray:
     return mask
 
 
-def _allowed(mask: np.ndarray):
+def mask_for_every_node(mask: np.ndarray):
     """A splitter's ``allowed`` callable: ``mask`` for every node of a layer."""
     return lambda layer: np.broadcast_to(mask, (len(layer), len(mask)))
 
@@ -299,7 +299,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     for it in range(params.n_estimators):
         g, h = objective.gradients_by_class(y, raw_by_class)
         rows, features = sampler.next()
-        allowed = None if features is None else _allowed(sampler.feature_mask(features))
+        allowed = None if features is None else mask_for_every_node(sampler.feature_mask(features))
         for c in range(K):
             stats[:, 0] = g[c]
             stats[:, 1] = h[c]

@@ -13,7 +13,7 @@ import numpy as np
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, RoundSampler, _allowed, check_xy
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy, mask_for_every_node
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tree_class, names_of
@@ -222,7 +222,7 @@ class HybridHost:
                     finder = HistogramSplitFinder(
                         X_binned, self.bin_mapper.feature_offsets, self.bin_mapper.missing_codes, thresholds, stats,
                         scorer, root_samples=sample, X_columns=X_columns, features=features,
-                        allowed=None if features is None else _allowed(sampler.feature_mask(features)))
+                        allowed=None if features is None else mask_for_every_node(sampler.feature_mask(features)))
                     leaf_fn = lambda s: p.learning_rate * scorer.leaf_value(s)  # noqa: E731
                     host_tree = TreeGrower(finder, self.host_depth, leaf_fn,
                                            min_samples_split=2 * p.min_samples_leaf).grow()
