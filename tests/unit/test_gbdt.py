@@ -126,6 +126,29 @@ def test_missing_values_learn_a_direction():
     assert np.mean(m.predict(X) == y) > 0.99
 
 
+def test_rows_of_a_missing_bin_judged_empty_take_their_sums_to_the_child_they_go_to():
+    # saturated predictions give rows g = +-1 and h ~ 1e-15: a missing bin holding only such rows reads as empty by
+    # its hessian, and its rows go to the child with the larger hessian sum, not where the scan put them (left,
+    # here: their g = +1 pulls that way).  The children's statistics, and so their leaf values, were the scan's:
+    # -1.45 and 0.2 here for rows whose own values are -0.45 and -0.467 (found by the random lossless cases, seed
+    # 35, where the vertical protocol's histograms of the actual rows then disagreed with the engine's)
+    from fedgrove.engine.grower import TreeGrower
+    from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+
+    X = np.array([[0.0], [0.0], [1.0], [1.0], [1.0], [np.nan], [np.nan]])
+    g = np.array([0.5, 0.4, -0.3, -0.2, -0.1, 1.0, 1.0])
+    h = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1e-15, 1e-15])
+    bm = BinMapper(16).fit(X)
+    finder = HistogramSplitFinder(bm.transform(X), bm.feature_offsets, bm.missing_codes, bm.thresholds(),
+                                  np.column_stack([g, h]), GBDTScorer(0.0, 0.0, 1e-3, 1))
+    tree = TreeGrower(finder, 1, lambda s: -s[..., 0] / s[..., 1]).grow()
+    assert tree.nodes["feature"][0] == 0 and not tree.nodes["missing_left"][0]  # to the larger child
+    for leaf in np.nonzero(tree.is_leaf)[0]:
+        rows = finder.node_samples(leaf)
+        np.testing.assert_allclose(tree.values[leaf, 0], -g[rows].sum() / h[rows].sum(), rtol=1e-12)
+    assert sorted(finder.node_samples(tree.nodes["right"][0]).tolist()) == [2, 3, 4, 5, 6]
+
+
 def test_training_raw_scores_equal_prediction():
     # the in-training update from node segments equals predicting the trees afterwards
     X, y = make_classification(2000, missing=0.1)

@@ -398,7 +398,17 @@ def resolve_missing_direction(splits: LayerSplits, layer: Layer, hist, feature_o
     if not len(ok):
         return
     miss_bins = feature_offsets[splits.feature[ok] + 1] - 1
-    no_missing, left = absent_missing_left(hist[ok, miss_bins, :], splits.left_stats[ok], layer.stats[ok], scorer)
+    miss = hist[ok, miss_bins, :]
+    no_missing, left = absent_missing_left(miss, splits.left_stats[ok], layer.stats[ok], scorer)
+    # a missing bin judged empty by its hessian may still hold rows whose hessians are all but 0 (saturated
+    # predictions: g = +-1, h ~ 1e-15); they go where the missing values now go, and their sums with them, so
+    # that the children's statistics are those of their rows (they were the scan's: a child's leaf value then
+    # counted gradients of rows in its sibling)
+    moved = np.nonzero(no_missing & (left != splits.missing_left[ok].astype(bool)))[0]
+    if len(moved):
+        k = min(miss.shape[1], splits.left_stats.shape[1])
+        sign = np.where(left[moved], 1.0, -1.0)[:, None]
+        splits.left_stats[ok[moved], :k] += sign * miss[moved, :k]
     splits.missing_left[ok[no_missing]] = left[no_missing]
 
 

@@ -80,20 +80,8 @@ class HybridGuest:
 
     def _route(self, tree: int, handoff: np.ndarray) -> np.ndarray:
         """The leaf of this guest's layers of ``tree`` that each instance reaches from its hand-off node."""
-        node = handoff.astype(np.int64)
-        while True:  # one pass per guest layer: every instance at a split node moves one level down
-            moved = False
-            for nd in np.unique(node).tolist():
-                split = self.model.splits.get((tree, nd))
-                if split is None:
-                    continue
-                f, b, ml, _ = split
-                sel = node == nd
-                left, right = self.model.children[(tree, nd)]
-                node[sel] = np.where(self._go_left(self.X_binned[sel, f], f, b, ml), left, right)
-                moved = True
-            if not moved:
-                return node.astype(np.int32)
+        return _walk(self.model, tree, handoff,
+                     lambda sel, f, b, ml, _: self._go_left(self.X_binned[sel, f], f, b, ml)).astype(np.int32)
 
     def _check_setup(self, masking) -> None:
         st = self.setup
@@ -212,21 +200,27 @@ class HybridGuest:
                            len(test_ids))
         x = X_test[order[pos[held]]]
         leaves = np.full((n, n_trees), -1, dtype=np.int32)
+        def go_left(sel, f, _b, ml, thr):  # (raw values against the thresholds: test data is not binned)
+            return np.where(np.isnan(x[sel, f]), bool(ml), x[sel, f] <= thr)
+
         for t in range(n_trees):
-            node = req.nodes[held, t].astype(np.int64)
-            while True:  # one pass per guest layer: every instance at a split node moves one level down
-                moved = False
-                for nd in np.unique(node).tolist():
-                    split = self.model.splits.get((t, nd))
-                    if split is None:
-                        continue
-                    f, _b, ml, thr = split
-                    sel = node == nd
-                    v = x[sel, f]
-                    left, right = self.model.children[(t, nd)]
-                    node[sel] = np.where(np.where(np.isnan(v), bool(ml), v <= thr), left, right)
-                    moved = True
-                if not moved:
-                    break
-            leaves[held, t] = node
+            leaves[held, t] = _walk(self.model, t, req.nodes[held, t], go_left)
         self.ch.send(self.host, "route", m.RouteAnswer(leaves))
+
+
+def _walk(model: PassiveModel, tree: int, node: np.ndarray, go_left) -> np.ndarray:
+    """Move instances from their ``node`` down a guest's splits of ``tree`` to the leaves they reach;
+    ``go_left(sel, feature, bin, missing_left, threshold)``: which of the instances ``sel`` go left there."""
+    node = np.array(node, dtype=np.int64)
+    while True:  # one pass per guest layer: every instance at a split node moves one level down
+        moved = False
+        for nd in np.unique(node).tolist():
+            split = model.splits.get((tree, nd))
+            if split is None:
+                continue
+            sel = node == nd
+            left, right = model.children[(tree, nd)]
+            node[sel] = np.where(go_left(sel, *split), left, right)
+            moved = True
+        if not moved:
+            return node
