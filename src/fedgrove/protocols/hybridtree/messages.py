@@ -2,8 +2,10 @@
 HistogramRequest, EncryptedHistograms, TreeEnd and TrainingDone are reused).
 
 Setup:     guest -> host  GuestLayout;         host -> guest  PublicKey, HybridSetup, Start (0 or resumed)
-Per tree:  host -> guest  NodeGradients (one message: hand-off node and Enc(g, h) of the guest's instances)
-Per layer: host -> guest  HistogramRequest;    guest -> host  EncryptedHistograms
+Per tree:  host -> guest  NodeGradients (one message: hand-off node and Enc(g, h) of the guest's instances;
+                          with subsample, Enc(g, h) of the round's instances only)
+Per layer: host -> guest  HistogramRequest (with colsample_bytree: the guest's drawn features, the only ones
+                          whose bins it sums);    guest -> host  EncryptedHistograms
            host -> guest  GuestSplits
 End tree:  host -> guest  TreeEnd;             guest -> host  LeafAssignment (hessian mode)
                                                guest -> host  EncryptedPredictions (count mode)
