@@ -139,8 +139,9 @@ def test_fv_tree_with_every_feature_a_candidate_grows_the_engines_trees_on_rando
 
 def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing_on_random_small_problems():
     # HybridTree's lossless claims on the same random problems: with guest_depth 0 the host's model is SOLO's
-    # (the engine on its own features, row and column sampling included: the host draws the engine's), and
-    # encrypting 2 or 3 instances to a ciphertext grows the model grown with one, to the bit
+    # (the engine on its own features, row and column sampling included: the host draws the engine's),
+    # encrypting 2 or 3 instances to a ciphertext grows the model grown with one, to the bit, and two-round
+    # inference of the training rows gives their training scores (instances a guest's draw left out included)
     plain = keygen("ou", 2048, "plain")
     rs = np.random.default_rng(200)
     failures, ran = [], 0
@@ -157,7 +158,11 @@ def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing
         expect = train_gbdt(params, X[:, host], y).predict_raw(X[:, host]).reshape(n, -1)
         if not np.array_equal(np.asarray(solo["raw"]).reshape(n, -1), expect):
             failures.append(f"case {case} ({params.objective}): guest depth 0 is not SOLO")
-        one = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=1)
+        one = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=1,
+                             X_test_host=X[:, host], test_guests=guests)
+        if not np.allclose(one["test_raw"], one["raw"], rtol=1e-12, atol=1e-12):
+            failures.append(f"case {case} ({params.objective}): two-round inference of the training rows is not "
+                            f"their training scores")
         packed = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=int(rs.integers(2, 4)))
         if not np.array_equal(one["raw"], packed["raw"]) or one["model"].guest_values != packed["model"].guest_values:
             failures.append(f"case {case} ({params.objective}): packed ciphertexts grow another model")
