@@ -284,7 +284,6 @@ def test_row_and_column_sampling_resume_to_the_uninterrupted_model_vertical_and_
     # colsample_bytree (and the vertical protocol's subsample): the leader draws the engine's features (and rows)
     # each round; with the horizontal protocol's subsample every client draws its own rows; a resumed run draws
     # those of the rounds it skips again, so its later rounds sample what the uninterrupted run's did
-    from fedgrove.cli.main import main
 
     names = _setup(tmp_path, trees=2)  # vertical: an active and two passive parties
     vertical = (tmp_path / "federation.toml").read_text().replace(
@@ -298,15 +297,23 @@ def test_row_and_column_sampling_resume_to_the_uninterrupted_model_vertical_and_
                   + "".join(f'[[party]]\nname = "client{k}"\nrole = "client"\ndata = "client{k}.csv"\n'
                             f'label = "label"\n' for k in range(3)) + '[output]\ndir = "sim"\n')
     for protocol, text, holder in (("vertical", vertical, names[0]), ("horizontal", horizontal, "agg")):
-        runs = {}
-        for out, steps in (("full", [(5, False)]), ("res", [(2, False), (5, True)])):
-            for trees, resume in steps:
-                cfg = tmp_path / f"{protocol}-{out}.toml"
-                cfg.write_text(text.replace("n_estimators = 2", f"n_estimators = {trees}")
-                               .replace('dir = "sim"', f'dir = "{protocol}-{out}"'))
-                assert main(["simulate", str(cfg), *(["--resume"] if resume else [])]) == 0
-            runs[out] = json.loads((tmp_path / f"{protocol}-{out}" / f"{holder}.model.json").read_text())
+        runs = {out: json.loads((d / f"{holder}.model.json").read_text())
+                for out, d in zip(("full", "res"), _uninterrupted_and_resumed(tmp_path, text, protocol))}
         assert runs["res"]["trees"] == runs["full"]["trees"] and len(runs["full"]["trees"]) == 5, protocol
+
+
+def _uninterrupted_and_resumed(tmp_path, text: str, name: str) -> tuple[Path, Path]:
+    """``fedgrove simulate`` of the federation config ``text`` (``n_estimators = 2``, output ``sim``) for 5 trees,
+    and for 2 then resumed to 5; returns the two runs' output directories."""
+    from fedgrove.cli.main import main
+
+    for out, steps in (("full", [(5, False)]), ("res", [(2, False), (5, True)])):
+        for trees, resume in steps:
+            cfg = tmp_path / f"{name}-{out}.toml"
+            cfg.write_text(text.replace("n_estimators = 2", f"n_estimators = {trees}")
+                           .replace('dir = "sim"', f'dir = "{name}-{out}"'))
+            assert main(["simulate", str(cfg), *(["--resume"] if resume else [])]) == 0
+    return tmp_path / f"{name}-full", tmp_path / f"{name}-res"
 
 
 def test_horizontal_resume_continues_to_the_uninterrupted_model(tmp_path, capsys):
@@ -785,19 +792,12 @@ def test_hybridtree_guest_killed_host_exits_and_resume_over_grpc_equals_the_simu
 def test_hybridtree_with_row_and_column_sampling_resumes_to_the_uninterrupted_model(tmp_path):
     # the host draws its rows and features each round, and each guest's features; a resumed run draws those of
     # the rounds it skips again; the guests' model files (their splits) come out the same too
-    from fedgrove.cli.main import main
-
     names = _setup_hybrid(tmp_path, trees=2, timeout=30, rows=600)
     text = (tmp_path / "federation.toml").read_text().replace(
         "max_bins = 16\n", "max_bins = 16\nsubsample = 0.6\ncolsample_bytree = 0.6\n")
-    for out, steps in (("full", [(5, False)]), ("res", [(2, False), (5, True)])):
-        for trees, resume in steps:
-            cfg = tmp_path / f"hybrid-{out}.toml"
-            cfg.write_text(text.replace("n_estimators = 2", f"n_estimators = {trees}")
-                           .replace('dir = "sim"', f'dir = "{out}"'))
-            assert main(["simulate", str(cfg), *(["--resume"] if resume else [])]) == 0
+    dirs = _uninterrupted_and_resumed(tmp_path, text, "hybrid")
     for n in names:
-        full, res = ((tmp_path / d / f"{n}.model.json").read_text() for d in ("full", "res"))
+        full, res = ((d / f"{n}.model.json").read_text() for d in dirs)
         assert full == res, n
     assert len(json.loads(full)["splits"]) > 0
 

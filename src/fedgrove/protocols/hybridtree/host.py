@@ -355,8 +355,11 @@ class HybridHost:
             tot = state[u]["totals"]
             # with subsample, an instance at a hand-off node where none of the guest's instances was sampled
             # stays there, and keeps the host's value (no guest value there, as at prediction)
-            known = np.isin(leaves, list(tot)) if leaves.shape == rows.shape else None
-            if known is None or not np.all(known | ((leaves == leaf_of_row[rows]) & (in_sample is not None))):
+            if leaves.shape != rows.shape:
+                raise ProtocolError(f"leaf assignment from {u} does not match its tree")
+            known = np.isin(leaves, list(tot))
+            stayed = leaves == leaf_of_row[rows] if in_sample is not None else np.zeros(len(rows), dtype=bool)
+            if not np.all(known | stayed):
                 raise ProtocolError(f"leaf assignment from {u} does not match its tree")
             vals = {nid: float(-p.learning_rate * t[0] / (t[1] + p.reg_lambda)) for nid, t in tot.items()}
             values[u] = {nid: vals[nid] for nid in np.unique(leaves[known]).tolist()}
