@@ -232,28 +232,38 @@ def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPackin
     return RowPacking.for_packer(packer, k)
 
 
+def _leaves(tree, n: int, go_left) -> np.ndarray:
+    """Each of ``n`` instances' leaf in ``tree``; ``go_left(node, rows)``: which of the instances ``rows``
+    (those at split ``node``) go left there."""
+    nodes = tree.nodes
+    leaf = np.zeros(n, dtype=np.int64)
+    frontier = [(0, np.arange(n))]
+    while frontier:
+        node, rows = frontier.pop()
+        if nodes["feature"][node] < 0:
+            leaf[rows] = node
+        elif len(rows):
+            go = go_left(node, rows)
+            frontier += [(int(nodes["left"][node]), rows[go]), (int(nodes["right"][node]), rows[~go])]
+    return leaf
+
+
 def _route(tree, tree_id: int, X_binned: np.ndarray, missing_codes, bits: dict) -> np.ndarray:
     """Each training instance's leaf in ``tree``: the active party's splits by its binned columns, the passive
     parties' by their go-left ``bits`` ((tree, node) -> bool per instance)."""
     nodes = tree.nodes
-    leaf = np.zeros(len(X_binned), dtype=np.int64)
-    frontier = [(0, np.arange(len(X_binned)))]
-    while frontier:
-        node, rows = frontier.pop()
-        f = int(nodes["feature"][node])
-        if f < 0:
-            leaf[rows] = node
-            continue
+
+    def go_left(node, rows):
         if nodes["owner"][node] <= 0:
+            f = int(nodes["feature"][node])
             codes = X_binned[rows, f]
-            go = np.where(codes == missing_codes[f], bool(nodes["missing_left"][node]), codes <= nodes["bin"][node])
-        else:
-            mask = bits.get((tree_id, node))
-            if mask is None:
-                raise ProtocolError(f"no go-left bits came for tree {tree_id} node {node}, a passive party's split")
-            go = mask[rows]
-        frontier += [(int(nodes["left"][node]), rows[go]), (int(nodes["right"][node]), rows[~go])]
-    return leaf
+            return np.where(codes == missing_codes[f], bool(nodes["missing_left"][node]), codes <= nodes["bin"][node])
+        mask = bits.get((tree_id, node))
+        if mask is None:
+            raise ProtocolError(f"no go-left bits came for tree {tree_id} node {node}, a passive party's split")
+        return mask[rows]
+
+    return _leaves(tree, len(X_binned), go_left)
 
 
 class VerticalActive:
@@ -426,25 +436,18 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
             remote_bits[(t, node)] = m.unpack_mask(bits, n)
     leaves = np.zeros((n, len(model.trees)), dtype=np.int32)
     for t, tree in enumerate(model.trees):
-        node = np.zeros(n, dtype=np.int64)
-        active = tree.nodes["feature"][node] >= 0
-        while active.any():
-            for nid in np.unique(node[active]):
-                rec = tree.nodes[nid]
-                sel = active & (node == nid)
-                if rec["owner"] <= 0:
-                    x = X_local[sel, rec["feature"]]
-                    go = np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
-                else:
-                    bits = remote_bits.get((t, int(nid)))
-                    if bits is None:
-                        f = int(rec["feature"])
-                        who = owners[f] if owners and f < len(owners) else ("its owner", f)
-                        raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on "
-                                            f"its column {who[1]}: are the parties' model files of one training "
-                                            f"run, and undamaged?")
-                    go = bits[sel]
-                node[sel] = np.where(go, rec["left"], rec["right"])
-            active = tree.nodes["feature"][node] >= 0
-        leaves[:, t] = node
+        def go_left(nid, rows, t=t, nodes=tree.nodes):
+            rec = nodes[nid]
+            if rec["owner"] <= 0:
+                x = X_local[rows, rec["feature"]]
+                return np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
+            bits = remote_bits.get((t, int(nid)))
+            if bits is None:
+                f = int(rec["feature"])
+                who = owners[f] if owners and f < len(owners) else ("its owner", f)
+                raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on its column "
+                                    f"{who[1]}: are the parties' model files of one training run, and undamaged?")
+            return bits[rows]
+
+        leaves[:, t] = _leaves(tree, n, go_left)
     return model.raw_from_leaves(leaves)
