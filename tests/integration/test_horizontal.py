@@ -81,6 +81,38 @@ def test_row_subsampling_grows_the_engines_trees_on_the_rows_the_clients_drew(mo
     assert [t.nodes["feature"].tolist() for t in fed.trees] != [t.nodes["feature"].tolist() for t in whole.trees]
 
 
+def test_with_column_sampling_the_clients_send_the_bins_of_the_trees_features_alone():
+    # colsample_bytree: the aggregator's layer plans name the tree's features and every client's masked histograms
+    # hold their bins only (the bytes a tree fall with the columns), while the trees stay the engine's
+    from dataclasses import replace
+
+    from fedgrove.engine.gbdt import RoundSampler
+
+    r = np.random.default_rng(8)
+    X = r.normal(size=(600, 8))
+    X[r.random(X.shape) < 0.05] = np.nan
+    y = (np.nan_to_num(X[:, 1]) - np.nan_to_num(X[:, 6]) + 0.3 * r.normal(size=600) > 0).astype(float)
+    data = [(X[:250], y[:250]), (X[250:], y[250:])]
+    params = GBDTParams(n_estimators=3, max_depth=3, max_bins=16, seed=4, colsample_bytree=0.5)
+    got = []
+    out = run_horizontal(data, params, observers={"aggregator": [lambda d, peer, tag, msg: got.append((d, peer, tag,
+                                                                                                        msg))]})
+    fed = out["model"]
+    Xu, yu = _union(data)
+    _same_trees(fed, train_gbdt(params, Xu, yu, bin_mapper=fed.bin_mapper))
+    sampler = RoundSampler(replace(params, subsample=1.0), None, 8)
+    offsets = fed.bin_mapper.feature_offsets
+    for t in range(3):
+        features = sampler.next()[1]
+        assert len(features) == 4 and set(fed.trees[t].nodes["feature"][fed.trees[t].nodes["feature"] >= 0]) \
+            <= set(features.tolist())
+        root = next(msg for d, peer, tag, msg in got if d == "recv" and peer == "client0" and tag == f"tree={t}/up")
+        bins = int(sum(offsets[f + 1] - offsets[f] for f in features))
+        assert root.hi.shape == (2 * bins + 1,) and bins < int(offsets[-1])  # (g, h) a bin, and the node's count
+    every = run_horizontal(data, replace(params, colsample_bytree=1.0))
+    assert out["stats"]["client0"]["total_sent"] < 0.75 * every["stats"]["client0"]["total_sent"]
+
+
 def test_lossless_when_a_bin_sums_to_a_tiny_negative_gradient():
     # secure aggregation once decoded a bin's G of -1e-15 as -2048 (2**64 - 1 is no float64): the aggregator
     # then split on that bin with a gain of 1e6.  Found on KDD Cup 99 (23 classes, where the rare classes'
@@ -165,7 +197,8 @@ def test_a_layer_plan_naming_nodes_the_tree_does_not_have_is_refused():
     for bad, message in [(dict(split_nodes=[5]), "not distinct nodes"), (dict(split_nodes=[-1]), "not distinct"),
                          (dict(left=[7]), "not the next 2 node ids from 1"),
                          (dict(right=[10 ** 12]), "not the next"), (dict(build=[9]), "nodes [9]"),
-                         (dict(bins=[]), "lists of lengths")]:
+                         (dict(bins=[]), "lists of lengths"), (dict(columns=[2, 1]), "not distinct sorted"),
+                         (dict(columns=[0, 3]), "features 0 to 2"), (dict(columns=[1, 1]), "not distinct")]:
         with pytest.raises(ProtocolError, match=message.replace("[", r"\[").replace("]", r"\]")):
             HorizontalClient._check_plan(me, plan(**bad), finder)
 

@@ -19,7 +19,7 @@ from fedgrove.engine.splitter import GBDTScorer, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 from fedgrove.protocols import check_same_features, check_same_width
 from fedgrove.protocols.horizontal import messages as m
-from fedgrove.protocols.horizontal.common import base_score, check_params, label_stats_length
+from fedgrove.protocols.horizontal.common import base_score, check_params, column_bins, label_stats_length
 
 
 class _Aggregation:
@@ -54,19 +54,29 @@ class AggregatedSplitFinder(SplitFinder):
         self.layer_no = 0
         self.hist: dict[int, np.ndarray] = {}   # node -> histogram (bins, k)
         self.thresholds = bin_mapper.thresholds()
-        # the round's features (colsample_bytree)
+        # the round's features (colsample_bytree): the clients send their bins alone
         self.feature_mask = np.ones(bin_mapper.n_features, dtype=np.bool_) if feature_mask is None else feature_mask
+        self.columns = None if self.feature_mask.all() else np.nonzero(self.feature_mask)[0]
+        self.bins = np.arange(self.total_bins) if self.columns is None else column_bins(self.offsets, self.columns)
 
     def _plan(self, **kw):
-        plan = m.LayerPlan(tree=self.tree, layer=self.layer_no, **kw)
+        plan = m.LayerPlan(tree=self.tree, layer=self.layer_no,
+                           columns=[] if self.columns is None else self.columns.tolist(), **kw)
         for c in self.clients:
             self.agg.ch.send(c, m.CONTROL, plan)
 
+    def _histograms(self, vec: np.ndarray, n_nodes: int) -> np.ndarray:
+        """(n_nodes, total_bins, k) from the aggregated bins of the tree's features (the others' stay 0)."""
+        hist = np.zeros((n_nodes, self.total_bins, self.k))
+        hist[:, self.bins] = vec.reshape(n_nodes, len(self.bins), self.k)
+        return hist
+
     def root_stats(self):
         self._plan(split_nodes=[], features=[], bins=[], missing_left=[], left=[], right=[], build=[0])
-        vec = self.agg.collect(self.total_bins * self.k + 1)
-        self.hist[0] = vec[:-1].reshape(self.total_bins, self.k)
-        f0 = slice(int(self.offsets[0]), int(self.offsets[1]))
+        vec = self.agg.collect(len(self.bins) * self.k + 1)
+        self.hist[0] = self._histograms(vec[:-1], 1)[0]
+        f = 0 if self.columns is None else int(self.columns[0])  # any feature's bins sum to the node's total
+        f0 = slice(int(self.offsets[f]), int(self.offsets[f + 1]))
         g, h = self.hist[0][f0, 0].sum(), self.hist[0][f0, 1].sum()
         return np.array([g, h, vec[-1]])
 
@@ -103,9 +113,9 @@ class AggregatedSplitFinder(SplitFinder):
                    bins=[int(b) for b in splits.bin[split_rows]],
                    missing_left=[int(x) for x in splits.missing_left[split_rows]],
                    left=[int(c) for c in child_ids[:, 0]], right=[int(c) for c in child_ids[:, 1]], build=build)
-        n_hist = len(build) * self.total_bins * self.k
+        n_hist = len(build) * len(self.bins) * self.k
         vec = self.agg.collect(n_hist + 2 * len(ids))
-        built = vec[:n_hist].reshape(len(build), self.total_bins, self.k)
+        built = self._histograms(vec[:n_hist], len(build))
         counts = vec[n_hist:]
         for j, (parent, small, large) in enumerate(pairs):
             self.hist[small] = built[j]

@@ -15,7 +15,7 @@ from fedgrove.engine.tree import NODE_DTYPE, PackedEnsemble, Tree
 from fedgrove.exceptions import ProtocolError
 from fedgrove.protocols import features_digest
 from fedgrove.protocols.horizontal import messages as m
-from fedgrove.protocols.horizontal.common import check_params, label_stats
+from fedgrove.protocols.horizontal.common import check_params, column_bins, label_stats
 
 
 class HorizontalClient:
@@ -133,6 +133,8 @@ class HorizontalClient:
         else:
             counts = [len(finder.node_samples(0))]
         hist = finder.histograms_of(plan.build) if plan.build else np.zeros((0,))
+        if plan.build and plan.columns:  # the tree's features alone
+            hist = hist[:, column_bins(finder.feature_offsets, plan.columns)]
         vector = np.concatenate([hist.ravel(), np.asarray(counts, dtype=np.float64)])
         self._send_masked(f"tree={plan.tree}/layer={plan.layer}", vector)
 
@@ -155,6 +157,11 @@ class HorizontalClient:
         bad = [b for b in finder.unknown_nodes(plan.build or []) if b not in children]
         if bad:
             raise ProtocolError(f"{where}: histograms asked for nodes {bad} the tree does not have")
+        if plan.columns:
+            cols = list(plan.columns)
+            if cols != sorted(set(cols)) or not all(0 <= f < finder.n_features for f in cols):
+                raise ProtocolError(f"{where}: its features {cols} are not distinct sorted features 0 to "
+                                    f"{finder.n_features - 1}")
 
     @staticmethod
     def _tree(msg: m.TreeBroadcast) -> Tree:

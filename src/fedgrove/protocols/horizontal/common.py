@@ -40,3 +40,8 @@ def check_params(params: GBDTParams) -> None:
     if params.objective == "multiclass" and params.n_classes is None:
         raise InvalidParameterError(f"the horizontal protocol's multiclass needs {NEEDS_N_CLASSES}")
     refuse_unsupported(params, "the horizontal protocol")
+
+
+def column_bins(offsets: np.ndarray, columns) -> np.ndarray:
+    """The histogram bins of ``columns`` (sorted feature indices), in order: what a tree's histograms hold."""
+    return np.concatenate([np.arange(offsets[f], offsets[f + 1]) for f in columns]).astype(np.int64)

@@ -69,6 +69,7 @@ class LayerPlan(Message):
     right: list[int] = None
     build: list[int] = None
     done: bool = False
+    columns: list[int] = None  # the tree's features (colsample_bytree), whose bins alone the histograms hold; []: all
 
 
 @register
