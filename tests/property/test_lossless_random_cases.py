@@ -95,7 +95,7 @@ def _difference(fed, eng) -> str | None:
         # min_child_weight 0) is held to about 1e-16 |v| relative where |G| is near 1 (a tiny H comes with
         # |g| near 1 in binary and multiclass): seed 16, case 31 grew a one-instance leaf of 1.2e9, 3e-8 off
         # A leaf value beyond 1e12 has a hessian sum within a few thousand rounding steps of the sums it was
-        # subtracted from (an instance whose softmax probability is about 1e-15, under lambda 0): the value is set
+        # subtracted from (under lambda 0: instances whose probabilities are below about 1e-12): the value is set
         # by rounding (seed 109's FV-tree case 34, a one-instance leaf with G = -1: 1.2e15 in the engine, whose H,
         # 8.3e-16, is a difference of larger sums, and 1.1e21 in the protocol, whose H is the instance's 9.2e-22),
         # and so are the scores of every later tree; the comparison ends with that tree.
