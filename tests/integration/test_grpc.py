@@ -73,6 +73,25 @@ def test_messages_cross_processes_boundaries_over_mutual_tls(pair):
         got = b.recv("alice", "ping", Ping)
     np.testing.assert_array_equal(got.data, np.arange(5.0))
     assert a.stats.bytes_sent["bob"] == b.stats.bytes_received["alice"] > 40
+    assert b.mailboxes.keys() == []
+
+
+def test_a_mailbox_is_dropped_once_its_messages_are_taken(pair):
+    """Every layer of every tree is a new tag: a queue kept per tag grew a long-running party's memory."""
+    a, b = pair
+    for t in range(50):
+        with a.scope(tree=t):
+            a.send("bob", "ping", Ping(np.full(2, t)))
+    with a.scope(tree=50):
+        a.send("bob", "ping", Ping(np.zeros(1)))
+    deadline = time.monotonic() + 10
+    while b.mailboxes.pending() < 51 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.mailboxes.pending() == 51
+    for t in range(50):
+        with b.scope(tree=t):
+            assert b.recv("alice", "ping", Ping).data.tolist() == [t, t]
+    assert b.mailboxes.keys() == [("alice", "tree=50/ping")]
 
 
 def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_and_one_that_dies_is_not(tmp_path):
@@ -205,7 +224,7 @@ def test_a_certificate_from_another_ca_is_refused(tmp_path):
         with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
             intruder.send("bob", "ping", Ping(np.zeros(1)))
         assert time.monotonic() - t0 < 3  # said at once, not after waiting out the connect timeout
-        assert b._boxes == {}
+        assert b.mailboxes.keys() == []
     finally:
         intruder.close()
         b.close()
@@ -289,7 +308,7 @@ def test_a_peer_address_that_is_another_partys_is_named_at_once(tmp_path):
         with pytest.raises(ProtocolError, match=f"the party at 127.0.0.1:{pc} is not bob .*check bob's address"):
             a.send("bob", "ping", Ping(np.zeros(1)))
         assert time.monotonic() - t0 < 10
-        assert c._boxes == {}
+        assert c.mailboxes.keys() == []
     finally:
         a.close()
         c.close()
@@ -391,7 +410,7 @@ def test_pieces_that_do_not_fit_together_are_refused_and_nothing_reaches_the_mai
     stub(piece(message=8))
     with pytest.raises(grpc.RpcError):
         stub(piece(message=8, part=1, payload=b"abc"))  # fewer bytes than announced
-    assert not b._partial and not any(box.qsize() for box in b._boxes.values())
+    assert not b._partial and b.mailboxes.pending() == 0
 
 
 def test_a_message_that_takes_longer_than_the_timeout_to_cross_a_slow_link_is_delivered(tmp_path, monkeypatch):

@@ -2,7 +2,8 @@
 
 Each party serves ``fedgrove.Federation/Exchange`` and calls its peers'.  An
 envelope (sender, receiver, tag, payload) lands in the receiver's mailbox,
-one FIFO queue per (sender, tag), where :meth:`GrpcChannel.recv` waits for it.
+one FIFO queue per (sender, tag) while it holds messages
+(:class:`~fedgrove.transport.channel.Mailboxes`), where :meth:`GrpcChannel.recv` waits for it.
 A message larger than :attr:`GrpcChannel.chunk_bytes` travels as numbered
 pieces (message number, piece, pieces, total size), a few in flight at once,
 each a call of its own with its own deadline, and is put together by the
@@ -20,7 +21,6 @@ import collections
 import functools
 import itertools
 import os
-import queue
 import threading
 import time
 from concurrent import futures
@@ -34,7 +34,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from fedgrove.exceptions import PeerTimeoutError, ProtocolError, Terminated
 from fedgrove.log import logger
-from fedgrove.transport.channel import WAIT_NOTE_AFTER, WAIT_NOTE_EVERY, Channel
+from fedgrove.transport.channel import WAIT_NOTE_AFTER, WAIT_NOTE_EVERY, Channel, Mailboxes
 
 _METHOD = "/fedgrove.Federation/Exchange"
 FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol tag starts with "!")
@@ -170,7 +170,7 @@ class GrpcChannel(Channel):
         self.addresses = dict(peers)
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self._reached: set[str] = set()  # peers that took a message: before that, the startup timeout applies
-        self._boxes: dict[tuple[str, str], queue.Queue] = {}
+        self.mailboxes = Mailboxes()  # keyed by (sender, tag)
         self._lock = threading.Lock()
         self.failure: str | None = None  # set when a peer reports that it failed, so this party stops waiting
         self._ended: set[str] = set()    # peers that closed their channels
@@ -257,10 +257,6 @@ class GrpcChannel(Channel):
                 f"word from it): its process ended; {RESUME_HINT}")
 
     # -- server side ---------------------------------------------------------------------
-    def _box(self, sender: str, tag: str) -> queue.Queue:
-        with self._lock:
-            return self._boxes.setdefault((sender, tag), queue.Queue())
-
     def _on_exchange(self, env, context):
         names = context.auth_context().get("x509_common_name", [])
         caller = names[0].decode() if names else None
@@ -293,7 +289,7 @@ class GrpcChannel(Channel):
             if refused:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused)
         else:
-            self._box(env.sender, env.tag).put(bytes(env.payload))
+            self.mailboxes.put((env.sender, env.tag), bytes(env.payload))
         return Ack(error="")
 
     def _add_piece(self, env) -> str | None:
@@ -325,7 +321,7 @@ class GrpcChannel(Channel):
             if whole["bytes"] != whole["size"]:
                 return f"message {env.message} holds {whole['bytes']} bytes, not the {whole['size']} announced"
             data = b"".join(whole["pieces"][k] for k in range(whole["parts"]))
-        self._box(env.sender, whole["tag"]).put(data)
+        self.mailboxes.put((env.sender, whole["tag"]), data)
         return None
 
     # -- client side ---------------------------------------------------------------------
@@ -427,7 +423,8 @@ class GrpcChannel(Channel):
                              f"CA's ca.pem in each party's certs folder")
 
     def _recv_bytes(self, peer, tag, timeout):
-        return self._wait(self._box(peer, tag), peer, tag, timeout)
+        with self.mailboxes.waiting((peer, tag)) as box:
+            return self._wait(box, peer, tag, timeout)
 
     def _failure(self):
         return self.failure

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 
 from fedgrove.exceptions import InvalidParameterError
-from fedgrove.transport.channel import Channel
+from fedgrove.transport.channel import Channel, Mailboxes
 
 
 class InProcessHub:
@@ -22,7 +21,7 @@ class InProcessHub:
         if twice:  # the roles are keyed by name: one of the two ran, with its part of the data alone
             raise InvalidParameterError(f"party names must be distinct; {twice[0]!r} is given "
                                         f"{self.parties.count(twice[0])} times")
-        self._boxes: dict[tuple[str, str, str], queue.Queue] = {}
+        self.mailboxes = Mailboxes()  # keyed by (sender, receiver, tag)
         self._lock = threading.Lock()
         self.failure: str | None = None  # set when a party fails, so the others stop waiting
         self._channels: dict[str, InProcessChannel] = {}
@@ -37,13 +36,6 @@ class InProcessHub:
         with self._lock:
             if self.failure is None:
                 self.failure = reason
-
-    def box(self, src: str, dst: str, tag: str) -> queue.Queue:
-        key = (src, dst, tag)
-        with self._lock:
-            if key not in self._boxes:
-                self._boxes[key] = queue.Queue()
-            return self._boxes[key]
 
     def channel(self, party: str, timeout: float = 60.0, **kw) -> "InProcessChannel":
         ch = InProcessChannel(self, party, [p for p in self.parties if p != party], timeout, **kw)
@@ -72,10 +64,11 @@ class InProcessChannel(Channel):
         self.hub = hub
 
     def _send_bytes(self, peer, tag, data):
-        self.hub.box(self.party, peer, tag).put(data)
+        self.hub.mailboxes.put((self.party, peer, tag), data)
 
     def _recv_bytes(self, peer, tag, timeout):
-        return self._wait(self.hub.box(peer, self.party, tag), peer, tag, timeout)
+        with self.hub.mailboxes.waiting((peer, self.party, tag)) as box:
+            return self._wait(box, peer, tag, timeout)
 
     def _failure(self):
         return self.hub.failure

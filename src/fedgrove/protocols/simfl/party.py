@@ -168,7 +168,8 @@ class SimFLParty:
         cached = Similarity.load(self.cache) if self.cache else None
         ok = cached is not None and cached.key == key and cached.data_digest == self._data_digest()
         ch.broadcast("cache", m.CacheStatus(ok), self.others)
-        if ok and all(s.ok for s in ch.gather("cache", m.CacheStatus, self.others).values()):
+        theirs = ch.gather("cache", m.CacheStatus, self.others)  # taken even when this party has none to reuse
+        if ok and all(s.ok for s in theirs.values()):
             self.similarity = cached
             self.timings["preprocess_reused"] = True
             return cached
