@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedgrove.ledger.contributions import shapley_values, split_sums, utility, vote_contributions
+from fedgrove.ledger.contributions import (exact_shapley_values, shapley_values, split_sums, utility,
+                                           vote_contributions)
 
 
 def _sums(rng, m):
@@ -18,6 +19,35 @@ def test_efficiency_values_add_up_to_the_split_gain(rng, m):
     phi, se, method = shapley_values(s, reg_lambda=1.0, gamma=0.5)
     assert method == "exact" and np.all(se == 0)
     assert phi.sum() == pytest.approx(utility(s.sum(axis=0), 1.0, 0.5))
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 5])
+def test_exact_values_are_the_mean_marginal_utility_over_every_order_of_the_parties(rng, m):
+    import itertools
+    import math
+
+    s = _sums(rng, m)
+    s[0, 1] = 0.0  # a side with no hessian: with lambda 0 its score is 0, not 0/0
+    for lam, gamma in ((1.0, 0.5), (0.0, 0.0)):
+        want = np.zeros(m)
+        for order in itertools.permutations(range(m)):
+            before = 0.0
+            for k, i in enumerate(order):
+                now = float(utility(s[list(order[:k + 1])].sum(axis=0), lam, gamma))
+                want[i] += now - before
+                before = now
+        np.testing.assert_allclose(shapley_values(s, lam, gamma)[0], want / math.factorial(m), rtol=1e-12,
+                                   atol=1e-12)
+
+
+def test_a_layers_splits_computed_together_give_each_splits_values_bit_for_bit(rng):
+    # a party computes its layer's splits in one call; `fedgrove ledger verify` recomputes each on its own
+    sums = np.stack([_sums(rng, 4) for _ in range(30)])
+    together = exact_shapley_values(sums, 1.0, 0.1)
+    for k in range(30):
+        assert np.array_equal(together[k], shapley_values(sums[k], 1.0, 0.1)[0])
+    with pytest.raises(ValueError, match=r"party sums are \(splits, parties, 4\), got shape \(4, 4\)"):
+        exact_shapley_values(sums[0], 1.0)
 
 
 def test_symmetry_and_null_player(rng):

@@ -61,10 +61,15 @@ def best_index(gains) -> int:
     """Index of the best of ``gains`` under the split search's tie rule (scanning in order, a gain replaces
     the best only when it exceeds it by more than the tolerance, so near-equal gains go to the lowest
     index whatever order their sums were taken in); -1 when every gain is -inf."""
+    return int(_best_index(np.ascontiguousarray(gains, dtype=np.float64).reshape(-1)))
+
+
+@njit(cache=True)
+def _best_index(gains):
     best, at = -np.inf, -1
-    for i, g in enumerate(np.asarray(gains, dtype=np.float64).tolist()):
-        if _better.py_func(g, best):
-            best, at = g, i
+    for i in range(gains.shape[0]):
+        if _better(gains[i], best):
+            best, at = gains[i], i
     return at
 
 

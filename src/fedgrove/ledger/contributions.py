@@ -19,9 +19,11 @@ voted for the chosen feature.  A party's total over a model is
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
+from numba import njit
 
 EXACT_MAX = 12
 
@@ -53,25 +55,72 @@ def utility(sums: np.ndarray, reg_lambda: float, gamma: float) -> np.ndarray:
     return np.maximum(gain, 0.0)
 
 
+@functools.lru_cache(maxsize=EXACT_MAX + 1)
+def _weights(m: int) -> np.ndarray:
+    """Shapley weight of a coalition of each size s without the party: s! (m - s - 1)! / m!."""
+    weight = np.array([math.factorial(s) * math.factorial(m - s - 1) for s in range(m)], dtype=np.float64)
+    return weight / math.factorial(m)
+
+
+@njit(cache=True)
+def _exact(party_sums, reg_lambda, gamma, weight):
+    n, m = party_sums.shape[0], party_sums.shape[1]
+    n_masks = 1 << m
+    phi = np.zeros((n, m))
+    v = np.empty(n_masks)
+    size = np.zeros(n_masks, dtype=np.int64)
+    for b in range(n_masks):
+        for i in range(m):
+            size[b] += (b >> i) & 1
+    for k in range(n):
+        for b in range(n_masks):
+            gl = hl = gr = hr = 0.0
+            for i in range(m):  # the coalition's sums, party by party
+                if (b >> i) & 1:
+                    gl += party_sums[k, i, 0]
+                    hl += party_sums[k, i, 1]
+                    gr += party_sums[k, i, 2]
+                    hr += party_sums[k, i, 3]
+            gain = 0.5 * (_score1(gl, hl, reg_lambda) + _score1(gr, hr, reg_lambda)
+                          - _score1(gl + gr, hl + hr, reg_lambda)) - gamma
+            v[b] = 0.0 if gain < 0.0 else gain
+        for i in range(m):
+            acc = 0.0
+            for b in range(n_masks):  # the coalitions without party i, in order
+                if not (b >> i) & 1:
+                    acc += weight[size[b]] * (v[b | (1 << i)] - v[b])
+            phi[k, i] = acc
+    return phi
+
+
+@njit(cache=True, inline="always")
+def _score1(g, h, reg_lambda):
+    den = h + reg_lambda
+    return g * g / den if den > 0 else 0.0
+
+
+def exact_shapley_values(party_sums: np.ndarray, reg_lambda: float, gamma: float = 0.0) -> np.ndarray:
+    """Exact split Shapley values of many splits at once: ``party_sums`` (splits, parties, 4) -> (splits,
+    parties).  Each split is computed on its own, in one fixed order, so a ledger check that recomputes one
+    split finds, bit for bit, the values of a party that computed its layer's splits together."""
+    party_sums = np.ascontiguousarray(party_sums, dtype=np.float64)
+    if party_sums.ndim != 3 or party_sums.shape[2] != 4:
+        raise ValueError(f"party sums are (splits, parties, 4), got shape {party_sums.shape}")
+    m = party_sums.shape[1]
+    if m > EXACT_MAX:
+        raise ValueError(f"exact Shapley values are computed for at most {EXACT_MAX} parties, got {m}")
+    if m == 0:
+        return np.zeros((party_sums.shape[0], 0))
+    return _exact(party_sums, float(reg_lambda), float(gamma), _weights(m))
+
+
 def shapley_values(party_sums: np.ndarray, reg_lambda: float, gamma: float = 0.0, n_permutations: int = 2000,
                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
     """Split Shapley value of each party from its (G_L, H_L, G_R, H_R): (values, standard errors, method)."""
     party_sums = np.asarray(party_sums, dtype=np.float64).reshape(-1, 4)
     m = len(party_sums)
-    if m == 0:
-        return np.zeros(0), np.zeros(0), "exact"
     if m <= EXACT_MAX:
-        masks = np.arange(1 << m, dtype=np.int64)
-        member = ((masks[:, None] >> np.arange(m)) & 1).astype(np.float64)   # (2^m, m)
-        v = utility(member @ party_sums, reg_lambda, gamma)
-        size = member.sum(axis=1).astype(np.int64)
-        weight = np.array([math.factorial(s) * math.factorial(m - s - 1) for s in range(m)], dtype=np.float64)
-        weight /= math.factorial(m)
-        phi = np.zeros(m)
-        for i in range(m):
-            without = (masks >> i) & 1 == 0
-            phi[i] = np.sum(weight[size[without]] * (v[masks[without] | (1 << i)] - v[without]))
-        return phi, np.zeros(m), "exact"
+        return exact_shapley_values(party_sums[None], reg_lambda, gamma)[0], np.zeros(m), "exact"
     rng = np.random.default_rng(seed)
     marg = np.empty((n_permutations, m))
     for p in range(n_permutations):
