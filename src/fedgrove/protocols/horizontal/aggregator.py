@@ -231,7 +231,7 @@ class HorizontalAggregator:
         return model
 
     def _contributions(self, tree_id: int, tree) -> None:
-        from fedgrove.ledger.contributions import shapley_values
+        from fedgrove.ledger import contributions
 
         p = self.params
         nodes = [int(n) for n in np.nonzero(~tree.is_leaf)[0]]
@@ -243,7 +243,12 @@ class HorizontalAggregator:
                 raise ProtocolError(f"split sums from {c} do not match tree {tree_id}")
             per_client.append(msg.sums)
         sums = np.stack(per_client, axis=1)  # (nodes, clients, 4)
+        if len(self.clients) <= contributions.EXACT_MAX:  # exact: every split at once
+            for phi in contributions.exact_shapley_values(sums, p.reg_lambda, p.gamma):
+                self.shapley += phi
+            return
         for k in range(len(nodes)):  # each split its own permutations, so that the errors of the sum add up
-            phi, se, _ = shapley_values(sums[k], p.reg_lambda, p.gamma, seed=[int(p.seed), tree_id, k])
+            phi, se, _ = contributions.shapley_values(sums[k], p.reg_lambda, p.gamma,
+                                                      seed=[int(p.seed), tree_id, k])
             self.shapley += phi
             self.shapley_var += se ** 2
