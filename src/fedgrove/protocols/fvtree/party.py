@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from fedgrove.crypto.signing import SigningKey, verify
+from fedgrove.crypto.signing import SigningKey, public_key, verify
 from fedgrove.engine.binning import BinMapper, QuantileSketch
 from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
@@ -130,6 +130,7 @@ class _Peer:
     key: bytes
     n_samples: int
     psd: PSD | None = None
+    public: object = None  # the key loaded once for the signature checks (Ed25519PublicKey)
 
 
 @dataclass
@@ -205,7 +206,10 @@ class FVTreeParty:
 
     def _open(self, author: str, signed: m.SignedRecord, expect: type):
         """Check a record's author signature and decode its body as ``expect``."""
-        if not verify(self.peers[author].key, signed.signature, signed_bytes(signed.kind, author, signed.body)):
+        peer = self.peers[author]
+        if peer.public is None:
+            peer.public = public_key(peer.key)
+        if not verify(peer.public, signed.signature, signed_bytes(signed.kind, author, signed.body)):
             raise ProtocolError(f"{signed.kind} from {author}: the signature does not verify")
         return decode(signed.body, expect, context=f"{signed.kind} from {author}")
 
