@@ -80,6 +80,13 @@ def _warm_engine(cfg, X, rng) -> None:
             make_objective("multiclass", 3).gradients(y, raw)
             none = np.zeros(0, dtype=np.int64)
             add_to_segments(raw, 0, none, none, none, none, none, np.zeros(0))
+    if cfg.protocol in ("fvtree", "horizontal"):
+        # FV-tree's vote pick; split Shapley values (FV-tree, and horizontal runs with contributions on)
+        from fedgrove.engine.split import best_index
+        from fedgrove.ledger.contributions import exact_shapley_values
+
+        best_index(rng.normal(size=4))
+        exact_shapley_values(np.abs(rng.normal(size=(2, 3, 4))), 1.0, 0.0)
     if cfg.protocol == "simfl":
         _warm_lsh(X)
         # routing the others' trees through a party's rows: ranks of the smallest type that holds them
