@@ -86,7 +86,7 @@ def _warm_engine(cfg, X, rng) -> None:
         from fedgrove.ledger.contributions import exact_shapley_values
 
         best_index(rng.normal(size=4))
-        exact_shapley_values(np.abs(rng.normal(size=(2, 3, 4))), 1.0, 0.0)
+        exact_shapley_values(np.abs(rng.normal(size=(2, 1, 4))), 1.0, 0.0)  # one party: any EXACT_MAX allows it
     if cfg.protocol == "simfl":
         _warm_lsh(X)
         # routing the others' trees through a party's rows: ranks of the smallest type that holds them
