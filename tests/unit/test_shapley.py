@@ -41,7 +41,7 @@ def test_exact_values_are_the_mean_marginal_utility_over_every_order_of_the_part
 
 
 def test_a_layers_splits_computed_together_give_each_splits_values_bit_for_bit(rng):
-    # a party computes its layer's splits in one call; `fedgrove ledger verify` recomputes each on its own
+    # the horizontal aggregator computes a tree's splits in one call; a check may recompute each on its own
     sums = np.stack([_sums(rng, 4) for _ in range(30)])
     together = exact_shapley_values(sums, 1.0, 0.1)
     for k in range(30):

@@ -101,8 +101,9 @@ def _score1(g, h, reg_lambda):
 
 def exact_shapley_values(party_sums: np.ndarray, reg_lambda: float, gamma: float = 0.0) -> np.ndarray:
     """Exact split Shapley values of many splits at once: ``party_sums`` (splits, parties, 4) -> (splits,
-    parties).  Each split is computed on its own, in one fixed order, so a ledger check that recomputes one
-    split finds, bit for bit, the values of a party that computed its layer's splits together."""
+    parties).  Each split is computed on its own, in one fixed order, so its values are the same bit for bit
+    whether computed alone (:func:`shapley_values`, a ledger check) or with others (the horizontal aggregator's
+    tree at once)."""
     party_sums = np.ascontiguousarray(party_sums, dtype=np.float64)
     if party_sums.ndim != 3 or party_sums.shape[2] != 4:
         raise ValueError(f"party sums are (splits, parties, 4), got shape {party_sums.shape}")

@@ -24,6 +24,7 @@ party's ledger replica; replicas are compared at the end.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -130,7 +131,11 @@ class _Peer:
     key: bytes
     n_samples: int
     psd: PSD | None = None
-    public: object = None  # the key loaded once for the signature checks (Ed25519PublicKey)
+
+    @functools.cached_property
+    def public(self):
+        """The key loaded once for the signature checks (Ed25519PublicKey)."""
+        return public_key(self.key)
 
 
 @dataclass
@@ -206,10 +211,7 @@ class FVTreeParty:
 
     def _open(self, author: str, signed: m.SignedRecord, expect: type):
         """Check a record's author signature and decode its body as ``expect``."""
-        peer = self.peers[author]
-        if peer.public is None:
-            peer.public = public_key(peer.key)
-        if not verify(peer.public, signed.signature, signed_bytes(signed.kind, author, signed.body)):
+        if not verify(self.peers[author].public, signed.signature, signed_bytes(signed.kind, author, signed.body)):
             raise ProtocolError(f"{signed.kind} from {author}: the signature does not verify")
         return decode(signed.body, expect, context=f"{signed.kind} from {author}")
 

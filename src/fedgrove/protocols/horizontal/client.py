@@ -133,10 +133,10 @@ class HorizontalClient:
         else:
             counts = [len(finder.node_samples(0))]
         hist = np.zeros((0,))
-        if plan.build and plan.columns:  # the tree's features alone: built and sent
-            hist = finder.histograms_of(plan.build, plan.columns)[:, column_bins(finder.feature_offsets, plan.columns)]
-        elif plan.build:
-            hist = finder.histograms_of(plan.build)
+        if plan.build:
+            hist = finder.histograms_of(plan.build, plan.columns or None)
+            if plan.columns:  # the tree's features alone: built and sent
+                hist = hist[:, column_bins(finder.feature_offsets, plan.columns)]
         vector = np.concatenate([hist.ravel(), np.asarray(counts, dtype=np.float64)])
         self._send_masked(f"tree={plan.tree}/layer={plan.layer}", vector)
 
