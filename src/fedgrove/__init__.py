@@ -22,6 +22,9 @@ _LAZY = {
     "ForestParams": "fedgrove.engine.forest", "train_forest": "fedgrove.engine.forest",
     "GBDTModel": "fedgrove.engine.model", "ForestModel": "fedgrove.engine.model",
     "load_model": "fedgrove.engine.model",
+    # the engine as scikit-learn estimators
+    "GBDTClassifier": "fedgrove.sklearn", "GBDTRegressor": "fedgrove.sklearn",
+    "RandomForestClassifier": "fedgrove.sklearn", "RandomForestRegressor": "fedgrove.sklearn",
     # data
     "load_table": "fedgrove.data.io", "load_dataset": "fedgrove.data.datasets",
     # encryption

@@ -1,0 +1,134 @@
+"""The scikit-learn estimators: scikit-learn's own estimator checks, and a thin layer over the engine (the
+same trees as train_gbdt / train_forest on the encoded labels, bit for bit)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from fedgrove.engine.forest import ForestParams, train_forest
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.engine.model import load_model
+from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.sklearn import GBDTClassifier, GBDTRegressor, RandomForestClassifier, RandomForestRegressor
+from tests.conftest import make_classification
+
+
+# few, shallow trees: the checks are about the estimator contract (fitted attributes, errors, invariances, a
+# score above scikit-learn's bar on easy data), not about accuracy
+@parametrize_with_checks([GBDTClassifier(n_estimators=8, max_depth=3, learning_rate=0.5),
+                          GBDTRegressor(n_estimators=8, max_depth=3, learning_rate=0.5),
+                          RandomForestClassifier(n_estimators=5, max_depth=6),
+                          RandomForestRegressor(n_estimators=5, max_depth=6)])
+def test_passes_scikit_learns_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def _three_classes(n=400, seed=0):
+    X, y = make_classification(n, 6, seed=seed)
+    y = y.astype(int) + (X[:, 2] > 0.5)  # 0, 1, 2
+    return X, y
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_classifier_is_train_gbdt_on_encoded_labels(n_classes):
+    # string labels in any order map to 0..K-1 by sorted class; the model is the engine's, bit for bit
+    X, y = _three_classes() if n_classes == 3 else make_classification(400, 6, seed=1)
+    names = np.array(["cat", "ant", "bee"])[: n_classes][y.astype(int)]
+    est = GBDTClassifier(n_estimators=6, max_depth=4, seed=3).fit(X, names)
+    objective = "multiclass" if n_classes == 3 else "binary"
+    ref = train_gbdt(GBDTParams(objective, n_estimators=6, max_depth=4, seed=3,
+                                n_classes=n_classes if n_classes == 3 else None),
+                     X, np.searchsorted(np.sort(np.unique(names)), names))
+    assert est.classes_.tolist() == sorted(set(names.tolist()))
+    np.testing.assert_array_equal(est.predict_proba(X), ref.predict_proba(X))
+    assert est.predict(X).tolist() == est.classes_[ref.predict(X)].tolist()
+    assert est.model_.classes == est.classes_.tolist()
+
+
+def test_regressor_and_forests_are_the_engines_models():
+    X, y = make_classification(300, 5, seed=2)
+    target = X[:, 0] * 3 + X[:, 1] ** 2
+    gbdt = GBDTRegressor(n_estimators=7, max_depth=3, reg_lambda=2.0, seed=1).fit(X, target)
+    ref = train_gbdt(GBDTParams("regression", n_estimators=7, max_depth=3, reg_lambda=2.0, seed=1), X, target)
+    np.testing.assert_array_equal(gbdt.predict(X), ref.predict(X))
+
+    rf = RandomForestRegressor(n_estimators=4, max_depth=5, seed=4).fit(X, target)
+    ref = train_forest(ForestParams("regression", n_estimators=4, max_depth=5, seed=4), X, target)
+    np.testing.assert_array_equal(rf.predict(X), ref.predict(X))
+
+    labels = np.where(y == 1, "yes", "no")
+    rf = RandomForestClassifier(n_estimators=4, criterion="entropy", seed=5).fit(X, labels)
+    ref = train_forest(ForestParams(n_estimators=4, criterion="entropy", seed=5), X, y)  # "no" < "yes"
+    np.testing.assert_array_equal(rf.predict_proba(X), ref.predict_proba(X))
+    assert set(rf.predict(X)) <= {"yes", "no"}
+
+
+def test_feature_importances_are_gain_shares():
+    X, y = make_classification(300, 5, seed=6)
+    X[:, 4] = 0.0  # a constant column: never split on
+    for est in (GBDTClassifier(n_estimators=5), RandomForestClassifier(n_estimators=5)):
+        imp = est.fit(X, y).feature_importances_
+        gain = est.model_.feature_importance("gain")
+        assert imp.shape == (5,) and imp[4] == 0.0
+        np.testing.assert_allclose(imp, gain / gain.sum())
+        assert imp.sum() == pytest.approx(1.0)
+
+
+def test_early_stopping_on_an_eval_set_with_class_names():
+    X, y = make_classification(600, 6, seed=7)
+    names = np.where(y == 1, "pos", "neg")
+    est = GBDTClassifier(n_estimators=300, learning_rate=0.5, max_depth=6, early_stopping_rounds=5,
+                         eval_metric="logloss")
+    est.fit(X[:400], names[:400], eval_set=(X[400:], names[400:]))
+    assert est.best_iteration_ is not None and est.best_iteration_ < 299
+    assert est.model_.n_rounds == est.best_iteration_ + 1
+    with pytest.raises(DataError, match=r"classes the training labels lack: \['maybe'\]"):
+        est.fit(X[:400], names[:400], eval_set=(X[400:], np.where(y[400:] == 1, "maybe", "neg")))
+    with pytest.raises(InvalidParameterError, match="eval_set must be a pair"):
+        est.fit(X, names, eval_set=[(X, names)] * 3)
+    with pytest.raises(InvalidParameterError, match="early_stopping_rounds=5 watches a validation set"):
+        est.fit(X, names)
+
+
+def test_bad_parameters_fail_at_fit_naming_the_value():
+    X, y = make_classification(100, 3, seed=8)
+    with pytest.raises(InvalidParameterError, match="max_depth"):
+        GBDTClassifier(max_depth=0).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="max_features"):
+        RandomForestClassifier(max_features="most").fit(X, y)
+    with pytest.raises(DataError, match="needs at least 2 classes in y, got 1 class: 'a'"):
+        GBDTClassifier().fit(X, np.full(100, "a"))
+
+
+def test_dataframe_columns_name_the_saved_models_features(tmp_path):
+    # the model file is the CLI's: `fedgrove predict` reads it and prints the class names
+    X, y = make_classification(300, 4, seed=9)
+    frame = pd.DataFrame(X, columns=["age", "height", "weight", "score"])
+    est = GBDTClassifier(n_estimators=5).fit(frame, np.where(y == 1, "high", "low"))
+    assert est.feature_names_in_.tolist() == ["age", "height", "weight", "score"]
+    path = tmp_path / "model.json"
+    est.model_.save(path)
+    loaded = load_model(path)
+    assert loaded.feature_names == ["age", "height", "weight", "score"]
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(frame))
+    data = tmp_path / "test.csv"
+    frame.iloc[:5].to_csv(data, index=False)
+    out = subprocess.run([sys.executable, "-m", "fedgrove.cli.main", "predict", str(path), str(data)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[1:] == est.predict(frame.iloc[:5]).tolist()
+
+
+def test_works_in_pipelines_and_searches():
+    X, y = make_classification(300, 5, seed=10)
+    scores = cross_val_score(make_pipeline(StandardScaler(), GBDTClassifier(n_estimators=20)), X, y, cv=3)
+    assert scores.mean() > 0.8
+    xor = (X[:, 0] > 0) != (X[:, 1] > 0)  # stumps cannot learn it
+    search = GridSearchCV(RandomForestClassifier(n_estimators=10), {"max_depth": [1, 8]}, cv=3).fit(X, xor)
+    assert search.best_params_ == {"max_depth": 8} and search.best_score_ > 0.8
