@@ -176,6 +176,12 @@ class GBDTClassifier(_GBDT, _Classifier):
         self.best_iteration_ = model.best_iteration
         return self._keep(model)
 
+    def decision_function(self, X) -> np.ndarray:
+        """Raw scores (log-odds of ``classes_[1]``, shape (n_samples,), for two classes; one column per class
+        before the softmax for more)."""
+        check_is_fitted(self)
+        return self.model_.predict_raw(self._check_X(X, reset=False))
+
 
 class GBDTRegressor(_GBDT, _Regressor):
     __doc__ = "Gradient-boosted trees for regression (squared error)." + _GBDT_DOC

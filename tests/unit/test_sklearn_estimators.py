@@ -49,6 +49,7 @@ def test_classifier_is_train_gbdt_on_encoded_labels(n_classes):
     assert est.classes_.tolist() == sorted(set(names.tolist()))
     np.testing.assert_array_equal(est.predict_proba(X), ref.predict_proba(X))
     assert est.predict(X).tolist() == est.classes_[ref.predict(X)].tolist()
+    np.testing.assert_array_equal(est.decision_function(X), ref.predict_raw(X))
     assert est.model_.classes == est.classes_.tolist()
 
 
