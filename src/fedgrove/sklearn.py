@@ -41,6 +41,11 @@ def _dense(X) -> np.ndarray:
     return X.toarray() if hasattr(X, "toarray") else X
 
 
+def _check_pair(eval_set) -> None:
+    if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
+        raise InvalidParameterError(f"eval_set must be a pair (X_val, y_val), got {type(eval_set).__name__}")
+
+
 class _Ensemble(BaseEstimator):
     """What the four estimators share: input checks, the engine call, predictions and importances."""
 
@@ -97,8 +102,7 @@ class _Classifier(ClassifierMixin, _Ensemble):
         """``eval_set``'s labels by ``classes_``; every one of them must be a class of the training labels."""
         if eval_set is None:
             return None
-        if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
-            raise InvalidParameterError(f"eval_set must be a pair (X_val, y_val), got {type(eval_set).__name__}")
+        _check_pair(eval_set)
         X_val = self._check_X(eval_set[0], reset=False)
         y_val = np.asarray(eval_set[1]).reshape(-1)
         known = np.isin(y_val, self.classes_)
@@ -189,9 +193,7 @@ class GBDTRegressor(_GBDT, _Regressor):
     def fit(self, X, y, eval_set=None):
         X, y = self._validate_xy(X, y, y_numeric=True)
         if eval_set is not None:
-            if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
-                raise InvalidParameterError(f"eval_set must be a pair (X_val, y_val), got "
-                                            f"{type(eval_set).__name__}")
+            _check_pair(eval_set)
             eval_set = (self._check_X(eval_set[0], reset=False), np.asarray(eval_set[1], dtype=np.float64))
         self.model_ = self._fit_model(X, y, self._engine_params(objective="regression"), eval_set)
         self.best_iteration_ = self.model_.best_iteration

@@ -96,6 +96,13 @@ def test_early_stopping_on_an_eval_set_with_class_names():
         est.fit(X, names, eval_set=[(X, names)] * 3)
     with pytest.raises(InvalidParameterError, match="early_stopping_rounds=5 watches a validation set"):
         est.fit(X, names)
+    # the regressor's validation labels are numbers
+    target = X[:, 0] + 0.1 * X[:, 1]
+    reg = GBDTRegressor(n_estimators=300, learning_rate=0.5, early_stopping_rounds=5)
+    reg.fit(X[:400], target[:400], eval_set=(X[400:], target[400:]))
+    assert reg.best_iteration_ is not None and reg.model_.n_rounds == reg.best_iteration_ + 1 < 300
+    with pytest.raises(InvalidParameterError, match="eval_set must be a pair"):
+        reg.fit(X, target, eval_set=X)
 
 
 def test_bad_parameters_fail_at_fit_naming_the_value():
