@@ -31,19 +31,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedgrove.engine.forest import ForestParams, train_forest
-from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.engine.gbdt import GBDTParams, check_eval_pair, train_gbdt
+from fedgrove.exceptions import DataError
 
 __all__ = ["GBDTClassifier", "GBDTRegressor", "RandomForestClassifier", "RandomForestRegressor"]
 
 
-def _dense(X) -> np.ndarray:
-    return X.toarray() if hasattr(X, "toarray") else X
-
-
-def _check_pair(eval_set) -> None:
-    if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
-        raise InvalidParameterError(f"eval_set must be a pair (X_val, y_val), got {type(eval_set).__name__}")
+#: how every estimator checks its input (sparse input is kept: the engine makes it dense)
+_INPUT = dict(accept_sparse=("csr", "csc", "coo"), dtype=np.float64, ensure_all_finite="allow-nan")
 
 
 class _Ensemble(BaseEstimator):
@@ -53,24 +48,20 @@ class _Ensemble(BaseEstimator):
     _params_class = None
 
     def _check_X(self, X, reset: bool):
-        return _dense(validate_data(self, X, reset=reset, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
-                                    ensure_all_finite="allow-nan"))
+        return validate_data(self, X, reset=reset, **_INPUT)
 
     def _engine_params(self, **fixed):
         names = self._get_param_names()
         return self._params_class(**{k: getattr(self, k) for k in names}, **fixed)
 
     def _fit_model(self, X, y, params, eval_set=None):
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(v) for v in names]
+        names = getattr(self, "feature_names_in_", None)  # (set by validate_data for a DataFrame)
         if isinstance(params, GBDTParams):
             return train_gbdt(params, X, y, eval_set=eval_set, feature_names=names)
         return train_forest(params, X, y, feature_names=names)
 
     def _validate_xy(self, X, y, y_numeric: bool):
-        X, y = validate_data(self, X, y, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
-                             ensure_all_finite="allow-nan", y_numeric=y_numeric)
-        return _dense(X), y
+        return validate_data(self, X, y, y_numeric=y_numeric, **_INPUT)
 
     @property
     def feature_importances_(self) -> np.ndarray:
@@ -102,7 +93,7 @@ class _Classifier(ClassifierMixin, _Ensemble):
         """``eval_set``'s labels by ``classes_``; every one of them must be a class of the training labels."""
         if eval_set is None:
             return None
-        _check_pair(eval_set)
+        check_eval_pair(eval_set)
         X_val = self._check_X(eval_set[0], reset=False)
         y_val = np.asarray(eval_set[1]).reshape(-1)
         known = np.isin(y_val, self.classes_)
@@ -193,8 +184,8 @@ class GBDTRegressor(_GBDT, _Regressor):
     def fit(self, X, y, eval_set=None):
         X, y = self._validate_xy(X, y, y_numeric=True)
         if eval_set is not None:
-            _check_pair(eval_set)
-            eval_set = (self._check_X(eval_set[0], reset=False), np.asarray(eval_set[1], dtype=np.float64))
+            check_eval_pair(eval_set)
+            eval_set = (self._check_X(eval_set[0], reset=False), eval_set[1])
         self.model_ = self._fit_model(X, y, self._engine_params(objective="regression"), eval_set)
         self.best_iteration_ = self.model_.best_iteration
         return self

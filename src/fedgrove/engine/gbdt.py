@@ -121,6 +121,16 @@ def early_stopping(rounds: int, higher_is_better: bool) -> Callable[[CallbackEnv
     return _callback
 
 
+def check_eval_pair(eval_set) -> None:
+    """An ``eval_set`` is one pair (X_val, y_val)."""
+    if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
+        sequence = isinstance(eval_set, (tuple, list))
+        hint = ("; XGBoost's list of pairs holds one here: give that pair" if sequence and len(eval_set) == 1
+                and isinstance(eval_set[0], (tuple, list)) else "")
+        raise InvalidParameterError(f"eval_set must be a pair (X_val, y_val), got {type(eval_set).__name__}"
+                                    f"{f' of {len(eval_set)} items' if sequence else ''}{hint}")
+
+
 def check_xy(X, y, n_features: int | None = None):
     """Validate arrays at the public boundary."""
     check_row_labels({"X": X, "y": y})
@@ -243,12 +253,8 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     if params.early_stopping_rounds and eval_set is None:  # it trained every round without a word
         raise InvalidParameterError(f"early_stopping_rounds={params.early_stopping_rounds} watches a validation "
                                     f"set: give eval_set=(X_val, y_val)")
-    if eval_set is not None and not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
-        sequence = isinstance(eval_set, (tuple, list))
-        hint = ("; XGBoost's list of pairs holds one here: give that pair" if sequence and len(eval_set) == 1
-                and isinstance(eval_set[0], (tuple, list)) else "")
-        raise InvalidParameterError(f"eval_set must be a pair (X_val, y_val), got {type(eval_set).__name__}"
-                                    f"{f' of {len(eval_set)} items' if sequence else ''}{hint}")
+    if eval_set is not None:
+        check_eval_pair(eval_set)
     feature_names = names_of(X, feature_names)
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
