@@ -54,11 +54,11 @@ class _Ensemble(BaseEstimator):
         names = self._get_param_names()
         return self._params_class(**{k: getattr(self, k) for k in names}, **fixed)
 
-    def _fit_model(self, X, y, params, eval_set=None):
+    def _fit_model(self, X, y, params, sample_weight=None, eval_set=None):
         names = getattr(self, "feature_names_in_", None)  # (set by validate_data for a DataFrame)
         if isinstance(params, GBDTParams):
-            return train_gbdt(params, X, y, eval_set=eval_set, feature_names=names)
-        return train_forest(params, X, y, feature_names=names)
+            return train_gbdt(params, X, y, eval_set=eval_set, feature_names=names, sample_weight=sample_weight)
+        return train_forest(params, X, y, feature_names=names, sample_weight=sample_weight)
 
     def _validate_xy(self, X, y, y_numeric: bool):
         return validate_data(self, X, y, y_numeric=y_numeric, **_INPUT)
@@ -129,9 +129,12 @@ _GBDT_DOC = """
 
     Parameters are :class:`~fedgrove.engine.gbdt.GBDTParams`'s: the gain has the papers' 1/2, so
     XGBoost's ``gamma`` g is ``g/2`` here.  ``fit(X, y, eval_set=(X_val, y_val))`` evaluates every round
-    on a validation set, which ``early_stopping_rounds`` needs.  Fitted: ``model_`` (a
-    :class:`~fedgrove.engine.model.GBDTModel`), ``best_iteration_`` (with early stopping, else None),
-    ``n_features_in_``, ``feature_names_in_`` (a DataFrame's columns), ``feature_importances_``.
+    on a validation set, which ``early_stopping_rounds`` needs.  ``fit(X, y, sample_weight=w)`` weights the
+    rows' gradients and hessians: a whole-number weight k trains as k copies of the row would, 0 as its
+    removal (``min_child_weight`` bounds the weighted hessians; ``min_samples_leaf`` counts rows).
+    Fitted: ``model_`` (a :class:`~fedgrove.engine.model.GBDTModel`), ``best_iteration_`` (with early
+    stopping, else None), ``n_features_in_``, ``feature_names_in_`` (a DataFrame's columns),
+    ``feature_importances_``.
     """
 
 
@@ -161,13 +164,13 @@ class GBDTClassifier(_GBDT, _Classifier):
     __doc__ = "Gradient-boosted trees for classification: logistic loss for two classes, softmax for more." \
               + _GBDT_DOC
 
-    def fit(self, X, y, eval_set=None):
+    def fit(self, X, y, sample_weight=None, *, eval_set=None):
         X, y = self._validate_xy(X, y, y_numeric=False)
         y = self._encode_labels(y)
         multi = self.n_classes_ > 2
         params = self._engine_params(objective="multiclass" if multi else "binary",
                                      n_classes=self.n_classes_ if multi else None)
-        model = self._fit_model(X, y, params, self._encode_eval(eval_set))
+        model = self._fit_model(X, y, params, sample_weight, self._encode_eval(eval_set))
         self.best_iteration_ = model.best_iteration
         return self._keep(model)
 
@@ -181,12 +184,12 @@ class GBDTClassifier(_GBDT, _Classifier):
 class GBDTRegressor(_GBDT, _Regressor):
     __doc__ = "Gradient-boosted trees for regression (squared error)." + _GBDT_DOC
 
-    def fit(self, X, y, eval_set=None):
+    def fit(self, X, y, sample_weight=None, *, eval_set=None):
         X, y = self._validate_xy(X, y, y_numeric=True)
         if eval_set is not None:
             check_eval_pair(eval_set)
             eval_set = (self._check_X(eval_set[0], reset=False), eval_set[1])
-        self.model_ = self._fit_model(X, y, self._engine_params(objective="regression"), eval_set)
+        self.model_ = self._fit_model(X, y, self._engine_params(objective="regression"), sample_weight, eval_set)
         self.best_iteration_ = self.model_.best_iteration
         return self
 
@@ -195,7 +198,9 @@ _FOREST_DOC = """
 
     Parameters are :class:`~fedgrove.engine.forest.ForestParams`'s (``feature_sampling="tree"`` draws
     the features once per tree, as Federated Forest does; ``max_features`` defaults to ``"sqrt"`` for
-    regression too, where scikit-learn's regressor takes every feature).  Fitted: ``model_`` (a
+    regression too, where scikit-learn's regressor takes every feature).  ``fit(X, y, sample_weight=w)``
+    leaves out the rows of weight 0 and multiplies the others' bootstrap draws by their weights, rescaled to
+    average 1 (``min_samples_leaf`` and ``min_samples_split`` then count rows of average weight).  Fitted: ``model_`` (a
     :class:`~fedgrove.engine.model.ForestModel`), ``n_features_in_``, ``feature_names_in_``,
     ``feature_importances_``.
     """
@@ -224,16 +229,16 @@ class _Forest:
 class RandomForestClassifier(_Forest, _Classifier):
     __doc__ = "Random forest for classification (CART with gini or entropy)." + _FOREST_DOC
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         X, y = self._validate_xy(X, y, y_numeric=False)
         y = self._encode_labels(y)
-        return self._keep(self._fit_model(X, y, self._engine_params(task="classification")))
+        return self._keep(self._fit_model(X, y, self._engine_params(task="classification"), sample_weight))
 
 
 class RandomForestRegressor(_Forest, _Regressor):
     __doc__ = "Random forest for regression (CART with squared error)." + _FOREST_DOC
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         X, y = self._validate_xy(X, y, y_numeric=True)
-        self.model_ = self._fit_model(X, y, self._engine_params(task="regression"))
+        self.model_ = self._fit_model(X, y, self._engine_params(task="regression"), sample_weight)
         return self

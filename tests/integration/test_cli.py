@@ -93,6 +93,46 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("algorithm", ["gbdt", "forest"])
+def test_a_weight_column_weights_the_rows_and_is_no_feature(csv, tmp_path, capsys, algorithm):
+    from fedgrove.engine.forest import ForestParams, train_forest
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.model import load_model
+
+    df = pd.read_csv(csv)
+    df.insert(2, "w", np.random.default_rng(3).integers(0, 4, len(df)).astype(float))
+    data = tmp_path / "weighted.csv"
+    df.to_csv(data, index=False)
+    model = tmp_path / "m.json"
+    code, _, err = run(["train", data, "-m", model, "-l", "label", "--weight", "w", "-n", "6", "--max-depth", "3",
+                        "--algorithm", algorithm, "-q"], capsys)
+    assert code == 0, err
+    saved = load_model(model)
+    assert saved.feature_names == ["a", "b", "c", "d"] and saved.metadata["weight"] == "w"
+    X, y = df[["a", "b", "c", "d"]].to_numpy(), (df["label"] == "yes").to_numpy(float)
+    ref = (train_gbdt(GBDTParams(n_estimators=6, max_depth=3), X, y, sample_weight=df["w"]) if algorithm == "gbdt"
+           else train_forest(ForestParams(n_estimators=6, max_depth=3), X, y, sample_weight=df["w"]))
+    np.testing.assert_array_equal(saved.predict_proba(X), ref.predict_proba(X))
+    code, _, err = run(["predict", model, data, "-l", "label", "-o", tmp_path / "p.csv"], capsys)
+    assert code == 0, err
+    assert "columns the model does not use, left out: w" in err
+    # bad weights: one line, a non-zero exit, no model written
+    df.loc[7, "w"] = -2.0
+    df.to_csv(tmp_path / "negative.csv", index=False)
+    headerless = tmp_path / "headerless.csv"
+    df.drop(columns="label").assign(label=y).to_csv(headerless, index=False, header=False)
+    for argv, message in [
+            ([tmp_path / "negative.csv", "-w", "w"], "--weight column 'w' has -2.0 in data row 8; weights must "
+                                                    "be non-negative numbers"),
+            ([data, "-w", "weight"], "--weight column 'weight' not found in"),
+            ([data, "-w", "label"], "--weight 'label' is the label column"),
+            ([headerless, "-w", "w"], "has no column names")]:
+        code, _, err = run(["train", *argv, "-l", "label" if argv[0] != headerless else "-1", "-m",
+                            tmp_path / "bad.json", "-q", "--algorithm", algorithm], capsys)
+        assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "bad.json").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["gbdt", "forest"])
 def test_three_text_classes_train_a_multiclass_model_that_predicts_the_names(tmp_path, capsys, algorithm):
     r = np.random.default_rng(1)
     X = r.normal(size=(300, 3))

@@ -22,10 +22,21 @@ from tests.conftest import make_classification
 
 # few, shallow trees: the checks are about the estimator contract (fitted attributes, errors, invariances, a
 # score above scikit-learn's bar on easy data), not about accuracy
+def _expected_failures(estimator):
+    """A forest's bootstrap draws rows, not copies of them, so a whole-number weight k is not k copies (as in
+    scikit-learn's own forests, whose checks expect the same failure); the boosting estimators pass."""
+    if isinstance(estimator, (RandomForestClassifier, RandomForestRegressor)):
+        why = "the bootstrap draws rows, not copies: a weight of k is not k copies of the row"
+        return {"check_sample_weight_equivalence_on_dense_data": why,
+                "check_sample_weight_equivalence_on_sparse_data": why}
+    return {}
+
+
 @parametrize_with_checks([GBDTClassifier(n_estimators=8, max_depth=3, learning_rate=0.5),
                           GBDTRegressor(n_estimators=8, max_depth=3, learning_rate=0.5),
                           RandomForestClassifier(n_estimators=5, max_depth=6),
-                          RandomForestRegressor(n_estimators=5, max_depth=6)])
+                          RandomForestRegressor(n_estimators=5, max_depth=6)],
+                         expected_failed_checks=_expected_failures)
 def test_passes_scikit_learns_estimator_checks(estimator, check):
     check(estimator)
 
@@ -140,3 +151,24 @@ def test_works_in_pipelines_and_searches():
     xor = (X[:, 0] > 0) != (X[:, 1] > 0)  # stumps cannot learn it
     search = GridSearchCV(RandomForestClassifier(n_estimators=10), {"max_depth": [1, 8]}, cv=3).fit(X, xor)
     assert search.best_params_ == {"max_depth": 8} and search.best_score_ > 0.8
+
+
+def test_sample_weights_reach_the_engine_and_a_pipeline():
+    X, y = make_classification(300, 5, seed=11)
+    w = np.random.default_rng(0).integers(0, 4, 300).astype(float)
+    names = np.where(y == 1, "pos", "neg")
+    est = GBDTClassifier(n_estimators=6, max_depth=3).fit(X, names, sample_weight=w)
+    ref = train_gbdt(GBDTParams(n_estimators=6, max_depth=3), X, y, sample_weight=w)
+    np.testing.assert_array_equal(est.predict_proba(X), ref.predict_proba(X))
+    assert not np.array_equal(est.predict_proba(X), GBDTClassifier(n_estimators=6, max_depth=3)
+                              .fit(X, names).predict_proba(X))
+    rf = RandomForestRegressor(n_estimators=3, seed=2).fit(X, X[:, 0], sample_weight=w)
+    np.testing.assert_array_equal(rf.predict(X), train_forest(ForestParams("regression", n_estimators=3, seed=2),
+                                                              X, X[:, 0], sample_weight=w).predict(X))
+    pipe = make_pipeline(StandardScaler(), GBDTClassifier(n_estimators=6, max_depth=3))
+    pipe.fit(X, names, gbdtclassifier__sample_weight=w)  # (only the step named takes them)
+    scaled = pipe[0].transform(X)
+    alone = GBDTClassifier(n_estimators=6, max_depth=3).fit(scaled, names, sample_weight=w)
+    np.testing.assert_array_equal(pipe.predict_proba(X), alone.predict_proba(scaled))
+    with pytest.raises(DataError, match=r"sample_weight must hold one weight per row of X, shape \(300,\)"):
+        est.fit(X, names, sample_weight=w[:10])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -62,6 +63,9 @@ def train(
     colsample: float = typer.Option(1.0, help="Column subsampling per tree (gbdt)"),
     max_features: str = typer.Option("sqrt", help="Features tried per split (forest): sqrt, log2, all, int, float"),
     criterion: Optional[str] = typer.Option(None, help="gini, entropy or mse (forest)"),
+    weight: Optional[str] = typer.Option(None, "--weight", "-w", help="Column of row weights (not a feature): a "
+                                         "whole-number weight k counts a row k times in boosting, 0 leaves it "
+                                         "out; a forest weights its bootstrap draws"),
     valid: Optional[str] = typer.Option(None, help="Validation data for early stopping (same columns)"),
     early_stopping: Optional[int] = typer.Option(None, help="Stop after this many rounds without improvement"),
     seed: int = typer.Option(0, help="Random seed"),
@@ -103,6 +107,9 @@ def train(
     if table.y is None:
         raise DataError("the training data has no label column; pass --label")
     report_categories(table)
+    weights = None
+    if weight is not None:
+        table, weights = _take_weights(table, weight, data)
     if objective == "auto":
         objective = infer_objective(table.y) if algorithm == Algorithm.gbdt else (
             "regression" if infer_objective(table.y) == "regression" else "multiclass")
@@ -120,13 +127,16 @@ def train(
             eval_set = (model_features(vt, table.feature_names, valid), vy)
         with progress_bar("boosting", n_estimators, not quiet) as update:
             fitted = train_gbdt(params, table.X, y, eval_set=eval_set, feature_names=table.feature_names,
-                                progress=update)
+                                progress=update, sample_weight=weights)
     else:
         params = make_params(objective)
         with progress_bar("growing forest", n_estimators, not quiet) as update:
-            fitted = train_forest(params, table.X, y, feature_names=table.feature_names, progress=update)
+            fitted = train_forest(params, table.X, y, feature_names=table.feature_names, progress=update,
+                                  sample_weight=weights)
     fitted.classes = classes
     fitted.metadata["label"] = table.label_name
+    if weight is not None:
+        fitted.metadata["weight"] = weight
     if LIBSVM_BASE in table.meta:  # a LIBSVM test file is read with the same numbering
         fitted.metadata[LIBSVM_BASE] = table.meta[LIBSVM_BASE]
     if table.categories:
@@ -140,6 +150,40 @@ def train(
         from fedgrove.cli.predict import score_line
 
         console.print(f"on {valid}: {score_line(fitted, eval_set[0], vt.y)}")
+
+
+def _take_weights(table, column: str, source: str):
+    """The table without its ``--weight`` column, and that column's weights (checked as the engine checks
+    them, the message naming the option)."""
+    import numpy as np
+
+    from fedgrove.engine.gbdt import check_sample_weight
+
+    if not table.named:
+        raise InvalidParameterError(f"--weight {column!r} names a column, but {source} has no column names (a "
+                                    f"LIBSVM file or a CSV without a header row): give the file a header")
+    if column == table.label_name:
+        raise InvalidParameterError(f"--weight {column!r} is the label column; name the column of weights")
+    if column not in table.feature_names:
+        raise DataError(f"--weight column {column!r} not found in {source}; its columns: "
+                        f"{listing(table.feature_names, show=repr)}")
+    if column in table.categories:
+        raise DataError(f"--weight column {column!r} holds text, expected non-negative numbers")
+    j = table.feature_names.index(column)
+    bad = np.nonzero(~(table.X[:, j] >= 0))[0]  # (NaN is no weight, nor is an infinite one below)
+    if len(bad):
+        value = table.X[bad[0], j]
+        raise DataError(f"--weight column {column!r} has {'no value' if np.isnan(value) else repr(float(value))} in "
+                        f"data row {bad[0] + 1}; weights must be non-negative numbers")
+    try:
+        weights = check_sample_weight(table.X[:, j], table.n_samples)
+    except DataError as exc:
+        raise DataError(f"--weight column {column!r}: {exc}") from None
+    if table.n_features == 1:
+        raise DataError(f"--weight column {column!r} is the only column besides the label: no feature is left")
+    rest = [k for k in range(table.n_features) if k != j]
+    return replace(table, X=np.ascontiguousarray(table.X[:, rest]),
+                   feature_names=[table.feature_names[k] for k in rest]), weights
 
 
 def _parse_max_features(value: str):

@@ -55,11 +55,20 @@ class QuantileSketch:
     max_size: int = 2048
 
     @classmethod
-    def from_column(cls, column: np.ndarray, max_size: int = 2048) -> "QuantileSketch":
+    def from_column(cls, column: np.ndarray, max_size: int = 2048,
+                    weights: np.ndarray | None = None) -> "QuantileSketch":
+        """The summary of ``column``'s non-missing values, each counted once or, given ``weights`` (one per
+        value, non-negative), with its weight: a weight of k is k copies of the value, 0 none."""
         col = np.asarray(column, dtype=np.float64)
-        col = col[~np.isnan(col)]
-        values, counts = np.unique(col, return_counts=True)
-        return cls(values, counts.astype(np.float64), max_size)._compressed()
+        present = ~np.isnan(col)
+        if weights is None:
+            values, counts = np.unique(col[present], return_counts=True)
+            return cls(values, counts.astype(np.float64), max_size)._compressed()
+        w = np.asarray(weights, dtype=np.float64)
+        present &= w > 0
+        values, inverse = np.unique(col[present], return_inverse=True)
+        summed = np.bincount(inverse, weights=w[present], minlength=values.size)
+        return cls(values, summed, max_size)._compressed()
 
     def merge(self, other: "QuantileSketch") -> "QuantileSketch":
         values = np.concatenate([self.values, other.values])
@@ -137,17 +146,21 @@ class BinMapper:
         self.cuts_: list[np.ndarray] | None = None
 
     # -- fitting -----------------------------------------------------------------
-    def sketches(self, X: np.ndarray) -> list[QuantileSketch]:
-        """Per-feature sketches of ``X`` (what a party shares to agree on cut points)."""
+    def sketches(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> list[QuantileSketch]:
+        """Per-feature sketches of ``X`` (what a party shares to agree on cut points); ``sample_weight``: each
+        row's weight (checked by the caller, e.g. :func:`~fedgrove.engine.gbdt.check_sample_weight`), a row
+        of weight k counting as k copies of it and one of weight 0 not at all."""
         X = _as_float_matrix(X)
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         if self.subsample is not None and X.shape[0] > self.subsample:
             rng = np.random.default_rng(self.seed)
             rows = np.sort(rng.choice(X.shape[0], self.subsample, replace=False))
             X = X[rows]
-        return [QuantileSketch.from_column(X[:, j], self.sketch_size) for j in range(X.shape[1])]
+            w = None if w is None else w[rows]
+        return [QuantileSketch.from_column(X[:, j], self.sketch_size, w) for j in range(X.shape[1])]
 
-    def fit(self, X: np.ndarray) -> "BinMapper":
-        return self.fit_sketches(self.sketches(X))
+    def fit(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> "BinMapper":
+        return self.fit_sketches(self.sketches(X, sample_weight))
 
     def fit_sketches(self, sketches: list[QuantileSketch]) -> "BinMapper":
         self.cuts_ = [s.cut_points(self.max_bins) for s in sketches]

@@ -17,10 +17,10 @@ from typing import Callable
 import numpy as np
 
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import check_xy
+from fedgrove.engine.gbdt import check_sample_weight, check_xy, weighted_rows
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
-from fedgrove.engine.model import ForestModel, names_of
+from fedgrove.engine.model import ForestModel, check_row_labels, names_of
 from fedgrove.engine.params import Flag, Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
 from fedgrove.engine.threads import thread_limit
@@ -180,29 +180,42 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
 
 
 def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None, feature_names=None,
-                 progress: Callable[[int, int], None] | None = None) -> ForestModel:
+                 progress: Callable[[int, int], None] | None = None, sample_weight=None) -> ForestModel:
     """Train a random forest; labels 0..K-1 for classification (``feature_names``: as for
-    :func:`~fedgrove.engine.gbdt.train_gbdt`)."""
+    :func:`~fedgrove.engine.gbdt.train_gbdt`).
+
+    ``sample_weight``: each row's weight, finite and non-negative.  A row of weight 0 is left out before the
+    bootstrap draws; the others' weights, rescaled to average 1, multiply their bootstrap draws in the
+    impurities, the leaf values, ``min_samples_leaf`` and ``min_samples_split`` (which therefore count rows of
+    average weight) and the bins' quantiles.  As with scikit-learn's forests, a whole-number weight k is not
+    k copies of the row: the bootstrap draws rows, not copies."""
     check_types("train_forest(params, X, y, ...)", params=(params, ForestParams))
     feature_names = names_of(X, feature_names)
+    check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
     X, y = check_xy(X, y)
+    if sample_weight is not None:
+        sample_weight = check_sample_weight(sample_weight, len(y))
     n, n_features = X.shape
     mf = params.max_features
     if isinstance(mf, int) and not isinstance(mf, bool) and mf > n_features:
         logger.warning("max_features = %d, but the data has %d features: every tree tries all of them at every "
                        "split", mf, n_features)
     n_classes = 1
+    if params.task == "classification":
+        if np.any(y != np.round(y)) or y.min() < 0:
+            raise DataError("classification labels must be integers 0..K-1")
+        n_classes = classes_from_labels(y)  # (of every row's label, kept or not)
+    if sample_weight is not None:
+        X, y, sample_weight = weighted_rows(X, y, sample_weight)
+        sample_weight = sample_weight * (len(sample_weight) / sample_weight.sum())
+        n = len(y)
     offset = 0.0
     if params.task == "regression":
         warn_if_labels_close(y)
         offset = label_offset(y)
         y = y - offset
-    if params.task == "classification":
-        if np.any(y != np.round(y)) or y.min() < 0:
-            raise DataError("classification labels must be integers 0..K-1")
-        n_classes = classes_from_labels(y)
     if bin_mapper is None:
-        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
+        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)
     thresholds = bin_mapper.thresholds()
     X_columns = np.asfortranarray(X_binned)
@@ -210,6 +223,8 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     with thread_limit(params.n_threads):
         for t in range(params.n_estimators):
             draw = draw_tree(params, t, n, n_features)
+            if sample_weight is not None:
+                draw.weights *= sample_weight
             tree = grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns)
             if offset:
                 tree.values += offset
@@ -220,7 +235,9 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
 
 
 def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns=None):
-    stats = forest_stats(params.task, y, draw.weights, n_classes)
+    total = float(draw.weights.sum())  # (above the row count when weights are: the grid must hold that sum)
+    stats = forest_stats(params.task, y, draw.weights, n_classes,
+                         mse_grid(y, total) if params.task == "regression" and total > len(y) else None)
     root = np.nonzero(draw.weights > 0)[0]
     scorer = CARTScorer(params.criterion, float(draw.weights.sum()), params.min_samples_leaf)
     finder = HistogramSplitFinder(X_binned, bin_mapper.feature_offsets, bin_mapper.missing_codes, thresholds, stats,

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.grower import TreeGrower
-from fedgrove.engine.losses import objective_for
+from fedgrove.engine.losses import check_gradient_range, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
@@ -158,6 +158,33 @@ def check_xy(X, y, n_features: int | None = None):
     return X, y
 
 
+def check_sample_weight(sample_weight, n_rows: int) -> np.ndarray:
+    """``sample_weight`` as a float64 copy: one finite, non-negative weight per row, not all 0."""
+    w = as_numbers(sample_weight, "sample_weight", "one non-negative weight per row")
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w.reshape(-1)
+    if w.shape != (n_rows,):
+        raise DataError(f"sample_weight must hold one weight per row of X, shape ({n_rows},), got shape {w.shape}")
+    bad = np.nonzero(~np.isfinite(w) | (w < 0))[0]
+    if len(bad):
+        raise DataError(f"sample_weight must be finite and non-negative, got {float(w[bad[0]])!r} in row {bad[0]}")
+    with np.errstate(over="ignore"):  # (an overflowing sum is refused below)
+        total = float(w.sum())
+    if total == 0:
+        raise DataError(f"sample_weight is zero in all {n_rows} rows: at least one row needs a positive weight")
+    if not np.isfinite(total):
+        raise DataError(f"sample_weight's sum overflows, {total!r}: divide the weights by a common factor")
+    return np.array(w, dtype=np.float64)
+
+
+def weighted_rows(X, y, sample_weight):
+    """``X``, ``y`` and the weights of the rows with a positive weight (a weight of 0 is the row's removal)."""
+    keep = sample_weight > 0
+    if keep.all():
+        return X, y, sample_weight
+    return X[keep], y[keep], sample_weight[keep]
+
+
 class LocalGrower:
     """Grows boosting trees on one fixed table from the g and h it is given each time: bins fitted once (or
     given), the engine's histogram splitter and grower, on the rows and features a caller's
@@ -235,7 +262,8 @@ def mask_for_every_node(mask: np.ndarray):
 
 
 def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapper: BinMapper | None = None,
-               feature_names=None, progress: Callable[[int, int], None] | None = None) -> GBDTModel:
+               feature_names=None, progress: Callable[[int, int], None] | None = None,
+               sample_weight=None) -> GBDTModel:
     """Train a GBDT model.
 
     Parameters
@@ -248,6 +276,10 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     feature_names : the features' names (default: a DataFrame's columns); a DataFrame given later to the
         model (or in ``eval_set``) has its columns matched to them by name
     progress : called with (iteration, n_estimators) after each round
+    sample_weight : array (n_samples,) or None   each row's weight, finite and non-negative: it scales the
+        row's gradient and hessian (so ``min_child_weight`` bounds a weighted hessian sum, as XGBoost's does),
+        its share of the bins' quantiles and of ``base_score="auto"``; a whole-number weight k trains as k
+        copies of the row would, and a row of weight 0 is left out.  ``min_samples_leaf`` counts rows.
     """
     check_types("train_gbdt(params, X, y, ...)", params=(params, GBDTParams))
     if params.early_stopping_rounds and eval_set is None:  # it trained every round without a word
@@ -258,20 +290,27 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     feature_names = names_of(X, feature_names)
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
+    check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
     X, y = check_xy(X, y)
     objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
+    if sample_weight is not None:
+        X, y, sample_weight = weighted_rows(X, y, check_sample_weight(sample_weight, len(y)))
+        if objective.name == "regression":
+            check_gradient_range(y, sample_weight.sum(), "summed weights")
     if bin_mapper is None:
-        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X)
+        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)
     with thread_limit(params.n_threads):
-        return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress)
+        return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
+                      sample_weight)
 
 
-def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress):
+def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
+           weights=None):
     n, n_features = X_binned.shape
     K = objective.n_outputs
-    base = (objective.init_score(y) if params.base_score == "auto"
+    base = (objective.init_score(y, weights) if params.base_score == "auto"
             else np.full(K, float(params.base_score)))
     # scores class-major (one contiguous row per class), seen as (n, K) through ``raw``: a class's gradients
     # and its leaf-value updates then touch contiguous memory (with K columns row-major they are strided)
@@ -304,6 +343,8 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     t0 = time.perf_counter()
     for it in range(params.n_estimators):
         g, h = objective.gradients_by_class(y, raw_by_class)
+        if weights is not None:
+            g, h = g * weights, h * weights
         rows, features = sampler.next()
         allowed = None if features is None else mask_for_every_node(sampler.feature_mask(features))
         for c in range(K):

@@ -103,7 +103,8 @@ class Objective:
             raise DataError("labels contain NaN or infinite values")
         return y
 
-    def init_score(self, y: np.ndarray) -> np.ndarray:
+    def init_score(self, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """The constant scores that minimise the loss over ``y`` (each row weighted by ``weights``, if given)."""
         raise NotImplementedError
 
     def gradients(self, y: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,6 +137,17 @@ def warn_if_labels_close(y: np.ndarray) -> None:
                        "less well; multiply the label by 1e%d and divide the predictions by it", spread, k)
 
 
+def check_gradient_range(y: np.ndarray, total_weight: float, what: str = "rows") -> None:
+    """Refuse regression labels whose gradient sums could overflow: a split's gain squares the sum of its rows'
+    gradients (at most the rows' total weight x the labels' spread); beyond float64's range every gain was NaN
+    and no tree split, without an error."""
+    spread = float(np.max(y) - np.min(y)) if len(y) else 0.0
+    if spread * max(total_weight, 1) > 1e153:
+        raise DataError(f"regression labels spread over {spread:.3g}, which over {total_weight:.10g} {what} would "
+                        f"overflow the squared gradient sums ({what} x spread must stay below 1e153): divide the "
+                        f"label by a power of ten, and the predictions scale back by it")
+
+
 class SquaredError(Objective):
     name = "regression"
     default_metric = "rmse"
@@ -144,17 +156,11 @@ class SquaredError(Objective):
         y = super().check_labels(y)
         if warn:
             warn_if_labels_close(y)
-        # a split's gain squares the sum of its rows' gradients (at most rows x the labels' spread): beyond
-        # float64's range every gain was NaN and no tree split, without an error
-        spread = float(np.max(y) - np.min(y)) if len(y) else 0.0
-        if spread * max(len(y), 1) > 1e153:
-            raise DataError(f"regression labels spread over {spread:.3g}, which over {len(y)} rows would overflow the "
-                            f"squared gradient sums (rows x spread must stay below 1e153): divide the label by "
-                            f"a power of ten, and the predictions scale back by it")
+        check_gradient_range(y, len(y))
         return y
 
-    def init_score(self, y):
-        return np.array([y.mean()])
+    def init_score(self, y, weights=None):
+        return np.array([np.average(y, weights=weights)])
 
     def gradients(self, y, raw):
         return (raw[:, 0] - y)[:, None], np.ones((len(y), 1))
@@ -178,8 +184,8 @@ class Logistic(Objective):
                             + (" ..." if values.size > 10 else ""))
         return y
 
-    def init_score(self, y):
-        p = np.clip(y.mean(), 1e-15, 1 - 1e-15)
+    def init_score(self, y, weights=None):
+        p = np.clip(np.average(y, weights=weights), 1e-15, 1 - 1e-15)
         return np.array([np.log(p / (1 - p))])
 
     def gradients(self, y, raw):
@@ -209,8 +215,9 @@ class Softmax(Objective):
             raise DataError(f"multiclass labels must be integers in [0, {self.n_classes - 1}]")
         return y
 
-    def init_score(self, y):
-        prior = np.bincount(y.astype(np.int64), minlength=self.n_classes) / len(y)
+    def init_score(self, y, weights=None):
+        counts = np.bincount(y.astype(np.int64), weights=weights, minlength=self.n_classes)
+        prior = counts / counts.sum()
         return np.log(np.clip(prior, 1e-15, None))
 
     def gradients(self, y, raw):
