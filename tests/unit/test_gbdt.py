@@ -22,14 +22,15 @@ from tests.conftest import make_classification
 MIN_LEAF = 20
 
 
-def _lgb(objective, Xb, y, n_estimators, depth, n_classes=None, base_zero=False):
+def _lgb(objective, Xb, y, n_estimators, depth, n_classes=None, base_zero=False, weight=None, min_leaf=MIN_LEAF,
+         min_hessian=1e-3):
     params = dict(objective=objective, num_leaves=2 ** depth, max_depth=depth, learning_rate=0.1, max_bin=256,
-                  min_data_in_bin=1, lambda_l2=1.0, min_sum_hessian_in_leaf=1e-3, min_data_in_leaf=MIN_LEAF,
+                  min_data_in_bin=1, lambda_l2=1.0, min_sum_hessian_in_leaf=min_hessian, min_data_in_leaf=min_leaf,
                   num_threads=1, verbose=-1, deterministic=True, boost_from_average=not base_zero,
                   feature_pre_filter=False)
     if n_classes:
         params["num_class"] = n_classes
-    return lgb.train(params, lgb.Dataset(Xb.astype(np.float64), y), num_boost_round=n_estimators)
+    return lgb.train(params, lgb.Dataset(Xb.astype(np.float64), y, weight=weight), num_boost_round=n_estimators)
 
 
 def test_binary_matches_lightgbm_on_a9a(a9a):
@@ -44,6 +45,25 @@ def test_binary_matches_lightgbm_on_a9a(a9a):
     assert np.median(np.abs(p_ours - p_lgb)) < 1e-3
     assert np.mean(np.abs(p_ours - p_lgb)) < 0.01
     assert np.mean((p_ours > 0) == (p_lgb > 0)) > 0.99
+
+
+def test_weighted_binary_matches_lightgbms_weighted_fit_on_a9a(a9a):
+    # the same bins (pre-binned codes), LightGBM's weights: weighted gradients, hessians and starting score.
+    # One row a leaf at least: LightGBM's min_data_in_leaf estimates a weighted leaf's rows from its hessians
+    X, y = a9a.train.X[:20000], a9a.train.y[:20000]
+    bm = BinMapper().fit(X)
+    Xb = bm.transform(X)
+    w = np.random.default_rng(0).uniform(0.2, 5.0, len(y)) * np.where(y == 1, 2.0, 1.0)
+    params = GBDTParams("binary", n_estimators=10, max_depth=5, min_samples_leaf=1, min_child_weight=1.0)
+    ours = train_gbdt(params, Xb.astype(float), y, sample_weight=w)
+    theirs = _lgb("binary", Xb, y, 10, 5, weight=w, min_leaf=1, min_hessian=1.0)
+    Xt = bm.transform(a9a.test.X).astype(float)
+    p_ours, p_lgb = ours.predict_raw(Xt), theirs.predict(Xt, raw_score=True)
+    assert np.median(np.abs(p_ours - p_lgb)) < 1e-3
+    assert np.mean(np.abs(p_ours - p_lgb)) < 0.01
+    assert np.mean((p_ours > 0) == (p_lgb > 0)) > 0.99
+    unweighted = train_gbdt(params, Xb.astype(float), y).predict_raw(Xt)
+    assert np.mean(np.abs(unweighted - p_lgb)) > 0.1  # (the weights matter: without them it is another model)
 
 
 def test_multiclass_matches_lightgbm_on_waveform(waveform):
