@@ -106,8 +106,11 @@ def test_a_weight_column_weights_the_rows_and_is_no_feature(csv, tmp_path, capsy
     code, _, err = run(["train", data, "-m", model, "-l", "label", "--weight", "w", "-n", "6", "--max-depth", "3",
                         "--algorithm", algorithm, "-q"], capsys)
     assert code == 0, err
+    assert "400 samples x 4 features, weighted by 'w'" in err
     saved = load_model(model)
     assert saved.feature_names == ["a", "b", "c", "d"] and saved.metadata["weight"] == "w"
+    code, out, _ = run(["info", model], capsys)
+    assert code == 0 and re.search(r"weight column\s+│ w\s", out), out
     X, y = df[["a", "b", "c", "d"]].to_numpy(), (df["label"] == "yes").to_numpy(float)
     ref = (train_gbdt(GBDTParams(n_estimators=6, max_depth=3), X, y, sample_weight=df["w"]) if algorithm == "gbdt"
            else train_forest(ForestParams(n_estimators=6, max_depth=3), X, y, sample_weight=df["w"]))

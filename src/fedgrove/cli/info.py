@@ -150,6 +150,8 @@ def _model_info(p: Path, importance: str | None) -> None:
         rows.insert(1, ("objective", m.objective))
     if m.metadata.get("label") is not None:  # fedgrove predict scores a file holding this column
         rows.insert(rows.index(("classes", str(m.classes))), ("label column", str(m.metadata["label"])))
+    if m.metadata.get("weight") is not None:  # fedgrove train --weight: rows weighted by this column
+        rows.insert(rows.index(("classes", str(m.classes))), ("weight column", str(m.metadata["weight"])))
     for col, cats in (m.metadata.get("categories") or {}).items():  # predict encodes with these
         rows.append((f"categories of {col}", _categories_text(cats)))
     if "protocol" in m.metadata:

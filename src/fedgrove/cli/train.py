@@ -144,8 +144,9 @@ def train(
     fitted.save(model)
     if algorithm == Algorithm.forest:  # a forest has tasks, not objectives: "multiclass" for two classes misled
         objective = "regression" if objective == "regression" else f"classification, {len(classes)} classes"
+    weighted = "" if weight is None else f", weighted by {weight!r}"
     console.print(f"trained {algorithm.value} ({objective}) on {table.n_samples} samples x {table.n_features} "
-                  f"features: {fitted.n_trees} trees -> {model}")
+                  f"features{weighted}: {fitted.n_trees} trees -> {model}")
     if eval_set is not None:  # the model as saved (early stopping: its best round), scored as predict scores it
         from fedgrove.cli.predict import score_line
 
