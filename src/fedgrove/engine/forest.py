@@ -179,6 +179,18 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
     return 52 - b1, 52 - b2
 
 
+def on_weight_grid(weights: np.ndarray, n_draws: int) -> np.ndarray:
+    """``weights`` rounded to the fixed-point grid on which every sum of ``n_draws`` of them (a tree's bootstrap
+    draws) stays below 2^52 grid units, so that float64 adds and subtracts them exactly, as it does bootstrap
+    counts: a child's histogram is its parent's minus its sibling's, and with weights off the grid a class
+    absent from a child kept a residue of 1e-16 (an impure node, split again, and a probability of -1e-16);
+    weights rescaled to average 1 only to rounding (0.001 each) are 1 again.  The rounding is below 2^-52 of
+    the largest sum."""
+    top = float(n_draws) * float(np.max(weights))
+    q = 52 - int(np.ceil(np.log2(top + 1.0)))
+    return np.ldexp(np.rint(np.ldexp(weights, q)), -q)
+
+
 def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None, feature_names=None,
                  progress: Callable[[int, int], None] | None = None, sample_weight=None) -> ForestModel:
     """Train a random forest; labels 0..K-1 for classification (``feature_names``: as for
@@ -207,8 +219,8 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
         n_classes = classes_from_labels(y)  # (of every row's label, kept or not)
     if sample_weight is not None:
         X, y, sample_weight = weighted_rows(X, y, sample_weight)
-        sample_weight = sample_weight * (len(sample_weight) / sample_weight.sum())
         n = len(y)
+        sample_weight = on_weight_grid(sample_weight * (n / sample_weight.sum()), n)
     offset = 0.0
     if params.task == "regression":
         warn_if_labels_close(y)
@@ -239,7 +251,7 @@ def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classe
     stats = forest_stats(params.task, y, draw.weights, n_classes,
                          mse_grid(y, total) if params.task == "regression" and total > len(y) else None)
     root = np.nonzero(draw.weights > 0)[0]
-    scorer = CARTScorer(params.criterion, float(draw.weights.sum()), params.min_samples_leaf)
+    scorer = CARTScorer(params.criterion, total, params.min_samples_leaf)
     finder = HistogramSplitFinder(X_binned, bin_mapper.feature_offsets, bin_mapper.missing_codes, thresholds, stats,
                                   scorer, root_samples=root,
                                   allowed=node_feature_sampler(params, draw, X_binned.shape[1]), features=draw.features,
