@@ -9,7 +9,8 @@ The parameters are those of :class:`~fedgrove.engine.gbdt.GBDTParams` and
 :class:`~fedgrove.engine.forest.ForestParams` (the objective or task and the number of classes
 follow from the estimator and the labels) and are checked when ``fit`` builds them.  The
 classifiers take any labels scikit-learn's classifiers take (``classes_`` maps them to the
-engine's 0..K-1).  NaN marks a missing value; sparse input is made dense.  The fitted
+engine's 0..K-1) and ``class_weight``; every ``fit`` takes ``sample_weight``.  NaN marks a missing
+value; sparse input is made dense.  The fitted
 fedgrove model is ``model_``: ``est.model_.save(path)`` writes the file that
 ``fedgrove predict`` reads, with the class names.
 
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedgrove.engine.forest import ForestParams, train_forest
-from fedgrove.engine.gbdt import GBDTParams, check_eval_pair, train_gbdt
-from fedgrove.exceptions import DataError
+from fedgrove.engine.gbdt import GBDTParams, check_eval_pair, check_sample_weight, train_gbdt
+from fedgrove.exceptions import DataError, InvalidParameterError
 
 __all__ = ["GBDTClassifier", "GBDTRegressor", "RandomForestClassifier", "RandomForestRegressor"]
 
@@ -51,7 +53,7 @@ class _Ensemble(BaseEstimator):
         return validate_data(self, X, reset=reset, **_INPUT)
 
     def _engine_params(self, **fixed):
-        names = self._get_param_names()
+        names = [k for k in self._get_param_names() if k != "class_weight"]  # (the classifiers' own)
         return self._params_class(**{k: getattr(self, k) for k in names}, **fixed)
 
     def _fit_model(self, X, y, params, sample_weight=None, eval_set=None):
@@ -80,6 +82,25 @@ class _Ensemble(BaseEstimator):
 
 
 class _Classifier(ClassifierMixin, _Ensemble):
+    def _class_weighted(self, y, sample_weight):
+        """``sample_weight`` times the weight ``class_weight`` gives each row's class ("balanced": n_samples /
+        (n_classes * the class's rows), as scikit-learn's classifiers weigh them; a dict: {class: weight},
+        classes it leaves out weighing 1)."""
+        if self.class_weight is None:
+            return sample_weight
+        if not (self.class_weight == "balanced" or isinstance(self.class_weight, dict)):
+            raise InvalidParameterError(f"class_weight must be 'balanced', a dict {{class: weight}} or None, got "
+                                        f"{self.class_weight!r}")
+        if isinstance(self.class_weight, dict):
+            unknown = [k for k in self.class_weight if k not in set(np.unique(y).tolist())]
+            if unknown:
+                raise InvalidParameterError(f"class_weight names classes that y does not hold: {unknown[:10]}; "
+                                            f"the classes are {np.unique(y).tolist()[:10]}")
+        weights = compute_sample_weight(self.class_weight, y)
+        if sample_weight is None:
+            return weights
+        return weights * check_sample_weight(sample_weight, len(y))
+
     def _encode_labels(self, y) -> np.ndarray:
         check_classification_targets(y)
         self.classes_, encoded = np.unique(y, return_inverse=True)
@@ -138,6 +159,13 @@ _GBDT_DOC = """
     """
 
 
+_CLASS_WEIGHT_DOC = """
+    ``class_weight``: ``"balanced"`` (each class weighs n_samples / (n_classes x its rows), as in
+    scikit-learn) or ``{class: weight}`` (classes left out weigh 1) multiplies every row's
+    ``sample_weight`` by its class's weight.
+    """
+
+
 class _GBDT:
     _params_class = GBDTParams
 
@@ -162,11 +190,22 @@ class _GBDT:
 
 class GBDTClassifier(_GBDT, _Classifier):
     __doc__ = "Gradient-boosted trees for classification: logistic loss for two classes, softmax for more." \
-              + _GBDT_DOC
+              + _GBDT_DOC + _CLASS_WEIGHT_DOC
+
+    def __init__(self, *, n_estimators=100, learning_rate=0.1, max_depth=6, reg_lambda=1.0, gamma=0.0,
+                 min_child_weight=1e-3, min_samples_leaf=1, max_bins=255, subsample=1.0, colsample_bytree=1.0,
+                 early_stopping_rounds=None, eval_metric=None, seed=0, n_threads=None, class_weight=None):
+        super().__init__(n_estimators=n_estimators, learning_rate=learning_rate, max_depth=max_depth,
+                         reg_lambda=reg_lambda, gamma=gamma, min_child_weight=min_child_weight,
+                         min_samples_leaf=min_samples_leaf, max_bins=max_bins, subsample=subsample,
+                         colsample_bytree=colsample_bytree, early_stopping_rounds=early_stopping_rounds,
+                         eval_metric=eval_metric, seed=seed, n_threads=n_threads)
+        self.class_weight = class_weight
 
     def fit(self, X, y, sample_weight=None, *, eval_set=None):
-        X, y = self._validate_xy(X, y, y_numeric=False)
-        y = self._encode_labels(y)
+        X, labels = self._validate_xy(X, y, y_numeric=False)
+        y = self._encode_labels(labels)
+        sample_weight = self._class_weighted(labels, sample_weight)
         multi = self.n_classes_ > 2
         params = self._engine_params(objective="multiclass" if multi else "binary",
                                      n_classes=self.n_classes_ if multi else None)
@@ -200,8 +239,8 @@ _FOREST_DOC = """
     the features once per tree, as Federated Forest does; ``max_features`` defaults to ``"sqrt"`` for
     regression too, where scikit-learn's regressor takes every feature).  ``fit(X, y, sample_weight=w)``
     leaves out the rows of weight 0 and multiplies the others' bootstrap draws by their weights, rescaled to
-    average 1 (``min_samples_leaf`` and ``min_samples_split`` then count rows of average weight).  Fitted: ``model_`` (a
-    :class:`~fedgrove.engine.model.ForestModel`), ``n_features_in_``, ``feature_names_in_``,
+    average 1 (``min_samples_leaf`` and ``min_samples_split`` then count rows of average weight).  Fitted:
+    ``model_`` (a :class:`~fedgrove.engine.model.ForestModel`), ``n_features_in_``, ``feature_names_in_``,
     ``feature_importances_``.
     """
 
@@ -227,11 +266,22 @@ class _Forest:
 
 
 class RandomForestClassifier(_Forest, _Classifier):
-    __doc__ = "Random forest for classification (CART with gini or entropy)." + _FOREST_DOC
+    __doc__ = "Random forest for classification (CART with gini or entropy)." + _FOREST_DOC + _CLASS_WEIGHT_DOC
+
+    def __init__(self, *, n_estimators=100, criterion=None, max_depth=None, min_samples_split=2,
+                 min_samples_leaf=1, min_impurity_decrease=0.0, max_features="sqrt", feature_sampling="node",
+                 bootstrap=True, max_bins=255, seed=0, n_threads=None, class_weight=None):
+        super().__init__(n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
+                         min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
+                         min_impurity_decrease=min_impurity_decrease, max_features=max_features,
+                         feature_sampling=feature_sampling, bootstrap=bootstrap, max_bins=max_bins, seed=seed,
+                         n_threads=n_threads)
+        self.class_weight = class_weight
 
     def fit(self, X, y, sample_weight=None):
-        X, y = self._validate_xy(X, y, y_numeric=False)
-        y = self._encode_labels(y)
+        X, labels = self._validate_xy(X, y, y_numeric=False)
+        y = self._encode_labels(labels)
+        sample_weight = self._class_weighted(labels, sample_weight)
         return self._keep(self._fit_model(X, y, self._engine_params(task="classification"), sample_weight))
 
 

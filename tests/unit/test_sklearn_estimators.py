@@ -172,3 +172,28 @@ def test_sample_weights_reach_the_engine_and_a_pipeline():
     np.testing.assert_array_equal(pipe.predict_proba(X), alone.predict_proba(scaled))
     with pytest.raises(DataError, match=r"sample_weight must hold one weight per row of X, shape \(300,\)"):
         est.fit(X, names, sample_weight=w[:10])
+
+
+@pytest.mark.parametrize("cls", [GBDTClassifier, RandomForestClassifier])
+def test_class_weights_multiply_the_sample_weights(cls):
+    X, y = make_classification(400, 5, seed=12)
+    rare = (y == 1) & (np.arange(400) % 4 != 0)  # most of class 1 relabelled: 1 in 4 of them stays "rare"
+    names = np.where((y == 1) & ~rare, "rare", "common")
+    kw = dict(n_estimators=6, max_depth=3, seed=1)
+    balanced = cls(class_weight="balanced", **kw).fit(X, names)
+    share = {c: (names == c).mean() for c in ("common", "rare")}
+    w = np.array([1 / (2 * share[c]) for c in names])
+    np.testing.assert_allclose(balanced.predict_proba(X), cls(**kw).fit(X, names, sample_weight=w).predict_proba(X),
+                               rtol=1e-12, atol=1e-15)
+    recall = {e: np.mean(m.predict(X)[names == "rare"] == "rare")
+              for e, m in (("plain", cls(**kw).fit(X, names)), ("balanced", balanced))}
+    assert recall["balanced"] > recall["plain"]
+    sw = np.random.default_rng(0).uniform(0.5, 2, 400)
+    given = cls(class_weight={"rare": 3.0}, **kw).fit(X, names, sample_weight=sw)  # "common" weighs 1
+    np.testing.assert_allclose(given.predict_proba(X),
+                               cls(**kw).fit(X, names, sample_weight=sw * np.where(names == "rare", 3.0, 1.0))
+                               .predict_proba(X), rtol=1e-12, atol=1e-15)
+    with pytest.raises(InvalidParameterError, match=r"class_weight names classes that y does not hold: \['Rare'\]"):
+        cls(class_weight={"Rare": 3.0}).fit(X, names)
+    with pytest.raises(InvalidParameterError, match=r"class_weight must be 'balanced', a dict .* got 'auto'"):
+        cls(class_weight="auto").fit(X, names)
