@@ -135,6 +135,45 @@ def test_a_weight_column_weights_the_rows_and_is_no_feature(csv, tmp_path, capsy
         assert not (tmp_path / "bad.json").exists()
 
 
+def test_class_weights_weigh_the_rows_of_each_class(csv, tmp_path, capsys):
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.model import load_model
+
+    df = pd.read_csv(csv)
+    df["w"] = np.random.default_rng(4).uniform(0.5, 2, len(df))
+    data = tmp_path / "weighted.csv"
+    df.to_csv(data, index=False)
+    X, y = df[["a", "b", "c", "d"]].to_numpy(), (df["label"] == "yes").to_numpy(float)
+    params = GBDTParams(n_estimators=5, max_depth=3)
+    for flags, weights in [(["--class-weight", "balanced"], compute_sample_weight("balanced", y)),
+                           (["--class-weight", "yes=3", "-w", "w"], np.where(y == 1, 3.0, 1.0) * df["w"])]:
+        model = tmp_path / "m.json"
+        code, _, err = run(["train", data, "-m", model, "-l", "label", "-n", "5", "--max-depth", "3", "-q", *flags],
+                           capsys)
+        assert code == 0, err
+        saved = load_model(model)
+        assert saved.metadata["class_weight"] == flags[1]
+        features = ["a", "b", "c", "d"] if "-w" in flags else ["a", "b", "c", "d", "w"]
+        ref = train_gbdt(params, df[features].to_numpy(), y, sample_weight=weights)
+        np.testing.assert_allclose(saved.predict_raw(df[features].to_numpy()),
+                                   ref.predict_raw(df[features].to_numpy()), rtol=1e-12, atol=1e-12)
+    regression = df.assign(label=X[:, 0])
+    regression.to_csv(tmp_path / "regression.csv", index=False)
+    for argv, code_expected, message in [
+            ([data, "--class-weight", "yes=3,maybe=2"], 2, "--class-weight names classes the labels do not hold: "
+                                                          "'maybe'; the classes are 'no', 'yes'"),
+            ([tmp_path / "never-read.csv", "--class-weight", "yes:3"], 2, "CLASS=WEIGHT pairs, comma-separated, "
+                                                                          "each weight a non-negative number, got "
+                                                                          "'yes:3'"),
+            ([tmp_path / "never-read.csv", "--class-weight", "yes=-1"], 2, "got 'yes=-1'"),
+            ([tmp_path / "regression.csv", "--class-weight", "balanced"], 2, "regression labels have none")]:
+        code, _, err = run(["train", *argv, "-l", "label", "-m", tmp_path / "bad.json", "-q"], capsys)
+        assert code == code_expected and message in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "bad.json").exists()
+
+
 @pytest.mark.parametrize("algorithm", ["gbdt", "forest"])
 def test_three_text_classes_train_a_multiclass_model_that_predicts_the_names(tmp_path, capsys, algorithm):
     r = np.random.default_rng(1)

@@ -66,6 +66,9 @@ def train(
     weight: Optional[str] = typer.Option(None, "--weight", "-w", help="Column of row weights (not a feature): a "
                                          "whole-number weight k counts a row k times in boosting, 0 leaves it "
                                          "out; a forest weights its bootstrap draws"),
+    class_weight: Optional[str] = typer.Option(None, "--class-weight", help="Weigh each class: 'balanced' "
+                                               "(n_samples / (n_classes x its rows)) or CLASS=WEIGHT pairs, "
+                                               "comma-separated (other classes weigh 1); multiplies --weight"),
     valid: Optional[str] = typer.Option(None, help="Validation data for early stopping (same columns)"),
     early_stopping: Optional[int] = typer.Option(None, help="Stop after this many rounds without improvement"),
     seed: int = typer.Option(0, help="Random seed"),
@@ -82,6 +85,7 @@ def train(
     if early_stopping is not None and valid is None:  # said before the data is read
         raise InvalidParameterError("--early-stopping watches a validation set: give --valid VALID_FILE too")
     check_output_file(model, "--model", {"the training data": data, "the validation data (--valid)": valid})
+    class_weights = _parse_class_weight(class_weight)
     if objective not in ("auto", "binary", "multiclass", "regression"):
         raise InvalidParameterError(f"--objective must be auto, binary, multiclass or regression, got {objective!r}")
 
@@ -114,6 +118,8 @@ def train(
         objective = infer_objective(table.y) if algorithm == Algorithm.gbdt else (
             "regression" if infer_objective(table.y) == "regression" else "multiclass")
     y, classes = encode_labels(table.y, objective)
+    if class_weights is not None:
+        weights = _weigh_classes(class_weights, y, classes, weights)
     eval_set = None
     if algorithm == Algorithm.gbdt:
         params = make_params(objective, len(classes) if objective == "multiclass" else None)
@@ -137,6 +143,8 @@ def train(
     fitted.metadata["label"] = table.label_name
     if weight is not None:
         fitted.metadata["weight"] = weight
+    if class_weight is not None:
+        fitted.metadata["class_weight"] = class_weight
     if LIBSVM_BASE in table.meta:  # a LIBSVM test file is read with the same numbering
         fitted.metadata[LIBSVM_BASE] = table.meta[LIBSVM_BASE]
     if table.categories:
@@ -151,6 +159,47 @@ def train(
         from fedgrove.cli.predict import score_line
 
         console.print(f"on {valid}: {score_line(fitted, eval_set[0], vt.y)}")
+
+
+def _parse_class_weight(value: str | None):
+    """``--class-weight``: None, "balanced" or {class as written: weight}."""
+    if value is None or value.strip() == "balanced":
+        return None if value is None else "balanced"
+    pairs = {}
+    for part in value.split(","):
+        name, sep, number = part.partition("=")
+        try:
+            w = float(number) if sep and name.strip() else None
+        except ValueError:
+            w = None
+        if w is None or not (w >= 0 and w < float("inf")):
+            raise InvalidParameterError(f"--class-weight must be 'balanced' or CLASS=WEIGHT pairs, comma-separated, "
+                                        f"each weight a non-negative number, got {part.strip()!r} in {value!r}")
+        pairs[name.strip()] = w
+    return pairs
+
+
+def _weigh_classes(class_weights, codes, classes, weights):
+    """Each row's weight (``weights``, or 1) times its class's: "balanced" gives class k n / (K x its rows), as
+    scikit-learn's class_weight="balanced" does; pairs name classes as the label column writes them."""
+    import numpy as np
+
+    if classes is None:
+        raise InvalidParameterError("--class-weight weighs classes, and regression labels have none; weigh the "
+                                    "rows with --weight COLUMN")
+    codes = codes.astype(np.int64)
+    if class_weights == "balanced":
+        counts = np.bincount(codes, minlength=len(classes))
+        per_class = np.where(counts > 0, len(codes) / (len(classes) * np.maximum(counts, 1)), 0.0)
+    else:
+        written = [str(c) for c in classes]
+        unknown = [k for k in class_weights if k not in written]
+        if unknown:
+            raise InvalidParameterError(f"--class-weight names classes the labels do not hold: "
+                                        f"{listing(unknown, show=repr)}; the classes are {listing(written, show=repr)}")
+        per_class = np.array([class_weights.get(c, 1.0) for c in written])
+    row = per_class[codes]
+    return row if weights is None else row * weights
 
 
 def _take_weights(table, column: str, source: str):
