@@ -153,6 +153,7 @@ def test_class_weights_weigh_the_rows_of_each_class(csv, tmp_path, capsys):
         code, _, err = run(["train", data, "-m", model, "-l", "label", "-n", "5", "--max-depth", "3", "-q", *flags],
                            capsys)
         assert code == 0, err
+        assert f"classes weighted {flags[1]}:" in err
         saved = load_model(model)
         assert saved.metadata["class_weight"] == flags[1]
         features = ["a", "b", "c", "d"] if "-w" in flags else ["a", "b", "c", "d", "w"]

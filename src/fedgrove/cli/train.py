@@ -152,7 +152,8 @@ def train(
     fitted.save(model)
     if algorithm == Algorithm.forest:  # a forest has tasks, not objectives: "multiclass" for two classes misled
         objective = "regression" if objective == "regression" else f"classification, {len(classes)} classes"
-    weighted = "" if weight is None else f", weighted by {weight!r}"
+    weighted = ("" if weight is None else f", weighted by {weight!r}") + (
+        "" if class_weight is None else f", classes weighted {class_weight}")
     console.print(f"trained {algorithm.value} ({objective}) on {table.n_samples} samples x {table.n_features} "
                   f"features{weighted}: {fitted.n_trees} trees -> {model}")
     if eval_set is not None:  # the model as saved (early stopping: its best round), scored as predict scores it
