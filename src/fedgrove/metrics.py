@@ -8,12 +8,12 @@ from sklearn import metrics as skm
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 
-def accuracy(y_true, y_pred) -> float:
-    return float(skm.accuracy_score(y_true, y_pred))
+def accuracy(y_true, y_pred, sample_weight=None) -> float:
+    return float(skm.accuracy_score(y_true, y_pred, sample_weight=sample_weight))
 
 
-def error_rate(y_true, y_pred) -> float:
-    return 1.0 - accuracy(y_true, y_pred)
+def error_rate(y_true, y_pred, sample_weight=None) -> float:
+    return 1.0 - accuracy(y_true, y_pred, sample_weight)
 
 
 def ranks_defined(y_true) -> bool:
@@ -29,37 +29,38 @@ def _need_both_classes(y_true, name: str) -> None:
         raise DataError(f"{name} is undefined for labels that hold {held}: it needs both classes")
 
 
-def auc(y_true, score) -> float:
+def auc(y_true, score, sample_weight=None) -> float:
     _need_both_classes(y_true, "AUC")
     score = np.asarray(score)
     if score.ndim == 2:
         if score.shape[1] == 2:
             score = score[:, 1]
         else:
-            return float(skm.roc_auc_score(y_true, score, multi_class="ovr"))
-    return float(skm.roc_auc_score(y_true, score))
+            return float(skm.roc_auc_score(y_true, score, multi_class="ovr", sample_weight=sample_weight))
+    return float(skm.roc_auc_score(y_true, score, sample_weight=sample_weight))
 
 
-def auprc(y_true, score) -> float:
+def auprc(y_true, score, sample_weight=None) -> float:
     _need_both_classes(y_true, "AUPRC")
     score = np.asarray(score)
     if score.ndim == 2:
         score = score[:, 1]
-    return float(skm.average_precision_score(y_true, score))
+    return float(skm.average_precision_score(y_true, score, sample_weight=sample_weight))
 
 
-def log_loss(y_true, proba) -> float:
+def log_loss(y_true, proba, sample_weight=None) -> float:
     proba = np.asarray(proba)
     if proba.ndim == 1:
         proba = np.column_stack([1 - proba, proba])
-    return float(skm.log_loss(y_true, proba, labels=np.arange(proba.shape[1])))
+    return float(skm.log_loss(y_true, proba, labels=np.arange(proba.shape[1]), sample_weight=sample_weight))
 
 
-def rmse(y_true, y_pred) -> float:
-    return float(np.sqrt(np.mean((np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)) ** 2)))
+def rmse(y_true, y_pred, sample_weight=None) -> float:
+    squares = (np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)) ** 2
+    return float(np.sqrt(np.average(squares, weights=sample_weight)))
 
 
-# name -> (function, takes probabilities?, higher is better?)
+# name -> (function, takes probabilities?, higher is better?); every function takes ``sample_weight=``
 METRICS = {
     "accuracy": (accuracy, False, True),
     "error": (error_rate, False, False),

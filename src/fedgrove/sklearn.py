@@ -56,10 +56,11 @@ class _Ensemble(BaseEstimator):
         names = [k for k in self._get_param_names() if k != "class_weight"]  # (the classifiers' own)
         return self._params_class(**{k: getattr(self, k) for k in names}, **fixed)
 
-    def _fit_model(self, X, y, params, sample_weight=None, eval_set=None):
+    def _fit_model(self, X, y, params, sample_weight=None, eval_set=None, eval_sample_weight=None):
         names = getattr(self, "feature_names_in_", None)  # (set by validate_data for a DataFrame)
         if isinstance(params, GBDTParams):
-            return train_gbdt(params, X, y, eval_set=eval_set, feature_names=names, sample_weight=sample_weight)
+            return train_gbdt(params, X, y, eval_set=eval_set, feature_names=names, sample_weight=sample_weight,
+                              eval_sample_weight=eval_sample_weight)
         return train_forest(params, X, y, feature_names=names, sample_weight=sample_weight)
 
     def _validate_xy(self, X, y, y_numeric: bool):
@@ -150,7 +151,8 @@ _GBDT_DOC = """
 
     Parameters are :class:`~fedgrove.engine.gbdt.GBDTParams`'s: the gain has the papers' 1/2, so
     XGBoost's ``gamma`` g is ``g/2`` here.  ``fit(X, y, eval_set=(X_val, y_val))`` evaluates every round
-    on a validation set, which ``early_stopping_rounds`` needs.  ``fit(X, y, sample_weight=w)`` weights the
+    on a validation set, which ``early_stopping_rounds`` needs (``eval_sample_weight``: its rows' weights in
+    the metric; ``class_weight`` does not weigh them).  ``fit(X, y, sample_weight=w)`` weights the
     rows' gradients and hessians: a whole-number weight k trains as k copies of the row would, 0 as its
     removal (``min_child_weight`` bounds the weighted hessians; ``min_samples_leaf`` counts rows).
     Fitted: ``model_`` (a :class:`~fedgrove.engine.model.GBDTModel`), ``best_iteration_`` (with early
@@ -202,14 +204,14 @@ class GBDTClassifier(_GBDT, _Classifier):
                          eval_metric=eval_metric, seed=seed, n_threads=n_threads)
         self.class_weight = class_weight
 
-    def fit(self, X, y, sample_weight=None, *, eval_set=None):
+    def fit(self, X, y, sample_weight=None, *, eval_set=None, eval_sample_weight=None):
         X, labels = self._validate_xy(X, y, y_numeric=False)
         y = self._encode_labels(labels)
         sample_weight = self._class_weighted(labels, sample_weight)
         multi = self.n_classes_ > 2
         params = self._engine_params(objective="multiclass" if multi else "binary",
                                      n_classes=self.n_classes_ if multi else None)
-        model = self._fit_model(X, y, params, sample_weight, self._encode_eval(eval_set))
+        model = self._fit_model(X, y, params, sample_weight, self._encode_eval(eval_set), eval_sample_weight)
         self.best_iteration_ = model.best_iteration
         return self._keep(model)
 
@@ -223,12 +225,13 @@ class GBDTClassifier(_GBDT, _Classifier):
 class GBDTRegressor(_GBDT, _Regressor):
     __doc__ = "Gradient-boosted trees for regression (squared error)." + _GBDT_DOC
 
-    def fit(self, X, y, sample_weight=None, *, eval_set=None):
+    def fit(self, X, y, sample_weight=None, *, eval_set=None, eval_sample_weight=None):
         X, y = self._validate_xy(X, y, y_numeric=True)
         if eval_set is not None:
             check_eval_pair(eval_set)
             eval_set = (self._check_X(eval_set[0], reset=False), eval_set[1])
-        self.model_ = self._fit_model(X, y, self._engine_params(objective="regression"), sample_weight, eval_set)
+        self.model_ = self._fit_model(X, y, self._engine_params(objective="regression"), sample_weight, eval_set,
+                                      eval_sample_weight)
         self.best_iteration_ = self.model_.best_iteration
         return self
 

@@ -8,7 +8,7 @@ import pytest
 from fedgrove.engine.binning import BinMapper, QuantileSketch
 from fedgrove.engine.forest import ForestParams, train_forest
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.exceptions import DataError
+from fedgrove.exceptions import DataError, InvalidParameterError
 from tests.conftest import make_classification
 
 
@@ -150,3 +150,49 @@ def test_a_series_of_weights_must_line_up_with_the_rows():
     aligned = train_gbdt(GBDTParams(n_estimators=2), frame, y, sample_weight=w.loc[frame.index])
     np.testing.assert_array_equal(aligned.predict_raw(X), train_gbdt(GBDTParams(n_estimators=2), X, y,
                                                                      sample_weight=w.to_numpy()[::-1]).predict_raw(X))
+
+
+def _eval_trace(params, X, y, eval_set, eval_sample_weight=None):
+    scores = []
+    model = train_gbdt(params, X, y, eval_set=eval_set, eval_sample_weight=eval_sample_weight,
+                       callbacks=[lambda env: scores.append(env.eval_result)])
+    return model, scores
+
+
+@pytest.mark.parametrize("objective, metric", [("binary", "logloss"), ("binary", "auc"), ("binary", "error"),
+                                               ("regression", "rmse")])
+def test_validation_weights_of_zero_and_one_score_the_rows_of_one(objective, metric):
+    X, y = _data(objective, n=700)
+    fit, val = slice(0, 400), slice(400, 700)
+    mask = np.random.default_rng(3).random(300) < 0.6
+    params = GBDTParams(objective, n_estimators=40, max_depth=3, learning_rate=0.5, eval_metric=metric,
+                        early_stopping_rounds=3)
+    a, sa = _eval_trace(params, X[fit], y[fit], (X[val], y[val]), mask * 1.0)
+    b, sb = _eval_trace(params, X[fit], y[fit], (X[val][mask], y[val][mask]))
+    np.testing.assert_allclose(sa, sb, rtol=1e-12)
+    assert a.best_iteration == b.best_iteration
+    unweighted = _eval_trace(params, X[fit], y[fit], (X[val], y[val]))[1]
+    assert not np.allclose(unweighted[: len(sa)], sa[: len(unweighted)])
+
+
+def test_the_weighted_validation_metric_is_scikit_learns():
+    from sklearn.metrics import log_loss
+
+    X, y = _data("binary", n=600)
+    w = np.random.default_rng(4).uniform(0, 3, 200)
+    model, scores = _eval_trace(GBDTParams(n_estimators=5, max_depth=3), X[:400], y[:400], (X[400:], y[400:]), w)
+    assert scores[-1] == pytest.approx(log_loss(y[400:], model.predict_proba(X[400:]), sample_weight=w), rel=1e-12)
+
+
+def test_bad_validation_weights_are_refused_by_name():
+    X, y = _data("binary", n=300)
+    params = GBDTParams(n_estimators=2, eval_metric="auc")
+    with pytest.raises(InvalidParameterError, match=r"eval_sample_weight weighs eval_set's rows: give eval_set"):
+        train_gbdt(params, X, y, eval_sample_weight=np.ones(10))
+    with pytest.raises(DataError, match=r"eval_sample_weight must hold one weight per row of eval_set's X, shape "
+                                        r"\(100,\), got shape \(7,\)"):
+        train_gbdt(params, X[:200], y[:200], eval_set=(X[200:], y[200:]), eval_sample_weight=np.ones(7))
+    one_class = (y[200:] == 1) * 1.0
+    with pytest.raises(DataError, match=r"'auc' needs both classes in eval_set's rows of positive weight, which "
+                                        r"hold only \[1.0\]"):
+        train_gbdt(params, X[:200], y[:200], eval_set=(X[200:], y[200:]), eval_sample_weight=one_class)

@@ -172,6 +172,14 @@ def test_sample_weights_reach_the_engine_and_a_pipeline():
     np.testing.assert_array_equal(pipe.predict_proba(X), alone.predict_proba(scaled))
     with pytest.raises(DataError, match=r"sample_weight must hold one weight per row of X, shape \(300,\)"):
         est.fit(X, names, sample_weight=w[:10])
+    # the validation rows' weights reach the engine's metric
+    params = GBDTParams("regression", n_estimators=60, learning_rate=0.5, early_stopping_rounds=3)
+    wv = np.random.default_rng(1).uniform(0, 2, 100)
+    reg = GBDTRegressor(n_estimators=60, learning_rate=0.5, early_stopping_rounds=3)
+    reg.fit(X[:200], X[:200, 0], eval_set=(X[200:], X[200:, 0]), eval_sample_weight=wv)
+    ref = train_gbdt(params, X[:200], X[:200, 0], eval_set=(X[200:], X[200:, 0]), eval_sample_weight=wv)
+    assert reg.best_iteration_ == ref.best_iteration
+    np.testing.assert_array_equal(reg.predict(X), ref.predict(X))
 
 
 @pytest.mark.parametrize("cls", [GBDTClassifier, RandomForestClassifier])

@@ -158,22 +158,23 @@ def check_xy(X, y, n_features: int | None = None):
     return X, y
 
 
-def check_sample_weight(sample_weight, n_rows: int) -> np.ndarray:
-    """``sample_weight`` as a float64 copy: one finite, non-negative weight per row, not all 0."""
-    w = as_numbers(sample_weight, "sample_weight", "one non-negative weight per row")
+def check_sample_weight(sample_weight, n_rows: int, name: str = "sample_weight", of: str = "X") -> np.ndarray:
+    """``sample_weight`` as a float64 copy: one finite, non-negative weight per row of ``of``, not all 0 (the
+    messages call it ``name``)."""
+    w = as_numbers(sample_weight, name, "one non-negative weight per row")
     if w.ndim == 2 and w.shape[1] == 1:
         w = w.reshape(-1)
     if w.shape != (n_rows,):
-        raise DataError(f"sample_weight must hold one weight per row of X, shape ({n_rows},), got shape {w.shape}")
+        raise DataError(f"{name} must hold one weight per row of {of}, shape ({n_rows},), got shape {w.shape}")
     bad = np.nonzero(~np.isfinite(w) | (w < 0))[0]
     if len(bad):
-        raise DataError(f"sample_weight must be finite and non-negative, got {float(w[bad[0]])!r} in row {bad[0]}")
+        raise DataError(f"{name} must be finite and non-negative, got {float(w[bad[0]])!r} in row {bad[0]}")
     with np.errstate(over="ignore"):  # (an overflowing sum is refused below)
         total = float(w.sum())
     if total == 0:
-        raise DataError(f"sample_weight is zero in all {n_rows} rows: at least one row needs a positive weight")
+        raise DataError(f"{name} is zero in all {n_rows} rows: at least one row needs a positive weight")
     if not np.isfinite(total):
-        raise DataError(f"sample_weight's sum overflows, {total!r}: divide the weights by a common factor")
+        raise DataError(f"{name}'s sum overflows, {total!r}: divide the weights by a common factor")
     return np.array(w, dtype=np.float64)
 
 
@@ -263,7 +264,7 @@ def mask_for_every_node(mask: np.ndarray):
 
 def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapper: BinMapper | None = None,
                feature_names=None, progress: Callable[[int, int], None] | None = None,
-               sample_weight=None) -> GBDTModel:
+               sample_weight=None, eval_sample_weight=None) -> GBDTModel:
     """Train a GBDT model.
 
     Parameters
@@ -280,6 +281,7 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
         row's gradient and hessian (so ``min_child_weight`` bounds a weighted hessian sum, as XGBoost's does),
         its share of the bins' quantiles and of ``base_score="auto"``; a whole-number weight k trains as k
         copies of the row would, and a row of weight 0 is left out.  ``min_samples_leaf`` counts rows.
+    eval_sample_weight : array (n_val,) or None   the weights of ``eval_set``'s rows in its metric
     """
     check_types("train_gbdt(params, X, y, ...)", params=(params, GBDTParams))
     if params.early_stopping_rounds and eval_set is None:  # it trained every round without a word
@@ -287,6 +289,10 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
                                     f"set: give eval_set=(X_val, y_val)")
     if eval_set is not None:
         check_eval_pair(eval_set)
+    if eval_sample_weight is not None:
+        if eval_set is None:
+            raise InvalidParameterError("eval_sample_weight weighs eval_set's rows: give eval_set=(X_val, y_val)")
+        check_row_labels({"eval_set's X": eval_set[0], "eval_sample_weight": eval_sample_weight})
     feature_names = names_of(X, feature_names)
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
@@ -303,11 +309,11 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     X_binned = bin_mapper.transform(X)
     with thread_limit(params.n_threads):
         return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
-                      sample_weight)
+                      sample_weight, eval_sample_weight)
 
 
 def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
-           weights=None):
+           weights=None, eval_weights=None):
     n, n_features = X_binned.shape
     K = objective.n_outputs
     base = (objective.init_score(y, weights) if params.base_score == "auto"
@@ -328,12 +334,17 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
     if eval_set is not None:
         Xv, yv = check_xy(eval_set[0], eval_set[1], n_features)
         yv = objective.check_labels(yv, warn=False)
+        wv = None
+        if eval_weights is not None:
+            wv = check_sample_weight(eval_weights, len(yv), "eval_sample_weight", "eval_set's X")
         metric_name = params.eval_metric or objective.default_metric
         metric, takes_proba, higher = get_metric(metric_name)
-        if metric_name in ("auc", "auprc") and not ranks_defined(yv):
-            raise DataError(f"eval_metric {metric_name!r} needs both classes in eval_set's labels, which hold "
-                            f"only {np.unique(yv).tolist()}; use 'logloss' or 'error', or a larger eval_set")
-        val = {"Xb": bin_mapper.transform(Xv), "y": yv, "raw": np.tile(base, (len(yv), 1)),
+        weighed = yv if wv is None else yv[wv > 0]
+        if metric_name in ("auc", "auprc") and not ranks_defined(weighed):
+            held = "eval_set's labels" if wv is None else "eval_set's rows of positive weight"
+            raise DataError(f"eval_metric {metric_name!r} needs both classes in {held}, which hold "
+                            f"only {np.unique(weighed).tolist()}; use 'logloss' or 'error', or a larger eval_set")
+        val = {"Xb": bin_mapper.transform(Xv), "y": yv, "w": wv, "raw": np.tile(base, (len(yv), 1)),
                "metric": metric, "proba": takes_proba}
         if params.early_stopping_rounds:
             callbacks.append(early_stopping(params.early_stopping_rounds, higher))
@@ -372,7 +383,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             out = objective.transform(val["raw"])
             if not val["proba"]:
                 out = model.decide(out)
-            score = val["metric"](val["y"], out)
+            score = val["metric"](val["y"], out, sample_weight=val["w"])
             logger.debug("iteration %d: eval %.6f", it, score)
         if progress is not None:
             progress(it + 1, params.n_estimators)
