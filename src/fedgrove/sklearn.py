@@ -97,6 +97,10 @@ class _Classifier(ClassifierMixin, _Ensemble):
             if unknown:
                 raise InvalidParameterError(f"class_weight names classes that y does not hold: {unknown[:10]}; "
                                             f"the classes are {np.unique(y).tolist()[:10]}")
+            bad = {k: w for k, w in self.class_weight.items()
+                   if not (isinstance(w, (int, float, np.number)) and 0 <= w < np.inf)}
+            if bad:
+                raise InvalidParameterError(f"class_weight's weights must be non-negative numbers, got {bad}")
         weights = compute_sample_weight(self.class_weight, y)
         if sample_weight is None:
             return weights

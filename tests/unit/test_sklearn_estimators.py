@@ -205,3 +205,5 @@ def test_class_weights_multiply_the_sample_weights(cls):
         cls(class_weight={"Rare": 3.0}).fit(X, names)
     with pytest.raises(InvalidParameterError, match=r"class_weight must be 'balanced', a dict .* got 'auto'"):
         cls(class_weight="auto").fit(X, names)
+    with pytest.raises(InvalidParameterError, match=r"weights must be non-negative numbers, got \{'rare': -1\}"):
+        cls(class_weight={"rare": -1}).fit(X, names)
