@@ -154,6 +154,8 @@ def test_class_weights_weigh_the_rows_of_each_class(csv, tmp_path, capsys):
                            capsys)
         assert code == 0, err
         assert f"classes weighted {flags[1]}:" in err
+        code, out, _ = run(["info", model], capsys)
+        assert code == 0 and re.search(rf"class weights\s+│ {flags[1]}\s", out), out
         saved = load_model(model)
         assert saved.metadata["class_weight"] == flags[1]
         features = ["a", "b", "c", "d"] if "-w" in flags else ["a", "b", "c", "d", "w"]
