@@ -181,25 +181,21 @@ def _parse_class_weight(value: str | None):
 
 
 def _weigh_classes(class_weights, codes, classes, weights):
-    """Each row's weight (``weights``, or 1) times its class's: "balanced" gives class k n / (K x its rows), as
-    scikit-learn's class_weight="balanced" does; pairs name classes as the label column writes them."""
-    import numpy as np
+    """Each row's weight (``weights``, or 1) times its class's, by scikit-learn's ``compute_sample_weight`` (as
+    the estimators' ``class_weight``); pairs name classes as the label column writes them."""
+    from sklearn.utils.class_weight import compute_sample_weight
 
     if classes is None:
         raise InvalidParameterError("--class-weight weighs classes, and regression labels have none; weigh the "
                                     "rows with --weight COLUMN")
-    codes = codes.astype(np.int64)
-    if class_weights == "balanced":
-        counts = np.bincount(codes, minlength=len(classes))
-        per_class = np.where(counts > 0, len(codes) / (len(classes) * np.maximum(counts, 1)), 0.0)
-    else:
+    if class_weights != "balanced":
         written = [str(c) for c in classes]
         unknown = [k for k in class_weights if k not in written]
         if unknown:
             raise InvalidParameterError(f"--class-weight names classes the labels do not hold: "
                                         f"{listing(unknown, show=repr)}; the classes are {listing(written, show=repr)}")
-        per_class = np.array([class_weights.get(c, 1.0) for c in written])
-    row = per_class[codes]
+        class_weights = {written.index(k): w for k, w in class_weights.items()}  # by class code
+    row = compute_sample_weight(class_weights, codes.astype(int))
     return row if weights is None else row * weights
 
 
@@ -226,10 +222,7 @@ def _take_weights(table, column: str, source: str):
         value = table.X[bad[0], j]
         raise DataError(f"--weight column {column!r} has {'no value' if np.isnan(value) else repr(float(value))} in "
                         f"data row {bad[0] + 1}; weights must be non-negative numbers")
-    try:
-        weights = check_sample_weight(table.X[:, j], table.n_samples)
-    except DataError as exc:
-        raise DataError(f"--weight column {column!r}: {exc}") from None
+    weights = check_sample_weight(table.X[:, j], table.n_samples, f"--weight column {column!r}", source)
     if table.n_features == 1:
         raise DataError(f"--weight column {column!r} is the only column besides the label: no feature is left")
     rest = [k for k in range(table.n_features) if k != j]

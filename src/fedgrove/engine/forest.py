@@ -138,12 +138,12 @@ def node_feature_sampler(params: ForestParams, draw: TreeDraw, n_features: int) 
 def forest_stats(task: str, y: np.ndarray, weights: np.ndarray, n_classes: int,
                  grid: tuple[int, int] | None = None) -> np.ndarray:
     """Per-sample statistics: weighted one-hot labels, or (w, w*y, w*y^2) on the fixed-point ``grid``
-    (:func:`mse_grid`; default: computed from ``y`` and its length)."""
+    (:func:`mse_grid`; default: computed from ``y`` and the weights' sum, the row count for bootstrap counts)."""
     if task == "classification":
         stats = np.zeros((len(y), n_classes))
         stats[np.arange(len(y)), y.astype(np.int64)] = weights
         return stats
-    q1, q2 = grid if grid is not None else mse_grid(y, len(y))
+    q1, q2 = grid if grid is not None else mse_grid(y, float(weights.sum()))
     return np.column_stack([weights, np.ldexp(np.rint(np.ldexp(weights * y, q1)), -q1),
                             np.ldexp(np.rint(np.ldexp(weights * y * y, q2)), -q2)])
 
@@ -203,7 +203,8 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     k copies of the row: the bootstrap draws rows, not copies."""
     check_types("train_forest(params, X, y, ...)", params=(params, ForestParams))
     feature_names = names_of(X, feature_names)
-    check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
+    if sample_weight is not None:  # (check_xy compares X's and y's row labels)
+        check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
     X, y = check_xy(X, y)
     if sample_weight is not None:
         sample_weight = check_sample_weight(sample_weight, len(y))
@@ -247,11 +248,9 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
 
 
 def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns=None):
-    total = float(draw.weights.sum())  # (above the row count when weights are: the grid must hold that sum)
-    stats = forest_stats(params.task, y, draw.weights, n_classes,
-                         mse_grid(y, total) if params.task == "regression" and total > len(y) else None)
+    stats = forest_stats(params.task, y, draw.weights, n_classes)
     root = np.nonzero(draw.weights > 0)[0]
-    scorer = CARTScorer(params.criterion, total, params.min_samples_leaf)
+    scorer = CARTScorer(params.criterion, float(draw.weights.sum()), params.min_samples_leaf)
     finder = HistogramSplitFinder(X_binned, bin_mapper.feature_offsets, bin_mapper.missing_codes, thresholds, stats,
                                   scorer, root_samples=root,
                                   allowed=node_feature_sampler(params, draw, X_binned.shape[1]), features=draw.features,

@@ -296,7 +296,8 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     feature_names = names_of(X, feature_names)
     if eval_set is not None and feature_names is not None:
         eval_set = (by_names(eval_set[0], feature_names, "eval_set"), *eval_set[1:])
-    check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
+    if sample_weight is not None:  # (check_xy compares X's and y's row labels)
+        check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
     X, y = check_xy(X, y)
     objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
