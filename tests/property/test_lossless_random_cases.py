@@ -67,9 +67,9 @@ def _case(rs):
     return X, y, params, ("horizontal", np.array_split(rs.permutation(n), int(rs.integers(2, 4))))
 
 
-def _engine_on_the_parties_rows(params, X, y, groups, bin_mapper):
-    """The engine on the horizontal parties' rows in party order, with their cut points; with ``subsample`` on
-    the rows each party drew for itself each round."""
+def _engine_on_the_parties_rows(params, X, y, groups, bin_mapper, weights=None):
+    """The engine on the horizontal parties' rows in party order, with their cut points (and ``weights``, one
+    per row of X); with ``subsample`` on the rows each party drew for itself each round."""
     import fedgrove.engine.gbdt as gbdt
 
     union = np.concatenate(groups)
@@ -77,7 +77,8 @@ def _engine_on_the_parties_rows(params, X, y, groups, bin_mapper):
     try:
         if params.subsample < 1:
             gbdt.RoundSampler = replaying_own_rows([len(g) for g in groups])
-        return train_gbdt(params, X[union], y[union], bin_mapper=bin_mapper)
+        return train_gbdt(params, X[union], y[union], bin_mapper=bin_mapper,
+                          sample_weight=None if weights is None else weights[union])
     finally:
         gbdt.RoundSampler = sampler
 
@@ -176,3 +177,42 @@ def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing
             failures.append(f"case {case} ({params.objective}): packed ciphertexts grow another model")
         ran += 1
     assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
+
+
+def _random_weights(rs, n: int, groups) -> np.ndarray:
+    """Row weights: a quarter 0, the others whole numbers or spread over two orders of magnitude; every group
+    (a horizontal client's rows) keeps a row of positive weight."""
+    w = np.where(rs.random(n) < 0.25, 0.0, rs.choice([1.0, 2.0, 3.0], n) * (rs.uniform(0.1, 10, n)
+                                                                          if rs.random() < 0.5 else 1.0))
+    for g in groups:
+        w[g[0]] = max(w[g[0]], 1.0)
+    return w
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_row_weights_the_lossless_protocols_grow_the_engines_weighted_trees_on_random_small_problems(seed):
+    # the vertical active party's weights (the passive parties' cut points unweighted, theirs) and each horizontal
+    # client's (its rows of weight 0 left out, as the engine leaves them out, before its own row draws)
+    plain = keygen("ou", 2048, "plain")
+    rs = np.random.default_rng(300 + seed)
+    failures = []
+    for case in range(60):
+        X, y, params, (scheme, groups) = _case(rs)
+        if scheme == "vertical":
+            w = _random_weights(rs, len(y), [np.arange(len(y))])
+            keep = w > 0
+            joined = np.concatenate([X[:, g] for g in groups], axis=1)
+            cuts = sum([BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, g], w[keep]).cuts_
+                        if k == 0 else BinMapper(params.max_bins, seed=params.seed).fit(X[:, g]).cuts_
+                        for k, g in enumerate(groups)], [])
+            eng = train_gbdt(params, joined, y, sample_weight=w, bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
+            fed = run_vertical([X[:, g] for g in groups], y, params, plain, sample_weight=w)["model"]
+        else:
+            w = _random_weights(rs, len(y), groups)
+            fed = run_horizontal([(X[r], y[r], w[r]) for r in groups], params)["model"]
+            kept = [r[w[r] > 0] for r in groups]
+            eng = _engine_on_the_parties_rows(params, X, y, kept, fed.bin_mapper, w)
+        why = _difference(fed, eng)
+        if why:
+            failures.append(f"case {case} ({scheme}, {params.objective}, lambda {params.reg_lambda}): {why}")
+    assert not failures, "\n".join(failures)

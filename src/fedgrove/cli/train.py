@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -11,7 +10,7 @@ import typer
 
 from fedgrove.cli.common import (CATEGORICAL_HELP, categorical_option, check_output_file, console, encode_labels,
                                  load_input, model_features, options_named, progress_bar, report_categories)
-from fedgrove.data.io import LIBSVM_BASE, infer_objective
+from fedgrove.data.io import LIBSVM_BASE, infer_objective, take_weights
 from fedgrove.exceptions import DataError, InvalidParameterError, listing
 
 
@@ -113,7 +112,8 @@ def train(
     report_categories(table)
     weights = None
     if weight is not None:
-        table, weights = _take_weights(table, weight, data)
+        table = take_weights(table, weight, data)
+        weights = table.weights
     if objective == "auto":
         objective = infer_objective(table.y) if algorithm == Algorithm.gbdt else (
             "regression" if infer_objective(table.y) == "regression" else "multiclass")
@@ -197,37 +197,6 @@ def _weigh_classes(class_weights, codes, classes, weights):
         class_weights = {written.index(k): w for k, w in class_weights.items()}  # by class code
     row = compute_sample_weight(class_weights, codes.astype(int))
     return row if weights is None else row * weights
-
-
-def _take_weights(table, column: str, source: str):
-    """The table without its ``--weight`` column, and that column's weights (checked as the engine checks
-    them, the message naming the option)."""
-    import numpy as np
-
-    from fedgrove.engine.gbdt import check_sample_weight
-
-    if not table.named:
-        raise InvalidParameterError(f"--weight {column!r} names a column, but {source} has no column names (a "
-                                    f"LIBSVM file or a CSV without a header row): give the file a header")
-    if column == table.label_name:
-        raise InvalidParameterError(f"--weight {column!r} is the label column; name the column of weights")
-    if column not in table.feature_names:
-        raise DataError(f"--weight column {column!r} not found in {source}; its columns: "
-                        f"{listing(table.feature_names, show=repr)}")
-    if column in table.categories:
-        raise DataError(f"--weight column {column!r} holds text, expected non-negative numbers")
-    j = table.feature_names.index(column)
-    bad = np.nonzero(~(table.X[:, j] >= 0))[0]  # (NaN is no weight, nor is an infinite one below)
-    if len(bad):
-        value = table.X[bad[0], j]
-        raise DataError(f"--weight column {column!r} has {'no value' if np.isnan(value) else repr(float(value))} in "
-                        f"data row {bad[0] + 1}; weights must be non-negative numbers")
-    weights = check_sample_weight(table.X[:, j], table.n_samples, f"--weight column {column!r}", source)
-    if table.n_features == 1:
-        raise DataError(f"--weight column {column!r} is the only column besides the label: no feature is left")
-    rest = [k for k in range(table.n_features) if k != j]
-    return replace(table, X=np.ascontiguousarray(table.X[:, rest]),
-                   feature_names=[table.feature_names[k] for k in rest]), weights
 
 
 def _parse_max_features(value: str):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fedgrove.exceptions import DataError, listing
+from fedgrove.exceptions import DataError, InvalidParameterError, listing
 from fedgrove.log import logger
 
 ID_COLUMN = "_id"
@@ -57,6 +57,7 @@ class Table:
     # a LIBSVM file's features beyond the ``n_features`` asked for (a model's), left out: a training file
     # without values there gives the same model as one that has those columns, all zero
     left_out: list = field(default_factory=list)
+    weights: np.ndarray | None = None  # each row's weight, from a column :func:`take_weights` took out of X
 
     @property
     def label_column(self) -> str:
@@ -85,7 +86,8 @@ class Table:
                      names, self.label_name if with_label else None,
                      None if self.ids is None else self.ids[rows], named=self.named,
                      categories={c: v for c, v in self.categories.items() if c in names},
-                     id_text=None if self.id_text is None else self.id_text[rows], meta=dict(self.meta))
+                     id_text=None if self.id_text is None else self.id_text[rows], meta=dict(self.meta),
+                     weights=None if self.weights is None else self.weights[rows])
 
     def features_as(self, names, source: str = "the data") -> tuple[np.ndarray, list[str]]:
         """The feature matrix with its columns in the order of ``names`` (a model's features), and the
@@ -95,6 +97,37 @@ class Table:
             return self.X, list(self.left_out)
         left_out = sorted(set(self.feature_names) - set(names), key=self.feature_names.index)
         return self.X[:, order], list(self.left_out) + left_out
+
+
+def take_weights(table: Table, column: str, source: str, option: str = "--weight") -> Table:
+    """The table without its column ``column``, whose values become the rows' ``weights`` (checked as the engine
+    checks them); ``option`` is what the messages call the setting that named the column (``--weight``, or a
+    party config's ``weight``)."""
+    from fedgrove.engine.gbdt import check_sample_weight
+
+    if not table.named:
+        raise InvalidParameterError(f"{option} {column!r} names a column, but {source} has no column names (a "
+                                    f"LIBSVM file or a CSV without a header row): give the file a header")
+    if column == table.label_name:
+        raise InvalidParameterError(f"{option} {column!r} is the label column; name the column of weights")
+    if column not in table.feature_names:
+        raise DataError(f"{option} column {column!r} not found in {source}; its columns: "
+                        f"{listing(table.feature_names, show=repr)}")
+    if column in table.categories:
+        raise DataError(f"{option} column {column!r} holds text, expected non-negative numbers")
+    j = table.feature_names.index(column)
+    bad = np.nonzero(~(table.X[:, j] >= 0))[0]  # (NaN is no weight, nor is an infinite one below)
+    if len(bad):
+        value = table.X[bad[0], j]
+        raise DataError(f"{option} column {column!r} has {'no value' if np.isnan(value) else repr(float(value))} "
+                        f"in data row {bad[0] + 1}; weights must be non-negative numbers")
+    weights = check_sample_weight(table.X[:, j], table.n_samples, f"{option} column {column!r}", source)
+    if table.n_features == 1:
+        raise DataError(f"{option} column {column!r} is the only column besides the label: no feature is left")
+    rest = [k for k in range(table.n_features) if k != j]
+    return replace(table, X=np.ascontiguousarray(table.X[:, rest]),
+                   feature_names=[table.feature_names[k] for k in rest], weights=weights,
+                   categories=dict(table.categories))
 
 
 def column_order(columns, names, source: str = "the data") -> np.ndarray | None:

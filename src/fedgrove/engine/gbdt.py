@@ -186,6 +186,16 @@ def weighted_rows(X, y, sample_weight):
     return X[keep], y[keep], sample_weight[keep]
 
 
+def checked_weights(sample_weight, y: np.ndarray, objective: str) -> np.ndarray:
+    """``sample_weight`` checked against the checked labels ``y`` (:func:`check_sample_weight`), and, for a
+    regression, against the gradient sums they could reach (:func:`~fedgrove.engine.losses.check_gradient_range`):
+    what the engine and the protocols' label holders weigh their rows with."""
+    w = check_sample_weight(sample_weight, len(y))
+    if objective == "regression":
+        check_gradient_range(y[w > 0], float(w.sum()), "summed weights")
+    return w
+
+
 class LocalGrower:
     """Grows boosting trees on one fixed table from the g and h it is given each time: bins fitted once (or
     given), the engine's histogram splitter and grower, on the rows and features a caller's
@@ -302,9 +312,7 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     objective = objective_for(params.objective, params.n_classes, y)
     y = objective.check_labels(y)
     if sample_weight is not None:
-        X, y, sample_weight = weighted_rows(X, y, check_sample_weight(sample_weight, len(y)))
-        if objective.name == "regression":
-            check_gradient_range(y, sample_weight.sum(), "summed weights")
+        X, y, sample_weight = weighted_rows(X, y, checked_weights(sample_weight, y, objective.name))
     if bin_mapper is None:
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)

@@ -52,6 +52,8 @@
     role = "active"              # vertical: active (labels) | passive; horizontal: aggregator | client
     data = "party0.csv"          # paths relative to the config file (the aggregator and master have none)
     label = "label"
+    # weight = "w"               # optional: the data file's column of row weights (not a feature); a
+                                 # horizontal client's or the vertical active party's (see README)
     test = "party0-test.csv"     # optional: after training, predict these rows (every data party lists its
                                  # part of the same test instances); the lead party writes the predictions
     # categorical = "auto"       # text columns as categories (or a list of columns, or {column = [...]})
@@ -102,6 +104,7 @@ class PartySpec:
     categorical: object = None  # None, "auto", [column, ...] or {column: [category, ...]}: see load_table
     n_features: int | None = None  # LIBSVM data: the width to read its files at (else its largest feature index)
     libsvm_base: int | None = None  # LIBSVM data: its first feature index, 0 or 1 (else found: see load_table)
+    weight: str | None = None  # the data file's column of row weights (a horizontal client's, a vertical active's)
 
 
 @dataclass
@@ -314,7 +317,9 @@ def _read(path) -> tuple[dict, Path]:
 
 
 PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features",
-              "libsvm_base")
+              "libsvm_base", "weight")
+# the roles that take row weights (``weight = "column"``): those whose sums the weights scale
+WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",)}
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
@@ -324,14 +329,15 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
             raise InvalidParameterError(f"{where}: missing {key!r}")
     if "data" not in d and d["role"] not in NO_DATA:
         raise InvalidParameterError(f"{where}: missing 'data'")
-    for key in ("name", "role", "data", "test", "certs", "listen"):
+    for key in ("name", "role", "data", "test", "certs", "listen", "weight"):
         if key in d and not isinstance(d[key], str):
             raise InvalidParameterError(f"{where}: {key} must be a string, got {d[key]!r}")
     check_party_name(d["name"], f"{where}: ")  # it names the party's files: "../x" wrote outside the output folder
     certs, test = d.get("certs"), d.get("test")
     return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
                      d.get("listen"), base / certs if certs else None, base / test if test else None,
-                     _categorical(d.get("categorical"), where), _n_features(d, where), _libsvm_base(d, where))
+                     _categorical(d.get("categorical"), where), _n_features(d, where), _libsvm_base(d, where),
+                     d.get("weight"))
 
 
 def _n_features(d: dict, where: str) -> int | None:
@@ -429,6 +435,10 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     for p in parties:
         if p.role not in ROLES[protocol]:
             raise InvalidParameterError(f"party {p.name}: role must be one of {ROLES[protocol]}, got {p.role!r}")
+        if p.weight is not None and p.role not in WEIGHTED_ROLES.get(protocol, ()):
+            takes = "; ".join(f"the {k} protocol's {' and '.join(r)}" for k, r in WEIGHTED_ROLES.items())
+            raise InvalidParameterError(f"party {p.name}: weight = {p.weight!r}: the {protocol} protocol's "
+                                        f"{p.role} takes no row weights (they are taken by {takes}); remove it")
     seed = fed.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidParameterError(f"federation.seed must be a non-negative integer, got {seed!r}")
@@ -609,6 +619,8 @@ def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> 
             continue  # a missing file is named when it is read
         try:
             trained, tested = feature_columns(p.data, p.label), feature_columns(p.test)
+            if trained is not None and p.weight is not None:  # (a test file need not hold the weights)
+                trained = [c for c in trained if c != p.weight]
         except DataError:
             continue  # said, with the row and value, when the file is read
         if trained is None or tested is None:

@@ -21,7 +21,7 @@ import numpy as np
 from fedgrove import jsontext, metrics
 from fedgrove.crypto.he import keygen
 from fedgrove.data.io import (LIBSVM_BASE, check_categories, detect_format, feature_columns, label_text, libsvm_layout,
-                              load_table)
+                              load_table, take_weights)
 from fedgrove.engine.model import GBDTModel, atomic_write_text, load_model
 from fedgrove.exceptions import DataError, ModelFormatError, listing
 from fedgrove.log import logger
@@ -79,6 +79,8 @@ class RoleContext:
         # a HybridTree guest may hold none of the test instances: its part is then a file of column names only
         table = load_table(path, label=label, label_required=not test, categorical=self._categories(test),
                            n_features=width, libsvm_base=base, allow_empty=test and self.spec.role == "guest")
+        if self.spec.weight is not None and not test:  # the column of row weights: no feature
+            table = take_weights(table, self.spec.weight, repr(str(path)), f"party {self.spec.name}: weight")
         if table.left_out:  # a LIBSVM file with values beyond the width
             shown = listing(table.left_out)
             if not test:
@@ -99,6 +101,8 @@ class RoleContext:
         if test and (model_names is not None or self.spec.data is not None):
             # the test file's columns matched by name to the model's features: the training file may have changed
             names = model_names if model_names is not None else feature_columns(self.spec.data, self.spec.label)
+            if model_names is None and names is not None and self.spec.weight is not None:
+                names = [c for c in names if c != self.spec.weight]
             X, left_out = table.features_as(names, repr(str(path)))
             if names is not None and X is not table.X:
                 table.X, table.feature_names = X, list(names)
@@ -287,11 +291,14 @@ def _vertical_active(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.common(ctx.data(with_label=True), ctx.cfg.lead, ctx.others("passive"))
     role = VerticalActive(ctx.channel, table.X, table.y, ctx.others("passive"), params, ctx.key_pair(),
-                          ids=table.ids, rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"))
+                          ids=table.ids, rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"),
+                          sample_weight=table.weights)
     model = role.fit(ctx.checkpoint, ctx.resume, ctx.progress)
     model.metadata.update({"protocol": "vertical", "party": ctx.spec.name,
                            "ids_digest": ids_digest(table.ids).hex() or None,
                            "own_feature_names": names(table)})  # its own columns' names, for reports
+    if ctx.spec.weight is not None:
+        model.metadata["weight"] = ctx.spec.weight
     if params.objective != "regression":
         model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)
@@ -335,8 +342,11 @@ def _horizontal_client(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     model = HorizontalClient(ctx.channel, table.X, table.y, ctx.cfg.lead, params,
-                             ctx.cfg.horizontal["contributions"], schema(table)).fit(ctx.checkpoint, ctx.resume)
+                             ctx.cfg.horizontal["contributions"], schema(table),
+                             sample_weight=table.weights).fit(ctx.checkpoint, ctx.resume)
     keep_names(model, table)
+    if ctx.spec.weight is not None:  # for fedgrove info, and fedgrove predict (a file holding it: no feature)
+        model.metadata["weight"] = ctx.spec.weight
     return _save_horizontal(ctx, model, params)
 
 

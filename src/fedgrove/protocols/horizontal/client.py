@@ -6,9 +6,10 @@ import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
+from fedgrove.engine.gbdt import (GBDTParams, RoundSampler, check_sample_weight, check_xy, checked_weights,
+                                  weighted_rows)
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel, names_of
+from fedgrove.engine.model import GBDTModel, check_row_labels, names_of
 from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import NODE_DTYPE, PackedEnsemble, Tree
@@ -19,8 +20,13 @@ from fedgrove.protocols.horizontal.common import check_params, column_bins, labe
 
 
 class HorizontalClient:
+    """A client of the horizontal protocol.  ``sample_weight`` (optional, one weight per row): as the engine's,
+    each row's weight scales its gradient and hessian, its share of the quantile sketch the cut points come from
+    and of the base score; rows of weight 0 are left out.  The weights never leave the client, but the sums the
+    aggregator learns are weighted ones."""
+
     def __init__(self, channel, X, y, aggregator: str, params: GBDTParams, contributions: bool = False,
-                 schema=None):
+                 schema=None, sample_weight=None):
         check_params(params)
         Flag().check("contributions", contributions)
         self.feature_names = names_of(X)  # a DataFrame's columns: the model keeps them, as the engine's does
@@ -28,7 +34,11 @@ class HorizontalClient:
         self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.ch, self.agg, self.params = channel, aggregator, params
         self.contributions = contributions  # send per-split sums after each tree (see SplitSums)
+        if sample_weight is not None:
+            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
         self.X, self.y = check_xy(X, y)
+        # (a regression's range is checked with the labels, in fit)
+        self.weights = None if sample_weight is None else check_sample_weight(sample_weight, len(self.y))
         self.codec = FixedPoint128()
 
     def _send_masked(self, tag_scope: str, vector: np.ndarray) -> None:
@@ -42,25 +52,28 @@ class HorizontalClient:
         ch, p = self.ch, self.params
         objective = make_objective(p.objective, p.n_classes or 1)
         y = objective.check_labels(self.y)
+        X, w = self.X, None
+        if self.weights is not None:  # as the engine: rows of weight 0 left out
+            X, y, w = weighted_rows(X, y, checked_weights(self.weights, y, objective.name))
         self.keys = MaskingKeys(ch.party)
         ch.send(self.agg, "key", m.MaskingKey(self.keys.public_bytes()))
         relay = ch.recv(self.agg, "keys", m.MaskingKeys)
         if ch.party not in relay.names or relay.keys[relay.names.index(ch.party)] != self.keys.public_bytes():
             raise ProtocolError(f"{ch.party}: the relayed key list does not hold this party's key")
         self.keys.agree(dict(zip(relay.names, relay.keys)), relay.session)
-        sketches = BinMapper(p.max_bins, subsample=None).sketches(self.X)
+        sketches = BinMapper(p.max_bins, subsample=None).sketches(X, w)
         ch.send(self.agg, "sketch", m.Sketches(np.concatenate([s.values for s in sketches]),
                                                np.concatenate([s.weights for s in sketches]),
                                                np.array([len(s.values) for s in sketches], dtype=np.int64),
                                                features_digest(self.schema)))
         cuts = ch.recv(self.agg, "cuts", m.CutPoints)
-        if len(cuts.lengths) != self.X.shape[1] or int(cuts.lengths.sum()) != len(cuts.cuts):
-            raise ProtocolError(f"{ch.party}: cut points do not match the {self.X.shape[1]} features")
+        if len(cuts.lengths) != X.shape[1] or int(cuts.lengths.sum()) != len(cuts.cuts):
+            raise ProtocolError(f"{ch.party}: cut points do not match the {X.shape[1]} features")
         bm = BinMapper.from_cuts(np.split(cuts.cuts, np.cumsum(cuts.lengths)[:-1]), cuts.max_bins)
-        X_binned = bm.transform(self.X)
+        X_binned = bm.transform(X)
         X_columns = np.asfortranarray(X_binned)
         with ch.scope(stage="labels"):
-            self._send_masked("labels", label_stats(p, y))
+            self._send_masked("labels", label_stats(p, y, w))
         base = ch.recv(self.agg, "base", m.BaseScore).values
         model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict(), self.feature_names)
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
@@ -81,7 +94,7 @@ class HorizontalClient:
             raw = np.ascontiguousarray(model.raw_from_leaves(leaves).reshape(len(y), K))
         # subsample: the client draws its own rows each round from its own generator (the aggregator learns only
         # the sampled rows' sums, as it did all rows'); a resumed run draws the earlier rounds' again
-        sampler = RoundSampler(p, len(y), self.X.shape[1], seed=[p.seed, 67, relay.names.index(ch.party)])
+        sampler = RoundSampler(p, len(y), X.shape[1], seed=[p.seed, 67, relay.names.index(ch.party)])
         for _ in range(tree_id // K):
             sampler.next()
         rows = None
@@ -89,6 +102,8 @@ class HorizontalClient:
             c = tree_id % K
             if c == 0:
                 g, h = objective.gradients(y, raw)
+                if w is not None:
+                    g, h = g * w[:, None], h * w[:, None]
                 rows = sampler.next()[0]  # (its features are the aggregator's to draw)
             stats = np.column_stack([g[:, c], h[:, c]] + ([np.ones(len(y))] if scorer.hist_needs_count else []))
             finder = HistogramSplitFinder(X_binned, bm.feature_offsets, bm.missing_codes, thresholds, stats, scorer,

@@ -14,11 +14,14 @@ def label_stats_length(params: GBDTParams) -> int:
     return (params.n_classes + 1) if params.objective == "multiclass" else 2
 
 
-def label_stats(params: GBDTParams, y: np.ndarray) -> np.ndarray:
+def label_stats(params: GBDTParams, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """A client's label statistics: per-class counts and the row count, or (sum y, row count); with
+    ``weights``, weighted counts and sums and the weights' total (the engine's weighted base score)."""
+    total = float(len(y)) if weights is None else float(weights.sum())
     if params.objective == "multiclass":
-        return np.append(np.bincount(y.astype(np.int64), minlength=params.n_classes)[:params.n_classes],
-                         len(y)).astype(np.float64)
-    return np.array([float(np.sum(y)), float(len(y))])
+        return np.append(np.bincount(y.astype(np.int64), weights=weights, minlength=params.n_classes)
+                         [:params.n_classes], total).astype(np.float64)
+    return np.array([float(np.sum(y) if weights is None else np.dot(weights, y)), total])
 
 
 def base_score(params: GBDTParams, stats: np.ndarray) -> np.ndarray:

@@ -11,10 +11,10 @@ import numpy as np
 from fedgrove.crypto.he import HEContext
 from fedgrove.crypto.packing import MAX_ROWS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
+from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_sample_weight, check_xy, checked_weights
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, names_of
+from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -194,20 +194,21 @@ class VerticalSplitFinder(SplitFinder):
         return self.local.apply_splits(layer, split_rows, splits, child_ids, masks=masks)
 
 
-def packer_for(objective: str, y: np.ndarray) -> GHPacker:
+def packer_for(objective: str, y: np.ndarray, sample_weight: np.ndarray | None = None) -> GHPacker:
     """The tightest packing layout for this task: fewer plaintext bits, more sums per ciphertext.
 
     Logistic and softmax gradients lie in [-1, 1] and hessians in [0, 1]; squared
     error's gradient is bounded by the label range (raw scores stay inside it
-    for shrunken trees), with a safety factor of 4.  Sums cover at most ``n``
-    instances.
+    for shrunken trees), with a safety factor of 4.  Rows' weights (``sample_weight``)
+    multiply the bound by the largest.  Sums cover at most ``n`` instances.
     """
     count_bits = max(1, int(len(y)).bit_length())
+    scale = 1.0 if sample_weight is None or not len(y) else max(1.0, float(np.max(sample_weight)))
     if objective == "regression":
         span = float(np.max(np.abs(y - np.mean(y)))) if len(y) else 1.0
-        value_bits = max(1, int(np.ceil(np.log2(4 * span + 2))))
-    else:
-        value_bits = 1
+        value_bits = max(1, int(np.ceil(np.log2((4 * span + 2) * scale))))
+    else:  # |g| <= w and h <= w: below 2 ** value_bits
+        value_bits = max(1, int(np.floor(np.log2(scale))) + 1)
     return GHPacker(53, value_bits, count_bits)
 
 
@@ -276,11 +277,15 @@ class VerticalActive:
     passives : names of the passive parties, in the order their features follow the active's
     params : GBDTParams (``min_samples_leaf`` must be 1: per-bin counts are not exchanged)
     he : the key holder's HEContext (secret key)
+    sample_weight : each instance's weight, or None.  As the engine's, a weight scales the instance's gradient and
+        hessian (encrypted so), its share of the active party's own cut points and of the base score; the
+        passive parties' cut points are unweighted (they do not know the weights).  Instances of weight 0 are
+        left out of every tree as a row subsample leaves rows out: the passive parties learn which they are.
     """
 
     def __init__(self, channel, X, y, passives: list[str], params: GBDTParams, he: HEContext,
                  bin_mapper: BinMapper | None = None, packer: GHPacker | None = None, ids=None,
-                 rows_per_ciphertext: int | None = None):
+                 rows_per_ciphertext: int | None = None, sample_weight=None):
         if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
             raise InvalidParameterError("the vertical protocol exchanges no per-bin counts: it needs "
                                         "min_samples_leaf=1 and min_child_weight > 0")
@@ -289,13 +294,19 @@ class VerticalActive:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
         self.feature_names = names_of(X)  # its own columns' names (a DataFrame's); test frames matched by them
+        if sample_weight is not None:
+            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
         self.X, self.y = check_xy(X, y)
+        # (a regression's range is checked with the labels, in fit)
+        self.weights = None if sample_weight is None else check_sample_weight(sample_weight, len(self.y))
+        keep = slice(None) if self.weights is None else self.weights > 0
         self.passives = list(passives)
         self.params = params
         self.he = he
-        self.packer = packer or packer_for(params.objective, self.y)
+        self.packer = packer or packer_for(params.objective, self.y, self.weights)
         self.row_packing = row_packing_for(he, self.packer, rows_per_ciphertext)
-        self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(self.X)
+        self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(
+            self.X[keep], None if self.weights is None else self.weights[keep])
         self.remotes: list[_Remote] = []
         self.ids = instance_ids(ids, len(self.X), channel.party)
 
@@ -305,6 +316,11 @@ class VerticalActive:
         ch, p = self.ch, self.params
         objective = objective_for(p.objective, p.n_classes, self.y)
         y = objective.check_labels(self.y)
+        w, kept = self.weights, None  # kept: the instances of positive weight, when some have weight 0
+        if w is not None:
+            checked_weights(w, y, objective.name)
+            if not (w > 0).all():
+                kept = np.nonzero(w > 0)[0]
         X_binned = self.bin_mapper.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
         n, n_local = X_binned.shape
@@ -326,7 +342,10 @@ class VerticalActive:
                                         self.row_packing.stride_bits), self.passives)
 
         K = objective.n_outputs
-        base = objective.init_score(y) if p.base_score == "auto" else np.full(K, float(p.base_score))
+        if p.base_score != "auto":
+            base = np.full(K, float(p.base_score))
+        else:  # (over the kept instances alone, as the engine sums them)
+            base = objective.init_score(y, w) if kept is None else objective.init_score(y[kept], w[kept])
         model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
         if self.feature_names is not None:
             model.metadata["own_feature_names"] = self.feature_names
@@ -349,13 +368,18 @@ class VerticalActive:
         thresholds = self.bin_mapper.thresholds()
         tree_id = start
         self.tree_seconds = []  # wall time of each tree, the passive parties' work included
-        sampler = RoundSampler(p, n, feat)  # the engine's rows and features (over the joined columns)
+        # the engine's rows (of the instances of positive weight) and features (over the joined columns)
+        sampler = RoundSampler(p, n if kept is None else len(kept), feat)
         for round_ in range(p.n_estimators):
             sample, features = sampler.next()  # (drawn for the rounds a resumed run skips too)
             mask = sampler.feature_mask(features)
             if round_ * K < start:
                 continue
+            if kept is not None:
+                sample = kept if sample is None else kept[sample]
             g, h = objective.gradients(y, raw)
+            if w is not None:
+                g, h = g * w[:, None], h * w[:, None]
             rows = slice(None) if sample is None else sample
             for c in range(K):
                 t0 = time.perf_counter()

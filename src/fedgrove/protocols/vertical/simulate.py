@@ -16,9 +16,11 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 
 def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, he: HEContext,
                  X_test_parts: list[np.ndarray] | None = None, names: list[str] | None = None,
-                 timeout: float = 120.0, observers: dict | None = None, rows_per_ciphertext: int | None = None):
+                 timeout: float = 120.0, observers: dict | None = None, rows_per_ciphertext: int | None = None,
+                 sample_weight=None):
     """Train (and optionally predict) with party 0 active and the others passive (``rows_per_ciphertext``:
-    instances per gradient ciphertext, default by scheme: :func:`default_rows_per_ciphertext`).
+    instances per gradient ciphertext, default by scheme: :func:`default_rows_per_ciphertext`;
+    ``sample_weight``: each instance's weight, which the active party holds with the labels).
 
     Returns a dict with the active model, the passive models, the test raw
     scores (if ``X_test_parts``) and each party's channel statistics.
@@ -36,7 +38,8 @@ def run_vertical(X_parts: list[np.ndarray], y: np.ndarray, params: GBDTParams, h
     def active(ch):
         for obs in (observers or {}).get(active_name, []):
             ch.observers.append(obs)
-        role = VerticalActive(ch, X_parts[0], y, passive_names, params, he, rows_per_ciphertext=rows_per_ciphertext)
+        role = VerticalActive(ch, X_parts[0], y, passive_names, params, he, rows_per_ciphertext=rows_per_ciphertext,
+                              sample_weight=sample_weight)
         model = role.fit()
         fit_stats[ch.party] = ch.stats.as_dict()
         raw = role.predict_raw(X_test_parts[0]) if X_test_parts is not None else None

@@ -1,0 +1,206 @@
+"""Row weights in the lossless protocols: a horizontal client's and the vertical active party's weights give the
+engine's weighted trees (``train_gbdt(..., sample_weight=)``), from Python and from a config's ``weight``."""
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgrove.cli.main import main
+from fedgrove.crypto.he import keygen
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.engine.model import load_model
+from fedgrove.exceptions import DataError, InvalidParameterError
+from fedgrove.protocols.horizontal.simulate import run_horizontal
+from fedgrove.protocols.vertical import messages as vm
+from fedgrove.protocols.vertical.simulate import run_vertical
+
+
+def _same_trees(fed, eng):
+    assert len(fed.trees) == len(eng.trees)
+    for a, b in zip(fed.trees, eng.trees):
+        for name in ("feature", "bin", "missing_left", "left", "right", "count"):
+            np.testing.assert_array_equal(a.nodes[name], b.nodes[name], err_msg=name)
+        np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-9)
+
+
+def _differ(a, b) -> bool:
+    return any(len(s.nodes) != len(t.nodes) or not np.allclose(s.values, t.values) for s, t in zip(a.trees, b.trees))
+
+
+def _task(objective, n=1200, seed=3):
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, 6))
+    X[r.random(X.shape) < 0.1] = np.nan
+    signal = np.nan_to_num(X[:, 0]) + 0.5 * np.nan_to_num(X[:, 4]) + 0.5 * r.normal(size=n)
+    y = {"binary": (signal > 0).astype(float), "multiclass": np.digitize(signal, [-0.6, 0.6]).astype(float),
+         "regression": 3 * signal}[objective]
+    w = r.integers(0, 5, size=n) * r.uniform(0.5, 3, size=n)  # a quarter of the rows of weight 0
+    return X, y, w
+
+
+@pytest.mark.parametrize("objective,subsample", [("binary", 1.0), ("multiclass", 1.0), ("regression", 0.7)])
+def test_horizontal_clients_weights_give_the_engines_weighted_trees(objective, subsample):
+    X, y, w = _task(objective)
+    data = [(X[k::3], y[k::3], w[k::3]) for k in range(3)]
+    params = GBDTParams(objective, n_estimators=4, max_depth=4, max_bins=32, seed=2, subsample=subsample,
+                        n_classes=3 if objective == "multiclass" else None)
+    fed = run_horizontal(data, params)["model"]
+    Xu, yu, wu = (np.concatenate([d[k] for d in data]) for k in range(3))
+    if subsample < 1:  # each client draws its own rows (of positive weight): the engine replays those draws
+        import fedgrove.engine.gbdt as gbdt
+        from tests.conftest import replaying_own_rows
+
+        sizes = [int((d[2] > 0).sum()) for d in data]
+        kept = wu > 0
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gbdt, "RoundSampler", replaying_own_rows(sizes))
+            eng = train_gbdt(params, Xu[kept], yu[kept], sample_weight=wu[kept], bin_mapper=fed.bin_mapper)
+    else:
+        eng = train_gbdt(params, Xu, yu, sample_weight=wu, bin_mapper=fed.bin_mapper)
+        # the clients' weighted sketches merge to the engine's weighted cut points on the union
+        whole = BinMapper(32).fit(Xu[wu > 0], wu[wu > 0])
+        for a, b in zip(fed.bin_mapper.cuts_, whole.cuts_):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(fed.base_score, eng.base_score, rtol=0, atol=1e-12)
+    _same_trees(fed, eng)
+    assert fed.trees[0].nodes["count"][0] == (np.round(subsample * (wu > 0).sum()) if subsample == 1 else
+                                              sum(round(subsample * s) for s in sizes))
+    assert _differ(fed, run_horizontal([d[:2] for d in data], params)["model"])  # the weights matter
+
+
+def test_a_clients_bad_weights_are_refused_naming_them():
+    X, y, w = _task("binary", n=300)
+    params = GBDTParams(n_estimators=1, max_depth=2)
+    with pytest.raises(DataError, match=r"one weight per row of X, shape \(150,\), got shape \(149,\)"):
+        run_horizontal([(X[:150], y[:150], w[:149]), (X[150:], y[150:])], params)
+    with pytest.raises(DataError, match="zero in all 150 rows"):
+        run_horizontal([(X[:150], y[:150], np.zeros(150)), (X[150:], y[150:])], params)
+    with pytest.raises(InvalidParameterError, match=r"client_data\[0\] must be a tuple \(X, y\) or \(X, y, "
+                                                    r"sample_weight\), got 4 items"):
+        run_horizontal([(X, y, w, w)], params)
+
+
+def _vertical_oracle(X, y, w, parts, params):
+    # the active party's cut points weighted (it holds the weights), the passive party's not
+    keep = w > 0
+    cuts = (BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, parts[0]], w[keep]).cuts_
+            + BinMapper(params.max_bins, seed=params.seed).fit(X[:, parts[1]]).cuts_)
+    Xj = np.concatenate([X[:, p] for p in parts], axis=1)
+    return train_gbdt(params, Xj, y, sample_weight=w, bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
+
+
+@pytest.mark.parametrize("objective,subsample", [("binary", 1.0), ("binary", 0.7), ("regression", 1.0)])
+def test_the_vertical_active_partys_weights_give_the_engines_weighted_trees(objective, subsample):
+    X, y, w = _task(objective)
+    parts = [np.array([1, 4, 5]), np.array([0, 2, 3])]
+    params = GBDTParams(objective, n_estimators=3, max_depth=4, max_bins=32, seed=2, subsample=subsample)
+    seen = []
+    out = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048, "heu"), sample_weight=w,
+                       observers={"party1": [lambda d, peer, tag, msg: seen.append(msg)]})
+    _same_trees(out["model"], _vertical_oracle(X, y, w, parts, params))
+    # the instances of weight 0 are left out as a subsample leaves instances out: none is encrypted
+    grads = [msg for msg in seen if isinstance(msg, vm.EncryptedGradients)]
+    kept = np.nonzero(w > 0)[0]
+    assert len(grads) == 3 and all(g.sampled and np.isin(g.rows, kept).all() for g in grads)
+    assert all(g.n == (len(kept) if subsample == 1 else round(subsample * len(kept))) for g in grads)
+    plain = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048, "heu"))["model"]
+    assert _differ(out["model"], plain)
+
+
+def test_large_vertical_weights_widen_the_packed_gradients_and_stay_exact():
+    from fedgrove.protocols.vertical.active import packer_for
+
+    X, y, w = _task("binary", n=600)
+    w = w * 1e4
+    assert packer_for("binary", y, w).value_bits == 17 > packer_for("binary", y).value_bits == 1
+    parts = [np.array([0, 1, 2]), np.array([3, 4, 5])]
+    params = GBDTParams(n_estimators=2, max_depth=3, max_bins=16, min_child_weight=1.0)
+    for scheme in ("ou", "paillier"):
+        out = run_vertical([X[:, p] for p in parts], y, params, keygen(scheme, 2048, "heu"), sample_weight=w)
+        _same_trees(out["model"], _vertical_oracle(X, y, w, parts, params))
+
+
+def _files(tmp_path, protocol):
+    r = np.random.default_rng(6)
+    n = 360
+    X = r.normal(size=(n, 4))
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    df["y"] = (X[:, 0] + 0.5 * X[:, 2] + 0.4 * r.normal(size=n) > 0).astype(int)
+    df["w"] = r.integers(0, 4, size=n) * 0.5
+    df.insert(0, "_id", np.arange(n))
+    train, test = df.iloc[:300], df.iloc[300:]
+    if protocol == "horizontal":
+        train.iloc[:150].to_csv(tmp_path / "p0.csv", index=False)
+        train.iloc[150:].to_csv(tmp_path / "p1.csv", index=False)
+        test.to_csv(tmp_path / "test.csv", index=False)
+        parties = [("aggregator", "aggregator", None, None)] + [
+            (f"p{k}", "client", f"p{k}.csv", "test.csv") for k in range(2)]
+    else:  # the active party's rows shuffled: sorted by _id, the weights with them
+        train[["_id", "a", "b", "y", "w"]].sample(frac=1, random_state=1).to_csv(tmp_path / "act.csv", index=False)
+        train[["_id", "c", "d"]].to_csv(tmp_path / "pas.csv", index=False)
+        test[["_id", "a", "b", "y", "w"]].to_csv(tmp_path / "act-test.csv", index=False)
+        test[["_id", "c", "d"]].to_csv(tmp_path / "pas-test.csv", index=False)
+        parties = [("act", "active", "act.csv", "act-test.csv"), ("pas", "passive", "pas.csv", "pas-test.csv")]
+    text = f'[federation]\nprotocol = "{protocol}"\ntimeout = 60\n[he]\nscheme = "ou"\n' \
+           f'[params]\nn_estimators = 4\nmax_depth = 3\nmax_bins = 16\n'
+    for name, role, data, test_file in parties:
+        text += f'[[party]]\nname = "{name}"\nrole = "{role}"\n'
+        if data:
+            text += f'data = "{data}"\ntest = "{test_file}"\n'
+            if role != "passive":
+                text += 'label = "y"\nweight = "w"\n'
+    if protocol == "horizontal":
+        text = text.replace('[he]\nscheme = "ou"\n', "")
+    (tmp_path / "fed.toml").write_text(text + '[output]\ndir = "runs"\n')
+    return train, test
+
+
+@pytest.mark.parametrize("protocol", ["horizontal", "vertical"])
+def test_a_configs_weight_column_weighs_the_rows_and_is_no_feature(tmp_path, capsys, protocol):
+    train, test = _files(tmp_path, protocol)
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0, capsys.readouterr().err
+    lead = "p0" if protocol == "horizontal" else "act"
+    model = load_model(tmp_path / "runs" / f"{lead}.model.json")
+    assert model.metadata["weight"] == "w"
+    params = GBDTParams(n_estimators=4, max_depth=3, max_bins=16)
+    if protocol == "horizontal":
+        assert model.feature_names == ["a", "b", "c", "d"]
+        fed = run_horizontal([(train.iloc[s][["a", "b", "c", "d"]].to_numpy(), train.iloc[s]["y"].to_numpy(float),
+                               train.iloc[s]["w"].to_numpy()) for s in (slice(0, 150), slice(150, 300))], params)
+        _same_trees(model, fed["model"])
+    else:
+        assert model.metadata["own_feature_names"] == ["a", "b"]
+        X = train[["a", "b", "c", "d"]].to_numpy()
+        _same_trees(model, _vertical_oracle(X, train["y"].to_numpy(float), train["w"].to_numpy(),
+                                            [np.array([0, 1]), np.array([2, 3])], params))
+    # the test file holds the weight column too: it is no feature there either
+    pred = pd.read_csv(tmp_path / "runs" / f"{lead}.predictions.csv")
+    assert len(pred) == len(test) and (pred["_id"].to_numpy() == test["_id"].to_numpy()).all()
+    stats = json.loads((tmp_path / "runs" / f"{lead}.stats.json").read_text())
+    assert stats["test_accuracy"] > 0.75
+    assert main(["info", str(tmp_path / "runs" / f"{lead}.model.json")]) == 0
+    assert re.search(r"weight column\s+│ w\s", capsys.readouterr().out)
+    if protocol == "horizontal":  # a client's whole model predicts alone, the weight column left out
+        assert main(["predict", str(tmp_path / "runs" / "p0.model.json"), str(tmp_path / "test.csv"), "-l", "y",
+                     "-o", str(tmp_path / "alone.csv")]) == 0
+        assert "columns the model does not use, left out: w" in capsys.readouterr().err
+        np.testing.assert_array_equal(pd.read_csv(tmp_path / "alone.csv")["prediction"], pred["prediction"])
+
+
+def test_a_weight_on_a_role_that_takes_none_is_refused(tmp_path, capsys):
+    _files(tmp_path, "vertical")
+    cfg = tmp_path / "fed.toml"
+    cfg.write_text(cfg.read_text().replace('data = "pas.csv"\n', 'data = "pas.csv"\nweight = "c"\n'))
+    assert main(["simulate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "party pas: weight = 'c': the vertical protocol's passive takes no row weights (they are taken by the " \
+           "horizontal protocol's client; the vertical protocol's active); remove it" in err
+    _files(tmp_path, "vertical")
+    cfg.write_text(cfg.read_text().replace('weight = "w"', 'weight = "nope"'))
+    assert main(["simulate", str(cfg)]) != 0
+    assert "party act: weight column 'nope' not found in" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "runs" / "act.model.json").exists()
