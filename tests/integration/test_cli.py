@@ -135,6 +135,53 @@ def test_a_weight_column_weights_the_rows_and_is_no_feature(csv, tmp_path, capsy
         assert not (tmp_path / "bad.json").exists()
 
 
+def test_predict_and_valid_weigh_their_scores_by_a_weight_column(csv, tmp_path, capsys):
+    # predict --weight: scores weighted as fedgrove.metrics weighs them (weights of 0/1: the scores of the rows of
+    # weight 1); train --weight with a --valid file holding the column weighs its rows in early stopping too
+    from fedgrove import metrics
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.model import load_model
+
+    df = pd.read_csv(csv)
+    flip = np.random.default_rng(0).random(len(df)) < 0.2  # noisy labels: early stopping stops early
+    df.loc[flip, "label"] = np.where(df["label"][flip] == "yes", "no", "yes")
+    df["w"] = (np.arange(len(df)) % 4 != 0).astype(float)
+    train, valid = df.iloc[:250], df.iloc[250:]
+    train.to_csv(tmp_path / "train.csv", index=False)
+    valid.to_csv(tmp_path / "valid.csv", index=False)
+    model = tmp_path / "m.json"
+    code, out, err = run(["train", tmp_path / "train.csv", "-m", model, "-l", "label", "-w", "w", "-n", "40",
+                          "--learning-rate", "0.2", "--valid", tmp_path / "valid.csv", "--early-stopping", "3", "-q"],
+                         capsys)
+    assert code == 0, err
+    X, y = df[["a", "b", "c", "d"]].to_numpy(), (df["label"] == "yes").to_numpy(float)
+    kept = valid["w"].to_numpy() > 0
+    params = GBDTParams(n_estimators=40, learning_rate=0.2, early_stopping_rounds=3)
+    ref = train_gbdt(params, X[:250], y[:250], sample_weight=train["w"], eval_set=(X[250:][kept], y[250:][kept]))
+    saved = load_model(model)
+    assert saved.n_trees == ref.n_trees
+    unweighted = train_gbdt(params, X[:250], y[:250], sample_weight=train["w"], eval_set=(X[250:], y[250:]))
+    assert unweighted.n_trees != ref.n_trees  # (so the weights decided it)
+    p = saved.predict_proba(X[250:][kept])
+    line = f"accuracy {metrics.accuracy(y[250:][kept], p.argmax(axis=1)):.4f} auc {metrics.auc(y[250:][kept], p):.4f}"
+    assert line in " ".join(err.split()) and "(rows weighted by 'w')" in err
+    code, _, err = run(["predict", model, tmp_path / "valid.csv", "-w", "w", "-o", tmp_path / "p.csv"], capsys)
+    assert code == 0 and line in " ".join(err.split()) and "(rows weighted by 'w')" in err, err
+    code, _, err = run(["predict", model, tmp_path / "valid.csv", "-o", tmp_path / "p.csv"], capsys)
+    assert code == 0 and line not in " ".join(err.split()) and "columns the model does not use, left out: w" in err
+    valid.drop(columns="w").to_csv(tmp_path / "no-w.csv", index=False)
+    code, _, err = run(["train", tmp_path / "train.csv", "-m", tmp_path / "m2.json", "-l", "label", "-w", "w", "-n",
+                        "3", "--valid", tmp_path / "no-w.csv", "-q"], capsys)
+    assert code == 0 and "has no column 'w': its rows weigh alike" in " ".join(err.split()), err
+    for argv, message in [(["-w", "nope"], "--weight column 'nope' not found in"),
+                          (["-w", "w", "-l", "nope"], "label column")]:
+        code, _, err = run(["predict", model, tmp_path / "valid.csv", *argv, "-o", tmp_path / "bad.csv"], capsys)
+        assert code != 0 and message in err and not (tmp_path / "bad.csv").exists(), err
+    valid.drop(columns="label").to_csv(tmp_path / "unlabelled.csv", index=False)
+    code, _, err = run(["predict", model, tmp_path / "unlabelled.csv", "-w", "w"], capsys)
+    assert code == 2 and "weighs the scores against the labels" in err, err
+
+
 def test_class_weights_weigh_the_rows_of_each_class(csv, tmp_path, capsys):
     from sklearn.utils.class_weight import compute_sample_weight
 

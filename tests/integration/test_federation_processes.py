@@ -163,6 +163,28 @@ def test_align_psi_over_grpc_gives_the_simulated_model(tmp_path):
     assert stats["total_sent"] > 32 * 2 * 300  # its blinded IDs, and the active party's blinded again
 
 
+def test_row_weights_over_grpc_give_the_simulated_model(tmp_path):
+    # the active party's weight column (some weights 0: those instances are left out of every tree, as a
+    # subsample leaves instances out), with its rows in its own order: the same model over gRPC as in one process
+    from fedgrove.cli.main import main
+
+    names = _setup(tmp_path)
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    unweighted = (tmp_path / "sim" / "party0.model.json").read_bytes()
+    df = pd.read_csv(tmp_path / "party0.csv")
+    df["w"] = np.random.default_rng(1).integers(0, 4, len(df)) * 0.75
+    df.to_csv(tmp_path / "party0.csv", index=False)
+    for f in (tmp_path / "federation.toml", tmp_path / "party0.toml"):
+        f.write_text(f.read_text().replace('label = "label"\n', 'label = "label"\nweight = "w"\n'))
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    _parties_over_grpc_in_threads(tmp_path, names)
+    for n in names:
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
+    model = json.loads((tmp_path / "sim" / "party0.model.json").read_text())
+    assert model["metadata"]["weight"] == "w" and (tmp_path / "sim" / "party0.model.json").read_bytes() != unweighted
+
+
 def test_a_message_over_the_configured_limit_stops_the_run_naming_the_setting(tmp_path, capsys):
     from fedgrove.cli.main import main
 

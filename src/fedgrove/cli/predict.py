@@ -24,8 +24,10 @@ def predict(
     proba: bool = typer.Option(False, help="Output class probabilities instead of classes"),
     leaf: bool = typer.Option(False, help="Output the leaf index of every tree"),
     fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm"),
+    weight: Optional[str] = typer.Option(None, "--weight", "-w", help="Column of row weights (not a feature) that "
+                                         "weigh the printed scores"),
 ):
-    """Predict with a saved model; with --label also print test metrics."""
+    """Predict with a saved model; with --label also print test metrics (weighted by --weight)."""
     from fedgrove.engine.model import load_model
 
     check_output_file(output, "--out", {"the model file": model, "the data file": data})
@@ -51,6 +53,13 @@ def predict(
                        categorical=m.metadata.get("categories") or {},  # {}: no column is one
                        libsvm_base=m.metadata.get(LIBSVM_BASE))
     report_categories(table, encoded=False)
+    if weight is not None:
+        from fedgrove.data.io import take_weights
+
+        if table.y is None:
+            raise InvalidParameterError(f"--weight {weight!r} weighs the scores against the labels, but {data!r} "
+                                        f"has no label column; name it with --label")
+        table = take_weights(table, weight, repr(data))
     X = model_features(table, m.feature_names, data)
     if m.n_features is not None and X.ndim == 2 and X.shape[1] != m.n_features:
         from fedgrove.exceptions import DataError
@@ -78,32 +87,39 @@ def predict(
         atomic_write_text(output, df.to_csv(index=False))
         console.print(f"wrote {len(df)} predictions to {output}")
     if table.y is not None:  # scored after the predictions are out
-        console.print(score_line(m, X, table.y))
+        console.print(score_line(m, X, table.y, table.weights)
+                      + ("" if weight is None else f"  (rows weighted by {weight!r})"))
 
 
-def score_line(m, X, y_true) -> str:
+def score_line(m, X, y_true, weights=None) -> str:
     """The model's scores on rows ``X`` with labels ``y_true`` as the file writes them: accuracy, AUC, AUPRC and
-    log loss (classification) or RMSE (regression), as ``fedgrove predict`` prints them."""
+    log loss (classification) or RMSE (regression), as ``fedgrove predict`` prints them; each row weighted by
+    ``weights`` when given (checked non-negative, not all 0)."""
     from fedgrove import metrics
 
+    w = weights
     if m.classes is not None:
         lookup = {c: i for i, c in enumerate(m.classes)}
         y = np.array([lookup.get(v.item() if hasattr(v, "item") else v, -1) for v in y_true], dtype=np.int64)
         p = m.predict_proba(X)
-        acc = metrics.accuracy(y, p.argmax(axis=1))  # a class the model does not know is never predicted
+        # a class the model does not know is never predicted
+        acc = metrics.accuracy(y, p.argmax(axis=1), sample_weight=w)
         line = f"accuracy {acc:.4f}"
         unseen = y < 0
+        weighed = y if w is None else y[w > 0]  # the rows a weighted score counts
         if unseen.any():  # the other measures need every row's true class among the model's
             values = list(dict.fromkeys(v.item() if hasattr(v, "item") else v for v in y_true[unseen]))
             shown = listing(values, 5, repr)
             line += (f"  ({int(unseen.sum())} of {len(y)} rows have labels the model was not trained on, "
                      f"{shown}: counted as errors; AUC and log loss left out)")
         else:
-            if p.shape[1] == 2 and metrics.ranks_defined(y):
-                line += f"  auc {metrics.auc(y, p):.4f}  auprc {metrics.auprc(y, p):.4f}"
+            if p.shape[1] == 2 and metrics.ranks_defined(weighed):
+                line += (f"  auc {metrics.auc(y, p, sample_weight=w):.4f}  "
+                         f"auprc {metrics.auprc(y, p, sample_weight=w):.4f}")
             elif p.shape[1] == 2:
-                line += f"  (AUC and AUPRC left out: every label is {m.classes[y[0]]!r})"
-            line += f"  logloss {metrics.log_loss(y, p):.4f}"
+                line += (f"  (AUC and AUPRC left out: every label{'' if w is None else ' of positive weight'} is "
+                         f"{m.classes[weighed[0]]!r})")
+            line += f"  logloss {metrics.log_loss(y, p, sample_weight=w):.4f}"
     else:
-        line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X)):.6g}"
+        line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X), sample_weight=w):.6g}"
     return line

@@ -120,7 +120,7 @@ def train(
     y, classes = encode_labels(table.y, objective)
     if class_weights is not None:
         weights = _weigh_classes(class_weights, y, classes, weights)
-    eval_set = None
+    eval_set = eval_weights = None
     if algorithm == Algorithm.gbdt:
         params = make_params(objective, len(classes) if objective == "multiclass" else None)
         if valid is not None:
@@ -129,11 +129,16 @@ def train(
                             libsvm_base=table.meta.get(LIBSVM_BASE))
             if vt.y is None:
                 raise DataError("the validation data has no label column")
+            if weight is not None and vt.named and weight in vt.feature_names:  # weighs its rows too
+                vt = take_weights(vt, weight, f"--valid {valid}")
+                eval_weights = vt.weights
+            elif weight is not None:
+                console.print(f"note: {valid} has no column {weight!r}: its rows weigh alike")
             vy = _encode_like(vt.y, classes, objective)
             eval_set = (model_features(vt, table.feature_names, valid), vy)
         with progress_bar("boosting", n_estimators, not quiet) as update:
             fitted = train_gbdt(params, table.X, y, eval_set=eval_set, feature_names=table.feature_names,
-                                progress=update, sample_weight=weights)
+                                progress=update, sample_weight=weights, eval_sample_weight=eval_weights)
     else:
         params = make_params(objective)
         with progress_bar("growing forest", n_estimators, not quiet) as update:
@@ -159,7 +164,8 @@ def train(
     if eval_set is not None:  # the model as saved (early stopping: its best round), scored as predict scores it
         from fedgrove.cli.predict import score_line
 
-        console.print(f"on {valid}: {score_line(fitted, eval_set[0], vt.y)}")
+        console.print(f"on {valid}: {score_line(fitted, eval_set[0], vt.y, eval_weights)}"
+                      + ("" if eval_weights is None else f"  (rows weighted by {weight!r})"))
 
 
 def _parse_class_weight(value: str | None):
