@@ -1033,6 +1033,46 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
     assert scores and min(scores) > 0.85, out + err
 
 
+@pytest.mark.parametrize("scheme", ["vertical", "horizontal"])
+def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_the_rows(tmp_path, capsys, scheme):
+    # --weight: the column goes beside the label in the labelled parties' files (train and test), is no party's
+    # feature, and the config written with --protocol names it; the federation then trains the weighted model
+    from fedgrove.engine.model import load_model
+
+    r = np.random.default_rng(3)
+    X = r.normal(size=(400, 6))
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
+    df.insert(2, "w", r.integers(0, 3, 400) * 0.5)
+    df["y"] = (X[:, 0] + X[:, 3] > 0).astype(int)
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    code, out, err = run(["partition", tmp_path / "d.csv", "-l", "y", "-w", "w", "--scheme", scheme, "-p", "2",
+                          "--test-fraction", "0.2", "-o", parts, "--protocol", scheme], capsys)
+    assert code == 0, err
+    assert "+ label and weights" in out + err
+    manifest = json.loads((parts / "manifest.json").read_text())
+    assert manifest["weight"] == "w" and all("w" not in e["features"] for e in manifest["parties"])
+    for e in manifest["parties"]:
+        for name in (e["file"], e.get("test_file") or manifest.get("test_file")):
+            frame = pd.read_csv(parts / name)
+            assert ("w" in frame.columns) == e["has_label"] == ("y" in frame.columns), (name, list(frame.columns))
+            if e["has_label"]:
+                np.testing.assert_array_equal(frame["w"], df.set_index(np.arange(400)).loc[frame["_id"], "w"])
+    config = (parts / "federation.toml").read_text()
+    assert config.count('weight = "w"') == sum(e["has_label"] for e in manifest["parties"])
+    code, out, err = run(["simulate", parts / "federation.toml"], capsys)
+    assert code == 0, err
+    lead = next(e["name"] for e in manifest["parties"] if e["has_label"])
+    assert load_model(parts / "runs" / f"{lead}.model.json").metadata["weight"] == "w"
+    for argv, message in [(["--scheme", "hybrid"], "a hybrid partition's protocol (hybridtree) takes no row "
+                                                   "weights"),
+                          (["--scheme", "horizontal", "--protocol", "simfl"], "the simfl protocol takes no row "
+                                                                              "weights")]:
+        code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "-w", "w", "-o", tmp_path / "no", *argv],
+                           capsys)
+        assert code == 2 and message in " ".join(err.split()) and not (tmp_path / "no").exists(), err
+
+
 def test_fv_tree_uploads_refused_under_dp_are_reported_with_what_helps(tmp_path, capsys):
     # under DP each tree sees 1/trees_per_ensemble of a party's rows, too few per bin for the endorsements: the
     # run said "a larger epsilon" would help (it does not: 1e6 here) and did not name trees_per_ensemble

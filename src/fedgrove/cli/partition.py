@@ -28,6 +28,9 @@ def partition(
     scheme: Scheme = typer.Option(..., help="horizontal, vertical or hybrid"),
     parties: int = typer.Option(2, "--parties", "-p", help="Parties (horizontal/vertical) or guests (hybrid)"),
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column (default: last column)"),
+    weight: Optional[str] = typer.Option(None, "--weight", "-w", help="Column of row weights: kept beside the "
+                                         "label in the files of the parties that hold it (horizontal and vertical "
+                                         "schemes), not a feature"),
     mode: str = typer.Option("balanced", help="horizontal: balanced, unbalanced or dirichlet"),
     theta: float = typer.Option(0.8, help="horizontal unbalanced: SimFL's ratio"),
     beta: Optional[float] = typer.Option(None, help="Dirichlet concentration (horizontal dirichlet; "
@@ -59,6 +62,10 @@ def partition(
     if protocol is not None and protocol not in FOR_SCHEME[scheme.value]:
         raise InvalidParameterError(f"--protocol {protocol!r} does not run on a {scheme.value} partition; "
                                     f"expected {' or '.join(FOR_SCHEME[scheme.value])}")
+    if weight is not None and (scheme == Scheme.hybrid or protocol not in (None, "horizontal", "vertical")):
+        what = f"the {protocol} protocol" if protocol else "a hybrid partition's protocol (hybridtree)"
+        raise InvalidParameterError(f"--weight {weight!r}: {what} takes no row weights; the horizontal and vertical "
+                                    f"protocols do (their label holders')")
     if protocol is not None and hosts > 1:
         raise InvalidParameterError(f"--protocol writes one federation's config, and --hosts {hosts} makes "
                                     f"{hosts} federations (one per host): leave --protocol out and write a config "
@@ -80,6 +87,10 @@ def partition(
     if table.y is None:
         raise DataError("the data has no label column; pass --label")
     report_categories(table)
+    if weight is not None:
+        from fedgrove.data.io import take_weights
+
+        table = take_weights(table, weight, repr(data))
     test = None
     with options_named(PARTITION_OPTIONS):
         if test_fraction:
@@ -108,8 +119,9 @@ def partition(
     for s, entry in zip(p.shards, manifest["parties"]):
         feats = table.n_features if scheme == Scheme.horizontal else len(s.features)
         mix = f" ({label_mix(entry['label_counts'])})" if "label_counts" in entry else ""
+        held = "  + label" + ("" if weight is None else " and weights")
         console.print(f"  {s.name:<{w}} {'client' if lead else s.role:<{w}} {len(s.rows):>8} samples  {feats:>4} "
-                      f"features{'  + label' + mix if s.has_label else ''}")
+                      f"features{held + mix if s.has_label else ''}")
     held_out = "" if test is None else (f", {len(test_files)} test file{'s' if len(test_files) > 1 else ''} "
                                         f"({test.n_samples} test rows held out)")
     console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}; the label column "
@@ -216,6 +228,8 @@ def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarra
                  f'data = {json.dumps(entry["file"])}']
         if entry["has_label"]:
             lines.append(f'label = {json.dumps(m["label"])}')
+            if m.get("weight"):
+                lines.append(f'weight = {json.dumps(m["weight"])}')
         test = entry.get("test_file") or m.get("test_file")
         if test:
             lines.append(f'test = {json.dumps(test)}')

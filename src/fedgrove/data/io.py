@@ -58,6 +58,7 @@ class Table:
     # without values there gives the same model as one that has those columns, all zero
     left_out: list = field(default_factory=list)
     weights: np.ndarray | None = None  # each row's weight, from a column :func:`take_weights` took out of X
+    weight_name: str | None = None  # that column's name (written back by :func:`write_table`)
 
     @property
     def label_column(self) -> str:
@@ -87,7 +88,9 @@ class Table:
                      None if self.ids is None else self.ids[rows], named=self.named,
                      categories={c: v for c, v in self.categories.items() if c in names},
                      id_text=None if self.id_text is None else self.id_text[rows], meta=dict(self.meta),
-                     weights=None if self.weights is None else self.weights[rows])
+                     # the weights go with the labels (a vertical partition's label holder's)
+                     weights=self.weights[rows] if (with_label and self.weights is not None) else None,
+                     weight_name=self.weight_name if with_label else None)
 
     def features_as(self, names, source: str = "the data") -> tuple[np.ndarray, list[str]]:
         """The feature matrix with its columns in the order of ``names`` (a model's features), and the
@@ -126,7 +129,7 @@ def take_weights(table: Table, column: str, source: str, option: str = "--weight
         raise DataError(f"{option} column {column!r} is the only column besides the label: no feature is left")
     rest = [k for k in range(table.n_features) if k != j]
     return replace(table, X=np.ascontiguousarray(table.X[:, rest]),
-                   feature_names=[table.feature_names[k] for k in rest], weights=weights,
+                   feature_names=[table.feature_names[k] for k in rest], weights=weights, weight_name=column,
                    categories=dict(table.categories))
 
 
@@ -763,12 +766,14 @@ def _load_libsvm(path: Path, n_features: int | None, base: int | None = None) ->
 
 
 def write_table(table: Table, path, format: str | None = None) -> None:
-    """Write a table (IDs as ``_id`` first, then features, then the label), atomically."""
+    """Write a table (IDs as ``_id`` first, then features, then the weights, then the label), atomically."""
     path = Path(path)
     fmt = format or detect_format(path)
     df = pd.DataFrame(table.X, columns=table.feature_names)
     if table.ids is not None:
         df.insert(0, ID_COLUMN, table.id_labels)
+    if table.weights is not None:
+        df[table.weight_name or "weight"] = table.weights
     if table.y is not None:
         df[table.label_column] = table.y
     tmp = path.with_name(f".{path.name}.tmp")

@@ -229,6 +229,8 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
                 "feature_names": table.feature_names, "label": table.label_column, "parties": entries}
     if table.categories:  # the party files hold these columns' codes: a category's code is its position here
         manifest["categories"] = table.categories
+    if table.weights is not None:  # the labelled parties' files hold the rows' weights in this column
+        manifest["weight"] = table.weight_name
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
     written.append(out_dir / MANIFEST)
     return written
