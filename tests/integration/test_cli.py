@@ -1060,6 +1060,11 @@ def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_th
                 np.testing.assert_array_equal(frame["w"], df.set_index(np.arange(400)).loc[frame["_id"], "w"])
     config = (parts / "federation.toml").read_text()
     assert config.count('weight = "w"') == sum(e["has_label"] for e in manifest["parties"])
+    first = manifest["parties"][0]  # labelled in both schemes: info shows its weights apart from its features
+    code, out, err = run(["info", parts / first["file"]], capsys)
+    weights = pd.read_csv(parts / first["file"])["w"]
+    assert code == 0 and f"weight column 'w' │ sum {weights.sum():.6g}, {int((weights == 0).sum())} rows of " \
+                         f"weight 0" in out and f"x {len(first['features'])} features" in out, out + err
     code, out, err = run(["simulate", parts / "federation.toml"], capsys)
     assert code == 0, err
     lead = next(e["name"] for e in manifest["parties"] if e["has_label"])

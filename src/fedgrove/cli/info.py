@@ -98,6 +98,10 @@ def info(
         if party["label"] in (feature_columns(p, format=fmt) or []):
             label = party["label"]
     table = load_input(path, label, fmt, categorical=categorical_option(categorical))
+    if party is not None and party.get("weight") and party["weight"] in table.feature_names:  # no feature
+        from fedgrove.data.io import take_weights
+
+        table = take_weights(table, party["weight"], repr(path), "the partition's weight")
     title = f"{path}: {table.n_samples} samples x {table.n_features} features"
     if party is not None:
         title += f" ({party['name']}'s {party['what']} file, {party['role']}, of the partition in {p.parent})"
@@ -109,6 +113,9 @@ def info(
         values, counts = np.unique(table.y, return_counts=True)
         shown = ", ".join(f"{label_text(v)}: {c}" for v, c in list(zip(values, counts))[:10])  # -1, not -1.0
         t.add_row(f"label column {table.label_name!r}", shown + (" ..." if len(values) > 10 else ""))
+    if table.weights is not None:
+        t.add_row(f"weight column {table.weight_name!r}", f"sum {table.weights.sum():.6g}, "
+                  f"{int((table.weights == 0).sum())} rows of weight 0")
     t.add_row("features", ", ".join(table.feature_names[:12]) + (" ..." if table.n_features > 12 else ""))
     for col, cats in list(table.categories.items())[:12]:
         t.add_row(f"categories of {col}", f"{len(cats)}: " + ", ".join(cats[:8]) + (" ..." if len(cats) > 8 else ""))
@@ -273,7 +280,8 @@ def _partition_party(p: Path) -> dict | None:
         for what, key in (("training", "file"), ("test", "test_file")):
             if party.get(key) == p.name:
                 label = m.get("label") if party.get("has_label") else None  # if the file has the column
-                return {"name": party["name"], "role": party["role"], "what": what, "label": label}
+                weight = m.get("weight") if party.get("has_label") else None  # (fedgrove partition --weight)
+                return {"name": party["name"], "role": party["role"], "what": what, "label": label, "weight": weight}
     return None
 
 
