@@ -324,6 +324,33 @@ def test_row_and_column_sampling_resume_to_the_uninterrupted_model_vertical_and_
         assert runs["res"]["trees"] == runs["full"]["trees"] and len(runs["full"]["trees"]) == 5, protocol
 
 
+def test_weighted_runs_with_row_sampling_resume_to_the_uninterrupted_model(tmp_path):
+    # row weights (some 0) with subsample: the vertical active party and each horizontal client draw among their
+    # rows of positive weight; a resumed run draws the skipped rounds' rows again among the same rows
+    names = _setup(tmp_path, trees=2)
+    active = pd.read_csv(tmp_path / "party0.csv")
+    active["w"] = np.random.default_rng(2).integers(0, 3, len(active)) * 1.5
+    active.to_csv(tmp_path / "party0.csv", index=False)
+    vertical = (tmp_path / "federation.toml").read_text() \
+        .replace("max_bins = 16\n", "max_bins = 16\nsubsample = 0.7\n") \
+        .replace('label = "label"\n', 'label = "label"\nweight = "w"\n')
+    whole = active.drop(columns="_id")
+    for k in range(2):
+        whole.iloc[k::2].to_csv(tmp_path / f"client{k}.csv", index=False)
+    horizontal = ('[federation]\nprotocol = "horizontal"\nseed = 3\n[params]\nn_estimators = 2\nmax_depth = 3\n'
+                  'max_bins = 16\nsubsample = 0.7\n[[party]]\nname = "agg"\nrole = "aggregator"\n'
+                  + "".join(f'[[party]]\nname = "client{k}"\nrole = "client"\ndata = "client{k}.csv"\n'
+                            f'label = "label"\nweight = "w"\n' for k in range(2)) + '[output]\ndir = "sim"\n')
+    for protocol, text, holder in (("vertical", vertical, names[0]), ("horizontal", horizontal, "agg")):
+        runs = {out: json.loads((d / f"{holder}.model.json").read_text())
+                for out, d in zip(("full", "res"), _uninterrupted_and_resumed(tmp_path, text, protocol))}
+        assert runs["res"]["trees"] == runs["full"]["trees"] and len(runs["full"]["trees"]) == 5, protocol
+        # every tree grown on 70% of the rows of positive weight (the clients': of each client's)
+        kept = [int((whole["w"].iloc[k::2] > 0).sum()) for k in range(2)]
+        grown_on = round(0.7 * sum(kept)) if protocol == "vertical" else sum(round(0.7 * n) for n in kept)
+        assert {t["nodes"]["count"][0] for t in runs["full"]["trees"]} == {grown_on}, protocol
+
+
 def _uninterrupted_and_resumed(tmp_path, text: str, name: str) -> tuple[Path, Path]:
     """``fedgrove simulate`` of the federation config ``text`` (``n_estimators = 2``, output ``sim``) for 5 trees,
     and for 2 then resumed to 5; returns the two runs' output directories."""
