@@ -124,6 +124,33 @@ def test_large_vertical_weights_widen_the_packed_gradients_and_stay_exact():
         _same_trees(out["model"], _vertical_oracle(X, y, w, parts, params))
 
 
+def test_gradients_too_wide_to_pack_are_refused_by_the_key_holder_naming_the_cause():
+    # a passive party refused the layout (value bits over 64) and the active party's run stopped with "packing
+    # layout ... from party0 is out of range": regression labels of 1e25 did so before weights existed
+    from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+
+    X, y, _ = _task("binary", n=200)
+    params = GBDTParams(n_estimators=1, max_depth=2)
+    he = keygen("ou", 2048, "heu")
+    parts = [X[:, :3], X[:, 3:]]
+    for y_, w, objective, message in [
+            (y, np.full(200, 1e20), "binary", r"Weights up to 1e\+20 give gradients up to 2\^67, beyond the 2\^64 "
+                                              r"the encrypted gradients hold: divide the weights by a power of ten"),
+            (X[:, 0] * 1e25, None, "regression", r"Regression labels up to \S+ from their mean give gradients up "
+                                                 r"to 2\^\d+, .* divide the labels by a power of ten"),
+            (X[:, 0] * 1e10, np.full(200, 1e15), "regression", r"from their mean and weights up to 1e\+15 give .* "
+                                                               r"divide the labels or the weights by")]:
+        with pytest.raises(DataError, match=message):
+            run_vertical(parts, np.nan_to_num(y_), GBDTParams(objective, n_estimators=1, max_depth=2), he,
+                         sample_weight=w)
+    with pytest.raises(DataError, match="Regression labels up to"):
+        run_hybridtree(parts[0], np.nan_to_num(X[:, 0]) * 1e25, [(parts[1][:100], np.arange(100))],
+                       GBDTParams("regression", n_estimators=1, max_depth=2), he, 1, 1)
+    w = np.full(200, 2.0 ** 62)  # the widest weights the packing holds are lossless still
+    _same_trees(run_vertical(parts, y, params, he, sample_weight=w)["model"],
+                _vertical_oracle(X, y, w, [np.arange(3), np.arange(3, 6)], params))
+
+
 def _files(tmp_path, protocol):
     r = np.random.default_rng(6)
     n = 360

@@ -23,6 +23,11 @@ import numpy as np
 from fedgrove.exceptions import ProtocolError
 
 
+#: the widest gradient (and hessian) a packed pair holds, in bits above the binary point: the most a passive
+#: party or guest takes from the key holder's layout
+MAX_VALUE_BITS = 64
+
+
 @dataclass(frozen=True)
 class GHPacker:
     frac_bits: int = 53

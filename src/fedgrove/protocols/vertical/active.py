@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
-from fedgrove.crypto.packing import MAX_ROWS, GHPacker, RowPacking
+from fedgrove.crypto.packing import MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_sample_weight, check_xy, checked_weights
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
@@ -209,6 +209,12 @@ def packer_for(objective: str, y: np.ndarray, sample_weight: np.ndarray | None =
         value_bits = max(1, int(np.ceil(np.log2((4 * span + 2) * scale))))
     else:  # |g| <= w and h <= w: below 2 ** value_bits
         value_bits = max(1, int(np.floor(np.log2(scale))) + 1)
+    if value_bits > MAX_VALUE_BITS:  # (a passive party refuses the layout, and the run stopped at its end)
+        causes = ([("labels", f"regression labels up to {span:.3g} from their mean")] if objective == "regression"
+                  else []) + ([("weights", f"weights up to {scale:.3g}")] if scale > 1 else [])
+        raise DataError(f"{' and '.join(c for _, c in causes).capitalize()} give gradients up to 2^{value_bits}, "
+                        f"beyond the 2^{MAX_VALUE_BITS} the encrypted gradients hold: divide the "
+                        f"{' or the '.join(what for what, _ in causes)} by a power of ten")
     return GHPacker(53, value_bits, count_bits)
 
 

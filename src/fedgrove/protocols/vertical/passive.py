@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedgrove.crypto.he import public_context
-from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, GHPacker, RowPacking
+from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
@@ -271,9 +271,10 @@ def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids
 
 def packer_from_key(key: m.PublicKey, party: str, sender: str) -> GHPacker:
     """The (g, h) packing layout the key holder announced, refused by name when out of range."""
-    if not (1 <= key.frac_bits <= 64 and 1 <= key.value_bits <= 64 and 1 <= key.count_bits <= 40):
+    if not (1 <= key.frac_bits <= 64 and 1 <= key.value_bits <= MAX_VALUE_BITS and 1 <= key.count_bits <= 40):
         raise ProtocolError(f"{party}: packing layout {key.frac_bits}/{key.value_bits}/{key.count_bits} "
-                            f"(fractional/value/count bits) from {sender} is out of range (1-64/1-64/1-40)")
+                            f"(fractional/value/count bits) from {sender} is out of range "
+                            f"(1-64/1-{MAX_VALUE_BITS}/1-40)")
     return GHPacker(key.frac_bits, key.value_bits, key.count_bits)
 
 
