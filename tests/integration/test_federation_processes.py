@@ -143,10 +143,21 @@ def test_messages_over_grpc_in_pieces_give_the_simulated_model(tmp_path, monkeyp
         assert sim.read_bytes() == grpc_run.read_bytes()
 
 
+def _simulated_and_over_grpc_alike(tmp_path, names) -> None:
+    """``fedgrove simulate`` of the federation config, then its parties over gRPC: every party's model file the
+    same, byte for byte."""
+    from fedgrove.cli.main import main
+
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    _parties_over_grpc_in_threads(tmp_path, names)
+    for n in names:
+        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
+        assert sim.read_bytes() == grpc_run.read_bytes()
+
+
 def test_align_psi_over_grpc_gives_the_simulated_model(tmp_path):
     # parties holding overlapping instances, each dropping rows of its own: the private set intersection runs
     # the same messages over gRPC as in one process, and the models are the same
-    from fedgrove.cli.main import main
 
     names = _setup(tmp_path)
     for k, n in enumerate(names):
@@ -154,11 +165,7 @@ def test_align_psi_over_grpc_gives_the_simulated_model(tmp_path):
         df[df["_id"] % 7 != k].to_csv(tmp_path / f"{n}.csv", index=False)
     for f in [tmp_path / "federation.toml", *(tmp_path / f"{n}.toml" for n in names)]:
         f.write_text(f.read_text().replace('protocol = "vertical"', 'protocol = "vertical"\nalign = "psi"'))
-    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
-    _parties_over_grpc_in_threads(tmp_path, names)
-    for n in names:
-        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
-        assert sim.read_bytes() == grpc_run.read_bytes()
+    _simulated_and_over_grpc_alike(tmp_path, names)
     stats = json.loads((tmp_path / "grpc" / "party1.stats.json").read_text())
     assert stats["total_sent"] > 32 * 2 * 300  # its blinded IDs, and the active party's blinded again
 
@@ -176,11 +183,7 @@ def test_row_weights_over_grpc_give_the_simulated_model(tmp_path):
     df.to_csv(tmp_path / "party0.csv", index=False)
     for f in (tmp_path / "federation.toml", tmp_path / "party0.toml"):
         f.write_text(f.read_text().replace('label = "label"\n', 'label = "label"\nweight = "w"\n'))
-    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
-    _parties_over_grpc_in_threads(tmp_path, names)
-    for n in names:
-        sim, grpc_run = tmp_path / "sim" / f"{n}.model.json", tmp_path / "grpc" / f"{n}.model.json"
-        assert sim.read_bytes() == grpc_run.read_bytes()
+    _simulated_and_over_grpc_alike(tmp_path, names)
     model = json.loads((tmp_path / "sim" / "party0.model.json").read_text())
     assert model["metadata"]["weight"] == "w" and (tmp_path / "sim" / "party0.model.json").read_bytes() != unweighted
 
@@ -318,10 +321,7 @@ def test_row_and_column_sampling_resume_to_the_uninterrupted_model_vertical_and_
                   '[[party]]\nname = "agg"\nrole = "aggregator"\n'
                   + "".join(f'[[party]]\nname = "client{k}"\nrole = "client"\ndata = "client{k}.csv"\n'
                             f'label = "label"\n' for k in range(3)) + '[output]\ndir = "sim"\n')
-    for protocol, text, holder in (("vertical", vertical, names[0]), ("horizontal", horizontal, "agg")):
-        runs = {out: json.loads((d / f"{holder}.model.json").read_text())
-                for out, d in zip(("full", "res"), _uninterrupted_and_resumed(tmp_path, text, protocol))}
-        assert runs["res"]["trees"] == runs["full"]["trees"] and len(runs["full"]["trees"]) == 5, protocol
+    _resumed_as_uninterrupted(tmp_path, {"vertical": (vertical, names[0]), "horizontal": (horizontal, "agg")})
 
 
 def test_weighted_runs_with_row_sampling_resume_to_the_uninterrupted_model(tmp_path):
@@ -341,14 +341,24 @@ def test_weighted_runs_with_row_sampling_resume_to_the_uninterrupted_model(tmp_p
                   'max_bins = 16\nsubsample = 0.7\n[[party]]\nname = "agg"\nrole = "aggregator"\n'
                   + "".join(f'[[party]]\nname = "client{k}"\nrole = "client"\ndata = "client{k}.csv"\n'
                             f'label = "label"\nweight = "w"\n' for k in range(2)) + '[output]\ndir = "sim"\n')
-    for protocol, text, holder in (("vertical", vertical, names[0]), ("horizontal", horizontal, "agg")):
+    models = _resumed_as_uninterrupted(tmp_path, {"vertical": (vertical, names[0]),
+                                                  "horizontal": (horizontal, "agg")})
+    # every tree grown on 70% of the rows of positive weight (the clients': of each client's)
+    kept = [int((whole["w"].iloc[k::2] > 0).sum()) for k in range(2)]
+    for protocol, grown_on in (("vertical", round(0.7 * sum(kept))), ("horizontal", sum(round(0.7 * n) for n in kept))):
+        assert {t["nodes"]["count"][0] for t in models[protocol]["trees"]} == {grown_on}, protocol
+
+
+def _resumed_as_uninterrupted(tmp_path, configs: dict) -> dict:
+    """For each ``{protocol: (config text, party)}``: the party's model after 5 trees, uninterrupted and resumed
+    after 2 (:func:`_uninterrupted_and_resumed`), asserted the same; returns each uninterrupted model's JSON."""
+    models = {}
+    for protocol, (text, holder) in configs.items():
         runs = {out: json.loads((d / f"{holder}.model.json").read_text())
                 for out, d in zip(("full", "res"), _uninterrupted_and_resumed(tmp_path, text, protocol))}
         assert runs["res"]["trees"] == runs["full"]["trees"] and len(runs["full"]["trees"]) == 5, protocol
-        # every tree grown on 70% of the rows of positive weight (the clients': of each client's)
-        kept = [int((whole["w"].iloc[k::2] > 0).sum()) for k in range(2)]
-        grown_on = round(0.7 * sum(kept)) if protocol == "vertical" else sum(round(0.7 * n) for n in kept)
-        assert {t["nodes"]["count"][0] for t in runs["full"]["trees"]} == {grown_on}, protocol
+        models[protocol] = runs["full"]
+    return models
 
 
 def _uninterrupted_and_resumed(tmp_path, text: str, name: str) -> tuple[Path, Path]:
