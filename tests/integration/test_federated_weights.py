@@ -1,5 +1,6 @@
-"""Row weights in the lossless protocols: a horizontal client's and the vertical active party's weights give the
-engine's weighted trees (``train_gbdt(..., sample_weight=)``), from Python and from a config's ``weight``."""
+"""Row weights in the federated protocols: a horizontal client's and the vertical active party's weights give the
+engine's weighted trees (``train_gbdt(..., sample_weight=)``), from Python and from a config's ``weight``; a
+HybridTree host's give its weighted SOLO without guest layers."""
 
 import json
 import re
@@ -124,6 +125,36 @@ def test_large_vertical_weights_widen_the_packed_gradients_and_stay_exact():
         _same_trees(out["model"], _vertical_oracle(X, y, w, parts, params))
 
 
+@pytest.mark.parametrize("subsample", [1.0, 0.7])
+def test_the_hybridtree_hosts_weights_give_its_weighted_solo_and_leave_weight_0_out(subsample):
+    # the host's weights: without guest layers its model is the engine's weighted SOLO; with them the encrypted
+    # run is the plaintext-gradient run, the weights change it, and the labels of instances of weight 0 do not
+    from dataclasses import replace
+
+    from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+
+    X, y, w = _task("binary")
+    r = np.random.default_rng(0)
+    guests = [(X[rows][:, 3:], rows) for rows in (np.sort(r.choice(len(y), 700, replace=False)) for _ in range(2))]
+    params = GBDTParams(n_estimators=3, learning_rate=0.3, max_bins=32, seed=2, subsample=subsample)
+    ou, plain = keygen("ou", 2048, "heu"), keygen("ou", 2048, "plain")
+    solo = run_hybridtree(X[:, :3], y, guests, params, ou, 3, 0, sample_weight=w)
+    np.testing.assert_array_equal(
+        solo["raw"][:, 0], train_gbdt(replace(params, max_depth=3), X[:, :3], y, sample_weight=w).predict_raw(X[:, :3]))
+    enc = run_hybridtree(X[:, :3], y, guests, params, ou, 3, 2, sample_weight=w)
+    text = run_hybridtree(X[:, :3], y, guests, params, plain, 3, 2, sample_weight=w)
+    np.testing.assert_allclose(enc["raw"], text["raw"], rtol=0, atol=1e-9)
+    assert enc["model"].guest_values == text["model"].guest_values and any(enc["model"].guest_values)
+    flipped = np.where(w == 0, 1 - y, y)
+    other = run_hybridtree(X[:, :3], flipped, guests, params, plain, 3, 2, sample_weight=w)
+    np.testing.assert_array_equal(other["raw"][w > 0], text["raw"][w > 0])
+    unweighted = run_hybridtree(X[:, :3], y, guests, params, plain, 3, 2)
+    assert not np.allclose(unweighted["raw"], text["raw"])
+    with pytest.raises(InvalidParameterError, match="count mode takes no row weights"):
+        run_hybridtree(X[:, :3], y, guests, replace(params, subsample=1.0), plain, 3, 2, mode="count",
+                       sample_weight=w)
+
+
 def test_gradients_too_wide_to_pack_are_refused_by_the_key_holder_naming_the_cause():
     # a passive party refused the layout (value bits over 64) and the active party's run stopped with "packing
     # layout ... from party0 is out of range": regression labels of 1e25 did so before weights existed
@@ -225,7 +256,8 @@ def test_a_weight_on_a_role_that_takes_none_is_refused(tmp_path, capsys):
     assert main(["simulate", str(cfg)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "party pas: weight = 'c': the vertical protocol's passive takes no row weights (they are taken by the " \
-           "horizontal protocol's client; the vertical protocol's active); remove it" in err
+           "horizontal protocol's client; the vertical protocol's active; the hybridtree protocol's host); remove " \
+           "it" in err
     _files(tmp_path, "vertical")
     cfg.write_text(cfg.read_text().replace('weight = "w"', 'weight = "nope"'))
     assert main(["simulate", str(cfg)]) != 0

@@ -29,8 +29,7 @@ def partition(
     parties: int = typer.Option(2, "--parties", "-p", help="Parties (horizontal/vertical) or guests (hybrid)"),
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column (default: last column)"),
     weight: Optional[str] = typer.Option(None, "--weight", "-w", help="Column of row weights: kept beside the "
-                                         "label in the files of the parties that hold it (horizontal and vertical "
-                                         "schemes), not a feature"),
+                                         "label in the files of the parties that hold it, not a feature"),
     mode: str = typer.Option("balanced", help="horizontal: balanced, unbalanced or dirichlet"),
     theta: float = typer.Option(0.8, help="horizontal unbalanced: SimFL's ratio"),
     beta: Optional[float] = typer.Option(None, help="Dirichlet concentration (horizontal dirichlet; "
@@ -62,10 +61,9 @@ def partition(
     if protocol is not None and protocol not in FOR_SCHEME[scheme.value]:
         raise InvalidParameterError(f"--protocol {protocol!r} does not run on a {scheme.value} partition; "
                                     f"expected {' or '.join(FOR_SCHEME[scheme.value])}")
-    if weight is not None and (scheme == Scheme.hybrid or protocol not in (None, "horizontal", "vertical")):
-        what = f"the {protocol} protocol" if protocol else "a hybrid partition's protocol (hybridtree)"
-        raise InvalidParameterError(f"--weight {weight!r}: {what} takes no row weights; the horizontal and vertical "
-                                    f"protocols do (their label holders')")
+    if weight is not None and protocol not in (None, *WEIGHTED):
+        raise InvalidParameterError(f"--weight {weight!r}: the {protocol} protocol takes no row weights; the "
+                                    f"{', '.join(WEIGHTED)} protocols do (their label holders')")
     if protocol is not None and hosts > 1:
         raise InvalidParameterError(f"--protocol writes one federation's config, and --hosts {hosts} makes "
                                     f"{hosts} federations (one per host): leave --protocol out and write a config "
@@ -138,6 +136,8 @@ def partition(
         console.print(f"wrote {config}: `fedgrove simulate {config}` runs it")
 
 
+#: the protocols whose label holders take row weights (``--weight``)
+WEIGHTED = ("horizontal", "vertical", "hybridtree")
 #: the federation config ``--protocol`` writes beside the party files
 CONFIG = "federation.toml"
 #: the party without data that a protocol's config adds (its data parties are then "client"s)

@@ -53,7 +53,8 @@
     data = "party0.csv"          # paths relative to the config file (the aggregator and master have none)
     label = "label"
     # weight = "w"               # optional: the data file's column of row weights (not a feature); a
-                                 # horizontal client's or the vertical active party's (see README)
+                                 # horizontal client's, the vertical active party's or a HybridTree host's
+                                 # (hessian mode; see README)
     test = "party0-test.csv"     # optional: after training, predict these rows (every data party lists its
                                  # part of the same test instances); the lead party writes the predictions
     # categorical = "auto"       # text columns as categories (or a list of columns, or {column = [...]})
@@ -104,7 +105,7 @@ class PartySpec:
     categorical: object = None  # None, "auto", [column, ...] or {column: [category, ...]}: see load_table
     n_features: int | None = None  # LIBSVM data: the width to read its files at (else its largest feature index)
     libsvm_base: int | None = None  # LIBSVM data: its first feature index, 0 or 1 (else found: see load_table)
-    weight: str | None = None  # the data file's column of row weights (a horizontal client's, a vertical active's)
+    weight: str | None = None  # the data file's column of row weights (a label holder's: see WEIGHTED_ROLES)
 
 
 @dataclass
@@ -319,7 +320,7 @@ def _read(path) -> tuple[dict, Path]:
 PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features",
               "libsvm_base", "weight")
 # the roles that take row weights (``weight = "column"``): those whose sums the weights scale
-WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",)}
+WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",)}
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:

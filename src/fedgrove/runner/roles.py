@@ -368,9 +368,8 @@ def _hybrid_host(ctx: RoleContext) -> dict:
     table = ctx.common(table, ctx.spec.name, ctx.others("guest"), everyone=False)
     hmodel = HybridHost(ctx.channel, table.X, table.y, ctx.others("guest"), params, ctx.key_pair(),
                         ht["host_depth"], ht["guest_depth"], ids=table.ids, mode=ht["mode"],
-                        shared_only=ht["shared_only"],
-                        rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext")).fit(
-        ctx.checkpoint, ctx.resume, ctx.progress)
+                        shared_only=ht["shared_only"], rows_per_ciphertext=ctx.cfg.he.get("rows_per_ciphertext"),
+                        sample_weight=table.weights).fit(ctx.checkpoint, ctx.resume, ctx.progress)
     hmodel.feature_names = names(table)  # for fedgrove info's importance, and test frames matched by name
     ctx.save_json(hmodel.to_dict())
     return {"trees": len(hmodel.host_trees)}

@@ -15,7 +15,7 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, guest_depth: int,
                    timeout: float = 300.0, X_test_host=None, test_guests: list[tuple] | None = None,
                    mode: str = "hessian", host_ids=None, shared_only: bool = False,
-                   rows_per_ciphertext: int | None = None):
+                   rows_per_ciphertext: int | None = None, sample_weight=None):
     """``guests`` is a list of (X_guest, ids) pairs; ids index the host's rows (or are ``host_ids``, the IDs
     of the host's rows; with ``shared_only`` guests may hold IDs the host lacks: one host of several).  With
     ``X_test_host`` and ``test_guests`` (the guests' test rows and their test IDs) the host also predicts the
@@ -23,7 +23,8 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
     rows x outputs: one column for binary and regression), the guests' models and channel statistics.  The
     trees are ``host_depth + guest_depth`` deep; ``params.max_depth`` is not read (a federation config's
     ``max_depth`` sets the two: :func:`fedgrove.runner.config.hybrid_depths`).  ``rows_per_ciphertext``:
-    instances per gradient ciphertext in hessian mode (default by scheme: 3 for Paillier, 1 for OU)."""
+    instances per gradient ciphertext in hessian mode (default by scheme: 3 for Paillier, 1 for OU).
+    ``sample_weight``: the host's rows' weights (hessian mode; see :class:`HybridHost`)."""
     check_types("run_hybridtree", params=(params, GBDTParams), he=(he, HEContext))
     check_parts(guests, "guests", "a tuple (X_guest, ids)")
     if (X_test_host is None) != (test_guests is None):
@@ -37,7 +38,8 @@ def run_hybridtree(X_host, y, guests: list[tuple], params, he, host_depth: int, 
 
     def host(ch):
         role = HybridHost(ch, X_host, y, names, params, he, host_depth, guest_depth, mode=mode, ids=host_ids,
-                          shared_only=shared_only, rows_per_ciphertext=rows_per_ciphertext)
+                          shared_only=shared_only, rows_per_ciphertext=rows_per_ciphertext,
+                          sample_weight=sample_weight)
         model = role.fit()
         holder["fit_stats"]["host"] = ch.stats.as_dict()
         holder["raw"], holder["tree_seconds"] = role.raw, role.tree_seconds
