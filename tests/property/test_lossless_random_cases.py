@@ -216,3 +216,25 @@ def test_with_row_weights_the_lossless_protocols_grow_the_engines_weighted_trees
         if why:
             failures.append(f"case {case} ({scheme}, {params.objective}, lambda {params.reg_lambda}): {why}")
     assert not failures, "\n".join(failures)
+
+
+def test_with_host_weights_hybridtree_without_guest_layers_is_the_weighted_solo_on_random_small_problems():
+    # the host's weights (hessian mode), row and column sampling among its rows of positive weight included
+    plain = keygen("ou", 2048, "plain")
+    rs = np.random.default_rng(400)
+    failures, ran = [], 0
+    for case in range(40):
+        X, y, params, _ = _case(rs)
+        if params.min_samples_leaf > 1 or params.min_child_weight <= 0 or X.shape[1] < 2:
+            continue
+        d, n = X.shape[1], len(y)
+        host, guest = np.arange(d // 2), np.arange(d // 2, d)
+        w = _random_weights(rs, n, [np.arange(n)])
+        guests = [(X[np.sort(r)][:, guest], np.sort(r)) for r in np.array_split(rs.permutation(n), 2)]
+        solo = run_hybridtree(X[:, host], y, guests, params, plain, host_depth=params.max_depth, guest_depth=0,
+                              sample_weight=w)
+        expect = train_gbdt(params, X[:, host], y, sample_weight=w).predict_raw(X[:, host]).reshape(n, -1)
+        if not np.array_equal(np.asarray(solo["raw"]).reshape(n, -1), expect):
+            failures.append(f"case {case} ({params.objective}): guest depth 0 is not the weighted SOLO")
+        ran += 1
+    assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
