@@ -220,7 +220,8 @@ def _files(tmp_path, protocol):
 @pytest.mark.parametrize("protocol", ["horizontal", "vertical"])
 def test_a_configs_weight_column_weighs_the_rows_and_is_no_feature(tmp_path, capsys, protocol):
     train, test = _files(tmp_path, protocol)
-    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0, capsys.readouterr().err
+    assert main(["simulate", str(tmp_path / "fed.toml")]) == 0
+    out = "".join(capsys.readouterr())
     lead = "p0" if protocol == "horizontal" else "act"
     model = load_model(tmp_path / "runs" / f"{lead}.model.json")
     assert model.metadata["weight"] == "w"
@@ -235,11 +236,19 @@ def test_a_configs_weight_column_weighs_the_rows_and_is_no_feature(tmp_path, cap
         X = train[["a", "b", "c", "d"]].to_numpy()
         _same_trees(model, _vertical_oracle(X, train["y"].to_numpy(float), train["w"].to_numpy(),
                                             [np.array([0, 1]), np.array([2, 3])], params))
-    # the test file holds the weight column too: it is no feature there either
+    # the test file holds the weight column too: it is no feature there, and it weighs the test scores
     pred = pd.read_csv(tmp_path / "runs" / f"{lead}.predictions.csv")
     assert len(pred) == len(test) and (pred["_id"].to_numpy() == test["_id"].to_numpy()).all()
     stats = json.loads((tmp_path / "runs" / f"{lead}.stats.json").read_text())
+    from fedgrove import metrics
+
+    right = (pred["prediction"].to_numpy() == test["y"].to_numpy())
+    assert stats["test_accuracy"] == pytest.approx(np.average(right, weights=test["w"]))
     assert stats["test_accuracy"] > 0.75
+    assert stats["test_auc"] == pytest.approx(metrics.auc(test["y"].to_numpy(), pred["p_1"].to_numpy(),
+                                                          sample_weight=test["w"].to_numpy()))
+    assert stats["test_weight"] == "w" and stats["test_accuracy"] != pytest.approx(right.mean())
+    assert re.search(rf"{lead}: 60 predictions in .*, rows weighted by 'w'\)", " ".join(out.split())), out
     assert main(["info", str(tmp_path / "runs" / f"{lead}.model.json")]) == 0
     assert re.search(r"weight column\s+│ w\s", capsys.readouterr().out)
     if protocol == "horizontal":  # a client's whole model predicts alone, the weight column left out

@@ -137,5 +137,6 @@ def _report(results: dict, out_dir) -> None:
 
 def scores_text(stats: dict) -> str:
     """``accuracy 0.9722  auc 0.9950`` from a party's statistics (empty without test metrics)."""
-    return "  ".join(f"{k.removeprefix('test_')} {stats[k]:.4f}" for k in ("test_accuracy", "test_auc", "test_rmse")
+    text = "  ".join(f"{k.removeprefix('test_')} {stats[k]:.4f}" for k in ("test_accuracy", "test_auc", "test_rmse")
                      if k in stats)
+    return text + (f", rows weighted by {stats['test_weight']!r}" if text and stats.get("test_weight") else "")

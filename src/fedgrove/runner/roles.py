@@ -79,7 +79,8 @@ class RoleContext:
         # a HybridTree guest may hold none of the test instances: its part is then a file of column names only
         table = load_table(path, label=label, label_required=not test, categorical=self._categories(test),
                            n_features=width, libsvm_base=base, allow_empty=test and self.spec.role == "guest")
-        if self.spec.weight is not None and not test:  # the column of row weights: no feature
+        if self.spec.weight is not None and (not test or self.spec.weight in table.feature_names):
+            # the column of row weights, no feature; a test file's, if it holds it, weighs the test scores
             table = take_weights(table, self.spec.weight, repr(str(path)), f"party {self.spec.name}: weight")
         if table.left_out:  # a LIBSVM file with values beyond the width
             shown = listing(table.left_out)
@@ -575,19 +576,23 @@ def write_predictions(ctx: RoleContext, out: np.ndarray, classes, table) -> dict
     atomic_write_text(path, df.to_csv(index=False))
     result = {"predictions": str(path), "n_test": len(df)}
     if table.y is not None:
-        result.update(test_scores(out, table.y, classes is not None))
+        result.update(test_scores(out, table.y, classes is not None, table.weights))
+        if table.weights is not None:
+            result["test_weight"] = table.weight_name
     return result
 
 
-def test_scores(out: np.ndarray, y: np.ndarray, classification: bool) -> dict:
+def test_scores(out: np.ndarray, y: np.ndarray, classification: bool, weights=None) -> dict:
     """Test metrics for the stats file: accuracy (and AUC for two classes) of class probabilities ``out``
-    (rows, classes), or the RMSE of values ``out`` (rows,), against the label codes ``y``."""
+    (rows, classes), or the RMSE of values ``out`` (rows,), against the label codes ``y``; each row weighted by
+    ``weights`` when given."""
     y = np.asarray(y, dtype=np.float64)
     if not classification:
-        return {"test_rmse": metrics.rmse(y, out)}
-    result = {"test_accuracy": metrics.accuracy(y, out.argmax(axis=1))}
-    if out.shape[1] == 2 and metrics.ranks_defined(y):  # left out where every test label is one class
-        result["test_auc"] = metrics.auc(y, out[:, 1])
+        return {"test_rmse": metrics.rmse(y, out, sample_weight=weights)}
+    result = {"test_accuracy": metrics.accuracy(y, out.argmax(axis=1), sample_weight=weights)}
+    weighed = y if weights is None else y[weights > 0]
+    if out.shape[1] == 2 and metrics.ranks_defined(weighed):  # left out where every test label is one class
+        result["test_auc"] = metrics.auc(y, out[:, 1], sample_weight=weights)
     return result
 
 
