@@ -246,6 +246,23 @@ def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_down_a_chain_of
     assert results == {"a": 3, "b": 3, "c": 0} and time.monotonic() - t0 < 5
 
 
+def test_a_party_waiting_on_one_that_just_ended_has_made_progress_when_it_ended():
+    # the test above failed once on a loaded machine: c sent b its message and ended; before b's thread woke to
+    # take it, a saw b waiting on c (no longer running) since the start, 0.3 s of "no progress", and gave up
+    import time
+
+    hub = InProcessHub(["a", "b", "c"])
+    channels = {p: hub.channel(p, 0.3) for p in "abc"}
+    hub.running.update("ab")
+    channels["b"]._waiting_on, channels["b"]._waiting_since = "c", time.monotonic() - 5.0
+    assert hub.progress("b") == channels["b"]._waiting_since  # c never ran here: b's own wait is all there is
+    hub.ended_at["c"] = ended = time.monotonic() - 0.1
+    assert hub.progress("b") == ended
+    channels["c"]._waiting_on, channels["c"]._waiting_since = "b", time.monotonic()
+    hub.running.add("c")  # a cycle of waits (b on c, c on b) ages from its latest start, whatever c's end before
+    assert hub.progress("b") == channels["c"]._waiting_since
+
+
 def test_parties_waiting_on_each_other_time_out():
     import time
 

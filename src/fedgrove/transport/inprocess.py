@@ -27,6 +27,7 @@ class InProcessHub:
         self._channels: dict[str, InProcessChannel] = {}
         self.running: set[str] = set()       # parties whose role runs now (in :func:`run_parties`)
         self.ended: dict[str, str] = {}      # parties whose role has ended: "finished" or "stopped"
+        self.ended_at: dict[str, float] = {}  # when (``time.monotonic()``): its last progress
 
     def fail(self, party: str, exc: BaseException) -> None:
         self.stop(f"party {party} failed: {exc}")
@@ -45,7 +46,9 @@ class InProcessHub:
     def progress(self, party: str) -> float | None:
         """When ``party`` last made progress: now while its role runs and does not wait; while it waits, the
         later of its wait's start and the progress of the party it waits on (down the chain; a cycle of waits
-        ends at the latest start among them).  None when its role does not run under :func:`run_parties`."""
+        ends at the latest start among them; a party whose role has ended made its last progress when it ended,
+        so that one waiting on it has a timeout's time to take the message it may have sent last).  None when
+        its role does not run under :func:`run_parties`."""
         now, latest, seen = time.monotonic(), None, set()
         while party in self.running and party not in seen:
             seen.add(party)
@@ -55,6 +58,8 @@ class InProcessHub:
                 return now
             latest = since if latest is None else max(latest, since)
             party = waiting_on
+        if latest is not None and party not in seen and party in self.ended_at:
+            latest = max(latest, self.ended_at[party])
         return latest
 
 
@@ -99,6 +104,7 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
             hub.ended[party] = "stopped"
             hub.fail(party, exc)
         finally:
+            hub.ended_at[party] = time.monotonic()
             hub.running.discard(party)
 
     threads = [threading.Thread(target=target, args=(p, fn), name=f"party-{p}", daemon=True)
@@ -106,6 +112,7 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
     hub.running.update(roles)
     for p in roles:  # a hub run again (training, then prediction) starts its parties afresh
         hub.ended.pop(p, None)
+        hub.ended_at.pop(p, None)
     for t in threads:
         t.start()
     try:
