@@ -146,6 +146,32 @@ def test_fv_tree_with_every_feature_a_candidate_grows_the_engines_trees_on_rando
     assert not failures, "\n".join(failures)
 
 
+def _host_and_guest_columns(X, params):
+    """A HybridTree split of ``X``'s columns, (host's, guests'), the host's the first half; (None, None) where the
+    case cannot run: no column left for the guests, or settings that need counts, which HybridTree, like the
+    vertical protocol, does not exchange."""
+    d = X.shape[1]
+    host, guest = np.arange(max(1, d // 2)), np.arange(max(1, d // 2), d)
+    if params.min_samples_leaf > 1 or params.min_child_weight <= 0 or not len(guest):
+        return None, None
+    return host, guest
+
+
+def _guest_parts(rs, X, guest) -> list[tuple]:
+    """Two guests holding the ``guest`` columns of a random half of the instances each, with their IDs."""
+    return [(X[np.sort(r)][:, guest], np.sort(r)) for r in np.array_split(rs.permutation(len(X)), 2)]
+
+
+def _solo_without_guest_layers(X, y, host, guests, params, he, weights=None) -> bool:
+    """Whether HybridTree with ``guest_depth = 0`` scores the training rows as the engine on the host's columns
+    (with the host's ``weights``) does: SOLO."""
+    n = len(y)
+    solo = run_hybridtree(X[:, host], y, guests, params, he, host_depth=params.max_depth, guest_depth=0,
+                          sample_weight=weights)
+    expect = train_gbdt(params, X[:, host], y, sample_weight=weights).predict_raw(X[:, host]).reshape(n, -1)
+    return np.array_equal(np.asarray(solo["raw"]).reshape(n, -1), expect)
+
+
 def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing_on_random_small_problems():
     # HybridTree's lossless claims on the same random problems: with guest_depth 0 the host's model is SOLO's
     # (the engine on its own features, row and column sampling included: the host draws the engine's),
@@ -156,16 +182,11 @@ def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing
     failures, ran = [], 0
     for case in range(60):
         X, y, params, _ = _case(rs)
-        if params.min_samples_leaf > 1 or params.min_child_weight <= 0:
-            continue  # HybridTree, like the vertical protocol, exchanges no counts
-        d, n = X.shape[1], len(y)
-        host, guest = np.arange(max(1, d // 2)), np.arange(max(1, d // 2), d)
-        if not len(guest):
+        host, guest = _host_and_guest_columns(X, params)
+        if host is None:
             continue
-        guests = [(X[np.sort(r)][:, guest], np.sort(r)) for r in np.array_split(rs.permutation(n), 2)]
-        solo = run_hybridtree(X[:, host], y, guests, params, plain, host_depth=params.max_depth, guest_depth=0)
-        expect = train_gbdt(params, X[:, host], y).predict_raw(X[:, host]).reshape(n, -1)
-        if not np.array_equal(np.asarray(solo["raw"]).reshape(n, -1), expect):
+        guests = _guest_parts(rs, X, guest)
+        if not _solo_without_guest_layers(X, y, host, guests, params, plain):
             failures.append(f"case {case} ({params.objective}): guest depth 0 is not SOLO")
         one = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=1,
                              X_test_host=X[:, host], test_guests=guests)
@@ -225,16 +246,12 @@ def test_with_host_weights_hybridtree_without_guest_layers_is_the_weighted_solo_
     failures, ran = [], 0
     for case in range(40):
         X, y, params, _ = _case(rs)
-        if params.min_samples_leaf > 1 or params.min_child_weight <= 0 or X.shape[1] < 2:
+        host, guest = _host_and_guest_columns(X, params)
+        if host is None:
             continue
-        d, n = X.shape[1], len(y)
-        host, guest = np.arange(d // 2), np.arange(d // 2, d)
-        w = _random_weights(rs, n, [np.arange(n)])
-        guests = [(X[np.sort(r)][:, guest], np.sort(r)) for r in np.array_split(rs.permutation(n), 2)]
-        solo = run_hybridtree(X[:, host], y, guests, params, plain, host_depth=params.max_depth, guest_depth=0,
-                              sample_weight=w)
-        expect = train_gbdt(params, X[:, host], y, sample_weight=w).predict_raw(X[:, host]).reshape(n, -1)
-        if not np.array_equal(np.asarray(solo["raw"]).reshape(n, -1), expect):
+        w = _random_weights(rs, len(y), [np.arange(len(y))])
+        guests = _guest_parts(rs, X, guest)
+        if not _solo_without_guest_layers(X, y, host, guests, params, plain, w):
             failures.append(f"case {case} ({params.objective}): guest depth 0 is not the weighted SOLO")
         ran += 1
     assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
