@@ -196,6 +196,56 @@ def checked_weights(sample_weight, y: np.ndarray, objective: str) -> np.ndarray:
     return w
 
 
+class AlignedWeights:
+    """A label holder's row weights where its rows must stay in place, aligned with other parties' (the
+    vertical active party, a HybridTree host): as the engine's, they scale the rows' gradients and hessians,
+    their share of the holder's own cut points and of the base score, but a row of weight 0 is left out of every
+    tree as a row sample leaves rows out, not removed.  ``sample_weight=None``: every row weighs 1, and each
+    method gives what the unweighted protocol did."""
+
+    def __init__(self, sample_weight, X, y, n_rows: int):
+        """``X``, ``y``: the holder's tables as given (their row labels are compared with the weights')."""
+        self.weights = None
+        if sample_weight is not None:
+            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
+            self.weights = check_sample_weight(sample_weight, n_rows)  # (a regression's range: see ``check``)
+        # the rows of positive weight, when some have weight 0 (else None: every row)
+        self.kept = None if self.weights is None or (self.weights > 0).all() else np.nonzero(self.weights > 0)[0]
+
+    def bin_mapper(self, params: "GBDTParams", X: np.ndarray) -> BinMapper:
+        """The holder's own cut points: fitted on its rows of positive weight, weighted."""
+        rows = slice(None) if self.kept is None else self.kept
+        return BinMapper(params.max_bins, seed=params.seed).fit(
+            X[rows], None if self.weights is None else self.weights[rows])
+
+    def check(self, y: np.ndarray, objective: str) -> None:
+        """The weights against the checked labels (:func:`checked_weights`)."""
+        if self.weights is not None:
+            checked_weights(self.weights, y, objective)
+
+    def init_score(self, objective, y: np.ndarray) -> np.ndarray:
+        """``objective``'s base score over the rows of positive weight (summed as the engine sums them)."""
+        rows = slice(None) if self.kept is None else self.kept
+        return objective.init_score(y[rows], None if self.weights is None else self.weights[rows])
+
+    def n_drawn(self, n_rows: int) -> int:
+        """How many rows a round's row sample draws among: those of positive weight."""
+        return n_rows if self.kept is None else len(self.kept)
+
+    def rows(self, sample: np.ndarray | None) -> np.ndarray | None:
+        """A round's rows (``sample``: a :class:`RoundSampler` draw among the rows of positive weight, None for
+        all) as positions among every row; None: every row."""
+        if self.kept is None:
+            return sample
+        return self.kept if sample is None else self.kept[sample]
+
+    def scale(self, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row (n, K) gradients and hessians times the rows' weights."""
+        if self.weights is None:
+            return g, h
+        return g * self.weights[:, None], h * self.weights[:, None]
+
+
 class LocalGrower:
     """Grows boosting trees on one fixed table from the g and h it is given each time: bins fitted once (or
     given), the engine's histogram splitter and grower, on the rows and features a caller's

@@ -12,12 +12,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
-from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import (GBDTParams, RoundSampler, check_sample_weight, check_xy, checked_weights,
-                                  mask_for_every_node)
+from fedgrove.engine.gbdt import AlignedWeights, GBDTParams, RoundSampler, check_xy, mask_for_every_node
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
-from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_row_labels, check_tree_class, names_of
+from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tree_class, names_of
 from fedgrove.engine.params import Flag, Interval
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import PackedEnsemble, Tree
@@ -142,18 +140,13 @@ class HybridHost:
                                         f"{guest_depth}")
         self.ch, self.guests, self.params, self.he = channel, list(guests), params, he
         self.feature_names = names_of(X)  # its own columns' names (a DataFrame's); test frames matched by them
-        if sample_weight is not None:
-            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
         self.X, self.y = check_xy(X, y)
-        # (a regression's range is checked with the labels, in fit)
-        self.weights = None if sample_weight is None else check_sample_weight(sample_weight, len(self.y))
-        keep = slice(None) if self.weights is None else self.weights > 0
+        self.weights = AlignedWeights(sample_weight, X, y, len(self.y))  # the label holder's, its rows in place
         self.ids = np.arange(len(self.X)) if ids is None else instance_ids(ids, len(self.X), channel.party)
         self.host_depth, self.guest_depth = host_depth, guest_depth
-        self.packer = packer_for(params.objective, self.y, self.weights)
+        self.packer = packer_for(params.objective, self.y, self.weights.weights)
         self.row_packing = self._row_packing(rows_per_ciphertext)
-        self.bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(
-            self.X[keep], None if self.weights is None else self.weights[keep])
+        self.bin_mapper = self.weights.bin_mapper(params, self.X)
 
     def _row_packing(self, k) -> RowPacking:
         """Instances per gradient ciphertext (hessian mode): ``k``, or by scheme as the vertical protocol's
@@ -171,11 +164,7 @@ class HybridHost:
         objective = objective_for(p.objective, p.n_classes, self.y)
         y = objective.check_labels(self.y)
         n = len(y)
-        w, kept = self.weights, None  # kept: the instances of positive weight, when some have weight 0
-        if w is not None:
-            checked_weights(w, y, objective.name)
-            if not (w > 0).all():
-                kept = np.nonzero(w > 0)[0]
+        self.weights.check(y, objective.name)
         row_of = {int(i): r for r, i in enumerate(self.ids)}
         remotes, guest_rows, layouts = {}, {}, {}
         self._cut = set()  # guests told to keep only the instances this host holds too
@@ -207,10 +196,7 @@ class HybridHost:
         thresholds = self.bin_mapper.thresholds()
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         K = objective.n_outputs
-        if p.base_score != "auto":
-            base = np.full(K, float(p.base_score))
-        else:  # (over the kept instances alone, as the engine sums them)
-            base = objective.init_score(y, w) if kept is None else objective.init_score(y[kept], w[kept])
+        base = self.weights.init_score(objective, y) if p.base_score == "auto" else np.full(K, float(p.base_score))
         raw = np.tile(base, (n, 1))
         model = HybridHostModel(p.objective, base, feature_names=self.feature_names)
         state = checkpoint.load() if (checkpoint is not None and resume) else None
@@ -227,7 +213,7 @@ class HybridHost:
         # subsample and colsample_bytree: the host draws its rows and its own features each round as the engine
         # does on the host's table (so that without guest layers the model stays SOLO's), and each guest's
         # features from a generator of the guest's own, [seed, 67, its place]; the guests sum only those bins
-        sampler = RoundSampler(p, n if kept is None else len(kept), self.X.shape[1])  # (among the kept instances)
+        sampler = RoundSampler(p, self.weights.n_drawn(n), self.X.shape[1])  # (among the rows of positive weight)
         guest_samplers = {u: RoundSampler(replace(p, subsample=1.0), None, remotes[u].n_features,
                                           seed=[p.seed, 67, k]) for k, u in enumerate(self.guests)}
         for round_ in range(p.n_estimators):
@@ -235,11 +221,8 @@ class HybridHost:
             guest_masks = {u: s.feature_mask(s.next()[1]) for u, s in guest_samplers.items()}
             if round_ * K < start:
                 continue
-            if kept is not None:
-                sample = kept if sample is None else kept[sample]
-            g, h = objective.gradients(y, raw)
-            if w is not None:
-                g, h = g * w[:, None], h * w[:, None]
+            sample = self.weights.rows(sample)
+            g, h = self.weights.scale(*objective.gradients(y, raw))
             in_sample = None
             if sample is not None:
                 in_sample = np.zeros(n, dtype=bool)

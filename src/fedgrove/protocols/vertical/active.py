@@ -11,10 +11,10 @@ import numpy as np
 from fedgrove.crypto.he import HEContext
 from fedgrove.crypto.packing import MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_sample_weight, check_xy, checked_weights
+from fedgrove.engine.gbdt import AlignedWeights, GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
-from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
+from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, names_of
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -300,19 +300,14 @@ class VerticalActive:
             raise InvalidParameterError("the active party must hold the secret key")
         self.ch = channel
         self.feature_names = names_of(X)  # its own columns' names (a DataFrame's); test frames matched by them
-        if sample_weight is not None:
-            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
         self.X, self.y = check_xy(X, y)
-        # (a regression's range is checked with the labels, in fit)
-        self.weights = None if sample_weight is None else check_sample_weight(sample_weight, len(self.y))
-        keep = slice(None) if self.weights is None else self.weights > 0
+        self.weights = AlignedWeights(sample_weight, X, y, len(self.y))  # the label holder's, its rows in place
         self.passives = list(passives)
         self.params = params
         self.he = he
-        self.packer = packer or packer_for(params.objective, self.y, self.weights)
+        self.packer = packer or packer_for(params.objective, self.y, self.weights.weights)
         self.row_packing = row_packing_for(he, self.packer, rows_per_ciphertext)
-        self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(
-            self.X[keep], None if self.weights is None else self.weights[keep])
+        self.bin_mapper = bin_mapper or self.weights.bin_mapper(params, self.X)
         self.remotes: list[_Remote] = []
         self.ids = instance_ids(ids, len(self.X), channel.party)
 
@@ -322,11 +317,7 @@ class VerticalActive:
         ch, p = self.ch, self.params
         objective = objective_for(p.objective, p.n_classes, self.y)
         y = objective.check_labels(self.y)
-        w, kept = self.weights, None  # kept: the instances of positive weight, when some have weight 0
-        if w is not None:
-            checked_weights(w, y, objective.name)
-            if not (w > 0).all():
-                kept = np.nonzero(w > 0)[0]
+        self.weights.check(y, objective.name)
         X_binned = self.bin_mapper.transform(self.X)
         X_columns = np.asfortranarray(X_binned)
         n, n_local = X_binned.shape
@@ -348,10 +339,7 @@ class VerticalActive:
                                         self.row_packing.stride_bits), self.passives)
 
         K = objective.n_outputs
-        if p.base_score != "auto":
-            base = np.full(K, float(p.base_score))
-        else:  # (over the kept instances alone, as the engine sums them)
-            base = objective.init_score(y, w) if kept is None else objective.init_score(y[kept], w[kept])
+        base = self.weights.init_score(objective, y) if p.base_score == "auto" else np.full(K, float(p.base_score))
         model = GBDTModel(p.objective, objective.n_classes, base, None, p.to_dict())
         if self.feature_names is not None:
             model.metadata["own_feature_names"] = self.feature_names
@@ -375,17 +363,14 @@ class VerticalActive:
         tree_id = start
         self.tree_seconds = []  # wall time of each tree, the passive parties' work included
         # the engine's rows (of the instances of positive weight) and features (over the joined columns)
-        sampler = RoundSampler(p, n if kept is None else len(kept), feat)
+        sampler = RoundSampler(p, self.weights.n_drawn(n), feat)
         for round_ in range(p.n_estimators):
             sample, features = sampler.next()  # (drawn for the rounds a resumed run skips too)
             mask = sampler.feature_mask(features)
             if round_ * K < start:
                 continue
-            if kept is not None:
-                sample = kept if sample is None else kept[sample]
-            g, h = objective.gradients(y, raw)
-            if w is not None:
-                g, h = g * w[:, None], h * w[:, None]
+            sample = self.weights.rows(sample)
+            g, h = self.weights.scale(*objective.gradients(y, raw))
             rows = slice(None) if sample is None else sample
             for c in range(K):
                 t0 = time.perf_counter()
