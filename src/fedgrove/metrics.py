@@ -16,21 +16,30 @@ def error_rate(y_true, y_pred, sample_weight=None) -> float:
     return 1.0 - accuracy(y_true, y_pred, sample_weight)
 
 
-def ranks_defined(y_true) -> bool:
-    """Whether AUC and AUPRC are defined for these labels: they rank the positives above the negatives, so
-    both classes must be present."""
-    return len(np.unique(np.asarray(y_true))) >= 2
+def weighed_labels(y_true, sample_weight=None) -> np.ndarray:
+    """The labels a score weighted by ``sample_weight`` counts: those of the rows of positive weight (all
+    without weights)."""
+    y = np.asarray(y_true)
+    return y if sample_weight is None else y[np.asarray(sample_weight) > 0]
 
 
-def _need_both_classes(y_true, name: str) -> None:
-    if not ranks_defined(y_true):
-        values = np.unique(np.asarray(y_true))
+def ranks_defined(y_true, sample_weight=None) -> bool:
+    """Whether AUC and AUPRC are defined for these labels (of the rows of positive weight): they rank the
+    positives above the negatives, so both classes must be present."""
+    return len(np.unique(weighed_labels(y_true, sample_weight))) >= 2
+
+
+def _need_both_classes(y_true, name: str, sample_weight=None) -> None:
+    if not ranks_defined(y_true, sample_weight):
+        values = np.unique(weighed_labels(y_true, sample_weight))
         held = f"only the class {values[0].item()!r}" if len(values) else "no rows"
-        raise DataError(f"{name} is undefined for labels that hold {held}: it needs both classes")
+        raise DataError(f"{name} is undefined for labels that hold {held}"
+                        f"{'' if sample_weight is None else ' in the rows of positive weight'}: it needs both "
+                        f"classes")
 
 
 def auc(y_true, score, sample_weight=None) -> float:
-    _need_both_classes(y_true, "AUC")
+    _need_both_classes(y_true, "AUC", sample_weight)
     score = np.asarray(score)
     if score.ndim == 2:
         if score.shape[1] == 2:
@@ -41,7 +50,7 @@ def auc(y_true, score, sample_weight=None) -> float:
 
 
 def auprc(y_true, score, sample_weight=None) -> float:
-    _need_both_classes(y_true, "AUPRC")
+    _need_both_classes(y_true, "AUPRC", sample_weight)
     score = np.asarray(score)
     if score.ndim == 2:
         score = score[:, 1]

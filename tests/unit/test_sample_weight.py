@@ -184,6 +184,20 @@ def test_the_weighted_validation_metric_is_scikit_learns():
     assert scores[-1] == pytest.approx(log_loss(y[400:], model.predict_proba(X[400:]), sample_weight=w), rel=1e-12)
 
 
+def test_ranking_scores_need_both_classes_among_the_rows_of_positive_weight():
+    # AUC and AUPRC with weights that leave one class: scikit-learn gave NaN with a warning; now refused as the
+    # unweighted ones are
+    from fedgrove import metrics
+
+    y, score = np.array([0, 1, 1]), np.array([0.1, 0.5, 0.9])
+    assert metrics.ranks_defined(y) and not metrics.ranks_defined(y, [0, 1, 2])
+    for name, f in (("AUC", metrics.auc), ("AUPRC", metrics.auprc)):
+        with pytest.raises(DataError, match=rf"{name} is undefined for labels that hold only the class 1 in the rows "
+                                            r"of positive weight"):
+            f(y, score, sample_weight=np.array([0.0, 1.0, 2.0]))
+    assert metrics.auc(y, score, sample_weight=np.array([1.0, 1.0, 0.0])) == 1.0
+
+
 def test_bad_validation_weights_are_refused_by_name():
     X, y = _data("binary", n=300)
     params = GBDTParams(n_estimators=2, eval_metric="auc")

@@ -106,19 +106,18 @@ def score_line(m, X, y_true, weights=None) -> str:
         acc = metrics.accuracy(y, p.argmax(axis=1), sample_weight=w)
         line = f"accuracy {acc:.4f}"
         unseen = y < 0
-        weighed = y if w is None else y[w > 0]  # the rows a weighted score counts
         if unseen.any():  # the other measures need every row's true class among the model's
             values = list(dict.fromkeys(v.item() if hasattr(v, "item") else v for v in y_true[unseen]))
             shown = listing(values, 5, repr)
             line += (f"  ({int(unseen.sum())} of {len(y)} rows have labels the model was not trained on, "
                      f"{shown}: counted as errors; AUC and log loss left out)")
         else:
-            if p.shape[1] == 2 and metrics.ranks_defined(weighed):
+            if p.shape[1] == 2 and metrics.ranks_defined(y, w):
                 line += (f"  auc {metrics.auc(y, p, sample_weight=w):.4f}  "
                          f"auprc {metrics.auprc(y, p, sample_weight=w):.4f}")
             elif p.shape[1] == 2:
                 line += (f"  (AUC and AUPRC left out: every label{'' if w is None else ' of positive weight'} is "
-                         f"{m.classes[weighed[0]]!r})")
+                         f"{m.classes[metrics.weighed_labels(y, w)[0]]!r})")
             line += f"  logloss {metrics.log_loss(y, p, sample_weight=w):.4f}"
     else:
         line = f"rmse {metrics.rmse(y_true.astype(float), m.predict(X), sample_weight=w):.6g}"

@@ -25,7 +25,7 @@ from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.engine.threads import thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
-from fedgrove.metrics import get_metric, ranks_defined
+from fedgrove.metrics import get_metric, ranks_defined, weighed_labels
 
 
 @dataclass
@@ -398,11 +398,11 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             wv = check_sample_weight(eval_weights, len(yv), "eval_sample_weight", "eval_set's X")
         metric_name = params.eval_metric or objective.default_metric
         metric, takes_proba, higher = get_metric(metric_name)
-        weighed = yv if wv is None else yv[wv > 0]
-        if metric_name in ("auc", "auprc") and not ranks_defined(weighed):
+        if metric_name in ("auc", "auprc") and not ranks_defined(yv, wv):
             held = "eval_set's labels" if wv is None else "eval_set's rows of positive weight"
-            raise DataError(f"eval_metric {metric_name!r} needs both classes in {held}, which hold "
-                            f"only {np.unique(weighed).tolist()}; use 'logloss' or 'error', or a larger eval_set")
+            raise DataError(f"eval_metric {metric_name!r} needs both classes in {held}, which hold only "
+                            f"{np.unique(weighed_labels(yv, wv)).tolist()}; use 'logloss' or 'error', or a larger "
+                            f"eval_set")
         val = {"Xb": bin_mapper.transform(Xv), "y": yv, "w": wv, "raw": np.tile(base, (len(yv), 1)),
                "metric": metric, "proba": takes_proba}
         if params.early_stopping_rounds:

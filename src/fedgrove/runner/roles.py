@@ -590,8 +590,7 @@ def test_scores(out: np.ndarray, y: np.ndarray, classification: bool, weights=No
     if not classification:
         return {"test_rmse": metrics.rmse(y, out, sample_weight=weights)}
     result = {"test_accuracy": metrics.accuracy(y, out.argmax(axis=1), sample_weight=weights)}
-    weighed = y if weights is None else y[weights > 0]
-    if out.shape[1] == 2 and metrics.ranks_defined(weighed):  # left out where every test label is one class
+    if out.shape[1] == 2 and metrics.ranks_defined(y, weights):  # left out where every test label is one class
         result["test_auc"] = metrics.auc(y, out[:, 1], sample_weight=weights)
     return result
 
