@@ -347,9 +347,10 @@ def _separator(path: Path) -> str:
     return r"\s+" if len(first.split()) > 1 else ","
 
 
-def feature_columns(path, label=None, format: str | None = None) -> list[str] | None:
+def feature_columns(path, label=None, format: str | None = None, weight: str | None = None) -> list[str] | None:
     """The feature names of a data file, read from its header alone (no data rows are parsed): every column
-    but the instance IDs and ``label``; ``None`` for a file without names (LIBSVM, CSV without a header)."""
+    but the instance IDs, ``label`` and ``weight`` (a column of row weights); ``None`` for a file without names
+    (LIBSVM, CSV without a header)."""
     path = Path(path)
     fmt = format or detect_format(path)
     if fmt == "libsvm" or not path.is_file() or path.stat().st_size == 0:
@@ -365,7 +366,7 @@ def feature_columns(path, label=None, format: str | None = None) -> list[str] | 
         label = _resolve_label(columns, label, str(path))
     except DataError:
         label = None
-    return [c for c in columns if c not in (ID_COLUMN, label)]
+    return [c for c in columns if c not in (ID_COLUMN, label, weight)]
 
 
 def _parquet_names(path: Path) -> list[str]:

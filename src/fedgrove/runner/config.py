@@ -619,9 +619,8 @@ def _check_test_files(cfg: FederationConfig, parties: list[PartySpec], path) -> 
         if p.data is None or p.test is None or not (p.data.is_file() and p.test.is_file()):
             continue  # a missing file is named when it is read
         try:
-            trained, tested = feature_columns(p.data, p.label), feature_columns(p.test)
-            if trained is not None and p.weight is not None:  # (a test file need not hold the weights)
-                trained = [c for c in trained if c != p.weight]
+            # (a test file need not hold the weights)
+            trained, tested = feature_columns(p.data, p.label, weight=p.weight), feature_columns(p.test)
         except DataError:
             continue  # said, with the row and value, when the file is read
         if trained is None or tested is None:

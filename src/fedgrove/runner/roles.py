@@ -101,9 +101,8 @@ class RoleContext:
                         table.unseen)
         if test and (model_names is not None or self.spec.data is not None):
             # the test file's columns matched by name to the model's features: the training file may have changed
-            names = model_names if model_names is not None else feature_columns(self.spec.data, self.spec.label)
-            if model_names is None and names is not None and self.spec.weight is not None:
-                names = [c for c in names if c != self.spec.weight]
+            names = model_names if model_names is not None else feature_columns(self.spec.data, self.spec.label,
+                                                                                weight=self.spec.weight)
             X, left_out = table.features_as(names, repr(str(path)))
             if names is not None and X is not table.X:
                 table.X, table.feature_names = X, list(names)
