@@ -93,10 +93,11 @@ class _Classifier(ClassifierMixin, _Ensemble):
             raise InvalidParameterError(f"class_weight must be 'balanced', a dict {{class: weight}} or None, got "
                                         f"{self.class_weight!r}")
         if isinstance(self.class_weight, dict):
-            unknown = [k for k in self.class_weight if k not in set(np.unique(y).tolist())]
+            held = np.unique(y).tolist()
+            unknown = [k for k in self.class_weight if k not in held]
             if unknown:
                 raise InvalidParameterError(f"class_weight names classes that y does not hold: {unknown[:10]}; "
-                                            f"the classes are {np.unique(y).tolist()[:10]}")
+                                            f"the classes are {held[:10]}")
             bad = {k: w for k, w in self.class_weight.items()
                    if not (isinstance(w, (int, float, np.number)) and 0 <= w < np.inf)}
             if bad:
