@@ -1033,8 +1033,10 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
     assert scores and min(scores) > 0.85, out + err
 
 
-@pytest.mark.parametrize("scheme", ["vertical", "horizontal", "hybrid"])
-def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_the_rows(tmp_path, capsys, scheme):
+@pytest.mark.parametrize("scheme,protocol", [("vertical", "vertical"), ("horizontal", "horizontal"),
+                                             ("hybrid", "hybridtree"), ("vertical", "federated-forest")])
+def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_the_rows(tmp_path, capsys, scheme,
+                                                                                       protocol):
     # --weight: the column goes beside the label in the labelled parties' files (train and test), is no party's
     # feature, and the config written with --protocol names it; the federation then trains the weighted model
     from fedgrove.engine.model import load_model
@@ -1047,8 +1049,7 @@ def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_th
     df.to_csv(tmp_path / "d.csv", index=False)
     parts = tmp_path / "parts"
     code, out, err = run(["partition", tmp_path / "d.csv", "-l", "y", "-w", "w", "--scheme", scheme, "-p", "2",
-                          "--test-fraction", "0.2", "-o", parts, "--protocol",
-                          "hybridtree" if scheme == "hybrid" else scheme], capsys)
+                          "--test-fraction", "0.2", "-o", parts, "--protocol", protocol], capsys)
     assert code == 0, err
     assert "+ label and weights" in out + err
     manifest = json.loads((parts / "manifest.json").read_text())
@@ -1069,19 +1070,23 @@ def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_th
     code, out, err = run(["simulate", parts / "federation.toml"], capsys)
     assert code == 0, err
     lead = next(e["name"] for e in manifest["parties"] if e["has_label"])
-    if scheme != "hybrid":
+    if protocol in ("vertical", "horizontal"):
         assert load_model(parts / "runs" / f"{lead}.model.json").metadata["weight"] == "w"
-    else:  # a HybridTree host's file (a part of a federated model, without metadata): the weights changed it
+    else:  # a HybridTree host's file (a part of a federated model, without metadata), or a forest's master's
+        # model (which never sees the weights): the weights changed it
         (parts / "plain.toml").write_text(config.replace('weight = "w"\n', "").replace('dir = "runs"', 'dir = "plain"'))
         assert run(["simulate", parts / "plain.toml"], capsys)[0] == 0
-        trees = [json.loads((parts / d / f"{lead}.model.json").read_text())["host_trees"] for d in ("runs", "plain")]
+        file, key = (f"{lead}.model.json", "host_trees") if protocol == "hybridtree" else ("master.model.json", "trees")
+        trees = [json.loads((parts / d / file).read_text())[key] for d in ("runs", "plain")]
+        if protocol != "hybridtree":
+            assert load_model(parts / "runs" / "master.model.json").metadata["weighted_by"] == lead
         assert trees[0] != trees[1]
-    for argv, message in [(["--scheme", "vertical", "--protocol", "federated-forest"], "the federated-forest "
-                                                                                        "protocol takes no row "
-                                                                                        "weights"),
+    for argv, message in [(["--scheme", "horizontal", "--protocol", "fvtree"], "the fvtree protocol takes no row "
+                                                                               "weights"),
                           (["--scheme", "horizontal", "--protocol", "simfl"], "the simfl protocol takes no row "
                                                                               "weights; the horizontal, vertical, "
-                                                                              "hybridtree protocols do")]:
+                                                                              "hybridtree, federated-forest "
+                                                                              "protocols do")]:
         code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "-w", "w", "-o", tmp_path / "no", *argv],
                            capsys)
         assert code == 2 and message in " ".join(err.split()) and not (tmp_path / "no").exists(), err

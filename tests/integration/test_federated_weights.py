@@ -197,19 +197,22 @@ def _files(tmp_path, protocol):
         test.to_csv(tmp_path / "test.csv", index=False)
         parties = [("aggregator", "aggregator", None, None)] + [
             (f"p{k}", "client", f"p{k}.csv", "test.csv") for k in range(2)]
-    else:  # the active party's rows shuffled: sorted by _id, the weights with them
+    else:  # the label holder's rows shuffled: sorted by _id, the weights with them
         train[["_id", "a", "b", "y", "w"]].sample(frac=1, random_state=1).to_csv(tmp_path / "act.csv", index=False)
         train[["_id", "c", "d"]].to_csv(tmp_path / "pas.csv", index=False)
         test[["_id", "a", "b", "y", "w"]].to_csv(tmp_path / "act-test.csv", index=False)
         test[["_id", "c", "d"]].to_csv(tmp_path / "pas-test.csv", index=False)
-        parties = [("act", "active", "act.csv", "act-test.csv"), ("pas", "passive", "pas.csv", "pas-test.csv")]
+        roles = ("active", "passive") if protocol == "vertical" else ("client", "client")
+        parties = [("act", roles[0], "act.csv", "act-test.csv"), ("pas", roles[1], "pas.csv", "pas-test.csv")]
+        if protocol == "federated-forest":
+            parties.insert(0, ("master", "master", None, None))
     text = f'[federation]\nprotocol = "{protocol}"\ntimeout = 60\n[he]\nscheme = "ou"\n' \
            f'[params]\nn_estimators = 4\nmax_depth = 3\nmax_bins = 16\n'
     for name, role, data, test_file in parties:
         text += f'[[party]]\nname = "{name}"\nrole = "{role}"\n'
         if data:
             text += f'data = "{data}"\ntest = "{test_file}"\n'
-            if role != "passive":
+            if name != "pas":
                 text += 'label = "y"\nweight = "w"\n'
     if protocol == "horizontal":
         text = text.replace('[he]\nscheme = "ou"\n', "")
@@ -265,10 +268,140 @@ def test_a_weight_on_a_role_that_takes_none_is_refused(tmp_path, capsys):
     assert main(["simulate", str(cfg)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "party pas: weight = 'c': the vertical protocol's passive takes no row weights (they are taken by the " \
-           "horizontal protocol's client; the vertical protocol's active; the hybridtree protocol's host); remove " \
-           "it" in err
+           "horizontal protocol's client; the vertical protocol's active; the hybridtree protocol's host; the " \
+           "federated-forest protocol's client with the labels); remove it" in err
     _files(tmp_path, "vertical")
     cfg.write_text(cfg.read_text().replace('weight = "w"', 'weight = "nope"'))
     assert main(["simulate", str(cfg)]) != 0
     assert "party act: weight column 'nope' not found in" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "runs" / "act.model.json").exists()
+
+
+# ------------------------------------------------------------------------------------------ Federated Forest
+def _forest_oracle(parts, y, w, holder, params):
+    """The engine's weighted forest on the clients' columns side by side, with the federation's cut points: the
+    label holder's fitted on its rows of positive weight, weighted as the forest weighs them; the others' not."""
+    from fedgrove.engine.forest import forest_weights, train_forest
+
+    fw = forest_weights(w)
+    keep = fw > 0
+    cuts = []
+    for k, X in enumerate(parts):
+        bins = BinMapper(params.max_bins, seed=params.seed)
+        cuts += (bins.fit(X[keep], fw[keep]) if k == holder else bins.fit(X)).cuts_
+    return train_forest(params, np.hstack(parts), y, sample_weight=w,
+                        bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
+
+
+def _same_forest(fed, eng):
+    assert fed.n_trees == eng.n_trees
+    for a, b in zip(fed.trees, eng.trees):
+        for name in ("feature", "left", "right", "missing_left", "count", "gain"):
+            np.testing.assert_array_equal(a.nodes[name], b.nodes[name], err_msg=name)
+        np.testing.assert_array_equal(a.values, b.values)
+
+
+FOREST_CASES = [("binary", "encrypted", {}), ("multiclass", "shared", dict(feature_sampling="node")),
+                ("regression", "encrypted", dict(task="regression")),
+                ("regression", "shared", dict(task="regression", bootstrap=False, feature_sampling="node"))]
+
+
+@pytest.mark.parametrize("objective,mode,extra", FOREST_CASES, ids=[f"{o}-{m}" for o, m, _ in FOREST_CASES])
+def test_the_forest_label_holders_weights_give_the_engines_weighted_forest(objective, mode, extra):
+    from fedgrove.engine.forest import ForestParams
+    from fedgrove.protocols.forest import messages as fm
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+
+    X, y, w = _task(objective, n=900)
+    parts = [X[:, [0, 5]], X[:, [1, 2]], X[:, [3, 4]]]
+    params = ForestParams(**{"n_estimators": 3, "max_depth": 5, "max_bins": 32, "seed": 4, **extra})
+    he = keygen("ou", 2048, "heu") if mode == "encrypted" else None
+    seen = []
+    out = run_federated_forest(parts, y, params, he, mode=mode, label_holder=1, X_test_parts=parts, sample_weight=w,
+                               observers={"client2": [lambda d, peer, tag, msg: seen.append(msg)]})
+    ref = _forest_oracle(parts, y, w, 1, params)
+    _same_forest(out["model"], ref)
+    expect = ref.predict(np.hstack(parts)) if objective == "regression" else ref.predict_proba(np.hstack(parts))
+    np.testing.assert_array_equal(out["predictions"]["one-round"], expect)
+    # the other clients learn which instances weigh 0 (never drawn), and in encrypted mode no more of the weights
+    starts = [msg for msg in seen if isinstance(msg, fm.TreeStart)]
+    assert len(starts) == 3 and all((s.weights[w == 0] == 0).all() and (s.weights[w > 0] > 0).any() for s in starts)
+    labels = [msg for msg in seen if isinstance(msg, (fm.EncryptedLabelStats, fm.SharedLabels))]
+    if mode == "encrypted":
+        assert [s.n for s in labels] == [int((s.weights > 0).sum()) for s in starts]
+    else:  # the trusted setting: the labels and the weights are shared with every client
+        assert len(labels) == 1 and np.array_equal(labels[0].w > 0, w > 0)
+    plain = run_federated_forest(parts, y, params, he, mode=mode, label_holder=1)["model"]
+    assert _differ(out["model"], plain)
+
+
+def test_forest_weights_that_are_whole_pack_as_counts_and_negligible_ones_weigh_0():
+    from fedgrove.engine.forest import ForestParams, forest_weights
+    from fedgrove.protocols.forest.client import label_packer
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+
+    X, y, _ = _task("multiclass", n=600)
+    # equal weights are the unweighted forest, in the unweighted layout; others take the fraction bits they need
+    # (weights 1 and 3 are 0.5 and 1.5 at an average of 1: one bit), a 52-bit grid's at most
+    for task in ("classification", "regression"):
+        assert label_packer(task, y, 3, forest_weights(np.full(600, 2.5))) == label_packer(task, y, 3)
+    assert label_packer("classification", y, 3, forest_weights(np.where(np.arange(600) % 2, 1.0, 3.0))).frac_bits \
+        == (1, 1, 1)
+    assert label_packer("classification", y, 3, forest_weights(np.arange(600) / 7.0)).frac_bits[0] \
+        + label_packer("classification", y, 3, forest_weights(np.arange(600) / 7.0)).int_bits[0] == 52
+    parts = [X[:, :3], X[:, 3:]]
+    params = ForestParams(n_estimators=3, max_depth=4, max_bins=16, seed=1)
+    he = keygen("ou", 2048, "heu")
+    _same_forest(run_federated_forest(parts, y, params, he, sample_weight=np.full(600, 2.5))["model"],
+                 run_federated_forest(parts, y, params, he)["model"])
+    # a weight below 2^-52 of the bootstraps' total is 0 on the forest's grid: left out as a weight of 0 is
+    w = np.ones(600)
+    w[::7] = 1e-30
+    tiny = run_federated_forest(parts, y, params, he, sample_weight=w)["model"]
+    _same_forest(tiny, run_federated_forest(parts, y, params, he, sample_weight=np.where(w < 1, 0.0, 1.0))["model"])
+    _same_forest(tiny, _forest_oracle(parts, y, w, 0, params))
+
+
+def test_forest_weights_go_to_the_label_holder_and_bad_ones_are_refused():
+    from fedgrove.protocols.forest.client import ForestClient
+    from fedgrove.transport.inprocess import InProcessHub
+
+    X, y, _ = _task("binary", n=100)
+    ch = InProcessHub(["master", "c"]).channel("c")
+    with pytest.raises(InvalidParameterError, match="c: row weights belong with the labels, and this client holds "
+                                                    "none: give them to the label holder"):
+        ForestClient(ch, X, "master", sample_weight=np.ones(100))
+    with pytest.raises(DataError, match=r"must hold one weight per row of c's X, shape \(100,\), got shape \(99,\)"):
+        ForestClient(ch, X, "master", y=y, sample_weight=np.ones(99))
+    with pytest.raises(DataError, match="must be finite and non-negative, got -1.0 in row 3"):
+        ForestClient(ch, X, "master", y=y, sample_weight=np.where(np.arange(100) == 3, -1.0, 1.0))
+
+
+def test_a_forest_label_holders_weight_column_weighs_the_forest_and_its_test_scores(tmp_path, capsys):
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+    from fedgrove.runner.config import load_federation
+
+    train, test = _files(tmp_path, "federated-forest")
+    cfg = tmp_path / "fed.toml"
+    assert main(["simulate", str(cfg)]) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    model = load_model(tmp_path / "runs" / "master.model.json")
+    assert model.metadata["weighted_by"] == "act"
+    fed = run_federated_forest([train[["a", "b"]].to_numpy(), train[["c", "d"]].to_numpy()], train["y"].to_numpy(),
+                               load_federation(cfg).make_params(), keygen("ou", 2048, "heu"),
+                               sample_weight=train["w"].to_numpy())
+    _same_forest(model, fed["model"])
+    # the label holder scores the master's predictions of its test rows, weighted by the test file's weights
+    pred = pd.read_csv(tmp_path / "runs" / "master.predictions.csv")
+    right = pred["prediction"].to_numpy() == test["y"].to_numpy()
+    stats = json.loads((tmp_path / "runs" / "act.stats.json").read_text())
+    assert stats["test_weight"] == "w" and stats["test_accuracy"] == pytest.approx(np.average(right, weights=test["w"]))
+    assert stats["test_accuracy"] != pytest.approx(right.mean())
+    assert re.search(r"act: accuracy \S+ auc \S+, rows weighted by 'w' on its 60 test rows", out), out
+    assert main(["info", str(tmp_path / "runs" / "master.model.json")]) == 0
+    assert re.search(r"row weights\s+│ act's \(the label holder's\)", capsys.readouterr().out)
+    # the weights go with the labels: a client without them is refused one
+    cfg.write_text(cfg.read_text().replace('data = "pas.csv"\n', 'data = "pas.csv"\nweight = "c"\n'))
+    assert main(["simulate", str(cfg)]) == 2
+    assert "party pas: weight = 'c', but no label: a Federated Forest's row weights go with its labels; move the " \
+           "weight to the label holder" in " ".join(capsys.readouterr().err.split())

@@ -908,6 +908,37 @@ def test_federated_forest_in_process_and_over_grpc_give_the_same_files(tmp_path)
         assert sim.read_bytes() == grpc_run.read_bytes()
 
 
+def test_a_weighted_federated_forest_over_grpc_gives_the_simulated_files(tmp_path):
+    # the label holder's weight column (a quarter of the weights 0: those instances are never drawn), its rows in
+    # its own order: every party's file the same over gRPC as in one process, and the weights changed the forest
+    from fedgrove.cli.main import main
+
+    r = np.random.default_rng(5)
+    X = r.normal(size=(300, 6))
+    y = (X[:, 1] - X[:, 4] + 0.5 * r.normal(size=300) > 0).astype(int)
+    role = {"master": "master", "c0": "client", "c1": "client"}
+    for k, name in enumerate(["c0", "c1"]):
+        df = pd.DataFrame(X[:, 3 * k:3 * k + 3], columns=[f"x{3 * k + j}" for j in range(3)])
+        df.insert(0, "_id", np.arange(300))
+        if k == 1:
+            df["label"] = y
+            df["w"] = np.where(r.random(300) < 0.25, 0.0, r.exponential(size=300))
+        df.sample(frac=1.0, random_state=k).to_csv(tmp_path / f"{name}.csv", index=False)
+    lines = {"master": "", "c0": 'data = "c0.csv"\n', "c1": 'data = "c1.csv"\nlabel = "label"\n'}
+    _federation_configs(tmp_path, role, lines, FOREST)
+    assert main(["simulate", str(tmp_path / "federation.toml")]) == 0
+    unweighted = (tmp_path / "sim" / "master.model.json").read_bytes()
+    lines["c1"] += 'weight = "w"\n'
+    _federation_configs(tmp_path, role, lines, FOREST)
+    _simulated_and_over_grpc_alike(tmp_path, list(role))
+    model = json.loads((tmp_path / "sim" / "master.model.json").read_text())
+    assert model["metadata"]["weighted_by"] == "c1" and (tmp_path / "sim" / "master.model.json").read_bytes() \
+        != unweighted
+    # resumed after 2 trees, the master draws the later trees' bootstraps among the same instances
+    text = (tmp_path / "federation.toml").read_text().replace("n_estimators = 3", "n_estimators = 2")
+    _resumed_as_uninterrupted(tmp_path, {"forest": (text, "master")})
+
+
 def test_simfl_example_over_grpc_gives_the_simulated_files(tmp_path):
     # three peers as three processes with mutual TLS: the same model files as the one-process run, and every
     # party holds the same model

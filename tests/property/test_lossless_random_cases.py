@@ -2,7 +2,7 @@
 (HE backend "plain": the protocol's messages and fixed-point encoding without the cost of encryption),
 horizontal histogram aggregation and FV-tree with every feature a candidate (no voting approximation, no
 DP) must grow the engine's trees, node for node; HybridTree without guest layers must be SOLO, and with
-several instances to a ciphertext the model of one.
+several instances to a ciphertext the model of one; Federated Forest, weighted or not, the engine's forest.
 
 Random tables (20-300 rows, 2-6 columns of mixed scales, missing values, few-valued and constant columns),
 binary / multiclass / regression labels and random parameters (lambda 0 included, as LightGBM's default; the
@@ -255,3 +255,58 @@ def test_with_host_weights_hybridtree_without_guest_layers_is_the_weighted_solo_
             failures.append(f"case {case} ({params.objective}): guest depth 0 is not the weighted SOLO")
         ran += 1
     assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
+
+
+def _forest_case(rs):
+    """A random Federated Forest problem: (X, y, ForestParams, the clients' column groups, the label holder, label
+    mode) from :func:`_case`'s tables and labels, with random forest settings."""
+    from fedgrove.engine.forest import ForestParams
+
+    X, y, gbdt, (scheme, groups) = _case(rs)
+    if scheme != "vertical":
+        k = int(rs.integers(1, min(X.shape[1], 3) + 1))
+        groups = [np.sort(c) for c in np.array_split(rs.permutation(X.shape[1]), k)]
+    regression = gbdt.objective == "regression"
+    params = ForestParams(
+        task="regression" if regression else "classification",
+        criterion="mse" if regression else str(rs.choice(["gini", "entropy"])),
+        n_estimators=int(rs.integers(1, 5)), max_depth=[None, 1, 3, 6][int(rs.integers(0, 4))],
+        max_bins=int(rs.choice([2, 4, 16, 255])), bootstrap=bool(rs.random() < 0.7),
+        feature_sampling=str(rs.choice(["tree", "node"])), max_features=[None, "sqrt", 0.5][int(rs.integers(0, 3))],
+        min_samples_leaf=int(rs.choice([1, 3])), min_samples_split=int(rs.choice([2, 6])),
+        min_impurity_decrease=float(rs.choice([0.0, 0.0, 1e-3])), seed=int(rs.integers(0, 100)))
+    return X, y, params, groups, int(rs.integers(0, len(groups))), str(rs.choice(["encrypted", "shared"]))
+
+
+def test_federated_forest_weighted_or_not_grows_the_engines_forest_on_random_small_problems():
+    # the label holder's weights (in most cases; a quarter 0, never drawn) or none, either label mode: the
+    # engine's forest on the clients' columns side by side with their cut points (the holder's weighted), node for
+    # node, its leaf values exactly
+    from fedgrove.engine.forest import forest_weights, train_forest
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+
+    plain = keygen("ou", 2048, "plain")
+    rs = np.random.default_rng(500)
+    failures = []
+    for case in range(50):
+        X, y, params, groups, holder, mode = _forest_case(rs)
+        w = _random_weights(rs, len(y), [np.arange(len(y))]) if rs.random() < 0.7 else None
+        fw = np.ones(len(y)) if w is None else forest_weights(w)
+        keep = fw > 0
+        cuts = sum([(BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, g], fw[keep]) if k == holder and
+                     w is not None else BinMapper(params.max_bins, seed=params.seed).fit(X[:, g])).cuts_
+                    for k, g in enumerate(groups)], [])
+        eng = train_forest(params, np.concatenate([X[:, g] for g in groups], axis=1), y, sample_weight=w,
+                           bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
+        fed = run_federated_forest([X[:, g] for g in groups], y, params, plain, mode=mode, label_holder=holder,
+                                   sample_weight=w)["model"]
+        if fed.n_trees != eng.n_trees:
+            failures.append(f"case {case}: {fed.n_trees} trees against {eng.n_trees}")
+        for t, (a, b) in enumerate(zip(fed.trees, eng.trees)):
+            if any(not np.array_equal(a.nodes[c], b.nodes[c]) for c in ("feature", "left", "right", "missing_left",
+                                                                         "count")) \
+                    or not np.array_equal(a.values, b.values):
+                failures.append(f"case {case} ({params.task}, {mode}, {'weighted' if w is not None else 'unweighted'}"
+                                f"): tree {t} differs")
+                break
+    assert not failures, "\n".join(failures)

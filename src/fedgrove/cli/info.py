@@ -159,6 +159,9 @@ def _model_info(p: Path, importance: str | None) -> None:
         rows.insert(rows.index(("classes", str(m.classes))), ("label column", str(m.metadata["label"])))
     if m.metadata.get("weight") is not None:  # fedgrove train --weight: rows weighted by this column
         rows.insert(rows.index(("classes", str(m.classes))), ("weight column", str(m.metadata["weight"])))
+    if m.metadata.get("weighted_by") is not None:  # a Federated Forest whose label holder weighed its rows
+        rows.insert(rows.index(("classes", str(m.classes))), ("row weights", f"{m.metadata['weighted_by']}'s (the "
+                                                                             f"label holder's)"))
     if m.metadata.get("class_weight") is not None:  # fedgrove train --class-weight
         rows.insert(rows.index(("classes", str(m.classes))) + 1, ("class weights", str(m.metadata["class_weight"])))
     for col, cats in (m.metadata.get("categories") or {}).items():  # predict encodes with these

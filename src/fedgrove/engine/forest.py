@@ -179,6 +179,45 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
     return 52 - b1, 52 - b2
 
 
+def regression_grid(y: np.ndarray, weights: np.ndarray | None = None) -> tuple[int, int]:
+    """The :func:`mse_grid` of every tree of a regression forest on labels ``y`` (the rows' weights: from
+    :func:`forest_weights`, None for 1 each): no tree's draws weigh more than the rows drawn among, times the
+    heaviest weight, so this one grid suits every tree, as a federation's fixed-point layout must."""
+    if weights is None:
+        return mse_grid(y, float(len(y)))
+    kept = weights > 0
+    return mse_grid(y[kept], float(kept.sum()) * float(weights.max()))
+
+
+def forest_weights(sample_weight: np.ndarray) -> np.ndarray:
+    """Checked row weights (:func:`~fedgrove.engine.gbdt.check_sample_weight`) as a forest grows with them:
+    those of positive weight rescaled to average 1 and put on the grid of :func:`on_weight_grid` for their
+    count of bootstrap draws; 0 where the weight is 0, or so small beside the others that it is 0 on that grid
+    (below 2^-52 of the largest total of the draws): the row is then left out before the draws, and of the
+    average, as a row of weight 0 is."""
+    kept = sample_weight > 0
+    while True:  # (a row found negligible is left out of the average too, as a row of weight 0 is)
+        w = sample_weight[kept]
+        n = len(w)
+        on_grid = on_weight_grid(w * (n / w.sum()), n)
+        if on_grid.all():  # (the heaviest row is 1 or more: never 0)
+            break
+        kept[np.flatnonzero(kept)[on_grid == 0]] = False
+    out = np.zeros(len(sample_weight))
+    out[kept] = on_grid
+    return out
+
+
+def weight_fraction_bits(weights: np.ndarray) -> int:
+    """The fewest bits below the binary point that hold every one of ``weights`` (from :func:`forest_weights`)
+    exactly: 0 for whole numbers; at most the grid's."""
+    for bits in range(0, 1100):
+        scaled = np.ldexp(weights, bits)
+        if np.array_equal(scaled, np.rint(scaled)):
+            return bits
+    raise ValueError("weights off every binary grid")  # (finite floats all lie on the grid of 2^-1074)
+
+
 def on_weight_grid(weights: np.ndarray, n_draws: int) -> np.ndarray:
     """``weights`` rounded to the fixed-point grid on which every sum of ``n_draws`` of them (a tree's bootstrap
     draws) stays below 2^52 grid units, so that float64 adds and subtracts them exactly, as it does bootstrap
@@ -197,9 +236,10 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     :func:`~fedgrove.engine.gbdt.train_gbdt`).
 
     ``sample_weight``: each row's weight, finite and non-negative.  A row of weight 0 is left out before the
-    bootstrap draws; the others' weights, rescaled to average 1, multiply their bootstrap draws in the
-    impurities, the leaf values, ``min_samples_leaf`` and ``min_samples_split`` (which therefore count rows of
-    average weight) and the bins' quantiles.  As with scikit-learn's forests, a whole-number weight k is not
+    bootstrap draws (as is one below 2^-52 of the draws' total: :func:`forest_weights`); the others' weights,
+    rescaled to average 1, multiply their bootstrap draws in the impurities, the leaf values,
+    ``min_samples_leaf`` and ``min_samples_split`` (which therefore count rows of average weight) and the bins'
+    quantiles.  As with scikit-learn's forests, a whole-number weight k is not
     k copies of the row: the bootstrap draws rows, not copies."""
     check_types("train_forest(params, X, y, ...)", params=(params, ForestParams))
     feature_names = names_of(X, feature_names)
@@ -219,14 +259,14 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
             raise DataError("classification labels must be integers 0..K-1")
         n_classes = classes_from_labels(y)  # (of every row's label, kept or not)
     if sample_weight is not None:
-        X, y, sample_weight = weighted_rows(X, y, sample_weight)
+        X, y, sample_weight = weighted_rows(X, y, forest_weights(sample_weight))
         n = len(y)
-        sample_weight = on_weight_grid(sample_weight * (n / sample_weight.sum()), n)
-    offset = 0.0
+    offset, grid = 0.0, None
     if params.task == "regression":
         warn_if_labels_close(y)
         offset = label_offset(y)
         y = y - offset
+        grid = regression_grid(y, sample_weight)
     if bin_mapper is None:
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)
@@ -238,7 +278,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
             draw = draw_tree(params, t, n, n_features)
             if sample_weight is not None:
                 draw.weights *= sample_weight
-            tree = grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns)
+            tree = grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns, grid)
             if offset:
                 tree.values += offset
             model.add_tree(tree)
@@ -247,8 +287,10 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     return model
 
 
-def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns=None):
-    stats = forest_stats(params.task, y, draw.weights, n_classes)
+def grow_forest_tree(params, draw, X_binned, y, bin_mapper, thresholds, n_classes, X_columns=None, grid=None):
+    """One tree of :func:`train_forest` (``grid``: a regression's :func:`regression_grid`; default: this tree's
+    :func:`mse_grid`)."""
+    stats = forest_stats(params.task, y, draw.weights, n_classes, grid)
     root = np.nonzero(draw.weights > 0)[0]
     scorer = CARTScorer(params.criterion, float(draw.weights.sum()), params.min_samples_leaf)
     finder = HistogramSplitFinder(X_binned, bin_mapper.feature_offsets, bin_mapper.missing_codes, thresholds, stats,

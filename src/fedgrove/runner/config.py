@@ -53,8 +53,8 @@
     data = "party0.csv"          # paths relative to the config file (the aggregator and master have none)
     label = "label"
     # weight = "w"               # optional: the data file's column of row weights (not a feature); a
-                                 # horizontal client's, the vertical active party's or a HybridTree host's
-                                 # (hessian mode; see README)
+                                 # horizontal client's, the vertical active party's, a HybridTree host's
+                                 # (hessian mode) or a Federated Forest label holder's (see README)
     test = "party0-test.csv"     # optional: after training, predict these rows (every data party lists its
                                  # part of the same test instances); the lead party writes the predictions
     # categorical = "auto"       # text columns as categories (or a list of columns, or {column = [...]})
@@ -319,8 +319,10 @@ def _read(path) -> tuple[dict, Path]:
 
 PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features",
               "libsvm_base", "weight")
-# the roles that take row weights (``weight = "column"``): those whose sums the weights scale
-WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",)}
+# the roles that take row weights (``weight = "column"``): those whose sums the weights scale (a Federated Forest
+# client's with the labels only)
+WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",),
+                  "federated-forest": ("client",)}
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
@@ -437,9 +439,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         if p.role not in ROLES[protocol]:
             raise InvalidParameterError(f"party {p.name}: role must be one of {ROLES[protocol]}, got {p.role!r}")
         if p.weight is not None and p.role not in WEIGHTED_ROLES.get(protocol, ()):
-            takes = "; ".join(f"the {k} protocol's {' and '.join(r)}" for k, r in WEIGHTED_ROLES.items())
+            takes = "; ".join(f"the {k} protocol's {' and '.join(r)}" + (" with the labels" if k == "federated-forest"
+                                                                         else "") for k, r in WEIGHTED_ROLES.items())
             raise InvalidParameterError(f"party {p.name}: weight = {p.weight!r}: the {protocol} protocol's "
                                         f"{p.role} takes no row weights (they are taken by {takes}); remove it")
+        if p.weight is not None and protocol == "federated-forest" and p.label is None:
+            raise InvalidParameterError(f"party {p.name}: weight = {p.weight!r}, but no label: a Federated Forest's "
+                                        f"row weights go with its labels; move the weight to the label holder")
     seed = fed.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidParameterError(f"federation.seed must be a non-negative integer, got {seed!r}")

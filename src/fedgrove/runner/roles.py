@@ -438,7 +438,8 @@ def _forest_client(ctx: RoleContext) -> dict:
     he = ctx.key_pair() if ctx.holds_key else None
     role = ForestClient(ctx.channel, table.X, ctx.cfg.lead, y=table.y if holder else None, he=he,
                         max_bins=params.max_bins, seed=params.seed, ids=table.ids,
-                        n_classes=len(ctx.cfg.classes) if ctx.cfg.classes else None)
+                        n_classes=len(ctx.cfg.classes) if ctx.cfg.classes else None,
+                        sample_weight=table.weights if holder else None)
     pmodel = role.fit(ctx.checkpoint, ctx.resume)
     pmodel.feature_names = names(table)  # for fedgrove info, and test frames matched by name
     ctx.save_json(pmodel.to_dict())
@@ -469,8 +470,11 @@ def _forest_client_predict(ctx: RoleContext) -> dict:
     if out is None:
         return {}
     classification = ctx.cfg.make_params().task == "classification"
-    return {"n_test": len(out), "scored_from": ctx.cfg.lead,
-            **test_scores(out if classification else out[:, 0], table.y, classification)}
+    result = {"n_test": len(out), "scored_from": ctx.cfg.lead,
+              **test_scores(out if classification else out[:, 0], table.y, classification, table.weights)}
+    if table.weights is not None:
+        result["test_weight"] = table.weight_name
+    return result
 
 
 # ------------------------------------------------------------------------------------- simfl

@@ -16,8 +16,9 @@ import numpy as np
 from fedgrove.crypto.he import HEContext, public_context
 from fedgrove.crypto.packing import VectorPacker
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
-from fedgrove.engine.forest import forest_stats, label_offset, mse_grid
+from fedgrove.engine.model import TEXT_FEATURES, as_numbers, check_row_labels, names_of
+from fedgrove.engine.forest import forest_stats, forest_weights, label_offset, regression_grid, weight_fraction_bits
+from fedgrove.engine.gbdt import check_sample_weight
 from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
 from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
@@ -29,19 +30,25 @@ from fedgrove.protocols.vertical.active import _Remote, decode_histograms
 from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, follow_trees
 
 
-def label_packer(task: str, y: np.ndarray, n_classes: int) -> VectorPacker:
+def label_packer(task: str, y: np.ndarray, n_classes: int, weights: np.ndarray | None = None) -> VectorPacker:
     """Layout of the per-instance label statistics the label holder encrypts.
 
-    Classification: one count per class; regression: (w, w*y, w*y^2) on the
-    engine's fixed-point grid (:func:`~fedgrove.engine.forest.mse_grid`), so
-    decrypted sums equal the engine's float sums exactly.  No sum exceeds the
-    bootstrap's total weight (the number of instances) times the largest value.
+    Classification: one weight per class (the bootstrap count, times the row's
+    weight when ``weights``, from :func:`~fedgrove.engine.forest.forest_weights`,
+    are given); regression: (w, w*y, w*y^2) on the engine's fixed-point grid
+    (:func:`~fedgrove.engine.forest.regression_grid`), so decrypted sums equal
+    the engine's float sums exactly.  No sum exceeds a bootstrap's total weight:
+    the number of instances drawn among, times the heaviest weight.
     """
-    count_bits = max(1, int(len(y)).bit_length())
+    if weights is None:
+        count_bits, frac = max(1, int(len(y)).bit_length()), 0
+    else:  # the weights' own fixed point: whole weights (all 1, say) pack as counts do
+        top = float(np.count_nonzero(weights)) * float(weights.max())
+        count_bits, frac = max(1, int(np.floor(top)).bit_length()), weight_fraction_bits(weights)
     if task == "classification":
-        return VectorPacker((0,) * n_classes, (count_bits,) * n_classes, (False,) * n_classes)
-    q1, q2 = mse_grid(y, len(y))
-    return VectorPacker((0, q1, q2), (count_bits, 53 - q1, 53 - q2), (False, True, False))
+        return VectorPacker((frac,) * n_classes, (count_bits,) * n_classes, (False,) * n_classes)
+    q1, q2 = regression_grid(y, weights)
+    return VectorPacker((frac, q1, q2), (count_bits, 53 - q1, 53 - q2), (False, True, False))
 
 
 class ForestClient:
@@ -55,20 +62,36 @@ class ForestClient:
     y : the labels (label holder only)
     he : the label holder's key pair (encrypted mode, label holder only)
     ids : instance IDs (checked against the other clients' by digest)
+    sample_weight : the label holder's row weights (finite, non-negative): as the engine's forest weighs them
+        (:func:`~fedgrove.engine.forest.train_forest`), in the label statistics and the holder's own cut points;
+        the bootstraps draw among the instances of positive weight, which the master and every client learn
     """
 
     def __init__(self, channel, X, master: str, y=None, he: HEContext | None = None, max_bins: int = 255,
-                 seed: int = 0, bin_mapper: BinMapper | None = None, ids=None, n_classes: int | None = None):
+                 seed: int = 0, bin_mapper: BinMapper | None = None, ids=None, n_classes: int | None = None,
+                 sample_weight=None):
         self.ch, self.master = channel, master
         self.n_classes = n_classes  # the label holder's class count when known (named classes); else from y
         names = names_of(X)
+        if sample_weight is not None:
+            if y is None:
+                raise InvalidParameterError(f"{channel.party}: row weights belong with the labels, and this client "
+                                            f"holds none: give them to the label holder")
+            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
         self.X = as_numbers(X, f"{channel.party}'s X", TEXT_FEATURES)
         self.y = None if y is None else as_numbers(y, "y", "class codes 0..K-1, or a regression target")
         if self.y is not None and len(self.y) != len(self.X):
             raise DataError(f"{channel.party}: {len(self.y)} labels for {len(self.X)} rows")
+        # the rows' weights as the forest grows with them (0: left out of every bootstrap); None: 1 each
+        self.row_weights = None if sample_weight is None else forest_weights(
+            check_sample_weight(sample_weight, len(self.X), of=f"{channel.party}'s X"))
         self.he = he
         self.ids = instance_ids(ids, len(self.X), channel.party)
-        self.bin_mapper = bin_mapper or BinMapper(max_bins, seed=seed).fit(self.X)
+        if bin_mapper is None:  # the holder's own cut points, as the engine's: its rows of positive weight, weighted
+            rows = slice(None) if self.row_weights is None else self.row_weights > 0
+            bin_mapper = BinMapper(max_bins, seed=seed).fit(
+                self.X[rows], None if self.row_weights is None else self.row_weights[rows])
+        self.bin_mapper = bin_mapper
         self.X_binned = self.bin_mapper.transform(self.X)
         self.model = PassiveModel(channel.party, self.bin_mapper, feature_names=names)
 
@@ -80,8 +103,10 @@ class ForestClient:
             n_classes = classes_from_labels(self.y) if np.all(self.y == np.round(self.y)) else 0
             if self.n_classes is not None and n_classes:  # a class the holder's rows lack still has its output
                 n_classes = max(n_classes, self.n_classes)
+        w = self.row_weights
+        drawn = b"" if w is None or np.all(w > 0) else m.pack_mask(w > 0)
         ch.send(self.master, "hello", m.ClientHello(self.X.shape[1], len(self.X), m.ids_digest(self.ids),
-                                                    self.y is not None, n_classes))
+                                                    self.y is not None, n_classes, w is not None, drawn))
         setup = ch.recv(self.master, "setup", m.ForestSetup)
         if setup.mode not in m.MODES or setup.task not in ("classification", "regression") \
                 or setup.criterion not in CRITERIA or ch.party not in (setup.clients or []):
@@ -98,16 +123,23 @@ class ForestClient:
         self.n_stats = setup.n_classes if setup.task == "classification" else 3
         self.offset = 0.0
         if setup.task == "regression" and self.is_holder:  # centred as the engine centres them (label_offset)
-            self.offset = label_offset(self.y)
+            self.offset = label_offset(self.y[self._weighed()])
             self.y = self.y - self.offset
         self.remotes: dict[str, np.ndarray] = {}  # encrypted mode, label holder: n_value_bins per client
         if setup.mode == "shared":
             if self.is_holder:
-                ch.broadcast("labels", m.SharedLabels(self.y), others)
+                w = np.zeros(0) if self.row_weights is None else self.row_weights
+                ch.broadcast("labels", m.SharedLabels(self.y, w), others)
             else:
-                self.y = ch.recv(self.holder, "labels", m.SharedLabels).y
+                shared = ch.recv(self.holder, "labels", m.SharedLabels)
+                self.y = shared.y
                 if self.y.shape != (len(self.X),):
                     raise ProtocolError(f"{ch.party}: {len(self.y)} shared labels for {len(self.X)} rows")
+                if shared.w.size:
+                    w = shared.w
+                    if w.shape != (len(self.X),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.any():
+                        raise ProtocolError(f"{ch.party}: the row weights shared by {self.holder} are malformed")
+                    self.row_weights = w
             self.scorer = True
         elif self.is_holder:
             if self.he is None or not self.he.has_secret:
@@ -118,7 +150,7 @@ class ForestClient:
                         or np.any(layout.n_value_bins > 255):
                     raise ProtocolError(f"feature layout from {c} is invalid")
                 self.remotes[c] = layout.n_value_bins.astype(np.int64)
-            self.packer = label_packer(setup.task, self.y, setup.n_classes)
+            self.packer = label_packer(setup.task, self.y, setup.n_classes, self.row_weights)
             if self.packer.slot_bits > self.he.plaintext_bits - 1:  # the key cannot carry one instance's statistics
                 scheme, room = self.he.scheme.upper(), self.he.plaintext_bits - 1
                 raise InvalidParameterError(
@@ -140,10 +172,15 @@ class ForestClient:
             self.he = public_context(key.key)
             self.packer = VectorPacker(tuple(key.frac_bits), tuple(key.int_bits), tuple(bool(s) for s in key.signed))
             self.scorer = False
-        # regression statistics lie on the engine's grid, computed from all labels as the engine does
-        self.grid = mse_grid(self.y, len(self.y)) if self.y is not None and setup.task == "regression" else None
-        if self.grid is not None:
-            warn_if_labels_close(self.y)
+        # regression statistics lie on the engine's grid, computed from the labels (and weights) as the engine does
+        self.grid = None
+        if self.y is not None and setup.task == "regression":
+            self.grid = regression_grid(self.y, self.row_weights)
+            warn_if_labels_close(self.y[self._weighed()])
+
+    def _weighed(self):
+        """The rows the bootstraps draw among: those of positive weight."""
+        return slice(None) if self.row_weights is None else self.row_weights > 0
 
     # -- training --------------------------------------------------------------------------
     def fit(self, checkpoint=None, resume: bool = False) -> PassiveModel:
@@ -247,6 +284,10 @@ class _TreeState:
         feats = list(start.features or [])
         if weights.shape != (n,) or any(not 0 <= f < n_features for f in feats) or len(set(feats)) != len(feats):
             raise ProtocolError(f"{ch.party}: tree start from {client.master} does not fit this client's data")
+        if client.row_weights is not None:  # the draws times the rows' weights, as the engine's
+            if np.any(weights[client.row_weights == 0] > 0):
+                raise ProtocolError(f"{ch.party}: tree start from {client.master} draws instances of weight 0")
+            weights = weights * client.row_weights
         self.tree = start.tree
         self.inbag = np.nonzero(weights > 0)[0]
         self.weights = weights[self.inbag]

@@ -68,6 +68,17 @@ class ForestMaster:
             raise ProtocolError(f"the clients hold different sets of instances ({_sizes(hello)}): align them by ID "
                                 f"first, {ALIGN_HINT}")
         self.n_samples = n.pop()
+        # the instances every bootstrap draws among: the label holder's of positive weight (None: all)
+        weighing = [c for c in self.clients if c != self.holder and (hello[c].weighted or hello[c].drawn)]
+        if weighing:
+            raise ProtocolError(f"{', '.join(weighing)} weigh{'s' if len(weighing) == 1 else ''} the instances, "
+                                f"which only the label holder ({self.holder}) does")
+        self.weighted = hello[self.holder].weighted
+        self.drawn = None
+        if hello[self.holder].drawn:
+            self.drawn = np.nonzero(m.unpack_mask(hello[self.holder].drawn, self.n_samples))[0]
+            if not len(self.drawn):
+                raise ProtocolError(f"{self.holder} gives every instance weight 0")
         self.n_features = [hello[c].n_features for c in self.clients]
         self.first = np.concatenate([[0], np.cumsum(self.n_features)]).astype(np.int64)
         self.n_total = int(self.first[-1])
@@ -86,7 +97,15 @@ class ForestMaster:
         self.scorers = [self.holder] if self.mode == "encrypted" else list(self.clients)
 
     def _draw(self, t: int):
-        draw = draw_tree(self.params, t, self.n_samples, self.n_total)
+        """Tree ``t``'s bootstrap (as the engine draws it among the instances of positive weight, the others 0)
+        and drawn features."""
+        if self.drawn is None:
+            draw = draw_tree(self.params, t, self.n_samples, self.n_total)
+        else:
+            draw = draw_tree(self.params, t, len(self.drawn), self.n_total)
+            weights = np.zeros(self.n_samples)
+            weights[self.drawn] = draw.weights
+            draw.weights = weights
         feats = np.arange(self.n_total) if draw.features is None else draw.features
         return draw, feats
 
@@ -124,6 +143,8 @@ class ForestMaster:
                                "clients": self.clients,
                                "feature_owners": [[c, j] for c, k in zip(self.clients, self.n_features)
                                                   for j in range(k)]})
+        if self.weighted:  # (the master never sees the weights; the holder's bootstrap statistics carry them)
+            model.metadata["weighted_by"] = self.holder
         if self.params.task == "classification":
             model.classes = list(range(self.n_classes))
         return model
@@ -151,7 +172,8 @@ class ForestMaster:
         if root.shape != (self.n_stats,) or not np.isfinite(reply.offset):
             raise ProtocolError(f"root statistics from {self.holder} have shape {root.shape} (offset "
                                 f"{reply.offset})")
-        cart = CARTScorer(p.criterion, float(draw.weights.sum()), p.min_samples_leaf)
+        # the root's weight: the bootstrap counts' sum, or with row weights their weighted sum (the holder's stats)
+        cart = CARTScorer(p.criterion, float(CARTScorer(p.criterion, 1.0).sample_weight(root)), p.min_samples_leaf)
         finder = _MasterFinder(self, cart, root, scored_global, node_feature_sampler(p, draw, self.n_total),
                                per_node=draw.features is None)
         grower = TreeGrower(finder, p.max_depth, cart.leaf_value, min_samples_split=p.min_samples_split,

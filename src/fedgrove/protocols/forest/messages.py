@@ -7,7 +7,8 @@ default encrypted mode the label holder scores every client's features from
 their encrypted histograms; in shared-label mode (the paper's trusted setting,
 opt-in) every client holds the labels and scores its own features.
 
-Setup:      client -> master  ClientHello;   master -> client  ForestSetup
+Setup:      client -> master  ClientHello (the holder's: the instances of positive weight, if some weigh 0)
+            master -> client  ForestSetup
             encrypted: client -> holder  FeatureLayout;  holder -> client  LabelKey
             shared:    holder -> client  SharedLabels
             master -> client  Start (0, or the tree every party checkpointed)
@@ -50,13 +51,16 @@ MODES = ("encrypted", "shared")
 @register
 class ClientHello(Message):
     """A client's shape: features, instances (and a digest of their IDs), whether it holds the labels
-    and, if so, the number of classes (0 for regression)."""
+    and, if so, the number of classes (0 for regression), whether it weighs its rows and, when some weigh 0,
+    which instances the bootstraps draw among (a packed mask of those of positive weight; empty: all)."""
 
     n_features: int = 0
     n_samples: int = 0
     ids_digest: bytes = b""
     has_labels: bool = False
     n_classes: int = 0
+    weighted: bool = False
+    drawn: bytes = b""
 
 
 @register
@@ -84,9 +88,11 @@ class LabelKey(Message):
 
 @register
 class SharedLabels(Message):
-    """Shared-label mode only: the labels in plaintext, in instance order."""
+    """Shared-label mode only: the labels in plaintext, in instance order, and the rows' weights as the
+    forest grows with them (:func:`~fedgrove.engine.forest.forest_weights`; empty: every row weighs 1)."""
 
     y: np.ndarray = array_field("<f8", 1)
+    w: np.ndarray = array_field("<f8", 1)
 
 
 @register

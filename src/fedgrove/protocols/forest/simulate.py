@@ -18,8 +18,9 @@ from fedgrove.transport.inprocess import InProcessHub, run_parties
 def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: ForestParams, he=None,
                          mode: str = "encrypted", label_holder: int = 0, X_test_parts: list | None = None,
                          methods: tuple = ("one-round",), names: list[str] | None = None, timeout: float = 300.0,
-                         observers: dict | None = None) -> dict:
-    """Train with client ``label_holder`` holding ``y`` (and, in encrypted mode, the key pair ``he``); with
+                         observers: dict | None = None, sample_weight=None) -> dict:
+    """Train with client ``label_holder`` holding ``y`` (and, in encrypted mode, the key pair ``he``; and the
+    rows' weights ``sample_weight``, if given: :class:`~fedgrove.protocols.forest.client.ForestClient`); with
     ``X_test_parts`` predict the test set by each method in ``methods``.
 
     Returns the master's model, the clients' partial models, per method the test predictions (probabilities or
@@ -74,8 +75,10 @@ def run_federated_forest(X_parts: list[np.ndarray], y: np.ndarray, params: Fores
     def client(k):
         def run(ch):
             watch(ch)
-            role = ForestClient(ch, X_parts[k], "master", y=y if k == label_holder else None,
-                                he=he if k == label_holder else None, max_bins=params.max_bins, seed=params.seed)
+            holder = k == label_holder
+            role = ForestClient(ch, X_parts[k], "master", y=y if holder else None, he=he if holder else None,
+                                max_bins=params.max_bins, seed=params.seed,
+                                sample_weight=sample_weight if holder else None)
             model = role.fit()
             out["fit_stats"][ch.party] = ch.stats.as_dict()
             if X_test_parts is not None:
