@@ -1034,7 +1034,8 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
 
 
 @pytest.mark.parametrize("scheme,protocol", [("vertical", "vertical"), ("horizontal", "horizontal"),
-                                             ("hybrid", "hybridtree"), ("vertical", "federated-forest")])
+                                             ("hybrid", "hybridtree"), ("vertical", "federated-forest"),
+                                             ("horizontal", "simfl")])
 def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_the_rows(tmp_path, capsys, scheme,
                                                                                        protocol):
     # --weight: the column goes beside the label in the labelled parties' files (train and test), is no party's
@@ -1070,7 +1071,7 @@ def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_th
     code, out, err = run(["simulate", parts / "federation.toml"], capsys)
     assert code == 0, err
     lead = next(e["name"] for e in manifest["parties"] if e["has_label"])
-    if protocol in ("vertical", "horizontal"):
+    if protocol in ("vertical", "horizontal", "simfl"):
         assert load_model(parts / "runs" / f"{lead}.model.json").metadata["weight"] == "w"
     else:  # a HybridTree host's file (a part of a federated model, without metadata), or a forest's master's
         # model (which never sees the weights): the weights changed it
@@ -1082,11 +1083,9 @@ def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_th
             assert load_model(parts / "runs" / "master.model.json").metadata["weighted_by"] == lead
         assert trees[0] != trees[1]
     for argv, message in [(["--scheme", "horizontal", "--protocol", "fvtree"], "the fvtree protocol takes no row "
-                                                                               "weights"),
-                          (["--scheme", "horizontal", "--protocol", "simfl"], "the simfl protocol takes no row "
-                                                                              "weights; the horizontal, vertical, "
-                                                                              "hybridtree, federated-forest "
-                                                                              "protocols do")]:
+                                                                               "weights; the horizontal, vertical, "
+                                                                               "hybridtree, federated-forest, simfl "
+                                                                               "protocols do")]:
         code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "-w", "w", "-o", tmp_path / "no", *argv],
                            capsys)
         assert code == 2 and message in " ".join(err.split()) and not (tmp_path / "no").exists(), err

@@ -269,7 +269,7 @@ def test_a_weight_on_a_role_that_takes_none_is_refused(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "party pas: weight = 'c': the vertical protocol's passive takes no row weights (they are taken by the " \
            "horizontal protocol's client; the vertical protocol's active; the hybridtree protocol's host; the " \
-           "federated-forest protocol's client with the labels); remove it" in err
+           "federated-forest protocol's client with the labels; the simfl protocol's party); remove it" in err
     _files(tmp_path, "vertical")
     cfg.write_text(cfg.read_text().replace('weight = "w"', 'weight = "nope"'))
     assert main(["simulate", str(cfg)]) != 0
@@ -405,3 +405,63 @@ def test_a_forest_label_holders_weight_column_weighs_the_forest_and_its_test_sco
     assert main(["simulate", str(cfg)]) == 2
     assert "party pas: weight = 'c', but no label: a Federated Forest's row weights go with its labels; move the " \
            "weight to the label holder" in " ".join(capsys.readouterr().err.split())
+
+
+def test_weighted_class_counts_too_wide_for_the_key_are_refused_naming_the_weights_bits():
+    # weighted class counts carry the weights' fraction bits: 14 classes fit a Paillier plaintext, not an OU one
+    from fedgrove.engine.forest import ForestParams
+    from fedgrove.protocols.forest.simulate import run_federated_forest
+
+    r = np.random.default_rng(2)
+    X = r.normal(size=(300, 4))
+    y = np.arange(300) % 14.0
+    w = r.uniform(0.5, 2, 300)
+    params = ForestParams(n_estimators=1, max_depth=2, max_bins=8)
+    with pytest.raises(InvalidParameterError, match=r"client0: 14 classes need \d+-bit plaintexts to encrypt each "
+                                                    r"instance's weighted class counts \(\d+ bits below the binary "
+                                                    r"point each, for the row weights\); the OU key gives"):
+        run_federated_forest([X[:, :2], X[:, 2:]], y, params, keygen("ou", 2048, "heu"), sample_weight=w)
+    out = run_federated_forest([X[:, :2], X[:, 2:]], y, params, keygen("paillier", 2048, "heu"), sample_weight=w)
+    _same_forest(out["model"], _forest_oracle([X[:, :2], X[:, 2:]], y, w, 0, params))
+
+
+# ------------------------------------------------------------------------------------------------------ SimFL
+def test_simfl_weights_of_whole_numbers_are_copies_of_the_rows():
+    # a weight k is k copies of the row and 0 its removal, as in the engine: copies hash alike, so a peer's
+    # instance finds the first copy similar (the lowest ID) and every copy sends its sums to the same instance;
+    # the weighted run is the run on the copies, tree for tree (the schedule in turn: blocks follow row counts)
+    from fedgrove.protocols.simfl.party import SimFLOptions
+    from fedgrove.protocols.simfl.simulate import run_simfl
+
+    X, y, _ = _task("binary", n=500)
+    w = np.random.default_rng(8).integers(0, 4, 500)
+    halves = [slice(0, 240), slice(240, 500)]
+    params = GBDTParams(n_estimators=6, max_depth=3, max_bins=32, learning_rate=0.3, seed=1)
+    options = SimFLOptions(schedule="round-robin")
+    weighted = run_simfl([(X[s], y[s]) for s in halves], params, options,
+                         sample_weight=[w[s].astype(float) for s in halves])
+    copies = run_simfl([(np.repeat(X[s], w[s], axis=0), np.repeat(y[s], w[s])) for s in halves], params, options)
+    a, b = weighted["model"], copies["model"]
+    assert a.n_trees == b.n_trees == 6
+    for s, t in zip(a.trees, b.trees):
+        for name in ("feature", "threshold", "missing_left", "left", "right"):
+            np.testing.assert_array_equal(s.nodes[name], t.nodes[name], err_msg=name)
+        np.testing.assert_allclose(s.values, t.values, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.predict_raw(X), b.predict_raw(X), rtol=1e-9, atol=1e-12)
+    # the rows of weight 0 are left out of the similarity search too, and the weights changed the model
+    similar = weighted["similarity"]["party0"].similar["party1"]  # per row of party0's, one of party1's or -1
+    assert len(similar) == (w[halves[0]] > 0).sum() and similar.max() < (w[halves[1]] > 0).sum()
+    assert _differ(a, run_simfl([(X[s], y[s]) for s in halves], params, options)["model"])
+
+
+def test_simfl_bad_weights_are_refused_naming_them():
+    from fedgrove.protocols.simfl.simulate import run_simfl
+
+    X, y, _ = _task("binary", n=100)
+    params = GBDTParams(n_estimators=1, max_depth=2)
+    parts = [(X[:50], y[:50]), (X[50:], y[50:])]
+    with pytest.raises(InvalidParameterError, match="sample_weight must be a list of one party's weights \\(or "
+                                                    "None\\) per part, 2, got list of 1"):
+        run_simfl(parts, params, sample_weight=[np.ones(50)])
+    with pytest.raises(DataError, match="must be finite and non-negative, got -1.0 in row 0"):
+        run_simfl(parts, params, sample_weight=[None, -np.ones(50)])

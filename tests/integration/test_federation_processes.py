@@ -939,6 +939,30 @@ def test_a_weighted_federated_forest_over_grpc_gives_the_simulated_files(tmp_pat
     _resumed_as_uninterrupted(tmp_path, {"forest": (text, "master")})
 
 
+def test_weighted_simfl_parties_over_grpc_give_the_simulated_files_and_resume_to_them(tmp_path):
+    # each party's weight column (some weights 0: those rows are left out of the similarity search too), with
+    # row sampling: the same files over gRPC as in one process, and a run resumed after 2 trees draws the
+    # later trees' rows among the same rows (trees in turn: in blocks, a resume to more trees than the first
+    # run's follows the new total's blocks from there, which an uninterrupted run of that total does not)
+    r = np.random.default_rng(4)
+    X = r.normal(size=(400, 5))
+    y = (X[:, 0] - X[:, 3] + 0.5 * r.normal(size=400) > 0).astype(int)
+    role = {"p0": "party", "p1": "party"}
+    for k, name in enumerate(role):
+        df = pd.DataFrame(X[k::2], columns=[f"x{j}" for j in range(5)])
+        df["label"] = y[k::2]
+        df["w"] = r.integers(0, 4, len(df)) * 0.5
+        df.to_csv(tmp_path / f"{name}.csv", index=False)
+    common = ('[federation]\nprotocol = "simfl"\nseed = 3\ntimeout = 60\n\n[params]\nobjective = "binary"\n'
+              'n_estimators = 2\nmax_depth = 3\nmax_bins = 16\nsubsample = 0.7\n\n[simfl]\nschedule = "round-robin"\n')
+    lines = {n: f'data = "{n}.csv"\nlabel = "label"\nweight = "w"\n' for n in role}
+    _federation_configs(tmp_path, role, lines, common)
+    _simulated_and_over_grpc_alike(tmp_path, list(role))
+    model = json.loads((tmp_path / "sim" / "p0.model.json").read_text())
+    assert model["metadata"]["weight"] == "w"
+    _resumed_as_uninterrupted(tmp_path, {"simfl": ((tmp_path / "federation.toml").read_text(), "p0")})
+
+
 def test_simfl_example_over_grpc_gives_the_simulated_files(tmp_path):
     # three peers as three processes with mutual TLS: the same model files as the one-process run, and every
     # party holds the same model

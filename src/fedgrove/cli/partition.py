@@ -137,7 +137,7 @@ def partition(
 
 
 #: the protocols whose label holders take row weights (``--weight``)
-WEIGHTED = ("horizontal", "vertical", "hybridtree", "federated-forest")
+WEIGHTED = ("horizontal", "vertical", "hybridtree", "federated-forest", "simfl")
 #: the federation config ``--protocol`` writes beside the party files
 CONFIG = "federation.toml"
 #: the party without data that a protocol's config adds (its data parties are then "client"s)

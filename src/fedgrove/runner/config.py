@@ -54,7 +54,8 @@
     label = "label"
     # weight = "w"               # optional: the data file's column of row weights (not a feature); a
                                  # horizontal client's, the vertical active party's, a HybridTree host's
-                                 # (hessian mode) or a Federated Forest label holder's (see README)
+                                 # (hessian mode), a Federated Forest label holder's or a SimFL party's
+                                 # (see README)
     test = "party0-test.csv"     # optional: after training, predict these rows (every data party lists its
                                  # part of the same test instances); the lead party writes the predictions
     # categorical = "auto"       # text columns as categories (or a list of columns, or {column = [...]})
@@ -322,7 +323,7 @@ PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categ
 # the roles that take row weights (``weight = "column"``): those whose sums the weights scale (a Federated Forest
 # client's with the labels only)
 WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",),
-                  "federated-forest": ("client",)}
+                  "federated-forest": ("client",), "simfl": ("party",)}
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:

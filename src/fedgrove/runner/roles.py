@@ -482,10 +482,13 @@ def _simfl_party(ctx: RoleContext) -> dict:
     params = ctx.cfg.make_params()
     table = ctx.data(with_label=True)
     party = SimFLParty(ctx.channel, table.X, table.y, params, ctx.cfg.simfl_options(), ids=table.ids,
-                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz", schema=schema(table))
+                       cache=ctx.out_dir / f"{ctx.spec.name}.simfl-prep.npz", schema=schema(table),
+                       sample_weight=table.weights)
     model = party.fit(ctx.checkpoint, ctx.resume, ctx.progress)
     keep_names(model, table)
     model.metadata["party"] = ctx.spec.name
+    if ctx.spec.weight is not None:  # for fedgrove info, and fedgrove predict (a file holding it: no feature)
+        model.metadata["weight"] = ctx.spec.weight
     if params.objective != "regression":
         model.classes = ctx.class_names(model.n_classes)
     model.save(ctx.model_path)

@@ -155,7 +155,9 @@ class ForestClient:
                 scheme, room = self.he.scheme.upper(), self.he.plaintext_bits - 1
                 raise InvalidParameterError(
                     f"{ch.party}: {setup.n_classes} classes need {self.packer.slot_bits}-bit plaintexts to encrypt "
-                    f"each instance's class counts; the {scheme} key gives {room}: "
+                    + ("each instance's class counts" if self.row_weights is None else
+                       f"each instance's weighted class counts ({self.packer.frac_bits[0]} bits below the binary "
+                       f"point each, for the row weights)") + f"; the {scheme} key gives {room}: "
                     + ("if the label is a quantity, set [params] task = \"regression\"; else " if setup.n_classes > 2
                        else "") + "use Paillier ([he] scheme = \"paillier\") or [forest] label_mode = \"shared\"")
             key = m.LabelKey(self.he.public_bytes(), list(self.packer.frac_bits), list(self.packer.int_bits),

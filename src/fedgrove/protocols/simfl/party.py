@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
-from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_xy
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_sample_weight, check_xy, checked_weights
 from fedgrove.engine.histogram import grouped_sums
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel, atomic_write_text, names_of
+from fedgrove.engine.model import GBDTModel, atomic_write_text, check_row_labels, names_of
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -115,15 +116,21 @@ class SimFLParty:
     options : SimFLOptions (LSH parameters and tree schedule)
     ids : global instance IDs (unique across parties); default: this party's index and row number
     cache : where the preprocessing result is saved and, if it matches, reused
+    sample_weight : the party's row weights (finite, non-negative), as the engine's: a row's weight scales its
+        gradient and hessian (in its own trees and in the sums it sends for its similar instances), its share of
+        the party's cut points and of the base score; rows of weight 0 are left out before anything, the
+        similarity search included.  No weight leaves the party
     """
 
     def __init__(self, channel, X, y, params: GBDTParams, options: SimFLOptions | None = None, ids=None,
-                 cache=None, schema=None):
+                 cache=None, schema=None, sample_weight=None):
         self.ch, self.params = channel, params
         self.feature_names = names_of(X)  # a DataFrame's columns: the model keeps them, as the engine's does
         # checked equal across parties: the names in order (and, from the runner, the categories)
         self.schema = self.feature_names if schema is None else [str(n) for n in schema]
         self.options = options or SimFLOptions()
+        if sample_weight is not None:
+            check_row_labels({"X": X, "y": y, "sample_weight": sample_weight})
         self.X, self.y = check_xy(X, y)
         if params.objective == "multiclass" and params.n_classes is None:
             raise InvalidParameterError(f"SimFL multiclass needs {NEEDS_N_CLASSES}")
@@ -135,6 +142,12 @@ class SimFLParty:
         n = len(self.X)
         self.ids = (np.arange(n, dtype=np.int64) + (self.index << 32)) if ids is None else \
             instance_ids(ids, n, channel.party)
+        self.weights = None
+        if sample_weight is not None:  # as the engine: the rows of weight 0 left out (their labels checked too)
+            objective = make_objective(params.objective, params.n_classes or 1)
+            w = checked_weights(check_sample_weight(sample_weight, n), objective.check_labels(self.y), objective.name)
+            keep = w > 0
+            self.X, self.y, self.ids, self.weights = self.X[keep], self.y[keep], self.ids[keep], w[keep]
         self.cache = Path(cache) if cache else None
         self.similarity: Similarity | None = None
         self.timings: dict = {}
@@ -237,7 +250,7 @@ class SimFLParty:
             peers = {q: msg.key for q, msg in ch.gather("key", m.MaskingKey, self.others).items()}
             keys.agree(peers, session=self.similarity.key.encode())
             codec = FixedPoint128()
-            stats = label_stats(p, y)
+            stats = label_stats(p, y, self.weights)
             hi, lo = codec.encode(stats)
             mhi, mlo = keys.mask128("base", len(stats))
             mine = m.MaskedStats(*add128(hi, lo, mhi, mlo))
@@ -282,7 +295,8 @@ class SimFLParty:
             model = model_from_dict(state["model"], source=str(checkpoint.path))
             model.params = p.to_dict()  # this run's (n_estimators may have been raised to train on)
             raw = CheckpointStore.scores(state, (len(y), K))
-        grower = LocalGrower(self.X, p)
+        # the party's cut points: the engine's on its rows (weighted)
+        grower = LocalGrower(self.X, p, BinMapper(p.max_bins, seed=p.seed).fit(self.X, self.weights))
         ranked = RankedRows(self.X)  # routes the other parties' trees (raw thresholds) through this party's rows
         order = tree_schedule(p.n_estimators, self.sizes, SCHEDULES[self.options.schedule])
         # subsample / colsample_bytree: the trainer draws its own rows and the features for each of its rounds,
@@ -297,6 +311,8 @@ class SimFLParty:
             t1 = time.perf_counter()
             trainer = self.parties[order[t]]
             g, h = objective.gradients(y, raw)
+            if self.weights is not None:
+                g, h = g * self.weights[:, None], h * self.weights[:, None]
             with ch.scope(tree=t):
                 if trainer != ch.party:
                     ch.send(trainer, m.GRADIENTS, self._aggregate(t, matched[trainer], g, h))
