@@ -1268,6 +1268,15 @@ def test_resume_from_a_checkpoint_another_run_wrote_is_refused_naming_the_differ
     _simfl_pair_data(tmp_path)  # the data back as it was: more trees resume
     run(True, trees=5, extra="")
     assert load_model(tmp_path / "runs" / "p0.model.json").n_trees == 5
+    # the same file read otherwise: a column taken as the rows' weights (a feature before) went on silently
+    frame = pd.read_csv(tmp_path / "p1.csv")
+    frame.assign(b=frame["b"].abs()).to_csv(tmp_path / "p1.csv", index=False)
+    run(False, trees=2)
+    weighted = SIMFL_PAIR.format(trees=4, schedule="round-robin", threads=1, extra="") \
+        .replace('data = "p1.csv"\nlabel = "y"\n', 'data = "p1.csv"\nlabel = "y"\nweight = "b"\n')
+    with pytest.raises(InvalidParameterError, match="p1.checkpoint.json was written by another run \\(the party's "
+                                                    "weight None there, 'b' here\\)"):
+        run(True, text=weighted)
 
 
 def test_horizontal_contributions_are_printed_and_shown_by_info(tmp_path, capsys, monkeypatch):

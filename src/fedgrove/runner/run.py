@@ -115,12 +115,18 @@ def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
 RESUMABLE = ("params.n_estimators", "federation.predict", "federation.checkpoint_every")
 
 
+#: a party's own settings that decide what it reads from its data file (the label, the row weights, the features)
+READS = ("label", "weight", "categorical", "n_features", "libsvm_base")
+
+
 def run_record(cfg: FederationConfig, spec: PartySpec) -> dict:
     """What a checkpoint must have been written under to be resumed: the party, its role, the federation's
-    shared settings (but :data:`RESUMABLE`) and the SHA-256 of the party's data file."""
+    shared settings (but :data:`RESUMABLE`), how the party reads its data file (:data:`READS`) and the file's
+    SHA-256."""
     settings = {k: v for k, v in canonical(cfg.shared_settings()).items() if k not in RESUMABLE}
     record = {"party": spec.name, "role": spec.role,
-              "settings": json.loads(json.dumps(settings, sort_keys=True, default=str))}
+              "settings": json.loads(json.dumps(settings, sort_keys=True, default=str)),
+              "reads": json.loads(json.dumps({k: getattr(spec, k) for k in READS}, sort_keys=True, default=str))}
     data = Path(str(spec.data)) if spec.data is not None else None
     if data is not None and data.is_file():
         with open(data, "rb") as fh:
@@ -138,6 +144,10 @@ def _differences(before: dict, now: dict, data) -> list[str]:
         keys = ["federation.protocol"]
     out += [f"{k}: {shown_setting(a.get(k))!r} there, {shown_setting(b.get(k))!r} here" for k in keys
             if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
+    if "reads" in before:  # (checkpoints before 2026-11-28 name none)
+        a, b = before["reads"] or {}, now["reads"]
+        out += [f"the party's {k} {a.get(k)!r} there, {b.get(k)!r} here" for k in READS
+                if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
     if before.get("data_sha256") != now.get("data_sha256"):
         out.append(f"the data file {data} has changed since")
     return out
