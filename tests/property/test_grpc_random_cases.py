@@ -8,7 +8,7 @@ mixed scales, missing values, few-valued and constant columns, a column of text 
 data between two to four parties (instances in each party's own order, test files included, in CSV or Parquet),
 so that what only some data or settings reach (a guest holding no test instance, one ciphertext for several
 rows, PSI alignment, count mode, the classical forest prediction, DP noise, a schedule in blocks, split Shapley
-contributions, subsampling) travels over the real transport too.  The parties then predict again over
+contributions, subsampling, row weights) travels over the real transport too.  The parties then predict again over
 gRPC from their model files alone (`fedgrove party --predict`), which must write the same predictions.
 """
 
@@ -167,6 +167,15 @@ def _case(rs, protocol: str, trees: int | None = None):
                                         "n_ensembles": 1, "seeded": True}
     if protocol in ("horizontal", "federated-forest"):  # (its master or aggregator holds no test file)
         options.setdefault("federation", {})["predict"] = True
+    # row weights (a quarter 0) for some of the parties that take them: the label holders of the vertical
+    # protocols (a HybridTree host in hessian mode), every horizontal client and SimFL party
+    wr = np.random.default_rng(int(rs.integers(2 ** 32)))
+    for name, (role, frame, test_frame, label, more) in parties.items():
+        takes = label and protocol != "fvtree" and options.get("hybridtree", {}).get("mode") != "count"
+        if takes and wr.random() < 0.4:
+            w = np.where(wr.random(len(frame)) < 0.25, 0.0, wr.choice([0.5, 1.0, 2.0, 3.0], len(frame)))
+            w[0] = max(w[0], 1.0)
+            parties[name] = (role, frame.assign(w=w), test_frame, label, more + 'weight = "w"\n')
     sections = {"federation": {"protocol": protocol, "seed": int(rs.integers(0, 1000)), "timeout": 60,
                                **options.pop("federation", {})},
                 **({"he": {"scheme": "ou", "key_bits": 2048, **options.pop("he", {})}}
