@@ -898,13 +898,15 @@ def test_info_describes_a_checkpoint_and_a_party_statistics_file(tmp_path, capsy
 
     store = CheckpointStore(tmp_path / "party0.checkpoint.json")
     store.run = {"party": "party0", "role": "active", "data_sha256": "ab" * 32,
-                 "settings": {"federation.protocol": "vertical", "federation.seed": 0.0, "params.max_depth": 4.0}}
+                 "settings": {"federation.protocol": "vertical", "federation.seed": 0.0, "params.max_depth": 4.0},
+                 "reads": {"label": "y", "weight": "w", "categorical": None, "n_features": None, "libsvm_base": None}}
     store.save({"trees_done": 7, "model": {}})
     code, out, err = run(["info", tmp_path / "party0.checkpoint.json"], capsys)
     assert code == 0, err
     text = " ".join((out + err).split())
     for shown in ("party party0, active", "protocol │ vertical", "trees done │ 7", "params.max_depth │ 4 ",
-                  "--resume", "state │ matches the SHA-256 its run wrote with it"):
+                  "data read with │ label 'y', weight 'w' ", "--resume",
+                  "state │ matches the SHA-256 its run wrote with it"):
         assert shown in text, shown
     (tmp_path / "party0.stats.json").write_text(json.dumps(
         {"party": "party0", "role": "active", "seconds": 3.2, "total_sent": 2_500_000, "total_received": 10_000,

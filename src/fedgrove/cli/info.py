@@ -240,6 +240,9 @@ def _checkpoint_info(p: Path) -> None:
              for k in ("federation.seed", "params.max_depth", "params.learning_rate") if k in settings]
     if run.get("data_sha256"):
         rows.append(("data file SHA-256", run["data_sha256"][:16] + "..."))
+    reads = {k: v for k, v in (run.get("reads") or {}).items() if v is not None}
+    if reads:  # how the party read its data file, which a resumed run must read alike
+        rows.append(("data read with", ", ".join(f"{k} {v!r}" for k, v in reads.items())))
     if not run:
         rows.append(("run", "not named (written before 2026-11-24): --resume cannot check it was this run's"))
     rows.append(("state", "matches the SHA-256 its run wrote with it" if digested else
