@@ -88,7 +88,7 @@ class ForestClient:
         self.he = he
         self.ids = instance_ids(ids, len(self.X), channel.party)
         if bin_mapper is None:  # the holder's own cut points, as the engine's: its rows of positive weight, weighted
-            rows = slice(None) if self.row_weights is None else self.row_weights > 0
+            rows = self._weighed()
             bin_mapper = BinMapper(max_bins, seed=seed).fit(
                 self.X[rows], None if self.row_weights is None else self.row_weights[rows])
         self.bin_mapper = bin_mapper

@@ -172,8 +172,9 @@ class ForestMaster:
         if root.shape != (self.n_stats,) or not np.isfinite(reply.offset):
             raise ProtocolError(f"root statistics from {self.holder} have shape {root.shape} (offset "
                                 f"{reply.offset})")
+        cart = CARTScorer(p.criterion, 0.0, p.min_samples_leaf)
         # the root's weight: the bootstrap counts' sum, or with row weights their weighted sum (the holder's stats)
-        cart = CARTScorer(p.criterion, float(CARTScorer(p.criterion, 1.0).sample_weight(root)), p.min_samples_leaf)
+        cart.root_weight = float(cart.sample_weight(root))
         finder = _MasterFinder(self, cart, root, scored_global, node_feature_sampler(p, draw, self.n_total),
                                per_node=draw.features is None)
         grower = TreeGrower(finder, p.max_depth, cart.leaf_value, min_samples_split=p.min_samples_split,

@@ -27,7 +27,7 @@ import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_sample_weight, check_xy, checked_weights
+from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_xy, checked_weights
 from fedgrove.engine.histogram import grouped_sums
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, atomic_write_text, check_row_labels, names_of
@@ -145,7 +145,7 @@ class SimFLParty:
         self.weights = None
         if sample_weight is not None:  # as the engine: the rows of weight 0 left out (their labels checked too)
             objective = make_objective(params.objective, params.n_classes or 1)
-            w = checked_weights(check_sample_weight(sample_weight, n), objective.check_labels(self.y), objective.name)
+            w = checked_weights(sample_weight, objective.check_labels(self.y), objective.name)
             keep = w > 0
             self.X, self.y, self.ids, self.weights = self.X[keep], self.y[keep], self.ids[keep], w[keep]
         self.cache = Path(cache) if cache else None
