@@ -86,10 +86,10 @@ def test_a_clients_bad_weights_are_refused_naming_them():
 
 
 def _vertical_oracle(X, y, w, parts, params):
-    # the active party's cut points weighted (it holds the weights), the passive party's not
+    # the active party's (parts[0]'s) cut points weighted (it holds the weights), the passive parties' not
     keep = w > 0
-    cuts = (BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, parts[0]], w[keep]).cuts_
-            + BinMapper(params.max_bins, seed=params.seed).fit(X[:, parts[1]]).cuts_)
+    cuts = sum([BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, parts[0]], w[keep]).cuts_]
+               + [BinMapper(params.max_bins, seed=params.seed).fit(X[:, p]).cuts_ for p in parts[1:]], [])
     Xj = np.concatenate([X[:, p] for p in parts], axis=1)
     return train_gbdt(params, Xj, y, sample_weight=w, bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
 
@@ -280,15 +280,15 @@ def test_a_weight_on_a_role_that_takes_none_is_refused(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------ Federated Forest
 def _forest_oracle(parts, y, w, holder, params):
     """The engine's weighted forest on the clients' columns side by side, with the federation's cut points: the
-    label holder's fitted on its rows of positive weight, weighted as the forest weighs them; the others' not."""
+    label holder's fitted on its rows of positive weight, weighted as the forest weighs them; the others' not
+    (``w`` None: the unweighted forest, every client's cut points its own)."""
     from fedgrove.engine.forest import forest_weights, train_forest
 
-    fw = forest_weights(w)
-    keep = fw > 0
+    fw = None if w is None else forest_weights(w)
     cuts = []
     for k, X in enumerate(parts):
         bins = BinMapper(params.max_bins, seed=params.seed)
-        cuts += (bins.fit(X[keep], fw[keep]) if k == holder else bins.fit(X)).cuts_
+        cuts += (bins.fit(X[fw > 0], fw[fw > 0]) if k == holder and fw is not None else bins.fit(X)).cuts_
     return train_forest(params, np.hstack(parts), y, sample_weight=w,
                         bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
 

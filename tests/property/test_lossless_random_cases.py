@@ -31,6 +31,7 @@ from fedgrove import (FVTreeOptions, GBDTParams, keygen, run_fvtree, run_horizon
                       train_gbdt)
 from fedgrove.engine.binning import BinMapper
 from tests.conftest import replaying_own_rows
+from tests.integration.test_federated_weights import _forest_oracle, _vertical_oracle
 from tests.property import random_features
 
 
@@ -162,6 +163,20 @@ def _guest_parts(rs, X, guest) -> list[tuple]:
     return [(X[np.sort(r)][:, guest], np.sort(r)) for r in np.array_split(rs.permutation(len(X)), 2)]
 
 
+def _hybridtree_cases(rs, n_cases: int):
+    """The random problems among ``n_cases`` that HybridTree can run (:func:`_host_and_guest_columns`), as (case,
+    X, y, params, host columns, guest columns); fails, once they are all drawn, where fewer than 20 ran."""
+    ran = 0
+    for case in range(n_cases):
+        X, y, params, _ = _case(rs)
+        host, guest = _host_and_guest_columns(X, params)
+        if host is None:
+            continue
+        yield case, X, y, params, host, guest
+        ran += 1
+    assert ran >= 20, f"only {ran} cases ran"
+
+
 def _solo_without_guest_layers(X, y, host, guests, params, he, weights=None) -> bool:
     """Whether HybridTree with ``guest_depth = 0`` scores the training rows as the engine on the host's columns
     (with the host's ``weights``) does: SOLO."""
@@ -179,12 +194,8 @@ def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing
     # inference of the training rows gives their training scores (instances a guest's draw left out included)
     plain = keygen("ou", 2048, "plain")
     rs = np.random.default_rng(200)
-    failures, ran = [], 0
-    for case in range(60):
-        X, y, params, _ = _case(rs)
-        host, guest = _host_and_guest_columns(X, params)
-        if host is None:
-            continue
+    failures = []
+    for case, X, y, params, host, guest in _hybridtree_cases(rs, 60):
         guests = _guest_parts(rs, X, guest)
         if not _solo_without_guest_layers(X, y, host, guests, params, plain):
             failures.append(f"case {case} ({params.objective}): guest depth 0 is not SOLO")
@@ -196,8 +207,7 @@ def test_hybridtree_equals_solo_without_guest_layers_and_packing_changes_nothing
         packed = run_hybridtree(X[:, host], y, guests, params, plain, 2, 2, rows_per_ciphertext=int(rs.integers(2, 4)))
         if not np.array_equal(one["raw"], packed["raw"]) or one["model"].guest_values != packed["model"].guest_values:
             failures.append(f"case {case} ({params.objective}): packed ciphertexts grow another model")
-        ran += 1
-    assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
+    assert not failures, "\n".join(failures)
 
 
 def _random_weights(rs, n: int, groups) -> np.ndarray:
@@ -221,12 +231,7 @@ def test_with_row_weights_the_lossless_protocols_grow_the_engines_weighted_trees
         X, y, params, (scheme, groups) = _case(rs)
         if scheme == "vertical":
             w = _random_weights(rs, len(y), [np.arange(len(y))])
-            keep = w > 0
-            joined = np.concatenate([X[:, g] for g in groups], axis=1)
-            cuts = sum([BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, g], w[keep]).cuts_
-                        if k == 0 else BinMapper(params.max_bins, seed=params.seed).fit(X[:, g]).cuts_
-                        for k, g in enumerate(groups)], [])
-            eng = train_gbdt(params, joined, y, sample_weight=w, bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
+            eng = _vertical_oracle(X, y, w, groups, params)
             fed = run_vertical([X[:, g] for g in groups], y, params, plain, sample_weight=w)["model"]
         else:
             w = _random_weights(rs, len(y), groups)
@@ -243,18 +248,13 @@ def test_with_host_weights_hybridtree_without_guest_layers_is_the_weighted_solo_
     # the host's weights (hessian mode), row and column sampling among its rows of positive weight included
     plain = keygen("ou", 2048, "plain")
     rs = np.random.default_rng(400)
-    failures, ran = [], 0
-    for case in range(40):
-        X, y, params, _ = _case(rs)
-        host, guest = _host_and_guest_columns(X, params)
-        if host is None:
-            continue
+    failures = []
+    for case, X, y, params, host, guest in _hybridtree_cases(rs, 40):
         w = _random_weights(rs, len(y), [np.arange(len(y))])
         guests = _guest_parts(rs, X, guest)
         if not _solo_without_guest_layers(X, y, host, guests, params, plain, w):
             failures.append(f"case {case} ({params.objective}): guest depth 0 is not the weighted SOLO")
-        ran += 1
-    assert ran >= 20 and not failures, "\n".join(failures) or f"only {ran} cases ran"
+    assert not failures, "\n".join(failures)
 
 
 def _forest_case(rs):
@@ -282,7 +282,6 @@ def test_federated_forest_weighted_or_not_grows_the_engines_forest_on_random_sma
     # the label holder's weights (in most cases; a quarter 0, never drawn) or none, either label mode: the
     # engine's forest on the clients' columns side by side with their cut points (the holder's weighted), node for
     # node, its leaf values exactly
-    from fedgrove.engine.forest import forest_weights, train_forest
     from fedgrove.protocols.forest.simulate import run_federated_forest
 
     plain = keygen("ou", 2048, "plain")
@@ -291,13 +290,7 @@ def test_federated_forest_weighted_or_not_grows_the_engines_forest_on_random_sma
     for case in range(50):
         X, y, params, groups, holder, mode = _forest_case(rs)
         w = _random_weights(rs, len(y), [np.arange(len(y))]) if rs.random() < 0.7 else None
-        fw = np.ones(len(y)) if w is None else forest_weights(w)
-        keep = fw > 0
-        cuts = sum([(BinMapper(params.max_bins, seed=params.seed).fit(X[keep][:, g], fw[keep]) if k == holder and
-                     w is not None else BinMapper(params.max_bins, seed=params.seed).fit(X[:, g])).cuts_
-                    for k, g in enumerate(groups)], [])
-        eng = train_forest(params, np.concatenate([X[:, g] for g in groups], axis=1), y, sample_weight=w,
-                           bin_mapper=BinMapper.from_cuts(cuts, params.max_bins))
+        eng = _forest_oracle([X[:, g] for g in groups], y, w, holder, params)
         fed = run_federated_forest([X[:, g] for g in groups], y, params, plain, mode=mode, label_holder=holder,
                                    sample_weight=w)["model"]
         if fed.n_trees != eng.n_trees:
