@@ -374,3 +374,71 @@ def test_hybridtree_depths_follow_max_depth(tmp_path, extra, host, guest):
 def test_hybridtree_depths_that_do_not_add_up_are_refused(tmp_path, extra, message):
     with pytest.raises(InvalidParameterError, match=message):
         _hybrid(tmp_path, extra)
+
+
+def _reference_tables() -> dict[str, list[str]]:
+    """docs/cli.md's "Configuration reference": each table's heading (`[params]`: boosting protocols ->
+    "params: boosting") and the keys its rows list, in order."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    section = text.split("\n## Configuration reference\n", 1)[1].split("\n## ", 1)[0]
+    tables = {}
+    for block in section.split("\n### ")[1:]:
+        heading, _, body = block.partition("\n")
+        name = re.match(r"`\[*([\w.]+)\]*`", heading).group(1)
+        if (qualifier := re.match(r"`[^`]*`: ([\w-]+)", heading)) is not None:
+            name += f": {qualifier.group(1)}"
+        tables[name] = re.findall(r"^\| `(\w+)` \|", body, re.M)
+    return tables
+
+
+def test_the_configuration_reference_lists_every_key_each_table_takes_and_no_other():
+    from fedgrove.runner.config import TABLES, config_keys
+
+    documented, taken = _reference_tables(), config_keys()
+    assert set(documented) == set(taken)
+    for table, keys in taken.items():
+        assert sorted(documented[table]) == sorted(keys), table
+    # every table a config takes is in it, but [peers] and [roles], which take party names
+    assert {t.split(":")[0].split(".")[0] for t in taken} == set(TABLES) - {"peers", "roles"}
+
+
+def test_forest_max_features_all_and_fvtree_psd_epsilon_none_are_read(tmp_path):
+    # TOML has no None: "all" (as `fedgrove train --max-features all`) and "none" (as [fvtree.dp] leaf_clip)
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra='[params]\ntask = "classification"\nmax_features = "all"')
+                    .replace('"vertical"', '"federated-forest"').replace('"active"', '"client"')
+                    .replace('"passive"', '"client"') + '[[party]]\nname = "m"\nrole = "master"\n')
+    cfg = load_federation(path)
+    assert cfg.make_params().max_features is None
+    assert cfg.shared_settings()["params.max_features"] is None
+    path.write_text(_peer_config("fvtree") + '[fvtree]\npsd_epsilon = "none"\n')
+    assert load_federation(path).fvtree_options().psd_epsilon is None
+    path.write_text(_peer_config("fvtree") + '[fvtree]\npsd_epsilon = "some"\n')
+    with pytest.raises(InvalidParameterError, match=r'\[fvtree\] psd_epsilon must be a positive number or "none" '
+                                                    r"\(exact leaf counts\), got 'some'"):
+        load_federation(path)
+    path.write_text(_peer_config("fvtree") + '[fvtree.dp]\nepsilon = 1.0\nleaf_clip = "none"\n')
+    assert load_federation(path).fvtree_options().dp.leaf_clip is None
+    path.write_text(_peer_config("fvtree") + '[fvtree.dp]\nepsilon = 1.0\nleaf_clip = "None"\n')
+    with pytest.raises(InvalidParameterError, match=r'\[fvtree.dp\] leaf_clip must be a positive number or "none" '
+                                                    r"\(no bound\), got 'None'"):
+        load_federation(path)
+
+
+def test_a_misspelt_horizontal_key_is_named_with_the_one_it_takes(tmp_path):
+    path = tmp_path / "federation.toml"
+    horizontal = BASE.format(extra="").replace('"vertical"', '"horizontal"').replace('"active"', '"client"') \
+        .replace('"passive"', '"client"').replace('data = "b.csv"', 'data = "b.csv"\nlabel = "y"') \
+        + '[[party]]\nname = "agg"\nrole = "aggregator"\n'
+    path.write_text(horizontal + "[horizontal]\ncontribution = true\n")
+    with pytest.raises(InvalidParameterError, match=r"\[horizontal\]: unknown key 'contribution' \(did you mean "
+                                                    r"'contributions'\?\)"):
+        load_federation(path)
+    path.write_text(horizontal + '[horizontal]\ncontributions = "yes"\n')
+    with pytest.raises(InvalidParameterError, match=r"\[horizontal\] contributions must be true or false, got 'yes'"):
+        load_federation(path)
+    path.write_text(horizontal + "[horizontal]\ncontributions = true\n")
+    assert load_federation(path).horizontal == {"contributions": True}

@@ -236,7 +236,7 @@ def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarra
         blocks.append("[[party]]\n" + "\n".join(lines))
     return (f"# {protocol} on the partition in this folder ({m['scheme']}), written by `fedgrove partition "
             f"--protocol {protocol}`:\n#   fedgrove simulate {out_dir / CONFIG}\n"
-            f"# [params] and the protocol's own table: docs/cli.md\n"
+            f"# every table's keys, with their defaults: docs/cli.md, 'Configuration reference'\n"
             "[federation]\n" + "\n".join(fed) + "\n\n" + tables + "[params]\n" + "\n".join(params) + "\n\n"
             + "\n\n".join(blocks) + '\n\n[output]\ndir = "runs"\n')
 

@@ -150,12 +150,12 @@ class FederationConfig:
         o = dict(self.fvtree)
         if o.get("n_candidates") == "all":
             o["n_candidates"] = None
+        _none_word(o, "psd_epsilon", "[fvtree]", "exact leaf counts")  # as FVTreeOptions(psd_epsilon=None)
         if "dp" in o:
             if not isinstance(o["dp"], dict):
                 raise InvalidParameterError(f"[fvtree] dp must be a table ([fvtree.dp]), got {o['dp']!r}")
             dp = dict(o["dp"])
-            if dp.get("leaf_clip") == "none":
-                dp["leaf_clip"] = None
+            _none_word(dp, "leaf_clip", "[fvtree.dp]", "no bound")
             o["dp"] = _build(DPOptions, dp, "[fvtree.dp]")
         return _build(FVTreeOptions, o, "[fvtree]")
 
@@ -202,7 +202,10 @@ class FederationConfig:
         if self.protocol == "federated-forest":
             from fedgrove.engine.forest import ForestParams
 
-            return _build(ForestParams, self.params, "[params]")
+            values = dict(self.params)
+            if values.get("max_features") == "all":  # TOML has no None; as `fedgrove train --max-features all`
+                values["max_features"] = None
+            return _build(ForestParams, values, "[params]")
         from fedgrove.engine.gbdt import GBDTParams
 
         return _build(GBDTParams, self.params, "[params]")
@@ -212,6 +215,16 @@ class FederationConfig:
             if p.name == name:
                 return p
         raise InvalidParameterError(f"no party named {name!r} in {self.source}")
+
+
+def _none_word(table: dict, key: str, where: str, meaning: str) -> None:
+    """``key = "none"`` in ``table`` read as None, which TOML cannot write; other text refused saying so."""
+    value = table.get(key)
+    if value == "none":
+        table[key] = None
+    elif isinstance(value, str):
+        raise InvalidParameterError(f"{where} {key} must be a positive number or \"none\" ({meaning}), got "
+                                    f"{value!r}")
 
 
 def hybrid_depths(table: dict, params: dict) -> dict:
@@ -318,12 +331,39 @@ def _read(path) -> tuple[dict, Path]:
     return d, path.parent
 
 
+# the keys each table of a config takes (docs/cli.md, "Configuration reference", lists them, checked by a test);
+# [params], [fvtree] and [fvtree.dp] take their classes' fields (config_keys)
+FEDERATION_KEYS = ("protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict", "classes", "align",
+                   "checkpoint_every")
+HE_KEYS = ("scheme", "key_bits", "backend", "rows_per_ciphertext")
+OUTPUT_KEYS = ("dir",)
+HYBRIDTREE_KEYS = ("host_depth", "guest_depth", "mode", "shared_only")
+FOREST_KEYS = ("label_mode", "prediction")
+SIMFL_KEYS = ("n_hashes", "r", "distribution", "n_bins", "force", "schedule")
+HORIZONTAL_KEYS = ("contributions",)
 PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features",
               "libsvm_base", "weight")
 # the roles that take row weights (``weight = "column"``): those whose sums the weights scale (a Federated Forest
 # client's with the labels only)
 WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",),
                   "federated-forest": ("client",), "simfl": ("party",)}
+
+
+def config_keys() -> dict[str, tuple[str, ...]]:
+    """Every key each table of a config takes, by table (``params: boosting`` and ``params: federated-forest``
+    for the two kinds of ``[params]``).  ``[peers]`` and ``[roles]`` (a party config's) take party names."""
+    from fedgrove.engine.forest import ForestParams
+    from fedgrove.engine.gbdt import GBDTParams
+    from fedgrove.protocols.fvtree.party import FVTreeOptions
+    from fedgrove.protocols.fvtree.privacy import DPOptions
+
+    def fields(cls):
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+    return {"federation": FEDERATION_KEYS, "party": PARTY_KEYS, "params: boosting": fields(GBDTParams),
+            "params: federated-forest": fields(ForestParams), "he": HE_KEYS, "output": OUTPUT_KEYS,
+            "hybridtree": HYBRIDTREE_KEYS, "forest": FOREST_KEYS, "simfl": SIMFL_KEYS, "fvtree": fields(FVTreeOptions),
+            "fvtree.dp": fields(DPOptions), "horizontal": HORIZONTAL_KEYS}
 
 
 def _party(d: dict, base: Path, where: str) -> PartySpec:
@@ -430,8 +470,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"{source}: unknown table{'s' if len(unknown) > 1 else ''} or key "
                                     f"{', '.join(hints)}; expected some of {', '.join(f'[{t}]' for t in TABLES)}")
     fed = d.get("federation", {})
-    check_keys("[federation]", fed, ("protocol", "seed", "timeout", "startup_timeout", "max_message_mb", "predict",
-                                     "classes", "align", "checkpoint_every"))
+    check_keys("[federation]", fed, FEDERATION_KEYS)
     protocol = fed.get("protocol", "vertical")
     if protocol not in PROTOCOLS:
         raise InvalidParameterError(f"federation.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -467,7 +506,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"federation.checkpoint_every must be a whole number of rounds, 1 or more (1: "
                                     f"after every round), got {every!r}")
     he = {"scheme": "ou", "key_bits": 2048, "backend": None, **d.get("he", {})}
-    check_keys("[he]", he, ("scheme", "key_bits", "backend", "rows_per_ciphertext"))
+    check_keys("[he]", he, HE_KEYS)
     if he["scheme"] not in SCHEMES:
         raise InvalidParameterError(f"[he] scheme must be one of {', '.join(SCHEMES)}, got {he['scheme']!r}")
     if isinstance(he["key_bits"], bool) or he["key_bits"] not in KEY_BITS:
@@ -483,12 +522,12 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     params.setdefault("seed", seed)
     classes = _classes(fed.get("classes"), params, protocol)
     output = d.get("output", {})
-    check_keys("[output]", output, ("dir",))
+    check_keys("[output]", output, OUTPUT_KEYS)
     out = output.get("dir", "fedgrove-run")
     if not isinstance(out, str) or not out:
         raise InvalidParameterError(f"[output] dir must be a directory name, got {out!r}")
     hybrid = {"mode": "hessian", "shared_only": False, **d.get("hybridtree", {})}
-    check_keys("[hybridtree]", hybrid, ("host_depth", "guest_depth", "mode", "shared_only"))
+    check_keys("[hybridtree]", hybrid, HYBRIDTREE_KEYS)
     if not isinstance(hybrid["shared_only"], bool):
         raise InvalidParameterError(f"[hybridtree] shared_only must be true or false, got {hybrid['shared_only']!r}")
     if hybrid["mode"] not in ("hessian", "count"):
@@ -496,7 +535,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     # another protocol's config may carry a [hybridtree] table: checked, without touching its [params]
     hybrid.update(hybrid_depths(hybrid, params if protocol == "hybridtree" else {}))
     forest = {"label_mode": "encrypted", "prediction": "one-round", **d.get("forest", {})}
-    check_keys("[forest]", forest, ("label_mode", "prediction"))
+    check_keys("[forest]", forest, FOREST_KEYS)
     if forest["label_mode"] not in ("encrypted", "shared"):
         raise InvalidParameterError(f"[forest] label_mode must be 'encrypted' or 'shared' (labels in plaintext "
                                     f"at every client), got {forest['label_mode']!r}")
@@ -507,15 +546,17 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if not isinstance(predict, bool):
         raise InvalidParameterError(f"federation.predict must be true or false, got {predict!r}")
     simfl = dict(d.get("simfl", {}))
-    check_keys("[simfl]", simfl, ("n_hashes", "r", "distribution", "n_bins", "force", "schedule"))
+    check_keys("[simfl]", simfl, SIMFL_KEYS)
     cfg = FederationConfig(protocol, seed, float(timeout), he, params, parties, base / out,
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
                            startup_timeout=float(startup), max_message_mb=float(max_mb), classes=classes,
                            align=align, checkpoint_every=every)
-    if set(cfg.horizontal) != {"contributions"} or not isinstance(cfg.horizontal["contributions"], bool):
-        raise InvalidParameterError(f"[horizontal] takes only contributions = true | false, got {cfg.horizontal}")
+    check_keys("[horizontal]", cfg.horizontal, HORIZONTAL_KEYS)
+    if not isinstance(cfg.horizontal["contributions"], bool):
+        raise InvalidParameterError(f"[horizontal] contributions must be true or false, got "
+                                    f"{cfg.horizontal['contributions']!r}")
     cfg.make_params()
     if protocol == "simfl":
         cfg.simfl_options()
