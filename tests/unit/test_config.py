@@ -442,3 +442,65 @@ def test_a_misspelt_horizontal_key_is_named_with_the_one_it_takes(tmp_path):
         load_federation(path)
     path.write_text(horizontal + "[horizontal]\ncontributions = true\n")
     assert load_federation(path).horizontal == {"contributions": True}
+
+
+
+def _documented_defaults(heading: str) -> dict:
+    """The defaults docs/cli.md's reference gives under ``### heading`` as TOML literals (a number, true or
+    false, a quoted string), by key; the others ("unlimited", "from the file") are left out."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    section = text.split("\n## Configuration reference\n", 1)[1].split("\n## ", 1)[0]
+    body = section.split(f"\n### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    out = {}
+    for key, value in re.findall(r"^\| `(\w+)` \| ([^|]*) \|", body, re.M):
+        default = re.search(r"\(([^()]*)\)\s*$", value)
+        try:
+            out[key] = tomllib.loads(f"v = {default.group(1).replace('`', '')}")["v"]
+        except (AttributeError, tomllib.TOMLDecodeError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("heading, classes", [("`[params]`: boosting protocols", "fedgrove.engine.gbdt.GBDTParams"),
+                                          ("`[params]`: federated-forest", "fedgrove.engine.forest.ForestParams"),
+                                          ("`[simfl]`", "fedgrove.protocols.simfl.lsh.LSHParams "
+                                                        "fedgrove.protocols.simfl.party.SimFLOptions"),
+                                          ("`[fvtree]`", "fedgrove.protocols.fvtree.party.FVTreeOptions"),
+                                          ("`[fvtree.dp]`", "fedgrove.protocols.fvtree.privacy.DPOptions")])
+def test_the_configuration_reference_gives_the_defaults_the_code_has(heading, classes):
+    import dataclasses
+    import importlib
+
+    fields = {}
+    for cls in classes.split():
+        module, name = cls.rsplit(".", 1)
+        fields.update({f.name: f.default for f in dataclasses.fields(getattr(importlib.import_module(module), name))})
+    documented = _documented_defaults(heading)
+    assert len(documented) >= 3, heading  # the parsing found them
+    for key, value in documented.items():
+        assert fields[key] == value, (heading, key, value)
+
+
+def test_the_configuration_reference_gives_the_defaults_the_loader_takes(tmp_path):
+    # the tables the loader itself fills in: a config that leaves them out, read back
+    path = tmp_path / "federation.toml"
+    path.write_text(BASE.format(extra="").replace('protocol = "vertical"\n', ""))
+    cfg = load_federation(path)
+    read = {"`[federation]`": {"protocol": cfg.protocol, "seed": cfg.seed, "timeout": cfg.timeout,
+                               "startup_timeout": cfg.startup_timeout, "max_message_mb": cfg.max_message_mb,
+                               "align": cfg.align, "checkpoint_every": cfg.checkpoint_every},
+            "`[he]`": cfg.he, "`[output]`": {"dir": cfg.output_dir.name}, "`[forest]`": cfg.forest,
+            "`[horizontal]`": cfg.horizontal}
+    hybrid = tmp_path / "hybrid.toml"
+    hybrid.write_text(BASE.format(extra="").replace('"vertical"', '"hybridtree"').replace('"active"', '"host"')
+                      .replace('"passive"', '"guest"'))
+    read["`[hybridtree]`"] = load_federation(hybrid).hybridtree
+    for heading, values in read.items():
+        documented = _documented_defaults(heading)
+        assert documented, heading
+        for key, value in documented.items():
+            assert values[key] == value, (heading, key, value)
