@@ -80,18 +80,31 @@ def vertical_table() -> str:
                   "| " + " | ".join(f"{x:.3f}" for x in bd["per_tree"].values()) + " |"]
     ab = r.get("paillier_rows")
     if ab:
-        ops = list(dict.fromkeys(op for runs in ab["per_tree"].values() for run in runs for op in run))
-        ops = [op for op in ops if not op.startswith("other")] + [op for op in ops if op.startswith("other")]
         lines += ["", f"HEU Paillier-2048 with one and with several instances per gradient ciphertext "
                       f"({ab['trees']} trees a run, alternately, {ab['date']}; each HE operation timed, seconds per "
-                      f"tree of the median run):", "",
-                  "| instances per ciphertext | s/tree (median; each run) | " + " | ".join(ops) + " |",
-                  "|" + "---|" * (len(ops) + 2)]
-        for k, runs in ab["seconds_per_tree_runs"].items():
-            mid = ab["per_tree"][k][sorted(range(len(runs)), key=runs.__getitem__)[len(runs) // 2]]
-            lines.append(f"| {k} | {ab['seconds_per_tree'][k]:.2f} ({'; '.join(f'{x:.2f}' for x in runs)}) | "
-                         + " | ".join(f"{mid.get(op, 0.0):.3f}" for op in ops) + " |")
+                      f"tree of the median run):", ""] + _rows_table(ab)
+    ab = r.get("ou_rows")
+    if ab:
+        lines += ["", f"HEU OU-2048 with one and with two instances per gradient ciphertext (`[he] "
+                      f"rows_per_ciphertext = 2`; {ab['trees']} trees a run, alternately, {ab['date']}; each HE "
+                      f"operation timed, seconds per tree of the median run):", ""] + _rows_table(ab)
     return "\n".join(lines)
+
+
+def _rows_table(ab: dict) -> list[str]:
+    """One row per number of instances per ciphertext: its seconds per tree, MB per tree where counted, and
+    each HE operation's seconds in the median run."""
+    ops = list(dict.fromkeys(op for runs in ab["per_tree"].values() for run in runs for op in run))
+    ops = [op for op in ops if not op.startswith("other")] + [op for op in ops if op.startswith("other")]
+    mb = "bytes_per_tree" in ab
+    lines = ["| instances per ciphertext | s/tree (median; each run) | " + ("MB/tree | " if mb else "")
+             + " | ".join(ops) + " |", "|" + "---|" * (len(ops) + 2 + mb)]
+    for k, runs in ab["seconds_per_tree_runs"].items():
+        mid = ab["per_tree"][k][sorted(range(len(runs)), key=runs.__getitem__)[len(runs) // 2]]
+        lines.append(f"| {k} | {ab['seconds_per_tree'][k]:.2f} ({'; '.join(f'{x:.2f}' for x in runs)}) | "
+                     + (f"{ab['bytes_per_tree'][k] / 1e6:.2f} | " if mb else "")
+                     + " | ".join(f"{mid.get(op, 0.0):.3f}" for op in ops) + " |")
+    return lines
 
 
 def forest_table() -> str:

@@ -12,7 +12,9 @@ trees (the protocol is lossless, so they must be equal).  An extra OU run of
 ``--breakdown-trees`` trees times each HE operation (where a tree's time
 goes); ``--paillier-rows-trees`` compares HEU Paillier with one and with the
 default number of instances per gradient ciphertext (3), alternately, each
-operation timed.  Writes bench/results/vertical.json.
+operation timed; ``--ou-rows-trees`` does the same for OU with one and two
+(``[he] rows_per_ciphertext = 2``), with each layout's bytes per tree.
+Writes bench/results/vertical.json.
 
     python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1 --repeats 3]
 
@@ -53,6 +55,9 @@ def main():
                     help="HEU Paillier runs of this many trees with 1 and with the default number of instances "
                          "per gradient ciphertext, alternately, --repeats times each, every HE operation timed "
                          "(0: skip)")
+    ap.add_argument("--ou-rows-trees", type=int, default=0,
+                    help="HEU OU runs of this many trees with 1 and 2 instances per gradient ciphertext, "
+                         "alternately, --repeats times each, every HE operation timed and the bytes counted (0: skip)")
     args = ap.parse_args()
 
     import numba
@@ -143,6 +148,33 @@ def main():
               f"{ab['seconds_per_tree']['1']:.2f} / {ab['seconds_per_tree'][str(default)]:.2f} "
               f"({ab['ratio_default_to_one_row']:.2f}x)", flush=True)
         _save(results)
+    if args.ou_rows_trees > 0 and "heu" in available_backends():
+        he = keygen("ou", 2048, "heu")
+        params = GBDTParams(n_estimators=args.ou_rows_trees, max_depth=args.depth, n_threads=args.threads)
+        ab = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": args.ou_rows_trees, "seconds_per_tree_runs": {},
+              "bytes_per_tree": {}, "per_tree": {}}
+        for _ in range(max(1, args.repeats)):
+            for k in (1, 2):
+                kept = {}
+
+                def run(h, k=k, kept=kept):
+                    kept["out"] = run_vertical([X[:, p] for p in parts], y, params, h, timeout=3600,
+                                               rows_per_ciphertext=k)
+
+                b = ou_breakdown(run, he, args.ou_rows_trees)
+                ab["seconds_per_tree_runs"].setdefault(str(k), []).append(b["seconds_per_tree"])
+                ab["per_tree"].setdefault(str(k), []).append(b["per_tree"])
+                ab["bytes_per_tree"][str(k)] = (sum(s["total_sent"] for s in kept["out"]["stats"].values())
+                                                / args.ou_rows_trees)
+        ab["seconds_per_tree"] = {k: float(np.median(v)) for k, v in ab["seconds_per_tree_runs"].items()}
+        ab["time_ratio_two_to_one"] = ab["seconds_per_tree"]["2"] / ab["seconds_per_tree"]["1"]
+        ab["bytes_ratio_two_to_one"] = ab["bytes_per_tree"]["2"] / ab["bytes_per_tree"]["1"]
+        results["ou_rows"] = ab
+        print(f"HEU OU s/tree with 1 / 2 instances per ciphertext (median of {args.repeats}): "
+              f"{ab['seconds_per_tree']['1']:.2f} / {ab['seconds_per_tree']['2']:.2f} "
+              f"({ab['time_ratio_two_to_one']:.2f}x); MB/tree {ab['bytes_per_tree']['1'] / 1e6:.2f} / "
+              f"{ab['bytes_per_tree']['2'] / 1e6:.2f} ({ab['bytes_ratio_two_to_one']:.2f}x)", flush=True)
+        _save(results)
     print(f"wrote {RESULTS}")
 
 
@@ -224,7 +256,7 @@ def _save(results):
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     kept = {k: {"date": old.get("date"), **v} for k, v in old.get("variants", {}).items()}
     variants = {**kept, **results["variants"]}
-    extra = {k: old[k] for k in ("ou_breakdown", "paillier_rows") if k in old}
+    extra = {k: old[k] for k in ("ou_breakdown", "paillier_rows", "ou_rows") if k in old}
     RESULTS.write_text(json.dumps({**extra, **results, "variants": variants}, indent=2))
 
 
