@@ -1024,6 +1024,9 @@ def test_partition_writes_a_federation_config_that_simulate_runs(tmp_path, capsy
     listed = {tuple(line.split()[:2]) for line in (out + err).splitlines() if line.startswith("  ")}
     assert set(re.findall(r'name = "(\w+)"\nrole = "(\w+)"', config)) == listed, out + err
     assert f'protocol = "{protocol}"' in config and 'classes = ["down", "up"]' in config
+    # the note on the class list says that the config written gives it (it read as if still to be written)
+    assert ('[federation] classes = ["down", "up"] (the order gives the codes 0, 1, ...) (federation.toml, written '
+            'below, gives it)') in " ".join((out + err).split())
     if protocol == "hybridtree":  # trees of depth 4, as the others' (its max_depth was ignored: 5 + 2 layers)
         from fedgrove.runner.config import load_federation
 

@@ -125,7 +125,7 @@ def partition(
     console.print(f"wrote {len(p.shards)} party files{held_out} and manifest.json to {out_dir}; the label column "
                   f"is {table.label_column!r} (label = \"{table.label_column}\" in a labelled party's config)")
     y = np.asarray(table.y)
-    _note_classes(y, manifest)
+    _note_classes(y, manifest, protocol is not None)
     if protocol is not None:
         from fedgrove.engine.model import atomic_write_text
 
@@ -241,24 +241,26 @@ def federation_config(protocol: str, out_dir: Path, manifest: dict, y: np.ndarra
             + "\n\n".join(blocks) + '\n\n[output]\ndir = "runs"\n')
 
 
-def _note_classes(y: np.ndarray, manifest: dict) -> None:
+def _note_classes(y: np.ndarray, manifest: dict, config_written: bool = False) -> None:
     """Labels that are not class codes (names, or numbers such as LIBSVM's -1 and 1): the class list a
     federation's configs must give.  Codes of more than two classes split by samples: the number of classes,
-    which a party lacking some cannot tell."""
+    which a party lacking some cannot tell.  ``config_written``: the federation.toml written with the partition
+    gives it (it is said so)."""
     from fedgrove.runner.config import classes_setting
 
+    given = f" ({CONFIG}, written below, gives it)" if config_written else ""
     if _needs_class_list(y):
         what = ("the labels are class names:" if y.dtype.kind not in "fiub" else
                 "the labels are not the class codes 0, 1, ...: for classification,")
         console.print(f"{what} a federation on these files needs, in every party's config, {classes_setting(y)} "
-                      f"(the order gives the codes 0, 1, ...)")
+                      f"(the order gives the codes 0, 1, ...){given}")
         return
     codes = _class_codes(y)
     if codes is not None and len(codes) > 2 and manifest["scheme"] == "horizontal":
         held = [f"{e['name']} {sum(n > 0 for n in e['label_counts'].values())}" for e in manifest["parties"]]
         console.print(f"the labels are the codes of {len(codes)} classes: a multiclass federation on these files "
                       f"needs, in every party's config, [params] n_classes = {len(codes)} (a party may lack some "
-                      f"classes; classes held: {', '.join(held)})")
+                      f"classes; classes held: {', '.join(held)}){given}")
 
 
 def _replace_earlier_partition(out_dir: Path, names: list[str], overwrite: bool) -> None:
