@@ -63,8 +63,10 @@ def vertical_table() -> str:
                      + (f"{ref / v['seconds_per_tree']:.2f}" if name != "plain" else "-") + " |")
     tp = r.get("he_throughput")
     if tp:
+        when = r.get("he_throughput_measured")
         lines += ["", "Homomorphic-encryption throughput on 2048-bit keys, packed (g, h) plaintexts "
-                      "(values per second, 2 threads for HEU):", "",
+                      "(values per second, 2 threads for HEU" + (f"; measured {when['date']}" if when else "")
+                  + "):", "",
                   "| backend | encrypt | add | decrypt |", "|---|---|---|---|"]
         for name, t in tp.items():
             lines.append(f"| {name} | {t['encrypt_per_s']:,.0f} | {t['add_per_s']:,.0f} | {t['decrypt_per_s']:,.0f} |")
@@ -83,11 +85,13 @@ def vertical_table() -> str:
         lines += ["", f"HEU Paillier-2048 with one and with several instances per gradient ciphertext "
                       f"({ab['trees']} trees a run, alternately, {ab['date']}; each HE operation timed, seconds per "
                       f"tree of the median run):", ""] + _rows_table(ab)
-    ab = r.get("ou_rows")
-    if ab:
-        lines += ["", f"HEU OU-2048 with one and with two instances per gradient ciphertext (`[he] "
-                      f"rows_per_ciphertext = 2`; {ab['trees']} trees a run, alternately, {ab['date']}; each HE "
-                      f"operation timed, seconds per tree of the median run):", ""] + _rows_table(ab)
+    for key in ("ou_rows", "ou_rows_synthetic"):
+        ab = r.get(key)
+        if ab:
+            lines += ["", f"HEU OU-2048 with one and with two instances per gradient ciphertext (`[he] "
+                          f"rows_per_ciphertext = 2`; {ab.get('data', 'a9a')}; {ab['trees']} trees a run, "
+                          f"alternately, {ab['date']}; each HE operation timed, seconds per tree of the median "
+                          f"run):", ""] + _rows_table(ab)
     return "\n".join(lines)
 
 

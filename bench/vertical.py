@@ -13,7 +13,8 @@ trees (the protocol is lossless, so they must be equal).  An extra OU run of
 goes); ``--paillier-rows-trees`` compares HEU Paillier with one and with the
 default number of instances per gradient ciphertext (3), alternately, each
 operation timed; ``--ou-rows-trees`` does the same for OU with one and two
-(``[he] rows_per_ciphertext = 2``), with each layout's bytes per tree.
+(``[he] rows_per_ciphertext = 2``), with each layout's bytes per tree, on
+a9a or (``--ou-rows-synthetic N``) on N synthetic rows.
 Writes bench/results/vertical.json.
 
     python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1 --repeats 3]
@@ -58,6 +59,9 @@ def main():
     ap.add_argument("--ou-rows-trees", type=int, default=0,
                     help="HEU OU runs of this many trees with 1 and 2 instances per gradient ciphertext, "
                          "alternately, --repeats times each, every HE operation timed and the bytes counted (0: skip)")
+    ap.add_argument("--ou-rows-synthetic", type=int, default=0,
+                    help="run the OU comparison on this many synthetic rows of 20 continuous features (two parties "
+                         "of 10) instead of a9a (0: a9a)")
     args = ap.parse_args()
 
     import numba
@@ -82,6 +86,7 @@ def main():
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "fedtree_reference_s_per_tree": FEDTREE_HE_S_PER_TREE,
                "variants": {}}
     results["he_throughput"] = he_throughput(available_backends, keygen)
+    results["he_throughput_measured"] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": results["machine"]}
     print("HE throughput (values/s):", json.dumps(results["he_throughput"]), flush=True)
     _save(results)
     plain_auc = {}
@@ -133,15 +138,7 @@ def main():
         he = keygen("paillier", 2048, "heu")
         default = default_rows_per_ciphertext(he, packer_for("binary", y))
         params = GBDTParams(n_estimators=args.paillier_rows_trees, max_depth=args.depth, n_threads=args.threads)
-        ab = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": args.paillier_rows_trees,
-              "seconds_per_tree_runs": {}, "per_tree": {}}
-        for _ in range(max(1, args.repeats)):
-            for k in (1, default):
-                b = ou_breakdown(lambda h, k=k: run_vertical([X[:, p] for p in parts], y, params, h, timeout=3600,
-                                                             rows_per_ciphertext=k), he, args.paillier_rows_trees)
-                ab["seconds_per_tree_runs"].setdefault(str(k), []).append(b["seconds_per_tree"])
-                ab["per_tree"].setdefault(str(k), []).append(b["per_tree"])
-        ab["seconds_per_tree"] = {k: float(np.median(v)) for k, v in ab["seconds_per_tree_runs"].items()}
+        ab = rows_comparison(run_vertical, [X[:, p] for p in parts], y, params, he, (1, default), args.repeats)
         ab["ratio_default_to_one_row"] = ab["seconds_per_tree"][str(default)] / ab["seconds_per_tree"]["1"]
         results["paillier_rows"] = ab
         print(f"HEU Paillier s/tree with 1 / {default} instances per ciphertext (median of {args.repeats}): "
@@ -149,33 +146,47 @@ def main():
               f"({ab['ratio_default_to_one_row']:.2f}x)", flush=True)
         _save(results)
     if args.ou_rows_trees > 0 and "heu" in available_backends():
-        he = keygen("ou", 2048, "heu")
+        data, ox, oy = "a9a", [X[:, p] for p in parts], y
+        if args.ou_rows_synthetic:  # many rows of continuous features, where encryption weighs more than on a9a
+            rng = np.random.default_rng(0)
+            Z = rng.normal(size=(args.ou_rows_synthetic, 20)).round(2)
+            data, ox = f"synthetic {args.ou_rows_synthetic} x 20", [Z[:, :10], Z[:, 10:]]
+            oy = (Z[:, 0] + Z[:, 10] + rng.normal(size=len(Z)) > 0).astype(float)
         params = GBDTParams(n_estimators=args.ou_rows_trees, max_depth=args.depth, n_threads=args.threads)
-        ab = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "trees": args.ou_rows_trees, "seconds_per_tree_runs": {},
-              "bytes_per_tree": {}, "per_tree": {}}
-        for _ in range(max(1, args.repeats)):
-            for k in (1, 2):
-                kept = {}
-
-                def run(h, k=k, kept=kept):
-                    kept["out"] = run_vertical([X[:, p] for p in parts], y, params, h, timeout=3600,
-                                               rows_per_ciphertext=k)
-
-                b = ou_breakdown(run, he, args.ou_rows_trees)
-                ab["seconds_per_tree_runs"].setdefault(str(k), []).append(b["seconds_per_tree"])
-                ab["per_tree"].setdefault(str(k), []).append(b["per_tree"])
-                ab["bytes_per_tree"][str(k)] = (sum(s["total_sent"] for s in kept["out"]["stats"].values())
-                                                / args.ou_rows_trees)
-        ab["seconds_per_tree"] = {k: float(np.median(v)) for k, v in ab["seconds_per_tree_runs"].items()}
-        ab["time_ratio_two_to_one"] = ab["seconds_per_tree"]["2"] / ab["seconds_per_tree"]["1"]
-        ab["bytes_ratio_two_to_one"] = ab["bytes_per_tree"]["2"] / ab["bytes_per_tree"]["1"]
-        results["ou_rows"] = ab
-        print(f"HEU OU s/tree with 1 / 2 instances per ciphertext (median of {args.repeats}): "
+        ab = rows_comparison(run_vertical, ox, oy, params, keygen("ou", 2048, "heu"), (1, 2), args.repeats)
+        ab.update(data=data, time_ratio_two_to_one=ab["seconds_per_tree"]["2"] / ab["seconds_per_tree"]["1"],
+                  bytes_ratio_two_to_one=ab["bytes_per_tree"]["2"] / ab["bytes_per_tree"]["1"])
+        results["ou_rows" if data == "a9a" else "ou_rows_synthetic"] = ab
+        print(f"HEU OU s/tree with 1 / 2 instances per ciphertext ({data}, median of {args.repeats}): "
               f"{ab['seconds_per_tree']['1']:.2f} / {ab['seconds_per_tree']['2']:.2f} "
               f"({ab['time_ratio_two_to_one']:.2f}x); MB/tree {ab['bytes_per_tree']['1'] / 1e6:.2f} / "
               f"{ab['bytes_per_tree']['2'] / 1e6:.2f} ({ab['bytes_ratio_two_to_one']:.2f}x)", flush=True)
         _save(results)
     print(f"wrote {RESULTS}")
+
+
+def rows_comparison(run_vertical, parts: list, y, params, he, counts: tuple, repeats: int) -> dict:
+    """The vertical protocol with each number of instances per gradient ciphertext in ``counts``, alternately,
+    ``repeats`` times: seconds per tree (each run's, their median), each HE operation's seconds
+    (:func:`ou_breakdown`) and the bytes per tree (all parties)."""
+    trees = params.n_estimators
+    ab = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": {"platform": platform.platform(),
+                                                                    "cpus": os.cpu_count()},
+          "trees": trees, "depth": params.max_depth, "threads": params.n_threads, "seconds_per_tree_runs": {},
+          "bytes_per_tree": {}, "per_tree": {}}
+    for _ in range(max(1, repeats)):
+        for k in counts:
+            kept = {}
+
+            def run(h, k=k, kept=kept):
+                kept["out"] = run_vertical(parts, y, params, h, timeout=3600, rows_per_ciphertext=k)
+
+            b = ou_breakdown(run, he, trees)
+            ab["seconds_per_tree_runs"].setdefault(str(k), []).append(b["seconds_per_tree"])
+            ab["per_tree"].setdefault(str(k), []).append(b["per_tree"])
+            ab["bytes_per_tree"][str(k)] = sum(s["total_sent"] for s in kept["out"]["stats"].values()) / trees
+    ab["seconds_per_tree"] = {k: float(np.median(v)) for k, v in ab["seconds_per_tree_runs"].items()}
+    return ab
 
 
 def ou_breakdown(run, he, n_trees: int) -> dict:
@@ -256,8 +267,11 @@ def _save(results):
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     kept = {k: {"date": old.get("date"), **v} for k, v in old.get("variants", {}).items()}
     variants = {**kept, **results["variants"]}
-    extra = {k: old[k] for k in ("ou_breakdown", "paillier_rows", "ou_rows") if k in old}
-    RESULTS.write_text(json.dumps({**extra, **results, "variants": variants}, indent=2))
+    extra = {k: old[k] for k in ("ou_breakdown", "paillier_rows", "ou_rows", "ou_rows_synthetic") if k in old}
+    merged = {**extra, **results, "variants": variants}
+    if not results["variants"]:  # the variants' machine and settings stay those of the run that measured them
+        merged.update({k: old[k] for k in ("machine", "date", "depth", "threads") if k in old})
+    RESULTS.write_text(json.dumps(merged, indent=2))
 
 
 if __name__ == "__main__":

@@ -376,16 +376,21 @@ def test_hybridtree_depths_that_do_not_add_up_are_refused(tmp_path, extra, messa
         _hybrid(tmp_path, extra)
 
 
-def _reference_tables() -> dict[str, list[str]]:
-    """docs/cli.md's "Configuration reference": each table's heading (`[params]`: boosting protocols ->
-    "params: boosting") and the keys its rows list, in order."""
-    import re
+def _reference_section() -> str:
+    """docs/cli.md's "Configuration reference" section."""
     from pathlib import Path
 
     text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
-    section = text.split("\n## Configuration reference\n", 1)[1].split("\n## ", 1)[0]
+    return text.split("\n## Configuration reference\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _reference_tables() -> dict[str, list[str]]:
+    """The reference's tables: each one's heading (`[params]`: boosting protocols -> "params: boosting") and the
+    keys its rows list, in order."""
+    import re
+
     tables = {}
-    for block in section.split("\n### ")[1:]:
+    for block in _reference_section().split("\n### ")[1:]:
         heading, _, body = block.partition("\n")
         name = re.match(r"`\[*([\w.]+)\]*`", heading).group(1)
         if (qualifier := re.match(r"`[^`]*`: ([\w-]+)", heading)) is not None:
@@ -450,11 +455,8 @@ def _documented_defaults(heading: str) -> dict:
     false, a quoted string), by key; the others ("unlimited", "from the file") are left out."""
     import re
     import tomllib
-    from pathlib import Path
 
-    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
-    section = text.split("\n## Configuration reference\n", 1)[1].split("\n## ", 1)[0]
-    body = section.split(f"\n### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    body = _reference_section().split(f"\n### {heading}\n", 1)[1].split("\n### ", 1)[0]
     out = {}
     for key, value in re.findall(r"^\| `(\w+)` \| ([^|]*) \|", body, re.M):
         default = re.search(r"\(([^()]*)\)\s*$", value)
