@@ -206,6 +206,56 @@ def test_empty_ciphertext_arrays_pass_every_operation(backend, scheme):
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.returncode, done.stderr[-2000:])
 
 
+SHARED_GROUPS = """
+import sys
+from fedgrove.crypto.he import keygen
+he = keygen(sys.argv[2], 2048, sys.argv[1])
+values = list(range(1000, 1600))
+ct = he.encrypt(values)
+shared = list(range(300, 320))  # one list object, its int objects above the small ints CPython caches
+for _ in range(int(sys.argv[3])):
+    sums = he.select_sums(ct, [shared] * 4000)
+    assert he.decrypt(he.select_sums(sums, [[0], [1999], [3999]])) == [sum(values[300:320])] * 3
+    churn = [k << 100 for k in range(20000)]  # allocations that meet memory a lost reference freed
+print("ok")
+"""
+
+
+HEU_BACKENDS = [(b, s) for b, s in BACKENDS if b == "heu"]  # python-paillier sums in this thread
+
+
+@pytest.mark.parametrize("backend,scheme", HEU_BACKENDS, ids=[f"{b}-{s}" for b, s in HEU_BACKENDS])
+def test_groups_sharing_python_objects_are_summed_without_corrupting_memory(backend, scheme):
+    # HEU's batch_select_sum reads the groups' lists on its own threads, without the interpreter lock: groups
+    # that shared a list (or int objects) raced on its reference count and the process died later with a
+    # segmentation fault (6 of 6 runs of this script on the 2-CPU machine before select_sums gave each group
+    # objects of its own); run apart so a crash is a failure
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SHARED_GROUPS, backend, scheme, "10"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.returncode, done.stderr[-2000:])
+
+
+def test_empty_groups_sum_to_fresh_zeros_unless_for_the_key_holder(ctx):
+    ct = ctx.encrypt([4, 5, 6])
+    groups = [[], [1], [], [0, 2], []]
+    fresh = ctx.select_sums(ct, groups)
+    assert ctx.decrypt(fresh) == [0, 5, 0, 10, 0]
+    blocks = [ctx.serialize(ctx.select_sums(ct, [[]])) for _ in range(2)]
+    assert blocks[0] != blocks[1]  # HEU's own sum of an empty group is one fixed ciphertext for any key
+    assert ctx.decrypt(ctx.select_sums(ct, groups, for_key_holder=True)) == [0, 5, 0, 10, 0]
+    assert ctx.decrypt(ctx.select_sums(ct, [[2], [0], [2]])) == [6, 4, 6]  # one position a group: a gather
+
+
+def test_select_sums_refuse_positions_outside_the_array(ctx):
+    ct = ctx.encrypt([1, 2])
+    for bad in (2, -1):
+        with pytest.raises(ProtocolError, match=f"ciphertext {bad} of an array of 2"):
+            ctx.select_sums(ct, [[0], [1, bad]])
+
+
 def test_heu_prints_nothing_on_standard_output():
     """HEU's C++ logger announced its thread pool on stdout ("Create a fixed thread pool with size 1") in the
     middle of fedgrove's output; a process that encrypts with HEU now writes only what it prints itself."""

@@ -15,6 +15,7 @@ bytes for the wire.  Plaintexts are Python ints (signed).
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import os
 import sys
@@ -75,8 +76,9 @@ class HEContext(ABC):
 
     @abstractmethod
     def select_sums(self, ct: Ciphertexts, groups: list[list[int]], for_key_holder: bool = False) -> Ciphertexts:
-        """``[sum(ct[i] for i in g) for g in groups]``: an empty group sums to an encryption of 0, a fresh one;
-        with ``for_key_holder`` (sums only the key holder will see) one shared encryption of 0, at no cost."""
+        """``[sum(ct[i] for i in g) for g in groups]``, every ``i`` one of ``ct``'s positions: an empty group
+        sums to a fresh encryption of 0; with ``for_key_holder`` (sums only the key holder will see) to one
+        shared encryption of 0, at no cost."""
 
     @abstractmethod
     def add(self, a: Ciphertexts, b: Ciphertexts) -> Ciphertexts: ...
@@ -156,6 +158,19 @@ def _start_heu_pool(encrypt_two) -> None:
             os.close(null)
 
 
+def _flatten_groups(groups, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``select_sums``' groups as one flat array of positions and each group's size; every position must name
+    one of the ``n`` ciphertexts."""
+    if not isinstance(groups, (list, tuple)):
+        groups = list(groups)
+    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+    flat = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64, count=int(sizes.sum()))
+    bad = (flat < 0) | (flat >= n)
+    if bad.any():
+        raise ProtocolError(f"select sums name ciphertext {int(flat[bad][0])} of an array of {n}")
+    return flat, sizes
+
+
 class HEUContext(HEContext):
     backend = "heu"
 
@@ -197,22 +212,39 @@ class HEUContext(HEContext):
     # HEU 0.5 crashes the process (a segmentation fault) on some operations with an empty ciphertext array
     # (serialize, multiply, select sums): those are answered here without calling it
     def select_sums(self, ct, groups, for_key_holder=False):
-        groups = [g if type(g) is list else list(g) for g in groups]  # HEU takes lists; no copies of lists
-        if ct.size == 0:
-            if any(groups):
-                raise ProtocolError("select sums of an empty ciphertext array name ciphertexts it does not hold")
-            return self.encrypt([0] * len(groups))
-        empty = [i for i, g in enumerate(groups) if not g] if for_key_holder else []
-        if not empty:
-            return Ciphertexts("heu", self._ev.batch_select_sum(ct.data, groups), len(groups))
-        # HEU encrypts 0 afresh for each empty group (a whole encryption's cost): sum a placeholder instead and
-        # overwrite it with one encryption of 0 made by subtraction
-        out = self._ev.batch_select_sum(ct.data, [g if g else [0] for g in groups])
-        first = out[empty[0]:empty[0] + 1]
-        zero = self._ev.sub(first, first)[0]
-        for i in empty:
-            out[i] = zero
-        return Ciphertexts("heu", out, len(groups))
+        flat, sizes = _flatten_groups(groups, ct.size)
+        n_groups = len(sizes)
+        if ct.size == 0 or n_groups == 0:
+            return self.encrypt([0] * n_groups)
+        # an empty group sums a placeholder (ciphertext 0), overwritten below: HEU's own sum of an empty group
+        # is one fixed ciphertext, the same for every key and array, which shows anyone that it is 0
+        empty = np.flatnonzero(sizes == 0)
+        if empty.size:
+            flat = np.insert(flat, (np.cumsum(sizes) - sizes)[empty], 0)
+            sizes[empty] = 1
+        if sizes.max() == 1:  # one ciphertext a group: a gather, in this thread
+            out = ct.data[flat.tolist()]
+        else:
+            # HEU's batch_select_sum reads each group's list on the worker threads of its pool, which do not
+            # hold the interpreter lock: a list or an int object in two groups has its reference count raced
+            # by two threads, and a lost update frees it while in use (memory corrupted, a segmentation fault
+            # later, in unrelated code).  Made here, every group has a list and int objects of its own
+            # (tolist makes one per position; CPython's cached small ints, -5 to 256, are shared but their
+            # counts cannot reach zero: immortal from 3.12, counted from 999,999,999 in 3.11).
+            items = flat.tolist()
+            ends = np.cumsum(sizes).tolist()
+            out = self._ev.batch_select_sum(ct.data, [items[a:b] for a, b in zip([0, *ends[:-1]], ends)])
+        if empty.size:
+            if for_key_holder:  # one encryption of 0, made by subtraction
+                first = out[int(empty[0]):int(empty[0]) + 1]
+                zero = self._ev.sub(first, first)[0]
+                zeros = itertools.repeat(zero)
+            else:
+                fresh = self.encrypt([0] * empty.size).data
+                zeros = (fresh[k] for k in range(empty.size))
+            for i, z in zip(empty.tolist(), zeros):
+                out[i] = z
+        return Ciphertexts("heu", out, n_groups)
 
     def add(self, a, b):
         return Ciphertexts("heu", self._ev.add(a.data, b.data), a.size)
@@ -293,15 +325,18 @@ class PheContext(HEContext):
         return Ciphertexts("phe", [self._mpz(self._pk.raw_encrypt(int(v) % n)) for v in values], len(values))
 
     def select_sums(self, ct, groups, for_key_holder=False):
-        nsq = self._nsq
-        one = self._mpz(1) if for_key_holder else self._mpz(self._pk.raw_encrypt(0))
-        out = []
-        for g in groups:
-            acc = one
-            for i in g:
-                acc = acc * ct.data[i] % nsq
+        flat, sizes = _flatten_groups(groups, ct.size)
+        nsq, data, out, start = self._nsq, ct.data, [], 0
+        for size in sizes.tolist():
+            if size:
+                acc = data[flat[start]]
+                for i in flat[start + 1:start + size].tolist():
+                    acc = acc * data[i] % nsq
+            else:  # the key holder's: the trivial encryption of 0; anyone else's: a fresh one
+                acc = self._mpz(1) if for_key_holder else self._mpz(self._pk.raw_encrypt(0))
             out.append(acc)
-        return Ciphertexts("phe", out, len(groups))
+            start += size
+        return Ciphertexts("phe", out, len(out))
 
     def add(self, a, b):
         nsq = self._nsq
@@ -369,8 +404,11 @@ class PlainContext(HEContext):
         return Ciphertexts("plain", [int(v) for v in values], len(values))
 
     def select_sums(self, ct, groups, for_key_holder=False):
-        data = ct.data
-        return Ciphertexts("plain", [sum(data[i] for i in g) for g in groups], len(groups))
+        flat, sizes = _flatten_groups(groups, ct.size)
+        ends = np.cumsum(sizes).tolist()
+        data, items = ct.data, flat.tolist()
+        return Ciphertexts("plain", [sum(data[i] for i in items[a:b]) for a, b in zip([0, *ends[:-1]], ends)],
+                           len(ends))
 
     def add(self, a, b):
         return Ciphertexts("plain", [x + y for x, y in zip(a.data, b.data)], a.size)

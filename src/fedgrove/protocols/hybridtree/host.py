@@ -426,7 +426,7 @@ class HybridHost:
             rows = guest_rows[u]
             if ct.size != len(rows):
                 raise ProtocolError(f"{what}: {ct.size} ciphertexts for {len(rows)} instances")
-            aligned = he.select_sums(ct, aligned_groups[u])
+            aligned = he.select_sums(ct, aligned_groups[u], for_key_holder=True)  # the host holds the key
             total = aligned if total is None else he.add(total, aligned)
         if total is not None and len(covered):
             sums = he.decrypt(total)
