@@ -244,9 +244,11 @@ def test_empty_groups_sum_to_fresh_zeros_unless_for_the_key_holder(ctx):
     fresh = ctx.select_sums(ct, groups)
     assert ctx.decrypt(fresh) == [0, 5, 0, 10, 0]
     blocks = [ctx.serialize(ctx.select_sums(ct, [[]])) for _ in range(2)]
-    assert blocks[0] != blocks[1]  # HEU's own sum of an empty group is one fixed ciphertext for any key
+    assert blocks[0] != blocks[1]  # HEU's own sum of an empty group is one fixed ciphertext under a key
     assert ctx.decrypt(ctx.select_sums(ct, groups, for_key_holder=True)) == [0, 5, 0, 10, 0]
     assert ctx.decrypt(ctx.select_sums(ct, [[2], [0], [2]])) == [6, 4, 6]  # one position a group: a gather
+    for for_key_holder in (False, True):
+        assert ctx.decrypt(ctx.select_sums(ct, [[], [1], []], for_key_holder)) == [0, 5, 0]
 
 
 def test_select_sums_refuse_positions_outside_the_array(ctx):

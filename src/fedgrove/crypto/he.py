@@ -217,7 +217,7 @@ class HEUContext(HEContext):
         if ct.size == 0 or n_groups == 0:
             return self.encrypt([0] * n_groups)
         # an empty group sums a placeholder (ciphertext 0), overwritten below: HEU's own sum of an empty group
-        # is one fixed ciphertext, the same for every key and array, which shows anyone that it is 0
+        # is c - c, one fixed ciphertext under a key whatever c, which shows anyone holding the key that it is 0
         empty = np.flatnonzero(sizes == 0)
         if empty.size:
             flat = np.insert(flat, (np.cumsum(sizes) - sizes)[empty], 0)
