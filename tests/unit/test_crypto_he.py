@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fedgrove.crypto.he import available_backends, keygen, public_context
+from fedgrove.crypto.he import IndexGroups, available_backends, keygen, public_context
 from fedgrove.crypto.packing import GHPacker
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 
@@ -249,6 +249,18 @@ def test_empty_groups_sum_to_fresh_zeros_unless_for_the_key_holder(ctx):
     assert ctx.decrypt(ctx.select_sums(ct, [[2], [0], [2]])) == [6, 4, 6]  # one position a group: a gather
     for for_key_holder in (False, True):
         assert ctx.decrypt(ctx.select_sums(ct, [[], [1], []], for_key_holder)) == [0, 5, 0]
+
+
+def test_index_groups_sum_as_the_same_groups_in_lists(ctx):
+    ct = ctx.encrypt([4, 5, 6, 7])
+    groups = [[0, 3], [], [2], [1, 1, 2], []]
+    flat = IndexGroups(np.array([0, 3, 2, 1, 1, 2]), np.array([2, 0, 1, 3, 0]))
+    assert [g.tolist() for g in flat] == groups
+    for for_key_holder in (False, True):
+        assert ctx.decrypt(ctx.select_sums(ct, flat, for_key_holder)) == [11, 0, 6, 16, 0]
+    assert ctx.decrypt(ctx.select_sums(ct, IndexGroups([3, 0], [1, 1]))) == [7, 4]  # a gather
+    with pytest.raises(ProtocolError, match="sizes summing to 3 for 2 positions"):
+        IndexGroups([0, 1], [1, 2])
 
 
 def test_select_sums_refuse_positions_outside_the_array(ctx):

@@ -22,6 +22,7 @@ import sys
 import threading
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,13 +159,37 @@ def _start_heu_pool(encrypt_two) -> None:
             os.close(null)
 
 
+class IndexGroups(Sequence):
+    """Groups of ciphertext positions for ``select_sums`` as one flat array and each group's size: the form
+    it works on, given so by a caller that has it (no Python list per group)."""
+
+    def __init__(self, flat, sizes):
+        self.flat = np.asarray(flat, dtype=np.int64)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        if self.sizes.ndim != 1 or self.flat.ndim != 1 or int(self.sizes.sum()) != len(self.flat) \
+                or np.any(self.sizes < 0):
+            raise ProtocolError(f"index groups: sizes summing to {int(self.sizes.sum())} for "
+                                f"{len(self.flat)} positions")
+        self._starts = np.cumsum(self.sizes) - self.sizes
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __getitem__(self, k):
+        start = int(self._starts[k])
+        return self.flat[start:start + int(self.sizes[k])]
+
+
 def _flatten_groups(groups, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``select_sums``' groups as one flat array of positions and each group's size; every position must name
     one of the ``n`` ciphertexts."""
-    if not isinstance(groups, (list, tuple)):
-        groups = list(groups)
-    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
-    flat = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64, count=int(sizes.sum()))
+    if isinstance(groups, IndexGroups):
+        flat, sizes = groups.flat, groups.sizes.copy()
+    else:
+        if not isinstance(groups, (list, tuple)):
+            groups = list(groups)
+        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        flat = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64, count=int(sizes.sum()))
     bad = (flat < 0) | (flat >= n)
     if bad.any():
         raise ProtocolError(f"select sums name ciphertext {int(flat[bad][0])} of an array of {n}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedgrove.crypto.he import public_context
+from fedgrove.crypto.he import IndexGroups, public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
@@ -464,7 +464,7 @@ def _concat(stages):
 
 
 def _batched_stages(plans):
-    """The nodes' plans as one list of groups per stage for the whole request: positions made global, and
+    """The nodes' plans as one IndexGroups per stage for the whole request: positions made global, and
     nodes with fewer stages carrying their finished sums forward (one copy each) so that the last stage
     lists every node's sums in request order."""
     depth = max(len(plan) for plan in plans)
@@ -479,7 +479,5 @@ def _batched_stages(plans):
             sizes.append(stage_sizes)
         counts = [len(z) for z in sizes]
         before = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        flat = np.concatenate(ids).tolist()
-        ends = np.cumsum(np.concatenate(sizes)).tolist()
-        out.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
+        out.append(IndexGroups(np.concatenate(ids), np.concatenate(sizes)))
     return out
