@@ -228,8 +228,8 @@ HEU_BACKENDS = [(b, s) for b, s in BACKENDS if b == "heu"]  # python-paillier su
 def test_groups_sharing_python_objects_are_summed_without_corrupting_memory(backend, scheme):
     # HEU's batch_select_sum reads the groups' lists on its own threads, without the interpreter lock: groups
     # that shared a list (or int objects) raced on its reference count and the process died later with a
-    # segmentation fault (6 of 6 runs of this script on the 2-CPU machine before select_sums gave each group
-    # objects of its own); run apart so a crash is a failure
+    # segmentation fault (this test failed 3 runs of 3, for both schemes, on the 2-CPU machine before
+    # select_sums gave each group objects of its own); run apart so a crash is a failure
     import subprocess
     import sys
 
