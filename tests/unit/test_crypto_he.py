@@ -1,5 +1,7 @@
 """Homomorphic encryption backends and the packing codec."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -268,6 +270,41 @@ def test_select_sums_refuse_positions_outside_the_array(ctx):
     for bad in (2, -1):
         with pytest.raises(ProtocolError, match=f"ciphertext {bad} of an array of 2"):
             ctx.select_sums(ct, [[0], [1, bad]])
+
+
+HEU_THREADS = """
+import os, sys
+from fedgrove.crypto.he import keygen, limit_heu_threads
+size = limit_heu_threads(int(sys.argv[1]))
+he = keygen("ou", 2048, "heu")
+he.select_sums(he.encrypt(list(range(600))), [list(range(600))] * 4)
+print(size, len(os.listdir("/proc/self/task")), limit_heu_threads(5))
+"""
+
+
+@pytest.mark.skipif("heu" not in available_backends() or not os.path.isdir("/proc/self/task"),
+                    reason="needs HEU and Linux's /proc")
+def test_heu_pool_starts_with_the_threads_asked_for_unless_the_environment_says():
+    # HEU's pool took every core whatever the party's n_threads; its threads are counted in /proc
+    import subprocess
+    import sys
+
+    from fedgrove.crypto.he import HEU_THREADS_VARIABLE
+
+    def run(limit, env=None):
+        environ = {k: v for k, v in os.environ.items() if k != HEU_THREADS_VARIABLE}
+        if env is not None:
+            environ[HEU_THREADS_VARIABLE] = env
+        done = subprocess.run([sys.executable, "-c", HEU_THREADS, str(limit)], capture_output=True, text=True,
+                              timeout=120, env=environ)
+        assert done.returncode == 0, done.stderr[-2000:]
+        size, threads, later = map(int, done.stdout.split())
+        return size, threads, later
+
+    one, three, kept = run(1), run(3), run(3, env="2")
+    assert (one[0], three[0], kept[0]) == (1, 3, 2)
+    assert three[1] - one[1] == 2 and kept[1] - one[1] == 1  # the pool's threads
+    assert (one[2], three[2], kept[2]) == (1, 3, 2)  # once started, a later limit changes nothing
 
 
 def test_heu_prints_nothing_on_standard_output():

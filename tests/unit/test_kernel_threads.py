@@ -137,3 +137,32 @@ def test_the_python_runs_give_each_party_params_n_threads():
     run_horizontal([(X[:150], y[:150]), (X[150:], y[150:])], params,
                    observers={"aggregator": [observe], "client0": [observe]})
     assert seen and set(seen) == {n_threads}
+
+
+def _limited(monkeypatch, cfg):
+    """What _limit_he_threads leaves in the environment, in a process whose HEU pool has not started."""
+    import fedgrove.crypto.he as he
+    import fedgrove.runner.run as run
+
+    monkeypatch.delenv(he.HEU_THREADS_VARIABLE, raising=False)
+    monkeypatch.setattr(he, "_heu_pool_started", False)
+    run._limit_he_threads(cfg, "a")
+    import os
+
+    return os.environ.get(he.HEU_THREADS_VARIABLE)
+
+
+def test_a_party_that_encrypts_with_heu_gives_it_its_threads(tmp_path, monkeypatch):
+    # HEU's pool took every core in each party's process, whatever n_threads said
+    path = tmp_path / "a.toml"
+    path.write_text(PARTY.format(b="127.0.0.1:50002", c="127.0.0.1:50003", extra="n_threads = 3"))
+    cfg, _ = load_party(path)
+    assert _limited(monkeypatch, cfg) is None  # simfl encrypts nothing with HEU
+    path.write_text(path.read_text().replace('protocol = "simfl"', 'protocol = "vertical"')
+                    .replace('role = "party"', 'role = "active"'))
+    assert _limited(monkeypatch, load_party(path)[0]) == "3"
+    path.write_text(path.read_text() + '[he]\nbackend = "phe"\n')
+    assert _limited(monkeypatch, load_party(path)[0]) is None
+    path.write_text(path.read_text().replace("n_threads = 3", ""))
+    path.write_text(path.read_text().replace('backend = "phe"', 'backend = "heu"'))
+    assert _limited(monkeypatch, load_party(path)[0]) is None  # not given: HEU's default, every core

@@ -134,6 +134,20 @@ _HEU_POOL_LOCK = threading.Lock()
 _heu_pool_started = False
 
 
+HEU_THREADS_VARIABLE = "YACL_NUM_THREADS"  # HEU's pool size, read when the pool starts (default: every core)
+
+
+def limit_heu_threads(n: int) -> int | None:
+    """Have HEU's thread pool, which every HEU operation of this process shares, start with ``n`` threads;
+    returns the pool's size where it is known (None: every core).  A value the user put in the environment
+    (``YACL_NUM_THREADS``) is kept, and once the pool has started (the first HEU key) nothing changes."""
+    with _HEU_POOL_LOCK:
+        if not _heu_pool_started and HEU_THREADS_VARIABLE not in os.environ:
+            os.environ[HEU_THREADS_VARIABLE] = str(max(1, int(n)))
+        value = os.environ.get(HEU_THREADS_VARIABLE, "")
+        return int(value) if value.isdigit() else None
+
+
 def _start_heu_pool(encrypt_two) -> None:
     """HEU's thread pool starts on the first batch operation of a process and announces it with a line on
     the process's standard output (its C++ logger: "[info] [thread_pool.cc:30] Create a fixed thread pool

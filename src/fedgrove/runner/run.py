@@ -48,6 +48,18 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
     return threads
 
 
+def _limit_he_threads(cfg: FederationConfig, who: str) -> None:
+    """HEU's thread pool of ``[params] n_threads`` threads when the config gives it, as the kernels (HEU's
+    default, every core, otherwise: a protocol's parties mostly encrypt and sum in turn, not at once)."""
+    n = cfg.make_params().n_threads
+    if n is not None and cfg.he.get("backend") in (None, "heu") \
+            and cfg.protocol in ("vertical", "hybridtree", "federated-forest"):
+        from fedgrove.crypto.he import limit_heu_threads
+
+        size = limit_heu_threads(int(n))
+        logger.debug("%s: homomorphic encryption on %s", who, f"{size} thread(s)" if size else "every core")
+
+
 _ANY_HOST = ("", "0.0.0.0", "::", "*")  # listen addresses that name no one host
 
 
@@ -253,6 +265,7 @@ def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
     warm_up(cfg)  # kernels compiled before the parties start their clocks
+    _limit_he_threads(cfg, "the parties")  # one pool, on which their HE operations take turns
     hub = InProcessHub([p.name for p in cfg.parties])
     roles = {p.name: (lambda spec: (lambda ch: run_role(cfg, spec, ch, resume=resume, progress=progress,
                                                         predict_only=predict_only)))(p)
@@ -278,6 +291,7 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
                           startup_timeout=cfg.startup_timeout, max_bytes=cfg.max_message_bytes)
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
+    _limit_he_threads(cfg, spec.name)
     try:
         # compiled before the first message, while the peers wait under startup_timeout: compiling mid-protocol
         # (tens of seconds on an empty cache) counted against their timeout
