@@ -271,7 +271,9 @@ def _save(results):
     merged = {**extra, **results, "variants": variants}
     if not results["variants"]:  # the variants' machine and settings stay those of the run that measured them
         merged.update({k: old[k] for k in ("machine", "date", "depth", "threads") if k in old})
-    RESULTS.write_text(json.dumps(merged, indent=2))
+    order = {k: i for i, k in enumerate(old)}  # the file's keys stay in their order: a rerun diffs only its figures
+    RESULTS.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: order.get(kv[0], len(order)))),
+                                  indent=2))
 
 
 if __name__ == "__main__":

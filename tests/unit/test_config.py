@@ -449,7 +449,6 @@ def test_a_misspelt_horizontal_key_is_named_with_the_one_it_takes(tmp_path):
     assert load_federation(path).horizontal == {"contributions": True}
 
 
-
 def _documented_defaults(heading: str) -> dict:
     """The defaults docs/cli.md's reference gives under ``### heading`` as TOML literals (a number, true or
     false, a quoted string), by key; the others ("unlimited", "from the file") are left out."""

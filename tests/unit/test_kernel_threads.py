@@ -1,6 +1,8 @@
 """Kernel threads per party: the cores of a machine are shared by the parties that run on it, unless a party's
 config says ``[params] n_threads``."""
 
+import os
+
 import numba
 import pytest
 
@@ -144,11 +146,10 @@ def _limited(monkeypatch, cfg):
     import fedgrove.crypto.he as he
     import fedgrove.runner.run as run
 
-    monkeypatch.delenv(he.HEU_THREADS_VARIABLE, raising=False)
+    monkeypatch.setenv(he.HEU_THREADS_VARIABLE, "")  # recorded, so that what the runner sets is undone after
+    monkeypatch.delenv(he.HEU_THREADS_VARIABLE)
     monkeypatch.setattr(he, "_heu_pool_started", False)
     run._limit_he_threads(cfg, "a")
-    import os
-
     return os.environ.get(he.HEU_THREADS_VARIABLE)
 
 

@@ -184,30 +184,33 @@ class IndexGroups(Sequence):
                 or np.any(self.sizes < 0):
             raise ProtocolError(f"index groups: sizes summing to {int(self.sizes.sum())} for "
                                 f"{len(self.flat)} positions")
-        self._starts = np.cumsum(self.sizes) - self.sizes
+        self.starts = np.cumsum(self.sizes) - self.sizes
+
+    @classmethod
+    def of(cls, groups, n: int) -> IndexGroups:
+        """``groups`` (these, or sequences of positions) as IndexGroups, every position one of ``n``."""
+        if not isinstance(groups, cls):
+            if not isinstance(groups, (list, tuple)):
+                groups = list(groups)
+            sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+            groups = cls(np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64,
+                                     count=int(sizes.sum())), sizes)
+        bad = (groups.flat < 0) | (groups.flat >= n)
+        if bad.any():
+            raise ProtocolError(f"select sums name ciphertext {int(groups.flat[bad][0])} of an array of {n}")
+        return groups
 
     def __len__(self):
         return len(self.sizes)
 
     def __getitem__(self, k):
-        start = int(self._starts[k])
+        start = int(self.starts[k])
         return self.flat[start:start + int(self.sizes[k])]
 
-
-def _flatten_groups(groups, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``select_sums``' groups as one flat array of positions and each group's size; every position must name
-    one of the ``n`` ciphertexts."""
-    if isinstance(groups, IndexGroups):
-        flat, sizes = groups.flat, groups.sizes.copy()
-    else:
-        if not isinstance(groups, (list, tuple)):
-            groups = list(groups)
-        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
-        flat = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64, count=int(sizes.sum()))
-    bad = (flat < 0) | (flat >= n)
-    if bad.any():
-        raise ProtocolError(f"select sums name ciphertext {int(flat[bad][0])} of an array of {n}")
-    return flat, sizes
+    def lists(self) -> list[list[int]]:
+        """Each group as a list, and int objects, of its own (tolist makes one per position)."""
+        items = self.flat.tolist()
+        return [items[a:a + n] for a, n in zip(self.starts.tolist(), self.sizes.tolist())]
 
 
 class HEUContext(HEContext):
@@ -251,28 +254,25 @@ class HEUContext(HEContext):
     # HEU 0.5 crashes the process (a segmentation fault) on some operations with an empty ciphertext array
     # (serialize, multiply, select sums): those are answered here without calling it
     def select_sums(self, ct, groups, for_key_holder=False):
-        flat, sizes = _flatten_groups(groups, ct.size)
-        n_groups = len(sizes)
+        groups = IndexGroups.of(groups, ct.size)
+        n_groups = len(groups)
         if ct.size == 0 or n_groups == 0:
             return self.encrypt([0] * n_groups)
         # an empty group sums a placeholder (ciphertext 0), overwritten below: HEU's own sum of an empty group
         # is c - c, one fixed ciphertext under a key whatever c, which shows anyone holding the key that it is 0
-        empty = np.flatnonzero(sizes == 0)
+        empty = np.flatnonzero(groups.sizes == 0)
         if empty.size:
-            flat = np.insert(flat, (np.cumsum(sizes) - sizes)[empty], 0)
-            sizes[empty] = 1
-        if sizes.max() == 1:  # one ciphertext a group: a gather, in this thread
-            out = ct.data[flat.tolist()]
+            groups = IndexGroups(np.insert(groups.flat, groups.starts[empty], 0), np.maximum(groups.sizes, 1))
+        if groups.sizes.max() == 1:  # one ciphertext a group: a gather, in this thread
+            out = ct.data[groups.flat.tolist()]
         else:
             # HEU's batch_select_sum reads each group's list on the worker threads of its pool, which do not
             # hold the interpreter lock: a list or an int object in two groups has its reference count raced
             # by two threads, and a lost update frees it while in use (memory corrupted, a segmentation fault
-            # later, in unrelated code).  Made here, every group has a list and int objects of its own
-            # (tolist makes one per position; CPython's cached small ints, -5 to 256, are shared but their
-            # counts cannot reach zero: immortal from 3.12, counted from 999,999,999 in 3.11).
-            items = flat.tolist()
-            ends = np.cumsum(sizes).tolist()
-            out = self._ev.batch_select_sum(ct.data, [items[a:b] for a, b in zip([0, *ends[:-1]], ends)])
+            # later, in unrelated code).  Every group gets a list and int objects of its own (CPython's cached
+            # small ints, -5 to 256, are shared but their counts cannot reach zero: immortal from 3.12,
+            # counted from 999,999,999 in 3.11).
+            out = self._ev.batch_select_sum(ct.data, groups.lists())
         if empty.size:
             if for_key_holder:  # one encryption of 0, made by subtraction
                 first = out[int(empty[0]):int(empty[0]) + 1]
@@ -364,17 +364,15 @@ class PheContext(HEContext):
         return Ciphertexts("phe", [self._mpz(self._pk.raw_encrypt(int(v) % n)) for v in values], len(values))
 
     def select_sums(self, ct, groups, for_key_holder=False):
-        flat, sizes = _flatten_groups(groups, ct.size)
-        nsq, data, out, start = self._nsq, ct.data, [], 0
-        for size in sizes.tolist():
-            if size:
-                acc = data[flat[start]]
-                for i in flat[start + 1:start + size].tolist():
+        nsq, data, out = self._nsq, ct.data, []
+        for g in IndexGroups.of(groups, ct.size).lists():
+            if g:
+                acc = data[g[0]]
+                for i in g[1:]:
                     acc = acc * data[i] % nsq
             else:  # the key holder's: the trivial encryption of 0; anyone else's: a fresh one
                 acc = self._mpz(1) if for_key_holder else self._mpz(self._pk.raw_encrypt(0))
             out.append(acc)
-            start += size
         return Ciphertexts("phe", out, len(out))
 
     def add(self, a, b):
@@ -443,11 +441,9 @@ class PlainContext(HEContext):
         return Ciphertexts("plain", [int(v) for v in values], len(values))
 
     def select_sums(self, ct, groups, for_key_holder=False):
-        flat, sizes = _flatten_groups(groups, ct.size)
-        ends = np.cumsum(sizes).tolist()
-        data, items = ct.data, flat.tolist()
-        return Ciphertexts("plain", [sum(data[i] for i in items[a:b]) for a, b in zip([0, *ends[:-1]], ends)],
-                           len(ends))
+        data = ct.data
+        sums = [sum(data[i] for i in g) for g in IndexGroups.of(groups, ct.size).lists()]
+        return Ciphertexts("plain", sums, len(sums))
 
     def add(self, a, b):
         return Ciphertexts("plain", [x + y for x, y in zip(a.data, b.data)], a.size)

@@ -12,7 +12,7 @@ from pathlib import Path
 from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.log import logger
-from fedgrove.runner.config import FederationConfig, PartySpec, canonical, shown_setting
+from fedgrove.runner.config import USES_HE, FederationConfig, PartySpec, canonical, shown_setting
 
 
 def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False,
@@ -52,8 +52,7 @@ def _limit_he_threads(cfg: FederationConfig, who: str) -> None:
     """HEU's thread pool of ``[params] n_threads`` threads when the config gives it, as the kernels (HEU's
     default, every core, otherwise: a protocol's parties mostly encrypt and sum in turn, not at once)."""
     n = cfg.make_params().n_threads
-    if n is not None and cfg.he.get("backend") in (None, "heu") \
-            and cfg.protocol in ("vertical", "hybridtree", "federated-forest"):
+    if n is not None and cfg.he.get("backend") in (None, "heu") and cfg.protocol in USES_HE:
         from fedgrove.crypto.he import limit_heu_threads
 
         size = limit_heu_threads(int(n))
