@@ -115,6 +115,8 @@ def test_preprocessing_is_saved_and_reused_until_the_data_change(tmp_path):
     caches = {f"party{k}": tmp_path / f"party{k}.npz" for k in range(2)}
     params = GBDTParams(n_estimators=3, max_depth=3)
     first = run_simfl(parts, params, caches=caches)
+    # what a party found of the others' instances is readable by its owner only, as its model file
+    assert {f.stat().st_mode & 0o777 for f in tmp_path.iterdir()} == {0o600} and len(list(tmp_path.iterdir())) == 4
     again = run_simfl(parts, params, caches=caches)
     assert not first["timings"]["party0"]["preprocess_reused"] and again["timings"]["party1"]["preprocess_reused"]
     assert again["model"].to_dict() == first["model"].to_dict()

@@ -408,3 +408,20 @@ def test_the_parties_resume_after_the_fewest_trees_a_party_that_grows_none_follo
 
     with pytest.raises(ProtocolError, match=r"liar \(-5\) said its checkpoint holds a negative number"):
         run_parties(InProcessHub(["host", "liar"]), {"host": lambda ch: agree_resume(2, ch), "liar": liar}, timeout=10)
+
+
+def test_every_checkpoint_file_is_readable_by_its_owner_only_as_the_model_files_are(trees, tmp_path):
+    # the trees log, the scores and the previous state hold what the party learnt, as the state and model do
+    path = tmp_path / "p.checkpoint.json"
+    store = CheckpointStore(path)
+    store.save(_state(trees, 1), np.full((2, 1), 1.0))
+    (tmp_path / "p.checkpoint.alt.npy").touch(mode=0o644)  # left readable by others (an earlier version, a umask)
+    (tmp_path / "p.checkpoint.alt.npy").chmod(0o644)
+    for k in range(2, 4):
+        store.save(_state(trees, k), np.full((2, 1), float(k)))
+    files = {p.name for p in tmp_path.iterdir()}
+    assert files == {"p.checkpoint.alt.npy", "p.checkpoint.json", "p.checkpoint.npy", "p.checkpoint.prev.json",
+                     _logs(tmp_path)[0].name}
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(files, 0o600)
+    assert CheckpointStore(path).load()["trees_done"] == 3

@@ -62,6 +62,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def open_owner_only(path: str | os.PathLike, binary: bool = False):
+    """Open ``path`` for reading and writing in place, created if missing (nothing truncated), and make it
+    readable and writable by its owner only, as :func:`atomic_write_bytes` leaves the files it writes: for files
+    updated in place that hold what a party learnt (a checkpoint's trees, scores and states)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # (a file an earlier version, or the umask, left readable by others)
+        return os.fdopen(fd, "r+b" if binary else "r+", **({} if binary else {"encoding": "utf-8"}))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _is_frame(X) -> bool:
     return hasattr(X, "columns") and hasattr(X, "iloc")
 

@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from fedgrove import jsontext
-from fedgrove.engine.model import atomic_write_text
+from fedgrove.engine.model import atomic_write_text, open_owner_only
 from fedgrove.exceptions import DataError
 from fedgrove.log import logger
 
@@ -139,7 +139,7 @@ class CheckpointStore:
         self._spliced, self._last_lists, self._lists = {}, self._lists, {}  # (this state's lists, from the last's)
         skeleton = self._externalise(state, pending)
         if pending or not self._log.exists():  # (a state without trees still names its empty log)
-            with open(self._log, "r+b" if self._log.exists() else "wb") as fh:
+            with open_owner_only(self._log, binary=True) as fh:
                 start = self._log_end - sum(len(b) for b in pending)
                 if self._log_size != start:  # drop a tail no state vouches for (a crash's, before a resume)
                     fh.truncate(start)
@@ -160,7 +160,7 @@ class CheckpointStore:
             # the file the current state does not name, overwritten in place: a crash while writing it leaves
             # the state and the file it names as they were
             target = self._alt_array_path if self._array_named == self.array_path else self.array_path
-            with open(target, "r+b" if target.exists() else "wb") as fh:
+            with open_owner_only(target, binary=True) as fh:
                 fh.write(data)
                 fh.truncate()
             skeleton["array_file"] = target.name
@@ -380,7 +380,7 @@ class CheckpointStore:
 
 
 def _write_in_place(path: Path, text: str) -> None:
-    with open(path, "r+" if path.exists() else "w") as fh:
+    with open_owner_only(path) as fh:
         fh.write(text)
         fh.truncate()
 

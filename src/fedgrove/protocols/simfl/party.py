@@ -30,7 +30,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, LocalGrower, RoundSampler, check_xy, checked_weights
 from fedgrove.engine.histogram import grouped_sums
 from fedgrove.engine.losses import make_objective
-from fedgrove.engine.model import GBDTModel, atomic_write_text, check_row_labels, names_of
+from fedgrove.engine.model import GBDTModel, atomic_write_bytes, atomic_write_text, check_row_labels, names_of
 from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import RankedRows
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -78,9 +78,7 @@ class Similarity:
         path = Path(path)
         buf = io.BytesIO()
         np.savez(buf, **{f"similar_{k}": v for k, v in self.similar.items()})
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
+        atomic_write_bytes(path, buf.getvalue())
         meta = {"parties": self.parties, "sizes": self.sizes, "key": self.key, "data_digest": self.data_digest,
                 "seconds": self.seconds, "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
                 "arrays_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
