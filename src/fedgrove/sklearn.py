@@ -10,7 +10,8 @@ The parameters are those of :class:`~fedgrove.engine.gbdt.GBDTParams` and
 follow from the estimator and the labels) and are checked when ``fit`` builds them.  The
 classifiers take any labels scikit-learn's classifiers take (``classes_`` maps them to the
 engine's 0..K-1) and ``class_weight``; every ``fit`` takes ``sample_weight``.  NaN marks a missing
-value; sparse input is made dense.  The fitted
+value; sparse input is made dense; columns of text or categories are refused, each named (encode them
+first, e.g. with scikit-learn's ``OrdinalEncoder``).  The fitted
 fedgrove model is ``model_``: ``est.model_.save(path)`` writes the file that
 ``fedgrove predict`` reads, with the class names.
 
@@ -43,6 +44,23 @@ __all__ = ["GBDTClassifier", "GBDTRegressor", "RandomForestClassifier", "RandomF
 _INPUT = dict(accept_sparse=("csr", "csc", "coo"), dtype=np.float64, ensure_all_finite="allow-nan")
 
 
+def _text_columns(X) -> list:
+    """The columns of ``X`` (a DataFrame's names, an array's positions) whose values are not all numbers."""
+    if hasattr(X, "dtypes") and hasattr(X, "columns"):
+        columns = [(c, X[c]) for c, dtype in X.dtypes.items() if dtype.kind not in "biuf"]
+    elif isinstance(X, np.ndarray) and X.ndim == 2 and X.dtype.kind in "OSU":
+        columns = [(j, X[:, j]) for j in range(X.shape[1])]
+    else:
+        return []
+    out = []
+    for name, values in columns:
+        try:
+            np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            out.append(name)
+    return out
+
+
 class _Ensemble(BaseEstimator):
     """What the four estimators share: input checks, the engine call, predictions and importances."""
 
@@ -50,7 +68,24 @@ class _Ensemble(BaseEstimator):
     _params_class = None
 
     def _check_X(self, X, reset: bool):
-        return validate_data(self, X, reset=reset, **_INPUT)
+        return self._validated(X, reset=reset)
+
+    def _validated(self, X, *y, **kw):
+        """scikit-learn's checks of ``X`` (and ``y``); a feature matrix holding text is refused naming its columns
+        and how to encode them (scikit-learn's own message names only the first value)."""
+        try:
+            return validate_data(self, X, *y, **kw, **_INPUT)
+        except ValueError as exc:
+            text = _text_columns(X)
+            if not text:
+                raise
+            shown = ", ".join(repr(c) for c in text[:5]) + (f" and {len(text) - 5} more" if len(text) > 5 else "")
+            shown += " (counted from 0)" if isinstance(text[0], int) else ""
+            raise ValueError(f"{type(self).__name__} takes numbers (NaN for missing values), but column"
+                             f"{'s' if len(text) > 1 else ''} {shown} of X hold{'' if len(text) > 1 else 's'} "
+                             f"text or categories ({exc}); encode them first, e.g. with scikit-learn's "
+                             f"OrdinalEncoder in a ColumnTransformer, or fedgrove.data.io.table_from_frame(df, "
+                             f"categorical='auto')") from exc
 
     def _engine_params(self, **fixed):
         names = [k for k in self._get_param_names() if k != "class_weight"]  # (the classifiers' own)
@@ -64,7 +99,7 @@ class _Ensemble(BaseEstimator):
         return train_forest(params, X, y, feature_names=names, sample_weight=sample_weight)
 
     def _validate_xy(self, X, y, y_numeric: bool):
-        return validate_data(self, X, y, y_numeric=y_numeric, **_INPUT)
+        return self._validated(X, y, y_numeric=y_numeric)
 
     @property
     def feature_importances_(self) -> np.ndarray:

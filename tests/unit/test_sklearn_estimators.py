@@ -126,6 +126,27 @@ def test_bad_parameters_fail_at_fit_naming_the_value():
         GBDTClassifier().fit(X, np.full(100, "a"))
 
 
+def test_text_or_category_features_are_refused_naming_every_such_column_and_how_to_encode_them():
+    X, y = make_classification(100, 3, seed=8)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    frame["colour"] = pd.Categorical(np.where(y == 1, "red", "blue"))
+    frame["town"] = np.where(X[:, 0] > 0, "Ayr", "Oban")
+    frame["codes"] = np.arange(100).astype(object)  # numbers held as objects are numbers
+    for est in (GBDTClassifier(), RandomForestRegressor()):
+        with pytest.raises(ValueError, match=r"columns 'colour', 'town' of X hold text or categories \(could "
+                                             r"not convert string to float: '(red|blue)'\); .*OrdinalEncoder"):
+            est.fit(frame, y)
+    with pytest.raises(ValueError, match=r"columns 3, 4 \(counted from 0\) of X hold"):
+        GBDTClassifier().fit(frame.to_numpy(), y)
+    fitted = GBDTClassifier(n_estimators=2).fit(frame[["a", "codes"]], y)
+    with pytest.raises(ValueError, match="column 'codes' of X holds text"):
+        fitted.predict(frame[["a", "town"]].set_axis(["a", "codes"], axis=1))
+    infinite = frame[["a", "b"]].copy()
+    infinite.iloc[3, 1] = np.inf
+    with pytest.raises(ValueError, match="^Input X contains infinity"):  # no text: scikit-learn's own message
+        GBDTClassifier().fit(infinite, y)
+
+
 def test_dataframe_columns_name_the_saved_models_features(tmp_path):
     # the model file is the CLI's: `fedgrove predict` reads it and prints the class names
     X, y = make_classification(300, 4, seed=9)
