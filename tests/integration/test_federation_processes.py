@@ -1139,8 +1139,9 @@ def _simfl_pair_data(tmp_path) -> None:
             .to_csv(tmp_path / f"p{k}.csv", index=False)
 
 
-def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_extends_it(tmp_path):
-    # before, the resumed model kept every checkpointed tree while its parameters said fewer
+def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_extends_it(tmp_path, caplog):
+    # before, the resumed model kept every checkpointed tree while its parameters said fewer; a resume with as
+    # many is noted as having nothing left to grow
     from fedgrove.exceptions import InvalidParameterError
     from fedgrove.engine.model import load_model
     from fedgrove.runner.config import load_federation
@@ -1155,6 +1156,9 @@ def test_resume_with_fewer_trees_than_the_checkpoint_holds_is_refused_and_more_e
         return load_model(tmp_path / "runs" / "p0.model.json")
 
     assert run(4, False).n_trees == 4
+    with caplog.at_level("INFO", logger="fedgrove"):
+        assert run(4, True).n_trees == 4
+    assert "p0: its checkpoint already holds the 4 rounds n_estimators asks for" in caplog.text
     with pytest.raises(InvalidParameterError, match="checkpoint holds 4 rounds, more than n_estimators = 3"):
         run(3, True)
     longer = run(6, True)

@@ -182,6 +182,9 @@ def _check_checkpoint_fits(cfg: FederationConfig, ctx, state: dict | None) -> No
         raise InvalidParameterError(f"{ctx.spec.name}'s checkpoint holds {rounds} rounds, more than n_estimators = "
                                     f"{wanted}: resume with n_estimators >= {rounds}, or train anew (without "
                                     f"--resume, or into another output directory)")
+    if rounds is not None and rounds == wanted:  # (the model and predictions are written again from it)
+        logger.info("%s: its checkpoint already holds the %d rounds n_estimators asks for; raise n_estimators to "
+                    "grow the model further", ctx.spec.name, wanted)
 
 
 def agree_resume(mine: int | None, channel) -> int:
