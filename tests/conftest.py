@@ -74,3 +74,30 @@ def replaying_own_rows(sizes):
             return rows, super().next()[1]
 
     return OwnRows
+
+
+def gradient_arrays_left_alive(monkeypatch, sizes) -> list:
+    """Watch the unencrypted test backend's gradient arrays: those ``encrypt`` makes (the key holder's) and those
+    ``deserialize`` reads (the feature holders'), of a length in ``sizes``.  Returns a list that gets, each time a
+    party makes or reads such an array, a line for every earlier one of that party still alive: a party that
+    let go of a tree's gradients before the next tree's leaves it empty (each array is most of a party's memory
+    at scale: HEU holds a 2048-bit OU ciphertext in about 850 bytes)."""
+    import threading
+    import weakref
+
+    from fedgrove.crypto.he import PlainContext
+
+    alive, made = [], {}
+    encrypt, deserialize = PlainContext.encrypt, PlainContext.deserialize
+
+    def watch(how, ct):
+        if ct.size in sizes:
+            mine = made.setdefault((how, threading.get_ident()), [])
+            alive.extend(f"{how} #{k} of thread {threading.get_ident()} still alive at #{len(mine)}"
+                         for k, ref in enumerate(mine) if ref() is not None)
+            mine.append(weakref.ref(ct))
+        return ct
+
+    monkeypatch.setattr(PlainContext, "encrypt", lambda self, values: watch("encrypt", encrypt(self, values)))
+    monkeypatch.setattr(PlainContext, "deserialize", lambda self, data: watch("deserialize", deserialize(self, data)))
+    return alive

@@ -10,6 +10,7 @@ from fedgrove.data.partition import hybrid_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+from tests.conftest import gradient_arrays_left_alive
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,15 @@ def test_encrypted_run_equals_plaintext_gradient_run(setup):
     # the guests' layers help: training accuracy above the host alone at the same total depth
     solo = train_gbdt(PARAMS, Xh, y)
     assert np.mean((enc["raw"][:, 0] > 0) == y) > np.mean(solo.predict(Xh) == y)
+
+
+def test_neither_host_nor_guest_holds_a_guests_gradient_ciphertexts_longer_than_needed(setup, monkeypatch):
+    # the host's array for a guest once its bytes are sent (before, until the next guest's was made), a guest's
+    # once its layers are grown (before, until the next tree's was read)
+    Xh, y, guests = setup
+    alive = gradient_arrays_left_alive(monkeypatch, {len(ids) for _, ids in guests})
+    out = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
+    assert len(out["model"].host_trees) == 3 and not alive, alive
 
 
 @pytest.mark.parametrize("k", [2, 3])

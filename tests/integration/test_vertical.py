@@ -9,6 +9,7 @@ from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.exceptions import InvalidParameterError
 from fedgrove.protocols.vertical import messages as m
 from fedgrove.protocols.vertical.simulate import run_vertical
+from tests.conftest import gradient_arrays_left_alive, make_classification
 
 
 def _split(X, n_parties, seed=0):
@@ -145,6 +146,17 @@ def test_lossless_multiclass_and_regression_with_missing_values(objective):
     np.testing.assert_array_equal(out["model"].feature_importance("split"), eng.feature_importance("split"))
     np.testing.assert_allclose(out["model"].feature_importance("gain"), eng.feature_importance("gain"), rtol=1e-9)
     assert out["model"].feature_labels() == [f"party{k}:{j}" for k, p in enumerate(parts) for j in range(len(p))]
+
+
+def test_no_party_holds_a_trees_gradient_ciphertexts_when_the_next_trees_come(monkeypatch):
+    # the active party's array once its bytes are sent, a passive party's once its tree is grown (before, each
+    # held two trees' arrays at once, about 1.7 kB an instance with HEU's OU: 1,189 MB peak against 959 MB now
+    # for 200,000 rows x 20 features, 3 trees, in one process)
+    X, y = make_classification(300, 6, seed=4)
+    alive = gradient_arrays_left_alive(monkeypatch, {300})
+    out = run_vertical([X[:, :3], X[:, 3:]], y, GBDTParams(n_estimators=4, max_depth=3),
+                       keygen("ou", 2048, "plain"))
+    assert out["model"].n_trees == 4 and not alive, alive
 
 
 def test_passive_parties_see_only_ciphertexts_and_node_sets(a9a):

@@ -59,6 +59,7 @@ class HybridGuest:
                                     f"{row_packing.rows} a ciphertext")
             rows = {int(n): np.nonzero(nodes == n)[0] for n in np.unique(nodes)}
             self._grow(tree, rows, ct, he, packer, X_binned, None if sample is None else first.nodes)
+            del ct, first  # (before the next tree's arrive: a tree's ciphertexts and their bytes held once)
         return self.model
 
     def _sample(self, tree: int, first: m.NodeGradients) -> np.ndarray | None:

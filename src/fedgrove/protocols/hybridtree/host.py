@@ -297,9 +297,9 @@ class HybridHost:
             if in_sample is not None:
                 rows = rows[positions]  # the round's instances of the guest: its layers grow on them
             nodes = leaf_of_row[rows]
-            ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[rows], h[rows])))
-            ch.send(u, m.CONTROL, m.NodeGradients(tree_id, handoff, self.he.serialize(ct), in_sample is not None,
-                                                  positions))
+            data = self.he.serialize(self.he.encrypt(self.row_packing.pack(self.packer.encode(g[rows], h[rows]))))
+            ch.send(u, m.CONTROL, m.NodeGradients(tree_id, handoff, data, in_sample is not None, positions))
+            del data
             roots = np.unique(nodes)
             totals = {int(r): np.array([g[rows[nodes == r]].sum(), h[rows[nodes == r]].sum()]) for r in roots}
             # pairs: (parent's row in the previous layer's histograms, left child's row, right child's row)

@@ -375,10 +375,13 @@ class VerticalActive:
             for c in range(K):
                 t0 = time.perf_counter()
                 with ch.scope(tree=tree_id):
-                    ct = self.he.encrypt(self.row_packing.pack(self.packer.encode(g[rows, c], h[rows, c])))
+                    # (the ciphertexts, about 850 bytes each in HEU's arrays, kept no longer than their bytes)
+                    data = self.he.serialize(self.he.encrypt(self.row_packing.pack(
+                        self.packer.encode(g[rows, c], h[rows, c]))))
                     ch.broadcast(m.CONTROL, m.EncryptedGradients(
-                        tree_id, self.he.serialize(ct), n if sample is None else len(sample), sample is not None,
+                        tree_id, data, n if sample is None else len(sample), sample is not None,
                         np.zeros(0, dtype=np.int64) if sample is None else sample.astype(np.int64)), self.passives)
+                    del data
                     stats = np.column_stack([g[:, c], h[:, c]])
                     local = HistogramSplitFinder(X_binned, self.bin_mapper.feature_offsets,
                                                  self.bin_mapper.missing_codes, thresholds, stats, scorer,

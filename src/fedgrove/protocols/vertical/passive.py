@@ -152,6 +152,7 @@ class VerticalPassive:
                 raise ProtocolError(f"{ch.party}: got {ct.size} ciphertexts of gradients for {n} "
                                     f"instances, {self.row_packing.rows} a ciphertext")
             self._grow(tree, ct, he, packer, sample)
+            del ct, first  # (before the next tree's arrive: a tree's ciphertexts and their bytes held once)
         return self.model
 
     def _grow(self, tree, ct, he, packer, sample=None) -> None:
@@ -243,6 +244,7 @@ def follow_trees(party, leader: str, expected: type, what: str, checkpoint=None,
                 raise ProtocolError(f"{ch.party}: expected {what} of tree {tree} from {leader}, got "
                                     f"{type(first).__name__}")
             yield tree, first
+            del first  # (the consumer has let go of it: the next tree's message is not waited for beside it)
         tree += 1
         if checkpoint is not None and checkpoint.due(tree):
             checkpoint.save({"trees_done": tree, "model": party.model.to_dict()})
