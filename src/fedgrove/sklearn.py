@@ -35,6 +35,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedgrove.engine.forest import ForestParams, train_forest
 from fedgrove.engine.gbdt import GBDTParams, check_eval_pair, check_sample_weight, train_gbdt
+from fedgrove.engine.model import non_number_columns
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 __all__ = ["GBDTClassifier", "GBDTRegressor", "RandomForestClassifier", "RandomForestRegressor"]
@@ -42,23 +43,6 @@ __all__ = ["GBDTClassifier", "GBDTRegressor", "RandomForestClassifier", "RandomF
 
 #: how every estimator checks its input (sparse input is kept: the engine makes it dense)
 _INPUT = dict(accept_sparse=("csr", "csc", "coo"), dtype=np.float64, ensure_all_finite="allow-nan")
-
-
-def _text_columns(X) -> list:
-    """The columns of ``X`` (a DataFrame's names, an array's positions) whose values are not all numbers."""
-    if hasattr(X, "dtypes") and hasattr(X, "columns"):
-        columns = [(c, X[c]) for c, dtype in X.dtypes.items() if dtype.kind not in "biuf"]
-    elif isinstance(X, np.ndarray) and X.ndim == 2 and X.dtype.kind in "OSU":
-        columns = [(j, X[:, j]) for j in range(X.shape[1])]
-    else:
-        return []
-    out = []
-    for name, values in columns:
-        try:
-            np.asarray(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            out.append(name)
-    return out
 
 
 class _Ensemble(BaseEstimator):
@@ -76,7 +60,7 @@ class _Ensemble(BaseEstimator):
         try:
             return validate_data(self, X, *y, **kw, **_INPUT)
         except ValueError as exc:
-            text = _text_columns(X)
+            text = non_number_columns(X)
             if not text:
                 raise
             shown = ", ".join(repr(c) for c in text[:5]) + (f" and {len(text) - 5} more" if len(text) > 5 else "")

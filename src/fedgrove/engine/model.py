@@ -109,16 +109,31 @@ def as_numbers(a, name: str, expected: str) -> np.ndarray:
         return np.asarray(a, dtype=np.float64)
     except (ValueError, TypeError):
         pass
-    if _is_frame(a):
-        for col in a.columns:
-            try:
-                np.asarray(a[col], dtype=np.float64)
-            except (ValueError, TypeError):
-                bad = next(v for v in a[col] if not _is_number(v))
-                raise DataError(f"{name} column {col!r} holds {bad!r}, not a number ({expected})") from None
+    columns = non_number_columns(a) if _is_frame(a) else []
+    if columns:
+        bad = next(v for v in a[columns[0]] if not _is_number(v))
+        raise DataError(f"{name} column {columns[0]!r} holds {bad!r}, not a number ({expected})") from None
     flat = np.asarray(a, dtype=object).ravel()
     bad = next((v for v in flat if not _is_number(v)), None)
     raise DataError(f"{name} holds {bad!r}, not a number ({expected})") from None
+
+
+def non_number_columns(a) -> list:
+    """The columns of ``a`` whose values are not all numbers: a DataFrame's names, or the positions of a 2-D
+    array's; none for anything else."""
+    if _is_frame(a):
+        columns = [(c, a[c]) for c in a.columns]
+    elif isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind in "OSU":
+        columns = [(j, a[:, j]) for j in range(a.shape[1])]
+    else:
+        return []
+    out = []
+    for name, values in columns:
+        try:
+            np.asarray(values, dtype=np.float64)
+        except (ValueError, TypeError):
+            out.append(name)
+    return out
 
 
 def check_row_labels(parts: dict) -> None:
