@@ -218,6 +218,87 @@ def test_a_forged_signature_with_a_recomputed_chain_is_refused(ledger_file, tmp_
         verify_ledger(path)
 
 
+def _resigned(ledger_file, tmp_path, kind: str, change) -> Path:
+    """The ledger rewritten by parties that hold every key: the first ``kind`` record's body goes through
+    ``change``, every record is signed again (fresh keys in the request and memberships) and endorsements name
+    the new uploads' digests, so the chain and every signature are whole and only the content is wrong."""
+    import dataclasses
+    import hashlib
+
+    from fedgrove.crypto.signing import SigningKey
+    from fedgrove.ledger import records as rec
+    from fedgrove.ledger.store import Ledger, open_records, sign_record
+
+    keys, digests, changed = {}, {}, False
+    path = tmp_path / f"resigned-{kind}.sqlite"
+    path.unlink(missing_ok=True)
+    out = Ledger(path)
+    for r in open_records(ledger_file):
+        body, author = r.message(), r.author
+        key = keys.setdefault(author, SigningKey())
+        if isinstance(body, rec.ModelRequest):
+            body = dataclasses.replace(body, requester_key=key.public_bytes())
+        elif isinstance(body, rec.Membership):
+            body = dataclasses.replace(body, key=key.public_bytes())
+        elif isinstance(body, rec.Endorsement):
+            body = dataclasses.replace(body, digest=digests[body.tree, body.layer, body.sender])
+        if r.kind == kind and not changed:
+            body, changed = change(body), True
+        kind_, raw, sig = sign_record(key, author, body)
+        if isinstance(body, rec.HistogramUpload):
+            digests[body.tree, body.layer, author] = hashlib.sha256(raw).digest()
+        out.append(kind_, author, raw, sig)
+    out.close()
+    return path
+
+
+def _replace(**fields):
+    import dataclasses
+
+    return lambda body: dataclasses.replace(body, **{k: f(body) for k, f in fields.items()})
+
+
+@pytest.mark.parametrize("kind,change,message", [
+    ("ModelRequest", _replace(parties=lambda b: []), "record 1 .*must name the parties"),
+    ("ModelRequest", _replace(parties=lambda b: b.parties + b.parties[1:2]), "record 1 .*names a party twice"),
+    ("ModelRequest", _replace(options_json=lambda b: "{nope"), "record 1 .*options are not JSON"),
+    ("ModelRequest", _replace(options_json=lambda b: "[]"), "record 1 .*options must be a JSON object"),
+    ("ModelRequest", _replace(params_json=lambda b: '{"reg_lambda": "x"}'), "reg_lambda = 'x', not a number"),
+    ("ModelRequest", _replace(requester_key=lambda b: b"abc"), "record 1 .*32 bytes, this one 3"),
+    ("Binning", _replace(n_bins=lambda b: b.n_bins[:1]), r"Binning.*1 bin counts for 6 features"),
+    ("VoteRecord", _replace(features=lambda b: b.features[:0]), r"VoteRecord.*votes 0 times for 1 nodes"),
+    ("VoteRecord", _replace(nodes=lambda b: [n + 7 for n in b.nodes]), "vote record of this layer has no vote"),
+    ("HistogramUpload", _replace(offsets=lambda b: b.offsets[:0]), "offsets do not cut its histogram rows"),
+    ("HistogramUpload", _replace(candidates=lambda b: b.candidates + 99), "candidate features are not"),
+    ("HistogramUpload", _replace(nodes=lambda b: [n + 7 for n in b.nodes]), "upload has no histograms of this"),
+    ("SplitRecord", _replace(accepted=lambda b: b.accepted[:0]), r"SplitRecord.*accepted has 0 entries"),
+    ("SplitRecord", _replace(features=lambda b: b.features * 0 - 1), "splits on a feature outside 0-5"),
+    ("ContributionRecord", _replace(vote=lambda b: b.vote[:0]), r"its vote is \(0, 3\)"),
+])
+def test_a_ledger_signed_by_its_parties_with_malformed_content_is_refused_naming_the_record(
+        ledger_file, tmp_path, kind, change, message):
+    # parties that sign what they write can still write nonsense: the check names the record and what is wrong
+    # in it (a LedgerError, exit code 8) where it raised IndexError, ValueError or JSONDecodeError, or a
+    # ProtocolError for a short key
+    from fedgrove.cli.main import main
+
+    assert verify_ledger(_resigned(ledger_file, tmp_path, "none", None)).n_records > 40  # re-signing alone is fine
+    path = _resigned(ledger_file, tmp_path, kind, change)
+    with pytest.raises(LedgerError, match=message):
+        verify_ledger(path)
+    assert main(["ledger", "verify", str(path)]) == 8
+
+
+def test_more_parties_than_a_ledger_can_name_are_refused_before_training(tmp_path):
+    # split records hold sets of parties as bit masks in a signed 64-bit word: with 64 parties FV-tree grew its
+    # first tree and then failed with OverflowError ("Python int too large to convert to C long")
+    X, y = make_classification(n=64 * 10, d=3, seed=1)
+    parts = [(X[k::64], y[k::64]) for k in range(64)]
+    params = GBDTParams(n_estimators=1, max_depth=2, max_bins=8)
+    with pytest.raises(InvalidParameterError, match="ledger of at most 63 parties .* this federation has 64"):
+        run_fvtree(parts, params, FVTreeOptions(), ledger_dir=tmp_path)
+
+
 def test_dp_accountant_spends_exactly_the_budget_and_refuses_more():
     # trees of full depth: every depth of every tree spends its share; two ensembles of three trees on disjoint
     # thirds of the data spend epsilon in total

@@ -17,6 +17,9 @@ import numpy as np
 
 from fedgrove.transport.codec import Message, array_field, register
 
+#: the most parties a ledger can name: split records hold sets of parties as bit masks in one signed 64-bit word
+MAX_PARTIES = 63
+
 
 @register
 class ModelRequest(Message):

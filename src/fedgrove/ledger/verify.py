@@ -82,13 +82,11 @@ def verify_ledger(path, trusted_keys: dict | None = None) -> LedgerSummary:
             if not isinstance(body, rec.ModelRequest):
                 raise bad("the first record must be the model request")
             request = body
-            parties = list(body.parties or [])
+            parties, options, params = _read_request(body, bad)
             if r.author != parties[0]:
                 raise bad(f"the model request must be written by the requester {parties[0]}")
-            keys[r.author] = (trusted_keys or {}).get(r.author, bytes(body.requester_key))
-            options = json.loads(body.options_json)
-            params = json.loads(body.params_json)
-            summary = LedgerSummary(len(records), parties, b"", beta=float(options.get("beta", 1.0)))
+            keys[r.author] = _key((trusted_keys or {}).get(r.author, bytes(body.requester_key)), bad)
+            summary = LedgerSummary(len(records), parties, b"", beta=options["beta"])
             summary.contributions = {q: {"shapley": 0.0, "vote": 0.0, "total": 0.0, "splits": 0} for q in parties}
             summary.uploads = {q: {"accepted": 0, "refused": 0} for q in parties}
         elif isinstance(body, rec.Membership):
@@ -96,7 +94,7 @@ def verify_ledger(path, trusted_keys: dict | None = None) -> LedgerSummary:
                 raise bad("a membership record must be the party's own, once")
             if r.author == request.parties[0] and bytes(body.key) != keys[r.author]:
                 raise bad("the requester's membership names another key than its model request")
-            keys[r.author] = (trusted_keys or {}).get(r.author, bytes(body.key))
+            keys[r.author] = _key((trusted_keys or {}).get(r.author, bytes(body.key)), bad)
         if r.author not in keys:
             raise bad(f"{r.author} wrote before its membership record (or is not a member)")
         if trusted_keys and r.author in trusted_keys and keys[r.author] != trusted_keys[r.author]:
@@ -104,49 +102,131 @@ def verify_ledger(path, trusted_keys: dict | None = None) -> LedgerSummary:
         if not verify(keys[r.author], bytes(r.signature), signed_bytes(r.kind, r.author, bytes(r.body))):
             raise bad(f"the signature does not verify under {r.author}'s key")
         summary.kinds[r.kind] = summary.kinds.get(r.kind, 0) + 1
-        key = (getattr(body, "tree", None), getattr(body, "layer", None))
-        if isinstance(body, rec.Binning):
-            if r.author != request.parties[0]:
-                raise bad("the cut points must be recorded by the requester")
-            n_bins = np.asarray(body.n_bins, dtype=np.int64)
-        elif isinstance(body, rec.VoteRecord):
-            votes.setdefault(key, {})[r.author] = body
-        elif isinstance(body, rec.HistogramUpload):
-            uploads.setdefault(key, {})[r.author] = (body, hashlib.sha256(bytes(r.body)).digest())
-            endorse.setdefault(key, {}).setdefault(r.author, 1)  # the sender's own signature
-        elif isinstance(body, rec.Endorsement):
-            up = uploads.get(key, {}).get(body.sender)
-            if up is None or up[1] != bytes(body.digest):
-                raise bad(f"it endorses an upload of {body.sender} that is not on the ledger")
-            if bool(body.endorsed) != (body.distance < options.get("threshold", math.inf)):
-                raise bad(f"its verdict contradicts its distance {body.distance:.4g} and the threshold")
-            endorse[key][body.sender] += int(body.endorsed)
-        elif isinstance(body, rec.SplitRecord):
-            _check_acceptance(body, endorse.get(key, {}), uploads.get(key, {}), request, options, bad)
-            splits[key] = body
-            for i, q in enumerate(request.parties):
-                n = len(body.nodes or [])
-                if body.accepted.size and (int(body.accepted[0]) >> i) & 1:
-                    summary.uploads[q]["accepted"] += 1
-                elif n:
-                    summary.uploads[q]["refused"] += 1
-        elif isinstance(body, rec.ContributionRecord):
-            split = splits.get(key)
-            if split is None:
-                raise bad("a contribution record without the split record of its layer")
-            if n_bins is None:
-                raise bad("contributions before the cut points were recorded")
-            _check_contributions(body, split, uploads.get(key, {}), votes.get(key, {}), request, params, options,
-                                 n_bins, bad)
-            for i, q in enumerate(request.parties):
-                c = summary.contributions[q]
-                c["shapley"] += float(body.shapley[:, i].sum())
-                c["vote"] += float(body.vote[:, i].sum())
-                c["splits"] += int(np.count_nonzero(body.shapley[:, i] + body.vote[:, i]))
+        _check_shapes(body, len(parties), len(request.lo) - 1, bad)
+        try:
+            key = (getattr(body, "tree", None), getattr(body, "layer", None))
+            if isinstance(body, rec.Binning):
+                if r.author != request.parties[0]:
+                    raise bad("the cut points must be recorded by the requester")
+                n_bins = np.asarray(body.n_bins, dtype=np.int64)
+            elif isinstance(body, rec.VoteRecord):
+                votes.setdefault(key, {})[r.author] = body
+            elif isinstance(body, rec.HistogramUpload):
+                uploads.setdefault(key, {})[r.author] = (body, hashlib.sha256(bytes(r.body)).digest())
+                endorse.setdefault(key, {}).setdefault(r.author, 1)  # the sender's own signature
+            elif isinstance(body, rec.Endorsement):
+                up = uploads.get(key, {}).get(body.sender)
+                if up is None or up[1] != bytes(body.digest):
+                    raise bad(f"it endorses an upload of {body.sender} that is not on the ledger")
+                if bool(body.endorsed) != (body.distance < options.get("threshold", math.inf)):
+                    raise bad(f"its verdict contradicts its distance {body.distance:.4g} and the threshold")
+                endorse[key][body.sender] += int(body.endorsed)
+            elif isinstance(body, rec.SplitRecord):
+                _check_acceptance(body, endorse.get(key, {}), uploads.get(key, {}), request, options, bad)
+                splits[key] = body
+                for i, q in enumerate(request.parties):
+                    n = len(body.nodes or [])
+                    if body.accepted.size and (int(body.accepted[0]) >> i) & 1:
+                        summary.uploads[q]["accepted"] += 1
+                    elif n:
+                        summary.uploads[q]["refused"] += 1
+            elif isinstance(body, rec.ContributionRecord):
+                split = splits.get(key)
+                if split is None:
+                    raise bad("a contribution record without the split record of its layer")
+                if n_bins is None:
+                    raise bad("contributions before the cut points were recorded")
+                _check_contributions(body, split, uploads.get(key, {}), votes.get(key, {}), request, params, options,
+                                     n_bins, bad)
+                for i, q in enumerate(request.parties):
+                    c = summary.contributions[q]
+                    c["shapley"] += float(body.shapley[:, i].sum())
+                    c["vote"] += float(body.vote[:, i].sum())
+                    c["splits"] += int(np.count_nonzero(body.shapley[:, i] + body.vote[:, i]))
+        except LedgerError:
+            raise
+        except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError, ProtocolError) as exc:
+            # a record its author signed that none of the checks foresaw is still a finding about that record
+            raise bad(f"its content does not hold together ({type(exc).__name__}: {exc})") from None
     for c in summary.contributions.values():
         c["total"] = c["shapley"] + summary.beta * c["vote"]
     summary.head = prev
     return summary
+
+
+def _read_request(body: rec.ModelRequest, bad) -> tuple[list, dict, dict]:
+    """The parties, options and parameters of the model request, each checked for the type verification needs."""
+    parties = list(body.parties or [])
+    if not parties or not all(isinstance(q, str) and q for q in parties):
+        raise bad(f"it must name the parties, requester first; it names {parties}")
+    if len(set(parties)) != len(parties):
+        raise bad(f"it names a party twice: {parties}")
+    if len(parties) > rec.MAX_PARTIES:
+        raise bad(f"it names {len(parties)} parties; a ledger's records hold at most {rec.MAX_PARTIES}")
+    found = {}
+    for what, text in (("options", body.options_json), ("parameters", body.params_json)):
+        try:
+            found[what] = json.loads(text)
+        except ValueError as exc:
+            raise bad(f"its {what} are not JSON: {exc}") from None
+        if not isinstance(found[what], dict):
+            raise bad(f"its {what} must be a JSON object, not {type(found[what]).__name__}")
+    options, params = found["options"], found["parameters"]
+    numbers = {"options": (options, {"beta": 1.0, "threshold": math.inf, "endorse_fraction": 2 / 3,
+                                     "n_permutations": 2000}),
+               "parameters": (params, {"reg_lambda": 1.0, "gamma": 0.0, "seed": 0})}
+    for what, (d, defaults) in numbers.items():
+        for name, default in defaults.items():
+            v = d.get(name, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+                raise bad(f"its {what} give {name} = {v!r}, not a number")
+            d[name] = v
+    if np.asarray(body.lo).size < 1:
+        raise bad("it publishes no feature or label range")
+    return parties, options, params
+
+
+def _key(raw: bytes, bad) -> bytes:
+    if len(raw) != 32:
+        raise bad(f"an Ed25519 public key has 32 bytes, this one {len(raw)}")
+    return raw
+
+
+def _check_shapes(body, n_parties: int, n_features: int, bad) -> None:
+    """A record's arrays have one entry per node (and per party) and name features that exist."""
+    nodes = len(getattr(body, "nodes", None) or [])
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise bad(what)
+
+    if isinstance(body, rec.Binning):
+        need(body.n_bins.shape == (n_features,) and bool(np.all(body.n_bins >= 1)),
+             f"it gives {body.n_bins.size} bin counts for {n_features} features (each at least 1)")
+        need(body.lengths.shape == (n_features,) and bool(np.all(body.lengths >= 0))
+             and int(body.lengths.sum()) == body.cuts.size, "its cut points do not add up to its lengths")
+    elif isinstance(body, rec.VoteRecord):
+        need(body.features.shape == (nodes,), f"it votes {body.features.size} times for {nodes} nodes")
+        need(bool(np.all((body.features >= -1) & (body.features < n_features))),
+             f"it votes for a feature outside 0-{n_features - 1}")
+    elif isinstance(body, rec.HistogramUpload):
+        c, off = body.candidates, body.offsets
+        need(c.shape[0] == nodes and bool(np.all((c >= -1) & (c < n_features))),
+             f"its candidate features are not one row per node (of {nodes}) of features 0-{n_features - 1}")
+        need(off.shape == (nodes + 1,) and (nodes == 0 or int(off[0]) == 0) and bool(np.all(np.diff(off) >= 0))
+             and (off.size == 0 or int(off[-1]) == body.hist.shape[0]) and body.hist.shape[1:] == (3,),
+             "its offsets do not cut its histogram rows (g, h, count) node by node")
+    elif isinstance(body, rec.SplitRecord):
+        for name in ("features", "bins", "missing_left", "gains", "voters", "accepted"):
+            need(getattr(body, name).shape == (nodes,), f"its {name} has {getattr(body, name).size} entries for "
+                                                        f"{nodes} nodes")
+        need(bool(np.all((body.features >= 0) & (body.features < n_features))),
+             f"it splits on a feature outside 0-{n_features - 1}")
+    elif isinstance(body, rec.ContributionRecord):
+        for name in ("shapley", "vote", "stderr"):
+            need(getattr(body, name).shape == (nodes, n_parties),
+                 f"its {name} is {getattr(body, name).shape}, not one row per node and a column per party "
+                 f"({nodes}, {n_parties})")
 
 
 def _check_acceptance(split: rec.SplitRecord, signatures: dict, uploads: dict, request, options, bad) -> None:
@@ -177,6 +257,8 @@ def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uplo
         sums = []
         for i in acc:
             up = uploads[parties[i]][0]
+            if node not in list(up.nodes):
+                raise bad(f"node {node}: {parties[i]}'s accepted upload has no histograms of this node")
             k = list(up.nodes).index(node)
             pos, found = int(up.offsets[k]), None
             cands = up.candidates[k][up.candidates[k] >= 0]
@@ -197,6 +279,9 @@ def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uplo
             raise bad(f"node {node}: the recorded split Shapley values {np.round(c.shapley[j], 6).tolist()} do not "
                       f"recompute from the accepted histograms ({np.round(expect, 6).tolist()})")
         voters = np.array([(int(split.voters[j]) >> i) & 1 for i in range(len(parties))], dtype=bool)
+        for q in votes:
+            if node not in list(votes[q].nodes):
+                raise bad(f"node {node}: {q}'s vote record of this layer has no vote for it")
         recorded_votes = np.array([votes[q].features[list(votes[q].nodes).index(node)] == f if q in votes else False
                                    for q in parties])
         if not np.array_equal(voters, recorded_votes):

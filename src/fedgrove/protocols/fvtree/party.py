@@ -181,6 +181,10 @@ class FVTreeParty:
         self.index = self.parties.index(channel.party)
         self.others = [p for p in self.parties if p != channel.party]
         self.requester = self.parties[0]
+        if ledger is not None and len(self.parties) > rec.MAX_PARTIES:
+            raise InvalidParameterError(f"FV-tree keeps a ledger of at most {rec.MAX_PARTIES} parties (its split "
+                                        f"records hold sets of parties as 64-bit masks); this federation has "
+                                        f"{len(self.parties)}")
         self.key = key or SigningKey()
         self.ledger = ledger
         self.privacy = (DifferentialPrivacy(self.o.dp, params.n_estimators, params.max_depth,

@@ -33,11 +33,11 @@ def run_fvtree(parts: list[tuple], params: GBDTParams, options: FVTreeOptions | 
             for obs in (observers or {}).get(ch.party, []):
                 ch.observers.append(obs)
             ledger = Ledger(Path(ledger_dir) / f"{ch.party}.ledger.sqlite") if ledger_dir else None
-            party = FVTreeParty(ch, parts[k][0], parts[k][1], params, options, ledger=ledger,
-                                key=(keys or {}).get(ch.party))
-            if tamper and ch.party in tamper:
-                tamper[ch.party](party)
             try:
+                party = FVTreeParty(ch, parts[k][0], parts[k][1], params, options, ledger=ledger,
+                                    key=(keys or {}).get(ch.party))
+                if tamper and ch.party in tamper:
+                    tamper[ch.party](party)
                 model = party.fit((checkpoints or {}).get(ch.party), resume, (progress or {}).get(ch.party))
             finally:
                 if ledger is not None:
