@@ -5,7 +5,7 @@ import pytest
 
 from fedgrove.engine.forest import ForestParams, train_forest
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
-from fedgrove.engine.model import FORMAT_VERSION, load_model
+from fedgrove.engine.model import FORMAT_VERSION, load_model, model_from_dict
 from fedgrove.exceptions import DataError, ModelFormatError
 from tests.conftest import make_classification
 
@@ -105,6 +105,13 @@ def test_corrupt_files_give_a_clear_error(models, tmp_path, damage):
     (0, ("metadata", "categories"), {"c": ["a", "b", "a"]}, "metadata categories .*expected a list of distinct"),
     (0, ("fedgrove_version",), [1], "fedgrove_version is \\[1\\]"),
     (0, ("metadata", "clients"), [["party0"]], "metadata clients is .*expected a list of party names"),
+    # a NaN leaf gave NaN predictions (fedgrove predict --label: sklearn's "Input contains NaN" traceback); a
+    # best_iteration beyond the rounds was taken as it was
+    (0, ("trees", 0, "values", -1), [None], "tree 0's leaf \\(node \\d+\\) has the value \\[nan\\], not a finite"),
+    (3, ("trees", 1, "values", -1), [0.5, "inf", 0.5], "tree 1's leaf .*not a finite number"),
+    (0, ("best_iteration",), 5, "best_iteration 5 is not a round of the model's 5"),
+    (0, ("best_iteration",), -1, "best_iteration -1 is not a round"),
+    (0, ("best_iteration",), True, "best_iteration True is not a round"),
 ])
 def test_parts_of_a_model_file_that_do_not_fit_together_are_refused(models, tmp_path, which, field, value, said):
     # a tree_class beyond the model's outputs crashed the process (a segmentation fault in the prediction kernel,
@@ -123,6 +130,20 @@ def test_parts_of_a_model_file_that_do_not_fit_together_are_refused(models, tmp_
     path.write_text(json.dumps(d))
     with pytest.raises(ModelFormatError, match="bad.json.*" + said):
         load_model(path).predict(X[:5])
+
+
+def test_a_model_cut_before_its_best_iteration_forgets_it_and_still_loads(models, tmp_path):
+    X, ms = models
+    m = model_from_dict(ms[0].to_dict())  # a copy: 5 rounds
+    m.best_iteration = 3
+    m.truncate(4)
+    assert m.best_iteration == 3
+    m.truncate(2)
+    assert m.best_iteration is None
+    m.save(tmp_path / "cut.json")
+    back = load_model(tmp_path / "cut.json")
+    assert back.best_iteration is None and back.n_trees == 2
+    np.testing.assert_array_equal(back.predict_raw(X[:50]), m.predict_raw(X[:50]))
 
 
 def test_failed_save_leaves_previous_file(models, tmp_path, monkeypatch):

@@ -293,9 +293,15 @@ class TreeEnsembleModel:
             raise ModelFormatError(f"classes {c!r}: expected {self.n_classes} distinct names or numbers")
 
     def _check_value_width(self, width: int) -> None:
+        """Each node holds ``width`` values, and every leaf finite ones (a NaN leaf made NaN predictions, which
+        the scores then refused with a traceback)."""
         for t, tree in enumerate(self.trees):
             if tree.values.shape[1] != width:
                 raise ModelFormatError(f"tree {t} has {tree.values.shape[1]} values a node, expected {width}")
+            bad = np.flatnonzero(tree.is_leaf & ~np.isfinite(tree.values).all(axis=1))
+            if bad.size:
+                raise ModelFormatError(f"tree {t}'s leaf (node {int(bad[0])}) has the value "
+                                       f"{tree.values[bad[0]].tolist()}, not a finite number")
 
     def predict_leaf(self, X) -> np.ndarray:
         """Leaf index of every sample in every tree, shape ``(n_samples, n_trees)``."""
@@ -481,6 +487,8 @@ class GBDTModel(TreeEnsembleModel):
         self.trees = self.trees[:keep]
         self.tree_class = self.tree_class[:keep]
         self._packed = None
+        if self.best_iteration is not None and self.best_iteration >= n_rounds:  # its round was cut off
+            self.best_iteration = None
 
     def predict_raw(self, X, n_rounds: int | None = None) -> np.ndarray:
         """Raw margins, shape ``(n_samples,)`` or ``(n_samples, n_classes)`` for multiclass."""
@@ -547,6 +555,10 @@ class GBDTModel(TreeEnsembleModel):
         check_tree_class(self.tree_class, k)
         self._check_classes(self.objective != "regression")
         self._check_value_width(1)
+        b = self.best_iteration
+        rounds = len(self.trees) // k if k else 0
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= b < rounds):
+            raise ModelFormatError(f"best_iteration {b!r} is not a round of the model's {rounds} (0-based), or null")
 
     def _fields(self) -> dict:
         return {"objective": self.objective, "n_classes": self.n_classes, "base_score": self.base_score.tolist(),
