@@ -177,6 +177,8 @@ def test_tables_that_do_not_apply_to_the_protocol_are_refused(tmp_path, protocol
     ("fvtree", "[fvtree]\nthreshold = [1]", r"^\[fvtree\] threshold must be a number, got \[1\]$"),  # was a TypeError
     ("fvtree", '[fvtree]\nverify = "yes"', r"^\[fvtree\] verify must be true or false, got 'yes'$"),
     ("fvtree", "[fvtree]\npsd_depth = 0", r"^\[fvtree\] psd_depth must be >= 1, got 0$"),
+    # 2**depth leaf counts: depth 40 ran out the clock (and the memory) in the PSD's setup
+    ("fvtree", "[fvtree]\npsd_depth = 40", r"^\[fvtree\] psd_depth must be <= 16, got 40$"),
     ("fvtree", "[fvtree.dp]\nepsilon = 2.0\nseeded = 1", r"^\[fvtree.dp\] seeded must be true or false, got 1$"),
     ("fvtree", "[fvtree.dp]\nepsilon = 2.0\ntrees_per_ensemble = 0",
      r"^\[fvtree.dp\] trees_per_ensemble must be >= 1"),
