@@ -507,3 +507,25 @@ def test_the_configuration_reference_gives_the_defaults_the_loader_takes(tmp_pat
         assert documented, heading
         for key, value in documented.items():
             assert values[key] == value, (heading, key, value)
+
+
+@pytest.mark.parametrize("protocol,roles,holder", [
+    ("vertical", ('"active"', '"passive"'), "active"),
+    ("hybridtree", ('"host"', '"guest"'), "host"),
+])
+def test_a_label_given_to_a_party_that_holds_none_is_refused(tmp_path, protocol, roles, holder):
+    # a passive party's or guest's label was ignored in training and dropped a test file's column of that name
+    path = tmp_path / "federation.toml"
+    text = BASE.format(extra="").replace('"vertical"', f'"{protocol}"').replace('"active"', roles[0]) \
+        .replace('"passive"', roles[1])
+    path.write_text(text)
+    assert load_federation(path).parties[1].label is None
+    path.write_text(text.replace('data = "b.csv"', 'data = "b.csv"\nlabel = "y"'))
+    with pytest.raises(InvalidParameterError, match=f"party b: label = 'y', but the {protocol} protocol's "
+                                                    f"{roles[1][1:-1]} holds no labels \\(its {holder} does\\)"):
+        load_federation(path)
+    path.write_text(BASE.format(extra="").replace('"vertical"', '"horizontal"').replace('"active"', '"client"')
+                    .replace('"passive"', '"client"') + '[[party]]\nname = "agg"\nrole = "aggregator"\nlabel = "y"\n')
+    with pytest.raises(InvalidParameterError, match="party agg: label = 'y', but the horizontal protocol's "
+                                                    "aggregator holds no labels"):
+        load_federation(path)

@@ -347,6 +347,9 @@ PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categ
 # client's with the labels only)
 WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",),
                   "federated-forest": ("client",), "simfl": ("party",)}
+# the roles that may hold the labels (a Federated Forest's label holder is one of its clients)
+LABELLED_ROLES = {"vertical": ("active",), "horizontal": ("client",), "hybridtree": ("host",),
+                  "federated-forest": ("client",), "simfl": ("party",), "fvtree": ("party",)}
 
 
 def config_keys() -> dict[str, tuple[str, ...]]:
@@ -478,6 +481,11 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     for p in parties:
         if p.role not in ROLES[protocol]:
             raise InvalidParameterError(f"party {p.name}: role must be one of {ROLES[protocol]}, got {p.role!r}")
+        if p.label is not None and p.role not in LABELLED_ROLES[protocol]:
+            # it was ignored in training, and dropped a test file's column of that name
+            raise InvalidParameterError(f"party {p.name}: label = {p.label!r}, but the {protocol} protocol's "
+                                        f"{p.role} holds no labels (its {' or '.join(LABELLED_ROLES[protocol])} "
+                                        f"does): remove it")
         if p.weight is not None and p.role not in WEIGHTED_ROLES.get(protocol, ()):
             takes = "; ".join(f"the {k} protocol's {' and '.join(r)}" + (" with the labels" if k == "federated-forest"
                                                                          else "") for k, r in WEIGHTED_ROLES.items())
