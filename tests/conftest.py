@@ -101,3 +101,21 @@ def gradient_arrays_left_alive(monkeypatch, sizes) -> list:
     monkeypatch.setattr(PlainContext, "encrypt", lambda self, values: watch("encrypt", encrypt(self, values)))
     monkeypatch.setattr(PlainContext, "deserialize", lambda self, data: watch("deserialize", deserialize(self, data)))
     return alive
+
+
+def altering_received(monkeypatch, party: str, kind: type, change) -> list:
+    """Every ``kind`` message ``party`` receives goes through ``change(message) -> message`` first (a peer that
+    sends what it should not); returns the list of messages changed, for the test to check it was used."""
+    from fedgrove.transport.channel import Channel
+
+    recv, changed = Channel.recv, []
+
+    def altered(self, peer, tag, expect=None):
+        msg = recv(self, peer, tag, expect)
+        if self.party == party and isinstance(msg, kind):
+            msg = change(msg)
+            changed.append(msg)
+        return msg
+
+    monkeypatch.setattr(Channel, "recv", altered)
+    return changed

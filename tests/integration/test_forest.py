@@ -181,6 +181,25 @@ def test_clients_must_hold_the_same_instances_and_one_of_them_the_labels():
     assert list(out["predictions"]) == ["classical"]
 
 
+def test_root_statistics_that_are_not_finite_numbers_are_refused(monkeypatch):
+    # a NaN in the label holder's root statistics was taken: the forest's values came out NaN
+    from tests.conftest import altering_received
+
+    X, y = _data("binary")
+
+    def poison(msg):
+        stats = msg.stats.copy()
+        stats[0] = np.nan
+        msg.stats = stats
+        return msg
+
+    changed = altering_received(monkeypatch, "master", m.RootStats, poison)
+    with pytest.raises(ProtocolError, match="root statistics from client0 are not 2 finite numbers: \\[nan"):
+        run_federated_forest(_parts(X, 2), y, ForestParams(n_estimators=1, max_depth=2, seed=0), None,
+                             mode="shared", timeout=30)
+    assert changed
+
+
 def _forest_federation(tmp_path, y, X, task, he, n_test=60):
     """Two clients (c0 holds the labels), a master, test files with IDs; returns the config's path."""
     import pandas as pd

@@ -417,3 +417,28 @@ def test_count_mode_refuses_row_subsampling_by_name(setup):
     params = GBDTParams(n_estimators=2, max_depth=3, subsample=0.5)
     with pytest.raises(InvalidParameterError, match=r"count mode does not sample rows \(subsample=0.5\)"):
         run_hybridtree(Xh, y, guests, params, keygen("ou", 2048, "plain"), 2, 1, mode="count", timeout=30)
+
+
+def test_a_routing_answer_naming_no_node_is_refused(monkeypatch):
+    # a guest's answer is a node index per test instance and tree, or -1 for an instance it does not hold; -7
+    # was read as "not held", so the host's value stood in for the guest's layers without a word
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.hybridtree import messages as m
+    from tests.conftest import altering_received, make_classification
+
+    X, y = make_classification(n=300, d=6, seed=1)
+    halves = [np.arange(0, 300, 2), np.arange(1, 300, 2)]
+    tests = [np.arange(0, 20, 2), np.arange(1, 20, 2)]
+
+    def negative(msg):
+        leaves = msg.leaves.copy()
+        leaves[0, 0] = -7
+        msg.leaves = leaves
+        return msg
+
+    changed = altering_received(monkeypatch, "host", m.RouteAnswer, negative)
+    with pytest.raises(ProtocolError, match="routing answer from guest0 names node -7"):
+        run_hybridtree(X[:, :3], y, [(X[i][:, 3:], i) for i in halves], GBDTParams(n_estimators=2, max_bins=8),
+                       keygen("ou", 2048, "plain"), 2, 1, timeout=30, X_test_host=X[:20, :3],
+                       test_guests=[(X[i][:, 3:], i) for i in tests])
+    assert changed

@@ -169,9 +169,9 @@ class ForestMaster:
                          for s in self.scorers}
         reply = ch.recv(self.holder, m.REPLY, m.RootStats)
         root = reply.stats
-        if root.shape != (self.n_stats,) or not np.isfinite(reply.offset):
-            raise ProtocolError(f"root statistics from {self.holder} have shape {root.shape} (offset "
-                                f"{reply.offset})")
+        if root.shape != (self.n_stats,) or not np.isfinite(root).all() or not np.isfinite(reply.offset):
+            raise ProtocolError(f"root statistics from {self.holder} are not {self.n_stats} finite numbers: "
+                                f"{root.tolist()[:8]} (offset {reply.offset})")
         cart = CARTScorer(p.criterion, 0.0, p.min_samples_leaf)
         # the root's weight: the bootstrap counts' sum, or with row weights their weighted sum (the holder's stats)
         cart.root_weight = float(cart.sample_weight(root))

@@ -462,6 +462,11 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
         channel.broadcast("route", request, guests)
         answers = {u: channel.recv(u, "route", m.RouteAnswer).leaves for u in guests}
         for u, leaves in answers.items():
+            if leaves.shape != handoff.shape:
+                raise ProtocolError(f"routing answer from {u} has the wrong shape")
+            if leaves.size and int(leaves.min()) < -1:  # -1: an instance the guest does not hold; else a node
+                raise ProtocolError(f"routing answer from {u} names node {int(leaves.min())} (a node index, or -1 "
+                                    f"for an instance it does not hold)")
             if n and leaves.ndim == 2 and leaves.shape[1] and not (leaves[:, 0] >= 0).any():
                 logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them (if it "
                                "should hold some: were both test files' _id columns written alike, numbers or the "
@@ -473,8 +478,6 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
         acc = np.zeros(n)
         cnt = np.zeros(n)
         for u, leaves in answers.items():
-            if leaves.shape != handoff.shape:
-                raise ProtocolError(f"routing answer from {u} has the wrong shape")
             table = model.guest_values[t].get(u, {})
             keys = np.fromiter(table, dtype=np.int64, count=len(table))
             order = np.argsort(keys)
