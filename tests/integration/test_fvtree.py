@@ -299,6 +299,26 @@ def test_more_parties_than_a_ledger_can_name_are_refused_before_training(tmp_pat
         run_fvtree(parts, params, FVTreeOptions(), ledger_dir=tmp_path)
 
 
+@pytest.mark.parametrize("kind,change,message", [
+    # one number short broadcast into the sums: every party's base score came out wrong, silently
+    ("LabelStats", lambda msg: setattr(msg, "stats", msg.stats[:-1]) or msg,
+     "the label statistics from party1 are not 2 finite numbers"),
+    # a feature's range short: numpy's concatenation error
+    ("Hello", lambda msg: setattr(msg, "lo", msg.lo[:-1]) or msg, "the hello from party1 does not hold a range"),
+])
+def test_a_peers_setup_message_of_the_wrong_length_is_refused(monkeypatch, kind, change, message):
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.fvtree import messages as fm
+    from tests.conftest import altering_received
+
+    parts = _parts(n=600)
+    changed = altering_received(monkeypatch, "party0", getattr(fm, kind), change)
+    with pytest.raises(ProtocolError, match=message):
+        run_fvtree(parts, GBDTParams(n_estimators=1, max_depth=2, max_bins=8), FVTreeOptions(threshold=5.0),
+                   timeout=30)
+    assert changed
+
+
 def test_dp_accountant_spends_exactly_the_budget_and_refuses_more():
     # trees of full depth: every depth of every tree spends its share; two ensembles of three trees on disjoint
     # thirds of the data spend epsilon in total

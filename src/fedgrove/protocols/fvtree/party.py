@@ -256,6 +256,11 @@ class FVTreeParty:
         hello = {ch.party: mine, **ch.gather("hello", m.Hello, self.others)}
         check_same_width({p: h.n_features for p, h in hello.items()})
         check_same_features({p: h.features_digest for p, h in hello.items()})
+        for p, h in hello.items():
+            if h.lo.shape != (d + 1,) or h.hi.shape != (d + 1,) or h.n_samples < 0 or len(h.key) != 32:
+                raise ProtocolError(f"the hello from {p} does not hold a range per feature and the label ({d + 1} "
+                                    f"each; it has {h.lo.size} and {h.hi.size}), a number of samples and a 32-byte "
+                                    f"key")
         self.peers = {p: _Peer(p, h.key, h.n_samples) for p, h in hello.items()}
         self.n_total = sum(h.n_samples for h in hello.values())
         self.lo = _nanmin(np.vstack([h.lo for h in hello.values()]))
@@ -285,7 +290,12 @@ class FVTreeParty:
         stats = label_stats(self.params, make_objective(self.params.objective, self.params.n_classes or 1)
                             .check_labels(self.y, warn=False))  # fit warns, once
         ch.broadcast("labels", m.LabelStats(stats), self.others)
-        total = stats + sum(s.stats for s in ch.gather("labels", m.LabelStats, self.others).values())
+        theirs = ch.gather("labels", m.LabelStats, self.others)
+        for p, got in theirs.items():  # a shorter vector broadcast into the sums (a wrong base score, silently)
+            if got.stats.shape != stats.shape or not np.all(np.isfinite(got.stats)):
+                raise ProtocolError(f"the label statistics from {p} are not {stats.size} finite numbers: "
+                                    f"{got.stats.tolist()[:8]}")
+        total = stats + sum(s.stats for s in theirs.values())
         self.base = base_score(self.params, total)
 
     def _common_bins(self) -> None:
