@@ -84,8 +84,8 @@ def info(
                             f"stopped before its end; `fedgrove info {p / (held[0] + '.checkpoint.json')}` shows "
                             f"how far it came, and --resume continues it")
         raise DataError(f"{path} is a directory that holds neither a partition (manifest.json) nor a federation "
-                        f"run's statistics (<party>.stats.json); give a model, data or ledger file, a partition or "
-                        f"a run's output directory")
+                        f"run's statistics (<party>.stats.json); give a model, data or checkpoint file, a partition "
+                        f"or a run's output directory (a ledger: `fedgrove ledger show`)")
     if p.is_file() and _head(p, 16) == b"SQLite format 3\x00":
         from fedgrove.exceptions import DataError
 
