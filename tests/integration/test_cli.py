@@ -790,7 +790,10 @@ def test_partition_options_another_scheme_reads_are_refused(csv, tmp_path, capsy
 
 @pytest.mark.parametrize("extra, message", [
     (["--scheme", "hybrid", "--hosts", "0"], "--hosts must be an integer >= 1, got 0"),
-    (["--scheme", "horizontal", "--test-fraction", "1.0"], "--test-fraction must be in (0, 1)"),
+    (["--scheme", "horizontal", "--test-fraction", "1.0"], "--test-fraction must be in (0, 1) (the rows held out "
+                                                             "as a test set) or 0 (none), got 1.0"),
+    (["--scheme", "horizontal", "--test-fraction", "-0.2"], "--test-fraction must be in (0, 1) (the rows held "
+                                                              "out as a test set) or 0 (none), got -0.2"),
     (["--scheme", "horizontal", "--test-fraction", "0.0001"], "--test-fraction 0.0001 leaves no test"),
     (["--scheme", "horizontal", "--mode", "dirichlet", "--beta", "0"], "--beta must be > 0"),
     (["--scheme", "horizontal", "--mode", "unbalanced", "--theta", "1.5"], "--theta must be in (0, 1)"),

@@ -92,6 +92,9 @@ def partition(
     test = None
     with options_named(PARTITION_OPTIONS):
         if test_fraction:
+            if not 0.0 < test_fraction < 1.0:  # (hold_out's own message left out the 0 this option takes)
+                raise InvalidParameterError(f"--test-fraction must be in (0, 1) (the rows held out as a test set) "
+                                            f"or 0 (none), got {test_fraction!r}")
             table, test = hold_out(table, test_fraction, seed)
         if scheme == Scheme.horizontal:
             p = horizontal_partition(table.y, parties, mode, theta=theta, beta=beta if beta is not None else 0.5,
