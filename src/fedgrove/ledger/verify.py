@@ -118,7 +118,7 @@ def verify_ledger(path, trusted_keys: dict | None = None) -> LedgerSummary:
                 up = uploads.get(key, {}).get(body.sender)
                 if up is None or up[1] != bytes(body.digest):
                     raise bad(f"it endorses an upload of {body.sender} that is not on the ledger")
-                if bool(body.endorsed) != (body.distance < options.get("threshold", math.inf)):
+                if bool(body.endorsed) != (body.distance < options["threshold"]):
                     raise bad(f"its verdict contradicts its distance {body.distance:.4g} and the threshold")
                 endorse[key][body.sender] += int(body.endorsed)
             elif isinstance(body, rec.SplitRecord):
@@ -143,8 +143,6 @@ def verify_ledger(path, trusted_keys: dict | None = None) -> LedgerSummary:
                     c["shapley"] += float(body.shapley[:, i].sum())
                     c["vote"] += float(body.vote[:, i].sum())
                     c["splits"] += int(np.count_nonzero(body.shapley[:, i] + body.vote[:, i]))
-        except LedgerError:
-            raise
         except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError, ProtocolError) as exc:
             # a record its author signed that none of the checks foresaw is still a finding about that record
             raise bad(f"its content does not hold together ({type(exc).__name__}: {exc})") from None
@@ -213,8 +211,8 @@ def _check_shapes(body, n_parties: int, n_features: int, bad) -> None:
         c, off = body.candidates, body.offsets
         need(c.shape[0] == nodes and bool(np.all((c >= -1) & (c < n_features))),
              f"its candidate features are not one row per node (of {nodes}) of features 0-{n_features - 1}")
-        need(off.shape == (nodes + 1,) and (nodes == 0 or int(off[0]) == 0) and bool(np.all(np.diff(off) >= 0))
-             and (off.size == 0 or int(off[-1]) == body.hist.shape[0]) and body.hist.shape[1:] == (3,),
+        need(off.shape == (nodes + 1,) and int(off[0]) == 0 and bool(np.all(np.diff(off) >= 0))
+             and int(off[-1]) == body.hist.shape[0] and body.hist.shape[1:] == (3,),
              "its offsets do not cut its histogram rows (g, h, count) node by node")
     elif isinstance(body, rec.SplitRecord):
         for name in ("features", "bins", "missing_left", "gains", "voters", "accepted"):
@@ -231,7 +229,7 @@ def _check_shapes(body, n_parties: int, n_features: int, bad) -> None:
 
 def _check_acceptance(split: rec.SplitRecord, signatures: dict, uploads: dict, request, options, bad) -> None:
     parties = list(request.parties)
-    need = math.ceil(float(options.get("endorse_fraction", 2 / 3)) * len(parties) - 1e-9)
+    need = math.ceil(options["endorse_fraction"] * len(parties) - 1e-9)
     verify_on = bool(options.get("verify", True))
     mask = sum(1 << i for i, q in enumerate(parties)
                if q in uploads and (not verify_on or signatures.get(q, 0) >= need))
@@ -250,16 +248,16 @@ def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uplo
     parties = list(request.parties)
     if list(c.nodes or []) != list(split.nodes or []) or c.shapley.shape != (len(split.nodes), len(parties)):
         raise bad("its nodes do not match the layer's split record")
-    lam, gamma = float(params.get("reg_lambda", 1.0)), float(params.get("gamma", 0.0))
+    lam, gamma = params["reg_lambda"], params["gamma"]
     for j, node in enumerate(split.nodes):
         f, b, ml = int(split.features[j]), int(split.bins[j]), bool(split.missing_left[j])
         acc = [i for i, q in enumerate(parties) if (int(split.accepted[j]) >> i) & 1]
         sums = []
         for i in acc:
             up = uploads[parties[i]][0]
-            if node not in list(up.nodes):
+            if node not in (up.nodes or []):
                 raise bad(f"node {node}: {parties[i]}'s accepted upload has no histograms of this node")
-            k = list(up.nodes).index(node)
+            k = up.nodes.index(node)
             pos, found = int(up.offsets[k]), None
             cands = up.candidates[k][up.candidates[k] >= 0]
             for cf in cands:
@@ -271,8 +269,8 @@ def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uplo
             if found is None:
                 raise bad(f"node {node}: {parties[i]}'s upload has no histogram of the chosen feature {f}")
             sums.append(split_sums(found, b, ml))
-        phi, _, method = shapley_values(np.array(sums), lam, gamma, int(options.get("n_permutations", 2000)),
-                                        seed=int(params.get("seed", 0)) + int(c.tree))
+        phi, _, method = shapley_values(np.array(sums), lam, gamma, int(options["n_permutations"]),
+                                        seed=int(params["seed"]) + int(c.tree))
         expect = np.zeros(len(parties))
         expect[acc] = phi
         if not np.allclose(c.shapley[j], expect, rtol=1e-9, atol=1e-9):
@@ -280,9 +278,9 @@ def _check_contributions(c: rec.ContributionRecord, split: rec.SplitRecord, uplo
                       f"recompute from the accepted histograms ({np.round(expect, 6).tolist()})")
         voters = np.array([(int(split.voters[j]) >> i) & 1 for i in range(len(parties))], dtype=bool)
         for q in votes:
-            if node not in list(votes[q].nodes):
+            if node not in (votes[q].nodes or []):
                 raise bad(f"node {node}: {q}'s vote record of this layer has no vote for it")
-        recorded_votes = np.array([votes[q].features[list(votes[q].nodes).index(node)] == f if q in votes else False
+        recorded_votes = np.array([votes[q].features[votes[q].nodes.index(node)] == f if q in votes else False
                                    for q in parties])
         if not np.array_equal(voters, recorded_votes):
             raise bad(f"node {node}: the voters listed do not match the vote records")

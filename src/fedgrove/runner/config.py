@@ -343,13 +343,12 @@ SIMFL_KEYS = ("n_hashes", "r", "distribution", "n_bins", "force", "schedule")
 HORIZONTAL_KEYS = ("contributions",)
 PARTY_KEYS = ("name", "role", "data", "label", "test", "certs", "listen", "categorical", "n_features",
               "libsvm_base", "weight")
-# the roles that take row weights (``weight = "column"``): those whose sums the weights scale (a Federated Forest
-# client's with the labels only)
-WEIGHTED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",),
-                  "federated-forest": ("client",), "simfl": ("party",)}
 # the roles that may hold the labels (a Federated Forest's label holder is one of its clients)
-LABELLED_ROLES = {"vertical": ("active",), "horizontal": ("client",), "hybridtree": ("host",),
+LABELLED_ROLES = {"horizontal": ("client",), "vertical": ("active",), "hybridtree": ("host",),
                   "federated-forest": ("client",), "simfl": ("party",), "fvtree": ("party",)}
+# the roles that take row weights (``weight = "column"``): those whose sums the weights scale, the label
+# holders' (a Federated Forest client's with the labels only), in every protocol but FV-tree, which takes none
+WEIGHTED_ROLES = {k: r for k, r in LABELLED_ROLES.items() if k != "fvtree"}
 
 
 def config_keys() -> dict[str, tuple[str, ...]]:

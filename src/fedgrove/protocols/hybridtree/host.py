@@ -467,7 +467,7 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
             if leaves.size and int(leaves.min()) < -1:  # -1: an instance the guest does not hold; else a node
                 raise ProtocolError(f"routing answer from {u} names node {int(leaves.min())} (a node index, or -1 "
                                     f"for an instance it does not hold)")
-            if n and leaves.ndim == 2 and leaves.shape[1] and not (leaves[:, 0] >= 0).any():
+            if n and leaves.shape[1] and not (leaves[:, 0] >= 0).any():  # (the shape is handoff's)
                 logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them (if it "
                                "should hold some: were both test files' _id columns written alike, numbers or the "
                                "same text?)", u, n)
