@@ -92,6 +92,21 @@ def test_train_predict_info_partition(csv, tmp_path, capsys):
     assert code == 0 and "guest1's training file, guest" in out and "label column" not in out
 
 
+def test_info_on_a_data_file_without_label_says_every_column_counts_as_a_feature(csv, tmp_path, capsys):
+    # it printed "400 samples x 5 features", the label among them, with no word that -l sets it apart
+    df = pd.read_csv(csv)
+    df["label"] = (df["label"] == "yes").astype(int)
+    csv = tmp_path / "numbers.csv"
+    df.to_csv(csv, index=False)
+    code, out, _ = run(["info", csv], capsys)
+    flat = " ".join(re.sub("[│┌┐└┘─┬┴├┤┼]", " ", out).split())  # the table's text, without its wrapping
+    assert code == 0 and "400 samples x 5 features" in flat
+    assert "label column none given, so every column is counted as a feature (-l COLUMN names it; `fedgrove " \
+           "train` takes the last, 'label', by default)" in flat, out
+    code, out, _ = run(["info", csv, "-l", "label"], capsys)
+    assert code == 0 and "400 samples x 4 features" in out and "none given" not in out
+
+
 @pytest.mark.parametrize("algorithm", ["gbdt", "forest"])
 def test_a_weight_column_weights_the_rows_and_is_no_feature(csv, tmp_path, capsys, algorithm):
     from fedgrove.engine.forest import ForestParams, train_forest

@@ -113,6 +113,9 @@ def info(
         values, counts = np.unique(table.y, return_counts=True)
         shown = ", ".join(f"{label_text(v)}: {c}" for v, c in list(zip(values, counts))[:10])  # -1, not -1.0
         t.add_row(f"label column {table.label_name!r}", shown + (" ..." if len(values) > 10 else ""))
+    elif party is None and table.n_features:  # every column counted as a feature: say how to set the label apart
+        t.add_row("label column", f"none given, so every column is counted as a feature (-l COLUMN names it; "
+                                  f"`fedgrove train` takes the last, {table.feature_names[-1]!r}, by default)")
     if table.weights is not None:
         t.add_row(f"weight column {table.weight_name!r}", f"sum {table.weights.sum():.6g}, "
                   f"{int((table.weights == 0).sum())} rows of weight 0")
