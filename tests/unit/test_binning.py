@@ -88,3 +88,32 @@ def test_a_cut_parts_neighbouring_values_at_the_ends_of_the_float_range(lo, hi):
     with np.errstate(over="raise"):
         model = train_gbdt(GBDTParams(n_estimators=2, max_depth=1), X, y)
     assert (model.predict(X) == y).all()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sketches_of_a_table_are_each_columns_own_sketch(layout, weighted):
+    # the table's columns are sketched in blocks (sorted together, their runs counted by a kernel) since a wide
+    # table's column-by-column reading was slow: every sketch must be the one its column gives alone, across
+    # blocks, with missing values, ties, all-missing and constant columns, compressed and exact sketches
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(700, 2 * 150 + 1))
+    X[:, 1::3] = np.round(X[:, 1::3] * 3)  # ties
+    X[rng.random(X.shape) < 0.15] = np.nan
+    X[:, 7] = np.nan
+    X[:, 70] = 2.5
+    X[:, 131] = np.where(rng.random(700) < 0.5, -0.0, 0.0)
+    if layout == "F":
+        X = np.asfortranarray(X)
+    elif layout == "strided":
+        X = X[:, ::2]
+    w = rng.integers(0, 3, len(X)).astype(float) if weighted else None
+    for size in (2048, 50):  # exact (at most 700 distinct values), and compressed
+        got = BinMapper(subsample=None, sketch_size=size).sketches(X, w)
+        assert len(got) == X.shape[1]
+        for j, sketch in enumerate(got):
+            alone = QuantileSketch.from_column(X[:, j], size, w)
+            assert sketch.max_size == size
+            assert sketch.values.dtype == alone.values.dtype and sketch.weights.dtype == alone.weights.dtype
+            assert np.array_equal(sketch.values, alone.values) and np.array_equal(sketch.weights, alone.weights), j
+    assert BinMapper().sketches(np.zeros((0, 3))) and BinMapper().sketches(np.zeros((4, 0))) == []

@@ -60,6 +60,22 @@ def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
             np.testing.assert_array_equal(got, one_block)  # the same sums whatever the number of threads
 
 
+def test_default_codes_are_each_features_most_frequent_code_across_blocks_of_features(rng):
+    # features are counted 64 at a time (one table of counters for all of a wide table's features missed the
+    # cache): each feature's default must be its own most frequent code, the lowest on a tie, over many blocks
+    n, d = 300, 150
+    sizes = rng.integers(2, 257, d)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    Xb = np.minimum((rng.random((n, d)) ** 3 * sizes).astype(np.int64), sizes - 1).astype(np.uint8)
+    Xb[:, 64] = 0
+    Xb[:, 65] = np.arange(n) % 2  # a tie: the lower code
+    Xb[:, 149] = sizes[149] - 1
+    default, listed = sparse._default_codes(Xb, offsets)
+    for f in range(d):
+        counts = np.bincount(Xb[:, f], minlength=256)
+        assert default[f] == np.argmax(counts) and listed[f] == n - counts.max(), f
+
+
 def test_a_default_bin_no_row_of_the_node_has_stays_exactly_zero(rng):
     Xb = np.zeros((100, 2), dtype=np.uint8)
     Xb[:30, 0] = 1           # feature 0: default 0; rows 0-29 have code 1

@@ -32,19 +32,23 @@ DENSITY_LIMIT = 0.25
 def _default_codes(X_binned, feature_offsets):
     """Per feature, its most frequent code (ties: the lowest) and how many codes differ from it."""
     n, d = X_binned.shape
-    counts = np.zeros((d, 256), dtype=np.int64)
-    for r in range(n):
-        for f in range(d):
-            counts[f, X_binned[r, f]] += 1
     default = np.empty(d, dtype=np.int64)
     listed = np.empty(d, dtype=np.int64)
-    for f in range(d):
-        best = 0
-        for c in range(1, feature_offsets[f + 1] - feature_offsets[f]):
-            if counts[f, c] > counts[f, best]:
-                best = c
-        default[f] = best
-        listed[f] = n - counts[f, best]
+    block = 64  # features counted together: their counters stay in cache (one table for all 20,000 features of
+    counts = np.zeros((block, 256), dtype=np.int64)  # a wide table was 40 MB, and counting took twice as long)
+    for f0 in range(0, d, block):
+        f1 = min(d, f0 + block)
+        counts[:] = 0
+        for r in range(n):
+            for f in range(f0, f1):
+                counts[f - f0, X_binned[r, f]] += 1
+        for f in range(f0, f1):
+            best = 0
+            for c in range(1, feature_offsets[f + 1] - feature_offsets[f]):
+                if counts[f - f0, c] > counts[f - f0, best]:
+                    best = c
+            default[f] = best
+            listed[f] = n - counts[f - f0, best]
     return default, listed
 
 
