@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedgrove.engine.binning import BinMapper, QuantileSketch
+from fedgrove.engine.binning import BinMapper, QuantileSketch, column_major
 from fedgrove.exceptions import InvalidParameterError
 
 
@@ -117,3 +117,13 @@ def test_sketches_of_a_table_are_each_columns_own_sketch(layout, weighted):
             assert sketch.values.dtype == alone.values.dtype and sketch.weights.dtype == alone.weights.dtype
             assert np.array_equal(sketch.values, alone.values) and np.array_equal(sketch.weights, alone.weights), j
     assert BinMapper().sketches(np.zeros((0, 3))) and BinMapper().sketches(np.zeros((4, 0))) == []
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (1, 1), (63, 65), (130, 200), (1000, 3)])
+def test_column_major_is_numpys_column_major_copy(shape):
+    rng = np.random.default_rng(shape[0])
+    X = rng.integers(0, 256, shape).astype(np.uint8)
+    for given in (X, np.asfortranarray(X), X[::2], X[:, 1:]):  # row-major (tiled), column-major, views
+        got = column_major(given)
+        assert got.flags.f_contiguous and got.dtype == given.dtype and np.array_equal(got, given)
+    assert np.shares_memory(column_major(X), X) == np.shares_memory(np.asfortranarray(X), X)  # a copy as numpy's

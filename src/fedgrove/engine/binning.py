@@ -134,6 +134,30 @@ def _transposed_columns(X, lo, hi):
     return out
 
 
+def column_major(X_binned: np.ndarray) -> np.ndarray:
+    """``np.asfortranarray(X_binned)``: the bin codes in column-major order, which the partitions read one
+    feature at a time.  A row-major table is copied in tiles, 3-5x faster than numpy's element-by-element
+    transposing copy on a wide one (10,000 x 20,000 codes: 0.3-0.4 s against 1.3-1.5 s)."""
+    if X_binned.ndim != 2 or X_binned.flags.f_contiguous or not X_binned.flags.c_contiguous:
+        return np.asfortranarray(X_binned)
+    return _tiled_transpose(X_binned).T
+
+
+@njit(cache=True, nogil=True)
+def _tiled_transpose(X):
+    n, d = X.shape
+    out = np.empty((d, n), dtype=X.dtype)
+    tile = 64
+    for r0 in range(0, n, tile):
+        r1 = min(n, r0 + tile)
+        for c0 in range(0, d, tile):
+            c1 = min(d, c0 + tile)
+            for r in range(r0, r1):
+                for c in range(c0, c1):
+                    out[c, r] = X[r, c]
+    return out
+
+
 @njit(cache=True, nogil=True)
 def _sorted_runs(sorted_rows):
     """Per row of ``sorted_rows`` (each sorted, NaNs last): its distinct non-NaN values and how often each

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.gbdt import check_sample_weight, check_xy, weighted_rows
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
@@ -271,7 +271,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)
     thresholds = bin_mapper.thresholds()
-    X_columns = np.asfortranarray(X_binned)
+    X_columns = column_major(X_binned)
     model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)
     with thread_limit(params.n_threads):
         for t in range(params.n_estimators):

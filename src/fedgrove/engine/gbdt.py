@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import check_gradient_range, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
@@ -257,7 +257,7 @@ class LocalGrower:
         self.params = params
         self.bin_mapper = bin_mapper or BinMapper(params.max_bins, seed=params.seed).fit(X)
         self.X_binned = self.bin_mapper.transform(X)
-        self.X_columns = np.asfortranarray(self.X_binned)
+        self.X_columns = column_major(self.X_binned)
         self.thresholds = self.bin_mapper.thresholds()
         self.scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
 
@@ -408,7 +408,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
         if params.early_stopping_rounds:
             callbacks.append(early_stopping(params.early_stopping_rounds, higher))
 
-    X_columns = np.asfortranarray(X_binned)
+    X_columns = column_major(X_binned)
     stats = np.ones((n, 3 if scorer.hist_needs_count else 2))
     t0 = time.perf_counter()
     for it in range(params.n_estimators):

@@ -118,7 +118,7 @@ class HistogramSplitFinder(SplitFinder):
     scorer : GBDTScorer or CARTScorer
     root_samples : int array, rows in the root (default: all)
     allowed : callable(Layer) -> bool (n_nodes, n_features), default: all features
-    X_columns : the same codes in column-major order (``np.asfortranarray``), used
+    X_columns : the same codes in column-major order (``column_major``, as ``np.asfortranarray``), used
         by the partition kernel: reading one feature of a node's sorted rows
         then touches few cache lines.  Default: ``X_binned`` itself.
     features : features whose histograms are built (default: all).  Histograms

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from fedgrove.crypto.signing import SigningKey, public_key, verify
-from fedgrove.engine.binning import BinMapper, QuantileSketch
+from fedgrove.engine.binning import BinMapper, QuantileSketch, column_major
 from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
@@ -316,7 +316,7 @@ class FVTreeParty:
             merged = part if merged is None else [x.merge(y_) for x, y_ in zip(merged, part)]
         self.bin_mapper = BinMapper(self.params.max_bins).fit_sketches(merged)
         self.X_binned = self.bin_mapper.transform(self.X)
-        self.X_columns = np.asfortranarray(self.X_binned)  # partitions read one feature's codes
+        self.X_columns = column_major(self.X_binned)  # partitions read one feature's codes
         cuts = [self.bin_mapper.bin_upper_bounds(f)[:-1] for f in range(self.X.shape[1])]
         binning = rec.Binning(np.concatenate(cuts) if cuts else np.zeros(0),
                               np.array([len(c) for c in cuts], dtype=np.int64),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, MaskingKeys, add128
-from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.gbdt import (GBDTParams, RoundSampler, check_sample_weight, check_xy, checked_weights,
                                   weighted_rows)
 from fedgrove.engine.losses import make_objective
@@ -71,7 +71,7 @@ class HorizontalClient:
             raise ProtocolError(f"{ch.party}: cut points do not match the {X.shape[1]} features")
         bm = BinMapper.from_cuts(np.split(cuts.cuts, np.cumsum(cuts.lengths)[:-1]), cuts.max_bins)
         X_binned = bm.transform(X)
-        X_columns = np.asfortranarray(X_binned)
+        X_columns = column_major(X_binned)
         with ch.scope(stage="labels"):
             self._send_masked("labels", label_stats(p, y, w))
         base = ch.recv(self.agg, "base", m.BaseScore).values

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from fedgrove.crypto.he import HEContext
+from fedgrove.engine.binning import column_major
 from fedgrove.engine.gbdt import AlignedWeights, GBDTParams, RoundSampler, check_xy, mask_for_every_node
 from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
@@ -192,7 +193,7 @@ class HybridHost:
                      self.guests)
         self._send_setup(layouts)
         X_binned = self.bin_mapper.transform(self.X)
-        X_columns = np.asfortranarray(X_binned)
+        X_columns = column_major(X_binned)
         thresholds = self.bin_mapper.thresholds()
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         K = objective.n_outputs

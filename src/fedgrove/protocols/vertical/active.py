@@ -10,7 +10,7 @@ import numpy as np
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.crypto.packing import MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
-from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.gbdt import AlignedWeights, GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
@@ -319,7 +319,7 @@ class VerticalActive:
         y = objective.check_labels(self.y)
         self.weights.check(y, objective.name)
         X_binned = self.bin_mapper.transform(self.X)
-        X_columns = np.asfortranarray(X_binned)
+        X_columns = column_major(X_binned)
         n, n_local = X_binned.shape
         feat, bins = n_local, int(self.bin_mapper.feature_offsets[-1])
         for name in self.passives:
