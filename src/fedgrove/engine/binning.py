@@ -122,18 +122,6 @@ class QuantileSketch:
 _SKETCH_BLOCK = 64  # columns sketched together: read from a row-major table as one copy, not a strided column each
 
 
-@njit(cache=True, nogil=True)
-def _transposed_columns(X, lo, hi):
-    """Columns ``lo:hi`` of a row-major ``X`` as the rows of a new array, each row's contiguous values read at
-    once (numpy's transposing copy of a wide table's 64 columns was 3x slower)."""
-    n = X.shape[0]
-    out = np.empty((hi - lo, n), dtype=X.dtype)
-    for r in range(n):
-        for c in range(lo, hi):
-            out[c - lo, r] = X[r, c]
-    return out
-
-
 def column_major(X_binned: np.ndarray) -> np.ndarray:
     """``np.asfortranarray(X_binned)``: the bin codes in column-major order, which the partitions read one
     feature at a time.  A row-major table is copied in tiles, 3-5x faster than numpy's element-by-element
@@ -164,19 +152,10 @@ def _sorted_runs(sorted_rows):
     occurs, as ``np.unique(row[~isnan(row)], return_counts=True)`` gives them, flat, with row offsets."""
     k, n = sorted_rows.shape
     offsets = np.zeros(k + 1, dtype=np.int64)
+    values = np.empty(k * n, dtype=np.float64)  # at most one run per value
+    counts = np.zeros(k * n, dtype=np.float64)
+    at = -1
     for i in range(k):
-        runs = 0
-        for j in range(n):
-            x = sorted_rows[i, j]
-            if np.isnan(x):
-                break
-            if j == 0 or x != sorted_rows[i, j - 1]:
-                runs += 1
-        offsets[i + 1] = offsets[i] + runs
-    values = np.empty(offsets[k], dtype=np.float64)
-    counts = np.zeros(offsets[k], dtype=np.float64)
-    for i in range(k):
-        at = offsets[i] - 1
         for j in range(n):
             x = sorted_rows[i, j]
             if np.isnan(x):
@@ -185,7 +164,8 @@ def _sorted_runs(sorted_rows):
                 at += 1
                 values[at] = x
             counts[at] += 1.0
-    return values, counts, offsets
+        offsets[i + 1] = at + 1
+    return values[:at + 1].copy(), counts[:at + 1].copy(), offsets
 
 
 class BinMapper:
@@ -231,7 +211,7 @@ class BinMapper:
         out = []
         for lo in range(0, X.shape[1], _SKETCH_BLOCK):  # a block of columns at a time, each column contiguous
             hi = min(lo + _SKETCH_BLOCK, X.shape[1])
-            block = np.array(X[:, lo:hi].T) if X.flags.f_contiguous else _transposed_columns(X, lo, hi)
+            block = np.array(X[:, lo:hi].T) if X.flags.f_contiguous else _tiled_transpose(X[:, lo:hi])
             if w is not None:
                 out += [QuantileSketch.from_column(col, self.sketch_size, w) for col in block]
                 continue
