@@ -206,8 +206,6 @@ class BinMapper:
             rows = np.sort(rng.choice(X.shape[0], self.subsample, replace=False))
             X = X[rows]
             w = None if w is None else w[rows]
-        if not (X.flags.c_contiguous or X.flags.f_contiguous):  # a strided view: one layout for the kernel
-            X = np.ascontiguousarray(X)
         out = []
         for lo in range(0, X.shape[1], _SKETCH_BLOCK):  # a block of columns at a time, each column contiguous
             hi = min(lo + _SKETCH_BLOCK, X.shape[1])
