@@ -260,6 +260,75 @@ def test_a_peer_with_a_foreign_certificate_that_starts_later_is_refused_when_it_
             b.close()
 
 
+def test_a_party_waiting_on_a_peer_with_a_foreign_certificate_says_so_at_once(tmp_path):
+    # alice only receives from bob; bob's calls fail in the handshake, and it cannot tell alice, who waited out
+    # the startup timeout and then said bob "stalled or died" although it was up all along
+    ours, theirs = _two_federations(tmp_path)
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(ours, "alice"), timeout=2,
+                    startup_timeout=60)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(theirs, "bob"), timeout=2)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match="stopped waiting for bob at ping: the TLS handshake with bob "
+                                                "failed .*same federation CA") as caught:
+            a.recv("bob", "ping", Ping)
+        assert not isinstance(caught.value, PeerTimeoutError)
+        assert time.monotonic() - t0 < 20
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_party_waiting_on_a_peer_whose_address_is_another_partys_says_so(tmp_path):
+    create_federation_certs(tmp_path, ["alice", "bob", "carol"])
+    pa, pc = _port(), _port()
+    c = GrpcChannel("carol", f"127.0.0.1:{pc}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "carol"), timeout=2)
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pc}"}, _tls(tmp_path, "alice"), timeout=2,
+                    startup_timeout=60)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match=f"stopped waiting for bob at ping: the party at 127.0.0.1:{pc} "
+                                                f"is not bob"):
+            a.recv("bob", "ping", Ping)
+        assert time.monotonic() - t0 < 20
+        assert c.mailboxes.keys() == []  # the probe left nothing behind
+    finally:
+        a.close()
+        c.close()
+
+
+def test_a_party_waiting_on_a_peer_that_comes_up_later_receives_from_it(tmp_path):
+    # the probes of a peer that is not up yet, then up and of the same federation, change nothing
+    import threading
+
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.4,
+                    startup_timeout=30)
+    started = []
+
+    def bob_starts_and_sends():
+        time.sleep(1.5)
+        b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=5)
+        started.append(b)
+        time.sleep(3.0)  # alice probes bob meanwhile (its reconnection back-off is up to 2 s)
+        b.send("alice", "ping", Ping(np.arange(3.0)))
+
+    later = threading.Thread(target=bob_starts_and_sends)
+    later.start()
+    try:
+        np.testing.assert_array_equal(a.recv("bob", "ping", Ping).data, np.arange(3.0))
+        later.join()
+        assert "bob" in a._probed
+        assert started[0].mailboxes.keys() == []
+    finally:
+        later.join()
+        a.close()
+        for b in started:
+            b.close()
+
+
 def test_a_first_message_to_a_peer_not_up_yet_waits_for_it_saying_so(tmp_path, monkeypatch, caplog):
     import logging
     import threading
@@ -631,3 +700,37 @@ def test_a_peer_whose_process_ended_without_a_word_is_given_up_on_before_the_tim
         assert time.monotonic() - t0 < 20
     finally:
         a.close(notify=False)
+
+
+def test_a_party_whose_handshake_failed_keeps_its_port_open_for_the_peers_starting_later(tmp_path):
+    # bob's certificates are of another federation: it fails on its first message to alice and exits; carol,
+    # starting after that, found nothing at bob's address and waited out its startup timeout (300 s for a party),
+    # then said bob was not running
+    import threading
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    create_federation_certs(ours, ["alice", "bob", "carol"])
+    create_federation_certs(theirs, ["alice", "bob", "carol"])
+    pa, pb, pc = _port(), _port(), _port()
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(ours, "alice"), timeout=5)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}", "carol": f"127.0.0.1:{pc}"},
+                    _tls(theirs, "bob"), timeout=5, linger=6)
+    c = None
+    try:
+        with pytest.raises(ProtocolError, match="the TLS handshake with alice failed"):
+            b.send("alice", "ping", Ping(np.zeros(1)))
+        closing = threading.Thread(target=b.close)
+        closing.start()  # bob exits, lingering
+        time.sleep(0.5)
+        c = GrpcChannel("carol", f"127.0.0.1:{pc}", {"bob": f"127.0.0.1:{pb}"}, _tls(ours, "carol"), timeout=5,
+                        startup_timeout=60)
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
+            c.send("bob", "ping", Ping(np.zeros(1)))
+        assert time.monotonic() - t0 < 6
+        closing.join()
+    finally:
+        a.close()
+        b.close()
+        if c is not None:
+            c.close()

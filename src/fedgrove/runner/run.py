@@ -60,6 +60,10 @@ def _limit_he_threads(cfg: FederationConfig, who: str) -> None:
 
 
 _ANY_HOST = ("", "0.0.0.0", "::", "*")  # listen addresses that name no one host
+# seconds a party whose TLS handshake with a peer failed keeps its port open before it exits: a peer that comes
+# up meanwhile meets the failed handshake and says why, instead of waiting out its startup timeout (300 s) for
+# a party that was gone, then saying that nothing answered
+HANDSHAKE_LINGER = 10.0
 
 
 def _host(address: str) -> str:
@@ -291,7 +295,8 @@ def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, prog
     check_party_certs(*paths, spec.name)
     tls = TLSFiles(*paths)
     channel = GrpcChannel(spec.name, spec.listen, cfg.peers, tls, timeout=cfg.timeout,
-                          startup_timeout=cfg.startup_timeout, max_bytes=cfg.max_message_bytes)
+                          startup_timeout=cfg.startup_timeout, max_bytes=cfg.max_message_bytes,
+                          linger=HANDSHAKE_LINGER)
     logger.info("%s (%s) listening on %s; peers: %s", spec.name, spec.role, spec.listen, ", ".join(cfg.peers))
     _limit_he_threads(cfg, spec.name)
     try:

@@ -237,6 +237,9 @@ class Channel(ABC):
                     failure = self._failure()
                     if failure is not None:
                         raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {failure}") from None
+                    refused = self._peer_refused(peer)
+                    if refused is not None:
+                        raise ProtocolError(f"{self.party}: stopped waiting for {peer} at {tag}: {refused}") from None
                     ended = self._peer_ended(peer)
                     if ended is not None:
                         try:  # its last message may have landed since
@@ -272,6 +275,11 @@ class Channel(ABC):
 
     def _peer_ended(self, peer: str) -> str | None:
         """How ``peer`` ended ("finished", "stopped") when this backend knows it has, else None."""
+        return None
+
+    def _peer_refused(self, peer: str) -> str | None:
+        """Why ``peer`` can never be reached although it is up (the gRPC backend: the TLS handshake with it
+        fails, its certificates being of another federation), else None."""
         return None
 
     def _peer_gone(self, peer: str) -> str | None:

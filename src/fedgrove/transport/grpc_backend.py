@@ -40,6 +40,7 @@ _METHOD = "/fedgrove.Federation/Exchange"
 FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol tag starts with "!")
 PROGRESS_TAG = "!progress"  # every few seconds, to each peer reached: seconds since its last progress
 ENDED_TAG = "!ended"  # a party closing its channel tells the peers it reached: none waits on it any longer
+PROBE_TAG = "!probe"  # asks only whether the TLS handshake with a peer works (taken, and otherwise ignored)
 
 
 def _build_types():
@@ -102,18 +103,12 @@ class _FirstCall:
                 return
             except grpc.RpcError as exc:
                 details = exc.details() or ""
-                said = details.lower()
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     self.error = exc
                     return
-                if "handshake" in said:
-                    self.error = channel._handshake_error(peer, details)
-                    return
-                if any(m in said for m in _WRONG_PEER):  # a party of the federation, but not this one
-                    self.error = ProtocolError(
-                        f"{channel.party}: the party at {channel.addresses[peer]} is not {peer} (its certificate "
-                        f"names another party of the federation); check {peer}'s address among this party's "
-                        f"peers")
+                refusal = channel._refusal(peer, details)
+                if refusal is not None:
+                    self.error = refusal
                     return
             except Exception as exc:  # noqa: BLE001 - the channel closed under it: said by result()
                 self.error = exc
@@ -156,11 +151,17 @@ class GrpcChannel(Channel):
     peers : {peer name: "host:port"}
     tls : TLSFiles
     chunk_bytes : a message larger than this travels in pieces of this size (default ``CHUNK_BYTES``)
+    linger : seconds that :meth:`close` keeps the port open after a TLS handshake with a peer failed, so that
+        peers starting later meet the failed handshake and say so, rather than finding nothing at this
+        party's address and waiting out their startup timeout (such a failure cannot be told to a peer)
     """
 
     def __init__(self, party: str, listen: str, peers: dict[str, str], tls: TLSFiles, timeout: float = 60.0,
-                 connect_timeout: float | None = None, chunk_bytes: int | None = None, **kw):
+                 connect_timeout: float | None = None, chunk_bytes: int | None = None, linger: float = 0.0,
+                 **kw):
         super().__init__(party, list(peers), timeout, **kw)
+        self.linger = linger
+        self._handshake_failed = False
         chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes}")
@@ -176,6 +177,8 @@ class GrpcChannel(Channel):
         self._ended: set[str] = set()    # peers that closed their channels
         self._progress_at: dict[str, float] = {}  # when each peer last made progress: its messages and beats
         self._refused_since: dict[str, float] = {}  # reached peers whose port refuses this party's beats, since when
+        self._probed: set[str] = set()  # peers that took a probe: their handshake works
+        self._unreachable: dict[str, str] = {}  # peers a probe could not reach, and why (a failed TLS handshake)
         limit = chunk_bytes + 65536  # a piece and its envelope (a whole message's own limit: max_bytes)
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
@@ -226,6 +229,19 @@ class GrpcChannel(Channel):
         while not self._closed.wait(self._beat_every):
             payload = f"{self.progress_age():.3f}".encode()
             pending = [call for call in pending if not call.done()]
+            awaited = self._waiting_on
+            if awaited is not None and awaited not in self._reached and awaited not in self._heard \
+                    and awaited not in self._probed and awaited not in self._unreachable:
+                # a peer awaited that neither took nor sent a message: if it is up but its certificates are of
+                # another federation, its own calls fail in the handshake and it cannot say so to this party,
+                # which would wait out the startup timeout and then blame a peer that was up all along
+                env = Envelope(sender=self.party, receiver=awaited, tag=PROBE_TAG)
+                try:
+                    call = self._stubs[awaited].future(env, timeout=2 * self._beat_every, wait_for_ready=False)
+                    call.add_done_callback(functools.partial(self._probe_answered, awaited))
+                except Exception:  # noqa: BLE001 - closing meanwhile
+                    return
+                pending.append(call)
             for peer in sorted(self._reached):
                 env = Envelope(sender=self.party, receiver=peer, tag=PROGRESS_TAG, payload=payload)
                 try:
@@ -249,6 +265,25 @@ class GrpcChannel(Channel):
         with self._lock:
             self._refused_since.pop(peer, None)
 
+    def _probe_answered(self, peer: str, call) -> None:
+        """Note whether ``peer`` took a probe (its handshake works) or failed the TLS handshake (why, in words);
+        a peer that is not up yet is probed again."""
+        try:
+            call.result()
+        except grpc.RpcError as exc:
+            details = exc.details() or ""
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                refusal = self._refusal(peer, details)
+                if refusal is not None:
+                    self._unreachable[peer] = str(refusal).removeprefix(f"{self.party}: ")
+            return
+        except Exception:  # noqa: BLE001 - cancelled as the channel closes
+            return
+        self._probed.add(peer)
+
+    def _peer_refused(self, peer: str) -> str | None:
+        return self._unreachable.get(peer)
+
     def _peer_gone(self, peer: str) -> str | None:
         since = self._refused_since.get(peer)
         if since is None or time.monotonic() - since < self._gone_after:
@@ -264,6 +299,8 @@ class GrpcChannel(Channel):
             logger.warning("%s: refused an envelope claiming sender %r from certificate %r", self.party,
                            env.sender, caller)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "sender does not match the client certificate")
+        if env.tag == PROBE_TAG:  # the sender is waiting on this party: not a sign that it works
+            return Ack(error="")
         now = time.monotonic()
         if env.tag == PROGRESS_TAG:
             try:
@@ -416,7 +453,21 @@ class GrpcChannel(Channel):
     def _stopped_sending(self, peer, tag) -> ProtocolError:
         return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
 
+    def _refusal(self, peer: str, details: str) -> ProtocolError | None:
+        """The error for a call to ``peer`` that failed UNAVAILABLE with ``details`` when the peer answered
+        but the TLS handshake failed (certificates of another federation, or the address of another party of
+        this one), else None (the peer is not up, or not reachable)."""
+        said = details.lower()
+        if "handshake" in said:
+            return self._handshake_error(peer, details)
+        if any(m in said for m in _WRONG_PEER):  # a party of the federation, but not this one
+            return ProtocolError(f"{self.party}: the party at {self.addresses[peer]} is not {peer} (its "
+                                 f"certificate names another party of the federation); check {peer}'s address "
+                                 f"among this party's peers")
+        return None
+
     def _handshake_error(self, peer, details: str) -> ProtocolError:
+        self._handshake_failed = True
         reason = details.split("last error: ", 1)[-1]
         return ProtocolError(f"{self.party}: the TLS handshake with {peer} failed ({reason}); both parties' "
                              f"certificates must come from the same federation CA (`fedgrove certs`), with that "
@@ -468,6 +519,10 @@ class GrpcChannel(Channel):
         process does)."""
         if self._closed.is_set():
             return
+        if self._handshake_failed and self.linger > 0:
+            logger.info("%s: a TLS handshake with a peer failed; keeps its port open %g s so that the peers "
+                        "starting meanwhile meet the failed handshake too, and say so", self.party, self.linger)
+            time.sleep(self.linger)
         self._closed.set()
         self._beats.join(timeout=5.0)
         if notify:  # a peer still waiting on this party is told at once, not after its timeout
