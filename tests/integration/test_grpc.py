@@ -298,10 +298,16 @@ def test_a_party_waiting_on_a_peer_whose_address_is_another_partys_says_so(tmp_p
         c.close()
 
 
-def test_a_party_waiting_on_a_peer_that_comes_up_later_receives_from_it(tmp_path):
-    # the probes of a peer that is not up yet, then up and of the same federation, change nothing
+def test_a_party_waiting_on_a_peer_that_comes_up_later_receives_from_it(tmp_path, monkeypatch, caplog):
+    # the probes of a peer that is not up yet, then up and of the same federation, change nothing but the notes
+    # on the long wait, which say whether the peer is up
+    import logging
     import threading
 
+    from fedgrove.transport import channel as channel_module
+
+    monkeypatch.setattr(channel_module, "WAIT_NOTE_AFTER", 0.5)
+    monkeypatch.setattr(channel_module, "WAIT_NOTE_EVERY", 0.5)
     create_federation_certs(tmp_path, ["alice", "bob"])
     pa, pb = _port(), _port()
     a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.4,
@@ -318,10 +324,13 @@ def test_a_party_waiting_on_a_peer_that_comes_up_later_receives_from_it(tmp_path
     later = threading.Thread(target=bob_starts_and_sends)
     later.start()
     try:
-        np.testing.assert_array_equal(a.recv("bob", "ping", Ping).data, np.arange(3.0))
+        with caplog.at_level(logging.INFO, logger="fedgrove"):
+            np.testing.assert_array_equal(a.recv("bob", "ping", Ping).data, np.arange(3.0))
         later.join()
-        assert "bob" in a._probed
+        assert a._probed.get("bob") is True
         assert started[0].mailboxes.keys() == []
+        assert f"nothing answers at 127.0.0.1:{pb}: bob is not up yet, or not at that address" in caplog.text
+        assert f"bob is up at 127.0.0.1:{pb}" in caplog.text
     finally:
         later.join()
         a.close()

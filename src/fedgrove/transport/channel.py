@@ -269,13 +269,18 @@ class Channel(ABC):
                                         peer, tag, now - start)
                         else:
                             logger.info("%s: waiting for %s at %s (%.0f s so far; gives up after %g s without "
-                                        "progress)", self.party, peer, tag, now - start, timeout)
+                                        "progress)%s", self.party, peer, tag, now - start, timeout,
+                                        self._peer_state(peer))
         finally:
             self._waiting_on = None
 
     def _peer_ended(self, peer: str) -> str | None:
         """How ``peer`` ended ("finished", "stopped") when this backend knows it has, else None."""
         return None
+
+    def _peer_state(self, peer: str) -> str:
+        """What this backend knows of a peer not heard from yet, for a note on a long wait ("": nothing)."""
+        return ""
 
     def _peer_refused(self, peer: str) -> str | None:
         """Why ``peer`` can never be reached although it is up (the gRPC backend: the TLS handshake with it

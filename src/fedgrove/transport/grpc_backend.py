@@ -177,7 +177,7 @@ class GrpcChannel(Channel):
         self._ended: set[str] = set()    # peers that closed their channels
         self._progress_at: dict[str, float] = {}  # when each peer last made progress: its messages and beats
         self._refused_since: dict[str, float] = {}  # reached peers whose port refuses this party's beats, since when
-        self._probed: set[str] = set()  # peers that took a probe: their handshake works
+        self._probed: dict[str, bool] = {}  # peers probed: whether the last probe was taken (else nothing answered)
         self._unreachable: dict[str, str] = {}  # peers a probe could not reach, and why (a failed TLS handshake)
         limit = chunk_bytes + 65536  # a piece and its envelope (a whole message's own limit: max_bytes)
         opts = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
@@ -231,10 +231,11 @@ class GrpcChannel(Channel):
             pending = [call for call in pending if not call.done()]
             awaited = self._waiting_on
             if awaited is not None and awaited not in self._reached and awaited not in self._heard \
-                    and awaited not in self._probed and awaited not in self._unreachable:
+                    and awaited not in self._unreachable:
                 # a peer awaited that neither took nor sent a message: if it is up but its certificates are of
                 # another federation, its own calls fail in the handshake and it cannot say so to this party,
-                # which would wait out the startup timeout and then blame a peer that was up all along
+                # which would wait out the startup timeout and then blame a peer that was up all along (probed
+                # while awaited: whether it is up is said in the notes on a long wait)
                 env = Envelope(sender=self.party, receiver=awaited, tag=PROBE_TAG)
                 try:
                     call = self._stubs[awaited].future(env, timeout=2 * self._beat_every, wait_for_ready=False)
@@ -266,8 +267,8 @@ class GrpcChannel(Channel):
             self._refused_since.pop(peer, None)
 
     def _probe_answered(self, peer: str, call) -> None:
-        """Note whether ``peer`` took a probe (its handshake works) or failed the TLS handshake (why, in words);
-        a peer that is not up yet is probed again."""
+        """Note whether ``peer`` took a probe (it is up, its handshake works), failed the TLS handshake (why, in
+        words: it is not probed again), or did not answer (not up yet)."""
         try:
             call.result()
         except grpc.RpcError as exc:
@@ -276,10 +277,19 @@ class GrpcChannel(Channel):
                 refusal = self._refusal(peer, details)
                 if refusal is not None:
                     self._unreachable[peer] = str(refusal).removeprefix(f"{self.party}: ")
+                else:
+                    self._probed[peer] = False
             return
         except Exception:  # noqa: BLE001 - cancelled as the channel closes
             return
-        self._probed.add(peer)
+        self._probed[peer] = True
+
+    def _peer_state(self, peer: str) -> str:
+        if peer in self._heard or peer in self._reached or peer not in self._probed:
+            return ""
+        if self._probed[peer]:
+            return f"; {peer} is up at {self.addresses[peer]}"
+        return f"; nothing answers at {self.addresses[peer]}: {peer} is not up yet, or not at that address"
 
     def _peer_refused(self, peer: str) -> str | None:
         return self._unreachable.get(peer)
