@@ -1,6 +1,8 @@
 """gRPC transport with mutual TLS: delivery, identity checks, refusal of foreign certificates."""
 
+import contextlib
 import socket
+import threading
 import time
 
 import numpy as np
@@ -43,6 +45,28 @@ def _two_federations(tmp_path):
     create_federation_certs(ours, ["alice", "bob"])
     create_federation_certs(theirs, ["alice", "bob"])
     return ours, theirs
+
+
+@contextlib.contextmanager
+def _starting_later(delay, start, then=None):
+    """In another thread, after ``delay`` seconds, the channel ``start()`` makes, then ``then(channel)`` if given;
+    yields the list the channel lands in, and on leaving waits for the thread and closes the channel."""
+    started = []
+
+    def run():
+        time.sleep(delay)
+        started.append(start())
+        if then is not None:
+            then(started[0])
+
+    later = threading.Thread(target=run)
+    later.start()
+    try:
+        yield started
+    finally:
+        later.join()
+        for ch in started:
+            ch.close()
 
 
 def _alice_and_bob(d, timeout, alice=None, bob=None):
@@ -97,7 +121,6 @@ def test_a_mailbox_is_dropped_once_its_messages_are_taken(pair):
 def test_a_peer_that_works_longer_than_the_timeout_is_waited_for_and_one_that_dies_is_not(tmp_path):
     # its signs of life keep a working peer waited for (encrypting a million gradients takes minutes: the
     # parties waiting on it gave up); a peer whose process ends sends none, and is given up on after the timeout
-    import threading
     import time
 
     a, b = _alice_and_bob(tmp_path, 0.4)
@@ -138,7 +161,6 @@ def test_a_peer_that_ended_without_sending_is_named_at_once(tmp_path):
 
 
 def test_two_parties_waiting_on_each_other_over_grpc_time_out(tmp_path):
-    import threading
     import time
 
     a, b = _alice_and_bob(tmp_path, 0.5)
@@ -213,17 +235,30 @@ def test_a_partys_tls_files_are_checked_before_it_connects(tmp_path):
         check_party_certs(broken / "ca.pem", broken / "alice.pem", broken / "alice.key", "alice")
 
 
-def test_a_certificate_from_another_ca_is_refused(tmp_path):
+@pytest.mark.parametrize("how", ["send", "recv"])
+def test_a_certificate_from_another_ca_is_refused(tmp_path, how):
+    # alice holds another federation's certificates.  send: its first message to bob fails in the handshake, said
+    # at once, not after waiting out the connect timeout.  recv: bob waits for alice's first message; alice's
+    # calls fail in the handshake and it cannot tell bob, who waited out the startup timeout and then said alice
+    # "stalled or died" although it was up all along; bob probes alice and says why
     ours, theirs = _two_federations(tmp_path)
     pa, pb = _port(), _port()
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(ours, "bob"), timeout=5)
+    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(ours, "bob"), timeout=2,
+                    startup_timeout=60)
     intruder = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(theirs, "alice"), timeout=5,
                            connect_timeout=3)
     try:
         t0 = time.monotonic()
-        with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
-            intruder.send("bob", "ping", Ping(np.zeros(1)))
-        assert time.monotonic() - t0 < 3  # said at once, not after waiting out the connect timeout
+        if how == "send":
+            with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
+                intruder.send("bob", "ping", Ping(np.zeros(1)))
+            assert time.monotonic() - t0 < 3
+        else:
+            with pytest.raises(ProtocolError, match="stopped waiting for alice at ping: the TLS handshake with "
+                                                    "alice failed .*same federation CA") as caught:
+                b.recv("alice", "ping", Ping)
+            assert not isinstance(caught.value, PeerTimeoutError)
+            assert time.monotonic() - t0 < 20
         assert b.mailboxes.keys() == []
     finally:
         intruder.close()
@@ -233,76 +268,25 @@ def test_a_certificate_from_another_ca_is_refused(tmp_path):
 def test_a_peer_with_a_foreign_certificate_that_starts_later_is_refused_when_it_comes_up(tmp_path):
     # the first message used to wait for the peer to be ready, which retried the failed handshakes in silence
     # until the connect timeout (300 s for a party), then said the peer was down although it was up all along
-    import threading
-
     ours, theirs = _two_federations(tmp_path)
     pa, pb = _port(), _port()
     a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(theirs, "alice"), timeout=5,
                     connect_timeout=60)
-    started = []
-
-    def bob_starts():
-        time.sleep(1.0)
-        started.append(GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(ours, "bob"),
-                                   timeout=5))
-
-    later = threading.Thread(target=bob_starts)
-    later.start()
     try:
-        t0 = time.monotonic()
-        with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
-            a.send("bob", "ping", Ping(np.zeros(1)))
-        assert time.monotonic() - t0 < 20
-    finally:
-        later.join()
-        a.close()
-        for b in started:
-            b.close()
-
-
-def test_a_party_waiting_on_a_peer_with_a_foreign_certificate_says_so_at_once(tmp_path):
-    # alice only receives from bob; bob's calls fail in the handshake, and it cannot tell alice, who waited out
-    # the startup timeout and then said bob "stalled or died" although it was up all along
-    ours, theirs = _two_federations(tmp_path)
-    pa, pb = _port(), _port()
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(ours, "alice"), timeout=2,
-                    startup_timeout=60)
-    b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(theirs, "bob"), timeout=2)
-    try:
-        t0 = time.monotonic()
-        with pytest.raises(ProtocolError, match="stopped waiting for bob at ping: the TLS handshake with bob "
-                                                "failed .*same federation CA") as caught:
-            a.recv("bob", "ping", Ping)
-        assert not isinstance(caught.value, PeerTimeoutError)
-        assert time.monotonic() - t0 < 20
+        with _starting_later(1.0, lambda: GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"},
+                                                      _tls(ours, "bob"), timeout=5)):
+            t0 = time.monotonic()
+            with pytest.raises(ProtocolError, match="the TLS handshake with bob failed .*same federation CA"):
+                a.send("bob", "ping", Ping(np.zeros(1)))
+            assert time.monotonic() - t0 < 20
     finally:
         a.close()
-        b.close()
-
-
-def test_a_party_waiting_on_a_peer_whose_address_is_another_partys_says_so(tmp_path):
-    create_federation_certs(tmp_path, ["alice", "bob", "carol"])
-    pa, pc = _port(), _port()
-    c = GrpcChannel("carol", f"127.0.0.1:{pc}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "carol"), timeout=2)
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pc}"}, _tls(tmp_path, "alice"), timeout=2,
-                    startup_timeout=60)
-    try:
-        t0 = time.monotonic()
-        with pytest.raises(ProtocolError, match=f"stopped waiting for bob at ping: the party at 127.0.0.1:{pc} "
-                                                f"is not bob"):
-            a.recv("bob", "ping", Ping)
-        assert time.monotonic() - t0 < 20
-        assert c.mailboxes.keys() == []  # the probe left nothing behind
-    finally:
-        a.close()
-        c.close()
 
 
 def test_a_party_waiting_on_a_peer_that_comes_up_later_receives_from_it(tmp_path, monkeypatch, caplog):
     # the probes of a peer that is not up yet, then up and of the same federation, change nothing but the notes
     # on the long wait, which say whether the peer is up
     import logging
-    import threading
 
     from fedgrove.transport import channel as channel_module
 
@@ -312,35 +296,26 @@ def test_a_party_waiting_on_a_peer_that_comes_up_later_receives_from_it(tmp_path
     pa, pb = _port(), _port()
     a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=0.4,
                     startup_timeout=30)
-    started = []
 
-    def bob_starts_and_sends():
-        time.sleep(1.5)
-        b = GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=5)
-        started.append(b)
+    def sends(b):
         time.sleep(3.0)  # alice probes bob meanwhile (its reconnection back-off is up to 2 s)
         b.send("alice", "ping", Ping(np.arange(3.0)))
 
-    later = threading.Thread(target=bob_starts_and_sends)
-    later.start()
     try:
-        with caplog.at_level(logging.INFO, logger="fedgrove"):
-            np.testing.assert_array_equal(a.recv("bob", "ping", Ping).data, np.arange(3.0))
-        later.join()
-        assert a._probed.get("bob") is True
-        assert started[0].mailboxes.keys() == []
+        with _starting_later(1.5, lambda: GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"},
+                                                      _tls(tmp_path, "bob"), timeout=5), sends) as started:
+            with caplog.at_level(logging.INFO, logger="fedgrove"):
+                np.testing.assert_array_equal(a.recv("bob", "ping", Ping).data, np.arange(3.0))
+            assert a._probed.get("bob") is True
+            assert started[0].mailboxes.keys() == []
         assert f"nothing answers at 127.0.0.1:{pb}: bob is not up yet, or not at that address" in caplog.text
         assert f"bob is up at 127.0.0.1:{pb}" in caplog.text
     finally:
-        later.join()
         a.close()
-        for b in started:
-            b.close()
 
 
 def test_a_first_message_to_a_peer_not_up_yet_waits_for_it_saying_so(tmp_path, monkeypatch, caplog):
     import logging
-    import threading
 
     from fedgrove.transport import grpc_backend
 
@@ -349,15 +324,14 @@ def test_a_first_message_to_a_peer_not_up_yet_waits_for_it_saying_so(tmp_path, m
     pa, pb = _port(), _port()
     a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pb}"}, _tls(tmp_path, "alice"), timeout=5,
                     connect_timeout=60)
-    started = []
-    later = threading.Thread(target=lambda: (time.sleep(1.5), started.append(GrpcChannel(
-        "bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "bob"), timeout=5))))
-    later.start()
     try:
-        with caplog.at_level(logging.INFO, logger="fedgrove"):
-            a.send("bob", "ping", Ping(np.arange(2.0)))  # delivered once bob is up
-        later.join()
-        np.testing.assert_array_equal(started[0].recv("alice", "ping", Ping).data, np.arange(2.0))
+        with _starting_later(1.5, lambda: GrpcChannel("bob", f"127.0.0.1:{pb}", {"alice": f"127.0.0.1:{pa}"},
+                                                      _tls(tmp_path, "bob"), timeout=5)) as started:
+            with caplog.at_level(logging.INFO, logger="fedgrove"):
+                a.send("bob", "ping", Ping(np.arange(2.0)))  # delivered once bob is up
+            while not started:  # (its server took the message as the channel was being made)
+                time.sleep(0.01)
+            np.testing.assert_array_equal(started[0].recv("alice", "ping", Ping).data, np.arange(2.0))
         assert f"alice: bob at 127.0.0.1:{pb} is not up yet" in caplog.text
         with pytest.raises(PeerTimeoutError, match="nothing answered at .*bob is not running, or not at that address"):
             a2 = GrpcChannel("alice", f"127.0.0.1:{_port()}", {"bob": f"127.0.0.1:{_port()}"},
@@ -367,26 +341,29 @@ def test_a_first_message_to_a_peer_not_up_yet_waits_for_it_saying_so(tmp_path, m
             finally:
                 a2.close()
     finally:
-        later.join()
         a.close()
-        for b in started:
-            b.close()
 
 
-def test_a_peer_address_that_is_another_partys_is_named_at_once(tmp_path):
+@pytest.mark.parametrize("how", ["send", "recv"])
+def test_a_peer_address_that_is_another_partys_is_named_at_once(tmp_path, how):
     # alice's config gives bob the address of carol: the handshake fails on the name; alice waited out the startup
-    # timeout, noting that bob was not up
+    # timeout, noting that bob was not up (send: its first message to bob; recv: waiting for bob's, it probes bob)
     create_federation_certs(tmp_path, ["alice", "bob", "carol"])
     pa, pc = _port(), _port()
     c = GrpcChannel("carol", f"127.0.0.1:{pc}", {"alice": f"127.0.0.1:{pa}"}, _tls(tmp_path, "carol"), timeout=5)
-    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pc}"}, _tls(tmp_path, "alice"), timeout=5,
-                    connect_timeout=30)
+    a = GrpcChannel("alice", f"127.0.0.1:{pa}", {"bob": f"127.0.0.1:{pc}"}, _tls(tmp_path, "alice"), timeout=2,
+                    connect_timeout=30, startup_timeout=60)
     try:
         t0 = time.monotonic()
-        with pytest.raises(ProtocolError, match=f"the party at 127.0.0.1:{pc} is not bob .*check bob's address"):
-            a.send("bob", "ping", Ping(np.zeros(1)))
+        said = f"the party at 127.0.0.1:{pc} is not bob .*check bob's address"
+        if how == "send":
+            with pytest.raises(ProtocolError, match=said):
+                a.send("bob", "ping", Ping(np.zeros(1)))
+        else:
+            with pytest.raises(ProtocolError, match="stopped waiting for bob at ping: " + said):
+                a.recv("bob", "ping", Ping)
         assert time.monotonic() - t0 < 10
-        assert c.mailboxes.keys() == []
+        assert c.mailboxes.keys() == []  # (a probe leaves nothing behind)
     finally:
         a.close()
         c.close()
@@ -538,8 +515,6 @@ me, other, mine, theirs, certs = sys.argv[1:6]
 ch = GrpcChannel(me, f"127.0.0.1:{mine}", {other: f"127.0.0.1:{theirs}"},
                  TLSFiles(f"{certs}/ca.pem", f"{certs}/{me}.pem", f"{certs}/{me}.key"), timeout=10)
 if me == "sender":  # keeps calling, from several threads, while the other process closes its channel and exits
-    import threading
-
     def calls():
         t0 = time.time()
         while time.time() - t0 < 3:
@@ -636,8 +611,6 @@ def test_a_send_to_a_peer_that_died_stops_when_another_party_reports_a_failure(t
     # FV-tree's parties all send to all: with one killed, a survivor caught sending to it waited out its call's
     # deadline (the timeout, each call in turn: four minutes with the example's 120 s) although the other
     # survivors had told it at once that they had failed
-    import threading
-
     create_federation_certs(tmp_path, ["alice", "bob", "carol"])
     ports = {n: _port() for n in ("alice", "bob", "carol")}
 
@@ -715,8 +688,6 @@ def test_a_party_whose_handshake_failed_keeps_its_port_open_for_the_peers_starti
     # bob's certificates are of another federation: it fails on its first message to alice and exits; carol,
     # starting after that, found nothing at bob's address and waited out its startup timeout (300 s for a party),
     # then said bob was not running
-    import threading
-
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     create_federation_certs(ours, ["alice", "bob", "carol"])
     create_federation_certs(theirs, ["alice", "bob", "carol"])
