@@ -127,3 +127,25 @@ def test_column_major_is_numpys_column_major_copy(shape):
         got = column_major(given)
         assert got.flags.f_contiguous and got.dtype == given.dtype and np.array_equal(got, given)
     assert np.shares_memory(column_major(X), X) == np.shares_memory(np.asfortranarray(X), X)  # a copy as numpy's
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_bin_codes_are_searchsorted_of_the_cuts_with_nan_last(rng, order):
+    # the codes are found for 8 values of a feature in lock step, in blocks of 256 rows: every row count around
+    # those sizes, constant and all-missing features, few distinct values, values equal to a cut
+    n = 256 * 3 + 13
+    X = rng.normal(size=(n, 6))
+    X[rng.random(X.shape) < 0.05] = np.nan
+    X[:, 1] = 2.0                       # constant: no cuts
+    X[::5, 1] = np.nan
+    X[:, 2] = np.nan                    # all missing
+    X[:, 3] = rng.integers(0, 4, n)     # few values: each value equal to a cut or above all
+    bm = BinMapper(max_bins=32).fit(X)
+    X[:40, 0] = bm.cuts_[0][rng.integers(0, len(bm.cuts_[0]), 40)]  # values on the cuts
+    for rows in (n, 256, 255, 8, 7, 1, 0):
+        part = np.array(X[:rows], order=order)
+        codes = bm.transform(part)
+        expected = np.stack([np.where(np.isnan(part[:, j]), len(c) + 1, np.searchsorted(c, part[:, j], side="left"))
+                             for j, c in enumerate(bm.cuts_)], axis=1).reshape(rows, X.shape[1])
+        np.testing.assert_array_equal(codes, expected)
+    assert [len(c) for c in bm.cuts_][1:3] == [0, 0]
