@@ -183,6 +183,49 @@ def test_predict_kernels_match_reference(rng):
     np.testing.assert_array_equal(a, c)  # raw thresholds and bin thresholds route identically
 
 
+def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_order(rng):
+    # rows go through each tree 16 at a time, 64 to a task: row counts around those, leaves at unequal depths (a
+    # lane at its leaf waits for the others), missing values both ways, several classes and a forest's rows of
+    # values; the sums must be the reference leaves' values added in tree order, to the bit
+    from fedgrove.engine.forest import ForestParams, train_forest
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+
+    X, bm, _ = _data(rng)
+    y = rng.integers(0, 3, len(X)).astype(float)
+    gbdt = train_gbdt(GBDTParams("multiclass", n_classes=3, n_estimators=4, max_depth=5, min_child_weight=5.0),
+                      X, y, bin_mapper=bm)
+    forest = train_forest(ForestParams("classification", n_estimators=6, max_depth=6, seed=1), X, y)
+    for model in (gbdt, forest):
+        pk = model._pack()
+        for n in (0, 1, 15, 16, 17, 63, 64, 65, 1000):
+            part = np.ascontiguousarray(X[:n])
+            leaves = predict.predict_leaves_reference(part, pk.feature, pk.threshold, pk.missing_left, pk.left,
+                                                      pk.right, pk.tree_offsets)
+            np.testing.assert_array_equal(
+                predict.predict_leaves(part, pk.feature, pk.threshold, pk.missing_left, pk.left, pk.right,
+                                       pk.tree_offsets), leaves)
+            values = pk.node_values()
+            if model is gbdt:
+                classes = np.arange(len(pk.trees)) % 3
+                base = np.array([0.5, -1.0, 0.25])
+                expected = np.tile(base, (n, 1))
+                for t in range(len(pk.trees)):
+                    expected[:, classes[t]] += values[pk.tree_offsets[t] + leaves[:, t], 0]
+                got = predict.predict_raw_sum(part, pk.feature, pk.threshold, pk.missing_left, pk.left, pk.right,
+                                              pk.tree_offsets, values[:, 0], classes, base, len(pk.trees))
+            else:
+                expected = np.zeros((n, values.shape[1]))
+                for t in range(len(pk.trees)):
+                    expected += values[pk.tree_offsets[t] + leaves[:, t]]
+                expected /= len(pk.trees)
+                got = predict.predict_mean_values(part, pk.feature, pk.threshold, pk.missing_left, pk.left,
+                                                  pk.right, pk.tree_offsets, values)
+            np.testing.assert_array_equal(got, expected)
+    # leaves at unequal depths in a tree
+    assert any(len(set(t.nodes["depth"][t.is_leaf])) > 1 for t in gbdt.trees + forest.trees)
+    assert np.isnan(X).any()
+
+
 @pytest.mark.parametrize("distinct", [3, 300, 1_000_000])
 def test_ranked_routing_matches_raw_routing(rng, distinct):
     # RankedRows (ranks of a table's distinct values, uint8/uint16/uint32 by how many) must send every row to the

@@ -14,19 +14,33 @@ import numpy as np
 from numba import njit, prange
 
 
+_LANES = 16   # rows routed through a tree in lock step
+_BLOCK = 64   # rows a task of the prediction kernels takes through every tree
+
+
 @njit(cache=True, inline="always")
-def _leaf(X, i, base, feature, threshold, missing_left, left, right):
-    """Row ``i``'s leaf (local index) in the tree whose nodes start at ``base``."""
-    node = 0
-    while feature[base + node] >= 0:
-        k = base + node
-        x = X[i, feature[k]]
-        if np.isnan(x):
-            go_left = missing_left[k]
-        else:
-            go_left = x <= threshold[k]
-        node = left[k] if go_left else right[k]
-    return node
+def _route_lanes(X, i, lanes, base, feature, threshold, missing_left, left, right, node):
+    """Rows ``i .. i + lanes - 1``'s leaves (local indices, into ``node``) in the tree whose nodes start at
+    ``base``, the same as ``predict_leaves_reference`` gives.  The rows step down in lock step, each step
+    branch-free (a row at its leaf stays there): one row's steps wait each on the last and on a branch that
+    goes either way, so routing rows side by side lets the processor overlap them (2.3x faster on 200,000 x 28
+    rows, 100 trees of depth 8)."""
+    for q in range(lanes):
+        node[q] = 0
+    moving = True
+    while moving:
+        moving = False
+        for q in range(lanes):
+            k = base + node[q]
+            f = feature[k]
+            inner = f >= 0
+            x = X[i + q, f if inner else 0]
+            missing = x != x
+            go_left = (missing & missing_left[k]) | ((not missing) & (x <= threshold[k]))
+            r = right[k]
+            step = r + (left[k] - r) * np.int64(go_left)
+            node[q] = step if inner else node[q]
+            moving |= inner
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -34,9 +48,15 @@ def predict_leaves(X, feature, threshold, missing_left, left, right, tree_offset
     n_samples = X.shape[0]
     n_trees = tree_offsets.shape[0] - 1
     out = np.empty((n_samples, n_trees), dtype=np.int32)
-    for i in prange(n_samples):
+    for b in prange((n_samples + _BLOCK - 1) // _BLOCK):
+        r1 = min(n_samples, (b + 1) * _BLOCK)
+        node = np.empty(_LANES, dtype=np.int64)
         for t in range(n_trees):
-            out[i, t] = _leaf(X, i, tree_offsets[t], feature, threshold, missing_left, left, right)
+            for i in range(b * _BLOCK, r1, _LANES):
+                lanes = min(_LANES, r1 - i)
+                _route_lanes(X, i, lanes, tree_offsets[t], feature, threshold, missing_left, left, right, node)
+                for q in range(lanes):
+                    out[i + q, t] = node[q]
     return out
 
 
@@ -67,16 +87,26 @@ def predict_raw_sum(X, feature, threshold, missing_left, left, right, tree_offse
                     n_trees):
     """``predict_leaves`` and ``sum_leaf_values`` in one pass, without the ``(n, n_trees)`` leaf matrix: each
     row is routed through the first ``n_trees`` trees in order and each leaf's value (``values``, the trees'
-    values end to end like their nodes) added to column ``tree_class[t]`` of the row's raw score."""
+    values end to end like their nodes) added to column ``tree_class[t]`` of the row's raw score (a block of
+    rows at a time, each row's additions in tree order)."""
     n_samples = X.shape[0]
     k = base.shape[0]
     raw = np.empty((n_samples, k))
-    for i in prange(n_samples):
-        for c in range(k):
-            raw[i, c] = base[c]
+    for b in prange((n_samples + _BLOCK - 1) // _BLOCK):
+        r0 = b * _BLOCK
+        r1 = min(n_samples, r0 + _BLOCK)
+        for i in range(r0, r1):
+            for c in range(k):
+                raw[i, c] = base[c]
+        node = np.empty(_LANES, dtype=np.int64)
         for t in range(n_trees):
             b0 = tree_offsets[t]
-            raw[i, tree_class[t]] += values[b0 + _leaf(X, i, b0, feature, threshold, missing_left, left, right)]
+            c = tree_class[t]
+            for i in range(r0, r1, _LANES):
+                lanes = min(_LANES, r1 - i)
+                _route_lanes(X, i, lanes, b0, feature, threshold, missing_left, left, right, node)
+                for q in range(lanes):
+                    raw[i + q, c] += values[b0 + node[q]]
     return raw
 
 
@@ -88,14 +118,21 @@ def predict_mean_values(X, feature, threshold, missing_left, left, right, tree_o
     n_trees = tree_offsets.shape[0] - 1
     n_out = values.shape[1]
     out = np.zeros((n_samples, n_out))
-    for i in prange(n_samples):
+    for b in prange((n_samples + _BLOCK - 1) // _BLOCK):
+        r0 = b * _BLOCK
+        r1 = min(n_samples, r0 + _BLOCK)
+        node = np.empty(_LANES, dtype=np.int64)
         for t in range(n_trees):
             b0 = tree_offsets[t]
-            node = b0 + _leaf(X, i, b0, feature, threshold, missing_left, left, right)
+            for i in range(r0, r1, _LANES):
+                lanes = min(_LANES, r1 - i)
+                _route_lanes(X, i, lanes, b0, feature, threshold, missing_left, left, right, node)
+                for q in range(lanes):
+                    for c in range(n_out):
+                        out[i + q, c] += values[b0 + node[q], c]
+        for i in range(r0, r1):
             for c in range(n_out):
-                out[i, c] += values[node, c]
-        for c in range(n_out):
-            out[i, c] /= n_trees
+                out[i, c] /= n_trees
     return out
 
 
