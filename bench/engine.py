@@ -138,7 +138,7 @@ def warm_cache_check():
         "           (np.abs(X[:, 1]) * 2).astype(int) % 3 * 1.0)\n"
         "kernels = [histogram.build_histograms, histogram.subtract_histograms, histogram.sum_rows,\n"
         "           histogram.gather_rows, histogram.add_to_segments, losses._logistic_gradients,\n"
-        "           split.gbdt_pair_splits, split.reduce_pairs, partition.partition_nodes, predict.predict_raw_sum,\n"
+        "           split.gbdt_pair_splits, split.reduce_pairs, partition.partition_nodes, predict._route,\n"
         "           losses._softmax_gradients_by_class, binning._map_to_bins, sparse._default_codes,\n"
         "           sparse._layout, sparse.build_histograms_sparse]\n"
         "print(json.dumps({k.__name__: [sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]\n"

@@ -184,8 +184,8 @@ def test_predict_kernels_match_reference(rng):
 
 
 def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_order(rng):
-    # rows go through each tree 16 at a time, 64 to a task: row counts around those, leaves at unequal depths (a
-    # lane at its leaf waits for the others), missing values both ways, several classes and a forest's rows of
+    # rows go down each tree 6 side by side, a lane whose row is at its leaf taking the next row, 64 rows to a
+    # task: row counts around those, leaves at unequal depths, missing values both ways, several classes and a forest's rows of
     # values; the sums must be the reference leaves' values added in tree order, to the bit
     from fedgrove.engine.forest import ForestParams, train_forest
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
@@ -197,7 +197,7 @@ def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_orde
     forest = train_forest(ForestParams("classification", n_estimators=6, max_depth=6, seed=1), X, y)
     for model in (gbdt, forest):
         pk = model._pack()
-        for n in (0, 1, 15, 16, 17, 63, 64, 65, 1000):
+        for n in (0, 1, 5, 6, 7, 63, 64, 65, 1000):
             part = np.ascontiguousarray(X[:n])
             leaves = predict.predict_leaves_reference(part, pk.feature, pk.threshold, pk.missing_left, pk.left,
                                                       pk.right, pk.tree_offsets)
