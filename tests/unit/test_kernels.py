@@ -185,8 +185,8 @@ def test_predict_kernels_match_reference(rng):
 
 def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_order(rng):
     # rows go down each tree 6 side by side, a lane whose row is at its leaf taking the next row, 64 rows to a
-    # task: row counts around those, leaves at unequal depths, missing values both ways, several classes and a forest's rows of
-    # values; the sums must be the reference leaves' values added in tree order, to the bit
+    # task: row counts around those, leaves at unequal depths, missing values both ways, several classes and a
+    # forest's rows of values; the sums must be the reference leaves' values added in tree order, to the bit
     from fedgrove.engine.forest import ForestParams, train_forest
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 

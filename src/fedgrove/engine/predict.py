@@ -33,7 +33,7 @@ def _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_tre
     the next row: one row's steps wait each on the last and on a branch that goes either way, so rows side by
     side let the processor overlap them, and refilling the lanes keeps a row that ends high in the tree from
     waiting for the deepest one (by hand, 2 threads: 200,000 x 28 rows through 100 depth-8 trees 0.61-0.65 ->
-    0.14-0.17 s; kddcup99's 98,805 rows through 2,300 trees of depths 1-8 0.80-0.86 -> 0.60-0.72 s)."""
+    0.17 s; kddcup99's 98,805 rows through 2,300 trees of depths 1-8 0.85 -> 0.77 s)."""
     n = X.shape[0]
     for b in prange((n + _BLOCK - 1) // _BLOCK):
         r0 = b * _BLOCK
