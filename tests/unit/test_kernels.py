@@ -205,7 +205,8 @@ def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_orde
                 predict.predict_leaves(part, pk.feature, pk.threshold, pk.missing_left, pk.left, pk.right,
                                        pk.tree_offsets), leaves)
             values = pk.node_values()
-            if model is gbdt:
+            if model is gbdt:  # bin codes route as the raw values do
+                np.testing.assert_array_equal(pk.leaves_binned(bm.transform(part), bm.missing_codes), leaves)
                 classes = np.arange(len(pk.trees)) % 3
                 base = np.array([0.5, -1.0, 0.25])
                 expected = np.tile(base, (n, 1))
