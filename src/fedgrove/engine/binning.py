@@ -342,7 +342,7 @@ def _map_to_bins(X, flat_cuts, cut_offsets):
     which avoids the mispredictions of a classic binary search, and it runs
     for ``_MAP_LANES`` values of one feature in lock step: their steps do not
     depend on each other, so the processor overlaps their loads, where one
-    value's steps wait each on the last (2.4x faster on 1,000,000 x 28 rows).
+    value's steps wait each on the last (1,000,000 x 28 values: 1.08 -> 0.18 s on one thread).
     Rows go in blocks of ``_MAP_BLOCK``, a block's features one after another.
     A NaN compares false with every cut, so it ends at the lowest code and is
     then given its own.

@@ -17,16 +17,15 @@ from numba import njit, prange
 _LANES = 6    # rows going down a tree side by side
 _BLOCK = 64   # rows a task of the prediction kernels takes through every tree
 _LEAVES, _SUMS, _ROWS_OF_VALUES = 0, 1, 2  # what ``_route`` does with a row's leaf
-_NO_CODES = np.zeros(0, dtype=np.int32)  # raw values: NaN is missing
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, mode, values, tree_class,
-           leaves, sums, missing_codes):
+           leaves, sums, binned, missing_codes):
     """Each row's leaf (local index) in each of the first ``n_trees`` trees, the same as
     ``predict_leaves_reference`` gives (raw values: ``x <= threshold``, NaN following ``missing_left``; or,
-    when ``missing_codes`` is not empty, bin codes: ``code <= threshold``, a feature's missing code following
-    ``missing_left``), used as ``mode`` says: ``_LEAVES`` writes it to ``leaves[i, t]``;
+    ``binned``, bin codes: ``code <= threshold``, a feature's ``missing_codes`` following ``missing_left``),
+    used as ``mode`` says: ``_LEAVES`` writes it to ``leaves[i, t]``;
     ``_SUMS`` adds ``values[leaf, 0]`` to ``sums[i, tree_class[t]]``; ``_ROWS_OF_VALUES`` adds the row
     ``values[leaf]`` to ``sums[i]`` (leaf: its index among all the trees' nodes; each row's additions in tree
     order).
@@ -38,7 +37,6 @@ def _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_tre
     waiting for the deepest one (by hand, 2 threads: 200,000 x 28 rows through 100 depth-8 trees 0.61-0.65 ->
     0.17 s; kddcup99's 98,805 rows through 2,300 trees of depths 1-8 0.85 -> 0.77 s)."""
     n = X.shape[0]
-    binned = missing_codes.shape[0] > 0
     for b in prange((n + _BLOCK - 1) // _BLOCK):
         r0 = b * _BLOCK
         r1 = min(n, r0 + _BLOCK)
@@ -87,24 +85,30 @@ def _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_tre
                     lane_node[q] = r + (left[k] - r) * np.int64(go_left)
 
 
+def _routed(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, mode, values=None,
+            tree_class=None, leaves=None, sums=None, missing_codes=None):
+    """``_route`` with empty arrays for what ``mode`` does not use (``missing_codes`` given: bin codes)."""
+    none = np.zeros((0, 1))
+    _route(X, feature, threshold, missing_left, left, right, tree_offsets, int(n_trees), mode,
+           none if values is None else np.ascontiguousarray(values, dtype=np.float64),
+           np.zeros(0, dtype=np.int64) if tree_class is None else np.asarray(tree_class, dtype=np.int64),
+           np.zeros((0, 1), dtype=np.int32) if leaves is None else leaves, none if sums is None else sums,
+           missing_codes is not None,
+           np.zeros(0, dtype=np.int32) if missing_codes is None else np.asarray(missing_codes, dtype=np.int32))
+
+
 def predict_leaves(X, feature, threshold, missing_left, left, right, tree_offsets):
-    n_trees = tree_offsets.shape[0] - 1
-    leaves = np.empty((X.shape[0], n_trees), dtype=np.int32)
-    _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, _LEAVES, np.zeros((0, 1)),
-           np.zeros(0, dtype=np.int64), leaves, np.zeros((0, 1)), _NO_CODES)
+    leaves = np.empty((X.shape[0], tree_offsets.shape[0] - 1), dtype=np.int32)
+    _routed(X, feature, threshold, missing_left, left, right, tree_offsets, leaves.shape[1], _LEAVES, leaves=leaves)
     return leaves
 
 
 def predict_leaves_binned(X_binned, feature, bins, missing_left, left, right, missing_codes, tree_offsets):
     """``predict_leaves`` on bin codes: ``code <= bin`` goes left, a feature's missing code follows
     ``missing_left``."""
-    n_trees = tree_offsets.shape[0] - 1
-    leaves = np.empty((X_binned.shape[0], n_trees), dtype=np.int32)
-    codes = np.asarray(missing_codes, dtype=np.int32)
-    if len(codes) == 0:  # no features: every tree is a leaf
-        codes = np.zeros(1, dtype=np.int32)
-    _route(X_binned, feature, bins, missing_left, left, right, tree_offsets, n_trees, _LEAVES, np.zeros((0, 1)),
-           np.zeros(0, dtype=np.int64), leaves, np.zeros((0, 1)), codes)
+    leaves = np.empty((X_binned.shape[0], tree_offsets.shape[0] - 1), dtype=np.int32)
+    _routed(X_binned, feature, bins, missing_left, left, right, tree_offsets, leaves.shape[1], _LEAVES,
+            leaves=leaves, missing_codes=missing_codes)
     return leaves
 
 
@@ -116,9 +120,8 @@ def predict_raw_sum(X, feature, threshold, missing_left, left, right, tree_offse
     at ``base``."""
     raw = np.empty((X.shape[0], base.shape[0]))
     raw[:] = base
-    _route(X, feature, threshold, missing_left, left, right, tree_offsets, int(n_trees), _SUMS,
-           np.ascontiguousarray(values, dtype=np.float64).reshape(-1, 1), np.asarray(tree_class, dtype=np.int64),
-           np.zeros((0, 1), dtype=np.int32), raw, _NO_CODES)
+    _routed(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, _SUMS,
+            values=np.reshape(values, (-1, 1)), tree_class=tree_class, sums=raw)
     return raw
 
 
@@ -127,9 +130,8 @@ def predict_mean_values(X, feature, threshold, missing_left, left, right, tree_o
     end to end like their nodes) summed over the trees in order from zero, then divided by the tree count."""
     n_trees = tree_offsets.shape[0] - 1
     out = np.zeros((X.shape[0], values.shape[1]))
-    _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, _ROWS_OF_VALUES,
-           np.ascontiguousarray(values, dtype=np.float64), np.zeros(n_trees, dtype=np.int64),
-           np.zeros((0, 1), dtype=np.int32), out, _NO_CODES)
+    _routed(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, _ROWS_OF_VALUES, values=values,
+            sums=out)
     out /= n_trees
     return out
 

@@ -108,7 +108,7 @@ class _FirstCall:
                     return
                 refusal = channel._refusal(peer, details)
                 if refusal is not None:
-                    self.error = refusal
+                    self.error = ProtocolError(f"{channel.party}: {refusal}")
                     return
             except Exception as exc:  # noqa: BLE001 - the channel closed under it: said by result()
                 self.error = exc
@@ -276,7 +276,7 @@ class GrpcChannel(Channel):
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 refusal = self._refusal(peer, details)
                 if refusal is not None:
-                    self._unreachable[peer] = str(refusal).removeprefix(f"{self.party}: ")
+                    self._unreachable[peer] = refusal
                 else:
                     self._probed[peer] = False
             return
@@ -463,25 +463,21 @@ class GrpcChannel(Channel):
     def _stopped_sending(self, peer, tag) -> ProtocolError:
         return ProtocolError(f"{self.party}: stopped sending to {peer} at {tag}: {self.failure}")
 
-    def _refusal(self, peer: str, details: str) -> ProtocolError | None:
-        """The error for a call to ``peer`` that failed UNAVAILABLE with ``details`` when the peer answered
-        but the TLS handshake failed (certificates of another federation, or the address of another party of
-        this one), else None (the peer is not up, or not reachable)."""
+    def _refusal(self, peer: str, details: str) -> str | None:
+        """Why a call to ``peer`` that failed UNAVAILABLE with ``details`` can never succeed, in words: the peer
+        answered but the TLS handshake failed (certificates of another federation, noted for :meth:`close`), or
+        the party at its address is another one of this federation; None when the peer is not up, or not
+        reachable."""
         said = details.lower()
         if "handshake" in said:
-            return self._handshake_error(peer, details)
+            self._handshake_failed = True
+            reason = details.split("last error: ", 1)[-1]
+            return (f"the TLS handshake with {peer} failed ({reason}); both parties' certificates must come from "
+                    f"the same federation CA (`fedgrove certs`), with that CA's ca.pem in each party's certs folder")
         if any(m in said for m in _WRONG_PEER):  # a party of the federation, but not this one
-            return ProtocolError(f"{self.party}: the party at {self.addresses[peer]} is not {peer} (its "
-                                 f"certificate names another party of the federation); check {peer}'s address "
-                                 f"among this party's peers")
+            return (f"the party at {self.addresses[peer]} is not {peer} (its certificate names another party of "
+                    f"the federation); check {peer}'s address among this party's peers")
         return None
-
-    def _handshake_error(self, peer, details: str) -> ProtocolError:
-        self._handshake_failed = True
-        reason = details.split("last error: ", 1)[-1]
-        return ProtocolError(f"{self.party}: the TLS handshake with {peer} failed ({reason}); both parties' "
-                             f"certificates must come from the same federation CA (`fedgrove certs`), with that "
-                             f"CA's ca.pem in each party's certs folder")
 
     def _recv_bytes(self, peer, tag, timeout):
         with self.mailboxes.waiting((peer, tag)) as box:
