@@ -133,16 +133,19 @@ def warm_cache_check():
         "from fedgrove.engine.gbdt import GBDTParams, train_gbdt\n"
         "rng = np.random.default_rng(0); X = rng.normal(size=(500, 4)); y = (X[:, 0] > 0).astype(float)\n"
         "m = train_gbdt(GBDTParams(n_estimators=2, max_depth=3), X, y); m.predict_proba(X)\n"
-        "train_gbdt(GBDTParams(n_estimators=2, max_depth=3), (rng.random((500, 20)) < 0.1).astype(float), y)\n"
+        "train_gbdt(GBDTParams(n_estimators=2, max_depth=3, subsample=0.5),\n"
+        "           (rng.random((500, 20)) < 0.1).astype(float), y)\n"
         "train_gbdt(GBDTParams('multiclass', n_classes=3, n_estimators=2, max_depth=3), X,\n"
         "           (np.abs(X[:, 1]) * 2).astype(int) % 3 * 1.0)\n"
         "kernels = [histogram.build_histograms, histogram.subtract_histograms, histogram.sum_rows,\n"
         "           histogram.gather_rows, histogram.add_to_segments, losses._logistic_gradients,\n"
-        "           split.gbdt_pair_splits, split.reduce_pairs, partition.partition_nodes, predict._route,\n"
+        "           split.gbdt_pair_splits, split.reduce_pairs, partition.partition_nodes,\n"
         "           losses._softmax_gradients_by_class, binning._map_to_bins, sparse._default_codes,\n"
         "           sparse._layout, sparse.build_histograms_sparse]\n"
-        "print(json.dumps({k.__name__: [sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]\n"
-        "                  for k in kernels}))\n"
+        "named = {k.__name__: k for k in kernels}\n"
+        "named.update(route_leaves_binned=predict._route_leaves_binned, route_sums=predict._route_sums)\n"
+        "print(json.dumps({name: [sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]\n"
+        "                  for name, k in named.items()}))\n"
     )
     runs = []
     for _ in range(2):

@@ -19,87 +19,114 @@ _BLOCK = 64   # rows a task of the prediction kernels takes through every tree
 _LEAVES, _SUMS, _ROWS_OF_VALUES = 0, 1, 2  # what ``_route`` does with a row's leaf
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _route(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, mode, values, tree_class,
-           leaves, sums, binned, missing_codes):
-    """Each row's leaf (local index) in each of the first ``n_trees`` trees, the same as
-    ``predict_leaves_reference`` gives (raw values: ``x <= threshold``, NaN following ``missing_left``; or,
-    ``binned``, bin codes: ``code <= threshold``, a feature's ``missing_codes`` following ``missing_left``),
-    used as ``mode`` says: ``_LEAVES`` writes it to ``leaves[i, t]``;
-    ``_SUMS`` adds ``values[leaf, 0]`` to ``sums[i, tree_class[t]]``; ``_ROWS_OF_VALUES`` adds the row
-    ``values[leaf]`` to ``sums[i]`` (leaf: its index among all the trees' nodes; each row's additions in tree
-    order).
+def _route_kernel(binned, mode):
+    """The routing kernel for bin codes (``binned``) or raw values and one ``mode``, both fixed when numba
+    compiles it.
+
+    The kernel gives each row's leaf (local index) in each of the first ``n_trees`` trees, the same as
+    ``predict_leaves_reference`` gives (raw values: ``x <= threshold``, NaN following ``missing_left``; bin
+    codes: ``code <= threshold``, a feature's ``missing_codes`` following ``missing_left``), and uses it as
+    ``mode`` says: ``_LEAVES`` writes it to ``leaves[i, t]``; ``_SUMS`` adds ``values[leaf, 0]`` to
+    ``sums[i, tree_class[t]]``; ``_ROWS_OF_VALUES`` adds the row ``values[leaf]`` to ``sums[i]`` (leaf: its
+    index among all the trees' nodes; each row's additions in tree order).  ``kids`` holds each node's left and
+    right child side by side (``2k``, ``2k + 1``).
 
     Rows go in blocks of ``_BLOCK``, a block through every tree in turn.  ``_LANES`` rows go down a tree side
     by side, each step without a branch on the split's side, and a row that reaches its leaf hands its lane to
     the next row: one row's steps wait each on the last and on a branch that goes either way, so rows side by
     side let the processor overlap them, and refilling the lanes keeps a row that ends high in the tree from
     waiting for the deepest one (by hand, 2 threads: 200,000 x 28 rows through 100 depth-8 trees 0.61-0.65 ->
-    0.17 s; kddcup99's 98,805 rows through 2,300 trees of depths 1-8 0.85 -> 0.77 s)."""
-    n = X.shape[0]
-    for b in prange((n + _BLOCK - 1) // _BLOCK):
-        r0 = b * _BLOCK
-        r1 = min(n, r0 + _BLOCK)
-        lane_row = np.empty(_LANES, dtype=np.int64)
-        lane_node = np.empty(_LANES, dtype=np.int64)
-        for t in range(n_trees):
-            b0 = tree_offsets[t]
-            c = tree_class[t] if mode == _SUMS else 0
-            nxt = r0
-            live = 0
-            for q in range(_LANES):
-                if nxt < r1:
-                    lane_row[q] = nxt
-                    lane_node[q] = 0
-                    nxt += 1
-                    live += 1
-                else:
-                    lane_row[q] = -1
-            while live > 0:
+    0.17 s; kddcup99's 98,805 rows through 2,300 trees of depths 1-8 0.85 -> 0.77 s).
+
+    The next node is the chosen child's load from ``kids`` when ``mode`` is ``_LEAVES``, a select between
+    the two children otherwise: in the leaves kernel the compiler turned the select back into a branch on
+    the split's side (a mispredicted jump one step in two: 200,000 rows through 100 trees 0.19 -> 0.50 s),
+    and in the value kernels the load's extra wait costs about 25% (0.17 -> 0.22 s; by hand, 2 threads)."""
+    load_child = mode == _LEAVES
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def route(X, feature, threshold, missing_left, left, right, kids, tree_offsets, n_trees, values, tree_class,
+              leaves, sums, missing_codes):
+        n = X.shape[0]
+        for b in prange((n + _BLOCK - 1) // _BLOCK):
+            r0 = b * _BLOCK
+            r1 = min(n, r0 + _BLOCK)
+            lane_row = np.empty(_LANES, dtype=np.int64)
+            lane_node = np.empty(_LANES, dtype=np.int64)
+            for t in range(n_trees):
+                b0 = tree_offsets[t]
+                c = tree_class[t] if mode == _SUMS else 0
+                nxt = r0
+                live = 0
                 for q in range(_LANES):
-                    i = lane_row[q]
-                    if i < 0:
-                        continue
-                    k = b0 + lane_node[q]
-                    f = feature[k]
-                    if f < 0:  # at its leaf: the lane takes the next row
-                        if mode == _LEAVES:
-                            leaves[i, t] = lane_node[q]
-                        elif mode == _SUMS:
-                            sums[i, c] += values[k, 0]
+                    if nxt < r1:
+                        lane_row[q] = nxt
+                        lane_node[q] = 0
+                        nxt += 1
+                        live += 1
+                    else:
+                        lane_row[q] = -1
+                while live > 0:
+                    for q in range(_LANES):
+                        i = lane_row[q]
+                        if i < 0:
+                            continue
+                        k = b0 + lane_node[q]
+                        f = feature[k]
+                        if f < 0:  # at its leaf: the lane takes the next row
+                            if mode == _LEAVES:
+                                leaves[i, t] = lane_node[q]
+                            elif mode == _SUMS:
+                                sums[i, c] += values[k, 0]
+                            else:
+                                for j in range(values.shape[1]):
+                                    sums[i, j] += values[k, j]
+                            if nxt < r1:
+                                lane_row[q] = nxt
+                                lane_node[q] = 0
+                                nxt += 1
+                            else:
+                                lane_row[q] = -1
+                                live -= 1
+                            continue
+                        x = X[i, f]
+                        missing = (x == missing_codes[f]) if binned else (x != x)
+                        go_left = (missing & missing_left[k]) | ((not missing) & (x <= threshold[k]))
+                        if load_child:
+                            lane_node[q] = kids[2 * k + 1 - np.int64(go_left)]
                         else:
-                            for j in range(values.shape[1]):
-                                sums[i, j] += values[k, j]
-                        if nxt < r1:
-                            lane_row[q] = nxt
-                            lane_node[q] = 0
-                            nxt += 1
-                        else:
-                            lane_row[q] = -1
-                            live -= 1
-                        continue
-                    x = X[i, f]
-                    missing = (x == missing_codes[f]) if binned else (x != x)
-                    go_left = (missing & missing_left[k]) | ((not missing) & (x <= threshold[k]))
-                    r = right[k]
-                    lane_node[q] = r + (left[k] - r) * np.int64(go_left)
+                            r = right[k]
+                            lane_node[q] = r + (left[k] - r) * np.int64(go_left)
+
+    return route
 
 
-def _routed(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, mode, values=None,
+_route_leaves = _route_kernel(False, _LEAVES)
+_route_leaves_binned = _route_kernel(True, _LEAVES)
+_route_sums = _route_kernel(False, _SUMS)
+_route_rows_of_values = _route_kernel(False, _ROWS_OF_VALUES)
+
+
+def _routed(kernel, X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, values=None,
             tree_class=None, leaves=None, sums=None, missing_codes=None):
-    """``_route`` with empty arrays for what ``mode`` does not use (``missing_codes`` given: bin codes)."""
+    """``kernel`` (one of the four ``_route_*``) with the children side by side where it loads them and empty
+    arrays for what it does not use."""
+    kids = np.empty(2 * len(left) if kernel in (_route_leaves, _route_leaves_binned) else 0, dtype=np.int64)
+    if len(kids):
+        kids[0::2] = left
+        kids[1::2] = right
     none = np.zeros((0, 1))
-    _route(X, feature, threshold, missing_left, left, right, tree_offsets, int(n_trees), mode,
+    kernel(X, feature, threshold, missing_left, left, right, kids, tree_offsets, int(n_trees),
            none if values is None else np.ascontiguousarray(values, dtype=np.float64),
            np.zeros(0, dtype=np.int64) if tree_class is None else np.asarray(tree_class, dtype=np.int64),
            np.zeros((0, 1), dtype=np.int32) if leaves is None else leaves, none if sums is None else sums,
-           missing_codes is not None,
            np.zeros(0, dtype=np.int32) if missing_codes is None else np.asarray(missing_codes, dtype=np.int32))
 
 
 def predict_leaves(X, feature, threshold, missing_left, left, right, tree_offsets):
     leaves = np.empty((X.shape[0], tree_offsets.shape[0] - 1), dtype=np.int32)
-    _routed(X, feature, threshold, missing_left, left, right, tree_offsets, leaves.shape[1], _LEAVES, leaves=leaves)
+    _routed(_route_leaves, X, feature, threshold, missing_left, left, right, tree_offsets, leaves.shape[1],
+            leaves=leaves)
     return leaves
 
 
@@ -107,8 +134,8 @@ def predict_leaves_binned(X_binned, feature, bins, missing_left, left, right, mi
     """``predict_leaves`` on bin codes: ``code <= bin`` goes left, a feature's missing code follows
     ``missing_left``."""
     leaves = np.empty((X_binned.shape[0], tree_offsets.shape[0] - 1), dtype=np.int32)
-    _routed(X_binned, feature, bins, missing_left, left, right, tree_offsets, leaves.shape[1], _LEAVES,
-            leaves=leaves, missing_codes=missing_codes)
+    _routed(_route_leaves_binned, X_binned, feature, bins, missing_left, left, right, tree_offsets,
+            leaves.shape[1], leaves=leaves, missing_codes=missing_codes)
     return leaves
 
 
@@ -120,7 +147,7 @@ def predict_raw_sum(X, feature, threshold, missing_left, left, right, tree_offse
     at ``base``."""
     raw = np.empty((X.shape[0], base.shape[0]))
     raw[:] = base
-    _routed(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, _SUMS,
+    _routed(_route_sums, X, feature, threshold, missing_left, left, right, tree_offsets, n_trees,
             values=np.reshape(values, (-1, 1)), tree_class=tree_class, sums=raw)
     return raw
 
@@ -130,8 +157,8 @@ def predict_mean_values(X, feature, threshold, missing_left, left, right, tree_o
     end to end like their nodes) summed over the trees in order from zero, then divided by the tree count."""
     n_trees = tree_offsets.shape[0] - 1
     out = np.zeros((X.shape[0], values.shape[1]))
-    _routed(X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, _ROWS_OF_VALUES, values=values,
-            sums=out)
+    _routed(_route_rows_of_values, X, feature, threshold, missing_left, left, right, tree_offsets, n_trees,
+            values=values, sums=out)
     out /= n_trees
     return out
 
