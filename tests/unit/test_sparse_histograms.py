@@ -60,6 +60,47 @@ def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
             np.testing.assert_array_equal(got, one_block)  # the same sums whatever the number of threads
 
 
+@pytest.mark.parametrize("n_stats", [2, 3])
+@pytest.mark.parametrize("subset", [False, True])
+def test_a_node_of_every_row_in_order_is_summed_entry_by_entry_as_the_dense_kernel_sums_it(rng, n_stats, subset):
+    # a tree's root (every row of the table, in order) is summed entry by entry instead of row by row; here it
+    # sits after a node of every row out of order (summed row by row; its stats start at row n), beside a part of
+    # that node, and chunks of rows give the totals: every listed bin bit for bit the dense kernel's
+    bm, Xb = _sparse_data(rng, n=9000)
+    n, d = Xb.shape
+    offsets = np.asarray(bm.feature_offsets, dtype=np.int32)
+    order = rng.permutation(n)
+    idx = np.concatenate([order, np.arange(n), order]).astype(np.int64)
+    starts, ends = np.array([0, n, 2 * n + 3]), np.array([n, 2 * n, 3 * n])
+    stats = rng.normal(size=(3 * n, n_stats))
+    feats = np.array([0, 4, 7, 10], dtype=np.int64) if subset else np.arange(d, dtype=np.int64)
+    used = np.zeros(d, dtype=np.bool_)
+    used[feats] = True
+    rows = np.array([2, 0, 1], dtype=np.int64)
+    dense = np.full((3, offsets[-1], n_stats), 7.0)
+    histogram.build_histograms(Xb, idx, starts, ends, stats, offsets, feats, dense, rows, 1)
+    default, listed = sparse._default_codes(Xb, offsets.astype(np.int64))
+    defaults = offsets[:-1] + default
+    results = []
+    for n_blocks in (1, 2, 5):
+        codes = sparse.SparseCodes(Xb, offsets, default, listed, n_blocks)
+        got = np.full_like(dense, 7.0)
+        codes.build(idx, starts, ends, stats, offsets, used, got, rows)
+        for f in range(d):
+            bins = np.arange(offsets[f], offsets[f + 1])
+            if not used[f]:
+                assert (got[:, bins] == 7.0).all()
+                continue
+            rest = bins[bins != defaults[f]]
+            np.testing.assert_array_equal(got[:, rest], dense[:, rest])
+            np.testing.assert_allclose(got[:, defaults[f]], dense[:, defaults[f]], rtol=1e-12, atol=1e-9)
+        results.append(got)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])  # the same sums whatever the blocks
+    # the totals' chunks: the node of every row in order gets those of its rows' stats
+    np.testing.assert_allclose(results[0][0, offsets[10]:offsets[11]].sum(axis=0), stats[n:2 * n].sum(axis=0))
+
+
 def test_default_codes_are_each_features_most_frequent_code_across_blocks_of_features(rng):
     # features are counted 64 at a time (one table of counters for all of a wide table's features missed the
     # cache): each feature's default must be its own most frequent code, the lowest on a tie, over many blocks
