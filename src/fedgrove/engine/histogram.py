@@ -226,14 +226,13 @@ def subtract_histograms_reference(parent, parent_rows, child, small_rows, large_
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def gather_rows(stats, sample_indices):
-    """``stats[sample_indices]`` (ordered statistics of a root node), in parallel."""
-    out = np.empty((sample_indices.shape[0], stats.shape[1]))
+def gather_rows(stats, sample_indices, out):
+    """``out[:] = stats[sample_indices]`` (ordered statistics of a root node), in parallel (``out`` from numpy,
+    whose allocator asks for huge pages for a large array, unlike numba's)."""
     for i in prange(sample_indices.shape[0]):
         r = sample_indices[i]
         for c in range(stats.shape[1]):
             out[i, c] = stats[r, c]
-    return out
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -245,9 +244,18 @@ def sum_rows(stats):
     partial = np.zeros((n_chunks, n_stats))
     size = (n + n_chunks - 1) // n_chunks
     for k in prange(n_chunks):
-        for i in range(k * size, min(n, (k + 1) * size)):
-            for c in range(n_stats):
-                partial[k, c] += stats[i, c]
+        if n_stats == 2:  # (g, h): the sums in registers, not each addition waiting on the last one's store
+            a0 = 0.0
+            a1 = 0.0
+            for i in range(k * size, min(n, (k + 1) * size)):
+                a0 += stats[i, 0]
+                a1 += stats[i, 1]
+            partial[k, 0] = a0
+            partial[k, 1] = a1
+        else:
+            for i in range(k * size, min(n, (k + 1) * size)):
+                for c in range(n_stats):
+                    partial[k, c] += stats[i, c]
     out = np.zeros(n_stats)
     for k in range(n_chunks):
         for c in range(n_stats):

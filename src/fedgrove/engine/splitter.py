@@ -153,7 +153,8 @@ class HistogramSplitFinder(SplitFinder):
         # two (indices, statistics in index order) buffers; each layer's partition
         # writes into the buffer its parents are not in
         self._indices = [root, np.empty_like(root)]
-        self._stats = [gather_rows(stats, root), np.empty((len(root), stats.shape[1]))]
+        self._stats = [np.empty((len(root), stats.shape[1])), np.empty((len(root), stats.shape[1]))]
+        gather_rows(stats, root, self._stats[0])
         self.count_from_segments = isinstance(scorer, GBDTScorer) and stats.shape[1] == 2
         self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
         # node -> (start, end, buffer) of its samples: rows of ``_seg`` by node id (-1: no such node)
