@@ -36,20 +36,23 @@ def _default_codes(X_binned, feature_offsets):
     default = np.empty(d, dtype=np.int64)
     listed = np.empty(d, dtype=np.int64)
     block = 64  # features counted together: their counters stay in cache (one table for all 20,000 features of
-    counts = np.zeros((block, 256), dtype=np.int64)  # a wide table was 40 MB, and counting took twice as long)
+    # a wide table was 40 MB, and counting took twice as long); a code's counters side by side: with a
+    # feature's 256 counters side by side instead, a row's 64 counters lay 2 kB apart, in the same few sets of
+    # the L1 cache, which then missed at every count: a9a's 32,561 x 123 codes 25 -> 1.5 ms, kddcup99's 31 -> 6 ms)
+    counts = np.zeros((256, block), dtype=np.int64)
     for f0 in range(0, d, block):
         f1 = min(d, f0 + block)
         counts[:] = 0
         for r in range(n):
             for f in range(f0, f1):
-                counts[f - f0, X_binned[r, f]] += 1
+                counts[X_binned[r, f], f - f0] += 1
         for f in range(f0, f1):
             best = 0
             for c in range(1, feature_offsets[f + 1] - feature_offsets[f]):
-                if counts[f - f0, c] > counts[f - f0, best]:
+                if counts[c, f - f0] > counts[best, f - f0]:
                     best = c
             default[f] = best
-            listed[f] = n - counts[f - f0, best]
+            listed[f] = n - counts[best, f - f0]
     return default, listed
 
 
