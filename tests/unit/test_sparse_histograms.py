@@ -39,25 +39,33 @@ def test_sparse_kernel_equals_the_dense_one(rng, n_stats, subset):
     histogram.build_histograms_reference(Xb, idx, starts, ends, stats, offsets, feats, reference, rows)
     default, listed = sparse._default_codes(Xb, offsets.astype(np.int64))
     assert listed.sum() == (Xb != default).sum()
+    for got in _sparse_like_dense(Xb, offsets, idx, starts, ends, stats, used, rows, dense, (1, 3), atol=1e-10):
+        np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-10)  # and the numpy reference
+
+
+def _sparse_like_dense(Xb, offsets, idx, starts, ends, stats, used, rows, dense, block_counts, atol):
+    """The sparse kernel's histograms for each number of blocks, checked against the dense kernel's: an unused
+    feature's bins left alone (they start at 7), the listed bins bit for bit (summed in the dense kernel's
+    order), each default bin (total minus the rest) to rounding, and the same sums whatever the blocks."""
+    default, listed = sparse._default_codes(Xb, offsets.astype(np.int64))
     defaults = offsets[:-1] + default
-    for n_blocks in (1, 3):
+    results = []
+    for n_blocks in block_counts:
         codes = sparse.SparseCodes(Xb, offsets, default, listed, n_blocks)
         got = np.full_like(dense, 7.0)
         codes.build(idx, starts, ends, stats, offsets, used, got, rows)
-        for f in range(d):
+        for f in range(Xb.shape[1]):
             bins = np.arange(offsets[f], offsets[f + 1])
             if not used[f]:
-                assert (got[:, bins] == 7.0).all()  # an unused feature's bins are left alone
+                assert (got[:, bins] == 7.0).all()
                 continue
             rest = bins[bins != defaults[f]]
-            # the listed bins are summed in the dense kernel's order: bit for bit
             np.testing.assert_array_equal(got[:, rest], dense[:, rest])
-            np.testing.assert_allclose(got[:, defaults[f]], dense[:, defaults[f]], rtol=1e-12, atol=1e-10)
-        np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-10)  # and the numpy reference
-        if n_blocks == 1:
-            one_block = got
-        else:
-            np.testing.assert_array_equal(got, one_block)  # the same sums whatever the number of threads
+            np.testing.assert_allclose(got[:, defaults[f]], dense[:, defaults[f]], rtol=1e-12, atol=atol)
+        results.append(got)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])  # the same sums whatever the number of threads
+    return results
 
 
 @pytest.mark.parametrize("n_stats", [2, 3])
@@ -79,24 +87,7 @@ def test_a_node_of_every_row_in_order_is_summed_entry_by_entry_as_the_dense_kern
     rows = np.array([2, 0, 1], dtype=np.int64)
     dense = np.full((3, offsets[-1], n_stats), 7.0)
     histogram.build_histograms(Xb, idx, starts, ends, stats, offsets, feats, dense, rows, 1)
-    default, listed = sparse._default_codes(Xb, offsets.astype(np.int64))
-    defaults = offsets[:-1] + default
-    results = []
-    for n_blocks in (1, 2, 5):
-        codes = sparse.SparseCodes(Xb, offsets, default, listed, n_blocks)
-        got = np.full_like(dense, 7.0)
-        codes.build(idx, starts, ends, stats, offsets, used, got, rows)
-        for f in range(d):
-            bins = np.arange(offsets[f], offsets[f + 1])
-            if not used[f]:
-                assert (got[:, bins] == 7.0).all()
-                continue
-            rest = bins[bins != defaults[f]]
-            np.testing.assert_array_equal(got[:, rest], dense[:, rest])
-            np.testing.assert_allclose(got[:, defaults[f]], dense[:, defaults[f]], rtol=1e-12, atol=1e-9)
-        results.append(got)
-    for got in results[1:]:
-        np.testing.assert_array_equal(got, results[0])  # the same sums whatever the blocks
+    results = _sparse_like_dense(Xb, offsets, idx, starts, ends, stats, used, rows, dense, (1, 2, 5), atol=1e-9)
     # the totals' chunks: the node of every row in order gets those of its rows' stats
     np.testing.assert_allclose(results[0][0, offsets[10]:offsets[11]].sum(axis=0), stats[n:2 * n].sum(axis=0))
 
