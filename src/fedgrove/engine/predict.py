@@ -16,7 +16,7 @@ from numba import njit, prange
 
 _LANES = 6    # rows going down a tree side by side
 _BLOCK = 64   # rows a task of the prediction kernels takes through every tree
-_LEAVES, _SUMS, _ROWS_OF_VALUES = 0, 1, 2  # what ``_route`` does with a row's leaf
+_LEAVES, _SUMS, _ROWS_OF_VALUES = 0, 1, 2  # what a routing kernel does with a row's leaf
 
 
 def _route_kernel(binned, mode):
