@@ -109,10 +109,12 @@ _route_rows_of_values = _route_kernel(False, _ROWS_OF_VALUES)
 
 def _routed(kernel, X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, values=None,
             tree_class=None, leaves=None, sums=None, missing_codes=None):
-    """``kernel`` (one of the four ``_route_*``) with the children side by side where it loads them and empty
-    arrays for what it does not use."""
-    kids = np.empty(2 * len(left) if kernel in (_route_leaves, _route_leaves_binned) else 0, dtype=np.int64)
-    if len(kids):
+    """``kernel`` (one of the four ``_route_*``) with empty arrays for what it does not use; the leaves
+    kernels, which load the chosen child, get the children side by side."""
+    if leaves is None:
+        kids = np.zeros(0, dtype=np.int64)
+    else:
+        kids = np.empty(2 * len(left), dtype=np.int64)
         kids[0::2] = left
         kids[1::2] = right
     none = np.zeros((0, 1))

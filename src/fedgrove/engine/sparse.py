@@ -23,6 +23,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine.histogram import add_row_range
+
 # above this share of listed codes the dense kernel is used: on the benchmark machine the two broke even near
 # 0.4 (random codes, 60 features, one thread), a9a's share is 0.08
 DENSITY_LIMIT = 0.25
@@ -182,18 +184,7 @@ def build_histograms_sparse(indptr, entries, row_of, default_flat, block_lo, blo
             chunk_hi[q] = min(ends[j], chunk_lo[q] + _TOTAL_ROWS)
     chunk_sums = np.zeros((n_chunks, n_stats))
     for q in prange(n_chunks):
-        if n_stats == 2:
-            a0 = 0.0
-            a1 = 0.0
-            for i in range(chunk_lo[q], chunk_hi[q]):
-                a0 += ordered_stats[i, 0]
-                a1 += ordered_stats[i, 1]
-            chunk_sums[q, 0] = a0
-            chunk_sums[q, 1] = a1
-        else:
-            for i in range(chunk_lo[q], chunk_hi[q]):
-                for c in range(n_stats):
-                    chunk_sums[q, c] += ordered_stats[i, c]
+        add_row_range(ordered_stats, chunk_lo[q], chunk_hi[q], chunk_sums, q)
     totals = np.zeros((n_nodes, n_stats))
     for j in range(n_nodes):
         for q in range(first_chunk[j], first_chunk[j + 1]):
@@ -263,9 +254,9 @@ def build_histograms_sparse(indptr, entries, row_of, default_flat, block_lo, blo
                 n_listed = 0
                 for b in range(feature_offsets[f], feature_offsets[f + 1]):
                     n_listed += listed[b - b0]
-                if n_listed == n_rows and not in_order[j]:
-                    # no row of the node has the default code: its bin stays exactly zero (never so for all
-                    # the table's rows, of which the default code is the most frequent)
+                if n_listed == n_rows:
+                    # no row of the node has the default code: its bin stays exactly zero (a node summed entry
+                    # by entry counts no rows, and has some: the default is its rows' most frequent code)
                     continue
                 for c in range(n_stats):
                     rest = 0.0
