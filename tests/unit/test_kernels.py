@@ -346,3 +346,24 @@ def test_logistic_gradients_are_the_two_branch_sigmoid_bit_for_bit(rng):
     for i, r in enumerate(raw):
         p = 1.0 / (1.0 + math.exp(-r)) if r >= 0.0 else math.exp(r) / (1.0 + math.exp(r))
         assert g[i, 0] == p - y[i] and h[i, 0] == p * (1.0 - p), (i, r)
+
+
+@pytest.mark.parametrize("n_stats", [1, 2, 3])
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096 * 3 + 7, 300_001])
+def test_sum_rows_and_gather_rows_match_numpy(rng, n, n_stats):
+    # sum_rows adds fixed chunks of rows (at most 64, at least 4,096 rows each but the last) in parallel, (g, h)
+    # in registers; each chunk's rows in order, then the chunks in order: the same bits as that order in numpy
+    stats = rng.normal(size=(n, n_stats)) * 10.0 ** rng.integers(-3, 4, size=(n, 1))
+    n_chunks = max(1, min(64, n // 4096))
+    size = (n + n_chunks - 1) // n_chunks
+    expected = np.zeros(n_stats)
+    for k in range(n_chunks):
+        part = np.zeros(n_stats)
+        for row in stats[k * size:(k + 1) * size]:
+            part += row
+        expected += part
+    np.testing.assert_array_equal(histogram.sum_rows(stats), expected)
+    idx = rng.permutation(n)[: n // 2].astype(np.int64)
+    out = np.empty((len(idx), n_stats))
+    histogram.gather_rows(stats, idx, out)
+    np.testing.assert_array_equal(out, stats[idx])
