@@ -118,6 +118,72 @@ def test_a_subsample_is_not_reordered_by_the_trees_grown_on_it():
     np.testing.assert_array_equal(rows, kept)
 
 
+def _finder(X, bm, stats, **kw):
+    from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+
+    return HistogramSplitFinder(bm.transform(X), bm.feature_offsets, bm.missing_codes, bm.thresholds(), stats,
+                                GBDTScorer(1.0, 0.0, 1e-3, 1), **kw)
+
+
+@pytest.mark.parametrize("subsample", [False, True])
+def test_finders_reusing_buffers_grow_the_trees_fresh_buffers_grow(subsample):
+    # the engine's trees share one FinderBuffers: each finder must start from its own rows and statistics,
+    # whatever the last one left in them, and leave the caller's rows as they were
+    from fedgrove.engine.grower import TreeGrower
+    from fedgrove.engine.splitter import FinderBuffers
+
+    X, y = make_classification(2000, missing=0.05)
+    bm = BinMapper(64).fit(X)
+    rng = np.random.default_rng(1)
+    buffers = FinderBuffers(2000, 2)
+    for _ in range(3):
+        stats = np.column_stack([y - rng.random(2000), rng.random(2000) + 0.1])
+        rows = np.sort(rng.choice(2000, 1200, replace=False)) if subsample else None
+        kept = None if rows is None else rows.copy()
+        fresh = TreeGrower(_finder(X, bm, stats, root_samples=rows), 5, lambda s: -s[:, 0] / (s[:, 1] + 1)).grow()
+        reused_finder = _finder(X, bm, stats, root_samples=rows, buffers=buffers)
+        reused = TreeGrower(reused_finder, 5, lambda s: -s[:, 0] / (s[:, 1] + 1)).grow()
+        assert fresh.n_nodes > 7
+        for field in fresh.nodes.dtype.names:
+            np.testing.assert_array_equal(fresh.nodes[field], reused.nodes[field])
+        np.testing.assert_array_equal(fresh.values, reused.values)
+        if rows is not None:
+            np.testing.assert_array_equal(rows, kept)
+        # the finder grew in the shared buffers, not in arrays of its own
+        assert np.shares_memory(reused_finder._indices[0], buffers.indices[0])
+
+
+def test_buffers_too_small_for_a_tree_are_refused():
+    from fedgrove.engine.splitter import FinderBuffers
+
+    X, y = make_classification(300)
+    bm = BinMapper(16).fit(X)
+    stats = np.column_stack([y - 0.5, np.full(300, 0.25)])
+    with pytest.raises(ValueError, match="FinderBuffers for 200 rows of 2 statistics cannot hold a tree on 300"):
+        _finder(X, bm, stats, buffers=FinderBuffers(200, 2))
+    with pytest.raises(ValueError, match="with 3 statistics"):
+        _finder(X, bm, np.column_stack([stats, np.ones(300)]), buffers=FinderBuffers(300, 2))
+
+
+@pytest.mark.parametrize("objective, k", [("binary", 1), ("multiclass", 4), ("regression", 1)])
+def test_gradients_written_into_given_arrays_equal_fresh_ones(objective, k):
+    from fedgrove.engine.losses import objective_for
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 4 if objective == "multiclass" else 2, 500).astype(float)
+    obj = objective_for(objective, 4 if objective == "multiclass" else None, y)
+    raw_by_class = rng.normal(size=(k, 500))
+    g, h = obj.gradients_by_class(y, raw_by_class)
+    out = (np.full((k, 500), np.nan), np.full((k, 500), np.nan))
+    got = obj.gradients_by_class(y, raw_by_class, out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    np.testing.assert_array_equal(out[0], g)
+    np.testing.assert_array_equal(out[1], h)
+    wanted = rf"out must be two writable C-contiguous float64 arrays of shape \({k}, 500\)"
+    with pytest.raises(ValueError, match=wanted):
+        obj.gradients_by_class(y, raw_by_class, out=(np.empty((k, 499)), np.empty((k, 500))))
+
+
 def test_early_stopping_truncates_to_best_iteration():
     X, y = make_classification(4000, seed=1)
     Xv, yv = make_classification(2000, seed=2)

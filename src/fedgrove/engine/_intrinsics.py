@@ -18,17 +18,13 @@ from numba.extending import intrinsic
 _PREFETCH = "llvm.prefetch.p0" if llvm_binding.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
 
 
-@intrinsic
-def prefetch(typingctx, arr, i, j):
-    """Hint the CPU to load ``arr[i, j]`` (a 2-D array) into cache; no effect on results."""
-    sig = types.void(arr, i, j)
-
+def _prefetch_codegen(n_indices):
     def codegen(context, builder, signature, args):
         aryty = signature.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
         ptr = cgutils.get_item_pointer2(context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
                                         cgutils.unpack_tuple(builder, ary.strides), aryty.layout,
-                                        [args[1], args[2]], wraparound=False)
+                                        list(args[1:1 + n_indices]), wraparound=False)
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
@@ -36,5 +32,17 @@ def prefetch(typingctx, arr, i, j):
         # read access, high temporal locality, data cache
         builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
+    return codegen
 
-    return sig, codegen
+
+@intrinsic
+def prefetch(typingctx, arr, i, j):
+    """Hint the CPU to load ``arr[i, j]`` (a 2-D array) into cache; no effect on results."""
+    sig = types.void(arr, i, j)
+    return sig, _prefetch_codegen(2)
+
+
+@intrinsic
+def prefetch1(typingctx, arr, i):
+    """Hint the CPU to load ``arr[i]`` (a 1-D array) into cache; no effect on results."""
+    return types.void(arr, i), _prefetch_codegen(1)

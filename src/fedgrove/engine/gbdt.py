@@ -20,7 +20,7 @@ from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import check_gradient_range, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
-from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+from fedgrove.engine.splitter import FinderBuffers, GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.engine.threads import thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
@@ -410,11 +410,14 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
 
     X_columns = column_major(X_binned)
     stats = np.ones((n, 3 if scorer.hist_needs_count else 2))
+    # every round's gradients and every tree's row buffers reuse the same memory (fresh arrays cost page faults)
+    gradients = (np.empty((K, n)), np.empty((K, n)))
+    buffers = FinderBuffers(n, stats.shape[1])
     t0 = time.perf_counter()
     for it in range(params.n_estimators):
-        g, h = objective.gradients_by_class(y, raw_by_class)
+        g, h = objective.gradients_by_class(y, raw_by_class, out=gradients)
         if weights is not None:
-            g, h = g * weights, h * weights
+            g, h = np.multiply(g, weights, out=g), np.multiply(h, weights, out=h)
         rows, features = sampler.next()
         allowed = None if features is None else mask_for_every_node(sampler.feature_mask(features))
         for c in range(K):
@@ -422,7 +425,7 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             stats[:, 1] = h[c]
             finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
                                           root_samples=rows, allowed=allowed, features=features,
-                                          X_columns=X_columns)
+                                          X_columns=X_columns, buffers=buffers)
             grower = TreeGrower(finder, params.max_depth,
                                 lambda s: params.learning_rate * scorer.leaf_value(s),
                                 min_samples_split=2 * params.min_samples_leaf)

@@ -82,6 +82,16 @@ def _softmax_gradients_by_class(y, raw_by_class, factor, g, h):
                 h[c, i] = factor * p * (1.0 - p)
 
 
+def _check_out(out, shape) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` (gradient and hessian arrays to fill), refused unless both are C-contiguous float64 of ``shape``."""
+    for a in out:
+        if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.shape == tuple(shape)
+                and a.flags.c_contiguous and a.flags.writeable):
+            raise ValueError(f"out must be two writable C-contiguous float64 arrays of shape {tuple(shape)}; got "
+                             f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    return out[0], out[1]
+
+
 class Objective:
     name: str
     default_metric: str
@@ -108,11 +118,19 @@ class Objective:
     def gradients(self, y: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def gradients_by_class(self, y: np.ndarray, raw_by_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def gradients_by_class(self, y: np.ndarray, raw_by_class: np.ndarray,
+                           out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``gradients`` for class-major scores ``(n_outputs, n)``, as class-major ``(n_outputs, n)`` arrays (the
-        same values): the engine keeps multiclass scores this way so each class's column is contiguous."""
+        same values): the engine keeps multiclass scores this way so each class's column is contiguous.
+        ``out``: two C-contiguous float64 ``(n_outputs, n)`` arrays to write them into and return (the engine
+        reuses them round after round)."""
         g, h = self.gradients(y, np.asarray(raw_by_class).T)
-        return g.T, h.T
+        if out is None:
+            return g.T, h.T
+        _check_out(out, raw_by_class.shape)
+        np.copyto(out[0], g.T)
+        np.copyto(out[1], h.T)
+        return out
 
     def transform(self, raw: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -191,6 +209,15 @@ class Logistic(Objective):
         _logistic_gradients(y, np.ascontiguousarray(raw), g, h)
         return g, h
 
+    def gradients_by_class(self, y, raw_by_class, out=None):
+        if out is None:
+            return super().gradients_by_class(y, raw_by_class)
+        g, h = _check_out(out, raw_by_class.shape)
+        # a (1, n) array is an (n, 1) one in memory: the kernel fills them in place
+        _logistic_gradients(y, np.ascontiguousarray(raw_by_class).reshape(-1, 1), g.reshape(-1, 1),
+                            h.reshape(-1, 1))
+        return g, h
+
     def transform(self, raw):
         p = expit(raw[:, 0])
         return np.column_stack([1.0 - p, p])
@@ -226,8 +253,11 @@ class Softmax(Objective):
         _softmax_gradients(y, np.ascontiguousarray(raw), self.n_classes / (self.n_classes - 1.0), g, h)
         return g, h
 
-    def gradients_by_class(self, y, raw_by_class):
-        g, h = _gradient_arrays(raw_by_class.shape)
+    def gradients_by_class(self, y, raw_by_class, out=None):
+        if out is None:
+            g, h = _gradient_arrays(raw_by_class.shape)
+        else:
+            g, h = _check_out(out, raw_by_class.shape)
         _softmax_gradients_by_class(y, np.ascontiguousarray(raw_by_class), self.n_classes / (self.n_classes - 1.0),
                                     g, h)
         return g, h
