@@ -171,3 +171,65 @@ def test_votes_break_near_ties_as_the_split_search_does():
     assert best_index([3.0, g, g * (1 + 10 * TIE_TOL)]) == 2    # a real difference still wins
     assert best_index([-np.inf, -np.inf]) == -1
     assert NoPrivacy().vote(np.array([g, g * (1 + 1e-12)]), 0, 2) == 0
+
+
+@pytest.mark.parametrize("subset", [False, True])
+def test_a_rounds_roots_built_together_equal_each_class_root_built_alone(rng, subset):
+    # one pass over the entries for every class's root: the same sums in the same order, so the same bits
+    bm, Xb = _sparse_data(rng, n=5000)
+    n, d = Xb.shape
+    offsets = np.asarray(bm.feature_offsets, dtype=np.int32)
+    k = 5
+    g, h = rng.normal(size=(k, n)), rng.random((k, n))
+    feats = np.array([0, 1, 2, 4, 5, 7, 8, 10, 11], dtype=np.int64) if subset else np.arange(d, dtype=np.int64)
+    used = np.zeros(d, dtype=np.bool_)
+    used[feats] = True
+    together = sparse.root_histograms_by_class(Xb, offsets, g, h, feats)
+    assert together.shape == (k, offsets[-1], 2)
+    codes = sparse.sparse_codes_for(Xb, offsets)
+    bins = np.concatenate([np.arange(offsets[f], offsets[f + 1]) for f in feats])
+    for c in range(k):
+        alone = np.zeros((1, offsets[-1], 2))
+        codes.build(np.arange(n, dtype=np.int64), np.array([0]), np.array([n]), np.column_stack([g[c], h[c]]),
+                    offsets, used, alone, np.array([0]))
+        np.testing.assert_array_equal(together[c, bins], alone[0, bins])
+    assert not np.array_equal(together[0, bins], together[1, bins])
+
+
+def test_a_table_too_dense_for_the_sparse_kernel_gets_no_batched_roots(rng):
+    X = rng.normal(size=(500, 4))
+    bm = BinMapper(max_bins=31).fit(X)
+    g = rng.normal(size=(3, 500))
+    assert sparse.root_histograms_by_class(bm.transform(X), bm.feature_offsets, g, g, np.arange(4)) is None
+
+
+@pytest.mark.parametrize("colsample", [1.0, 0.6])
+def test_the_engine_grows_the_same_multiclass_trees_with_its_roots_built_together_or_alone(rng, colsample,
+                                                                                           monkeypatch):
+    from fedgrove.engine import gbdt
+
+    n = 3000
+    X = (rng.random((n, 30)) < 0.1).astype(float)
+    X[:, 0] = rng.normal(size=n)
+    score = X[:, 0] + X[:, 1:6].sum(axis=1) - X[:, 6:9].sum(axis=1)
+    y = np.digitize(score, [0.0, 0.7, 1.5]).astype(float)
+    params = GBDTParams("multiclass", n_classes=4, n_estimators=6, max_depth=5, colsample_bytree=colsample,
+                        n_threads=2)
+    calls = []
+    batched = gbdt.root_histograms_by_class
+
+    def counted(*args):
+        out = batched(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(gbdt, "root_histograms_by_class", counted)
+    together = train_gbdt(params, X, y)
+    assert calls == [True] * 6                     # every round's roots were built together
+    monkeypatch.setattr(gbdt, "root_histograms_by_class", lambda *args: None)
+    alone = train_gbdt(params, X, y)
+    assert len(together.trees) == len(alone.trees) == 24
+    for a, b in zip(together.trees, alone.trees):
+        for field in a.nodes.dtype.names:
+            np.testing.assert_array_equal(a.nodes[field], b.nodes[field])
+        np.testing.assert_array_equal(a.values, b.values)

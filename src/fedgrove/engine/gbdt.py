@@ -20,6 +20,7 @@ from fedgrove.engine.grower import TreeGrower
 from fedgrove.engine.losses import check_gradient_range, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
+from fedgrove.engine.sparse import root_histograms_by_class
 from fedgrove.engine.splitter import FinderBuffers, GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.engine.threads import thread_limit
@@ -420,12 +421,17 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             g, h = np.multiply(g, weights, out=g), np.multiply(h, weights, out=h)
         rows, features = sampler.next()
         allowed = None if features is None else mask_for_every_node(sampler.feature_mask(features))
+        roots = None
+        if K > 1 and rows is None and stats.shape[1] == 2:  # the round's roots in one pass over a sparse table
+            roots = root_histograms_by_class(X_binned, offsets, g, h,
+                                             np.arange(n_features) if features is None else features)
         for c in range(K):
             stats[:, 0] = g[c]
             stats[:, 1] = h[c]
             finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
                                           root_samples=rows, allowed=allowed, features=features,
-                                          X_columns=X_columns, buffers=buffers)
+                                          X_columns=X_columns, buffers=buffers,
+                                          root_histogram=None if roots is None else roots[c])
             grower = TreeGrower(finder, params.max_depth,
                                 lambda s: params.learning_rate * scorer.leaf_value(s),
                                 min_samples_split=2 * params.min_samples_leaf)

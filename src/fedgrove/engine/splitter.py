@@ -159,11 +159,14 @@ class HistogramSplitFinder(SplitFinder):
         for one tree only).
     buffers : :class:`FinderBuffers` to grow in instead of fresh ones (for a run of trees over one table:
         this finder's partitions overwrite what the last finder given them knew of its rows).
+    root_histogram : ``(n_bins, n_stats)``: the root's histogram for ``features``, already built (the engine
+        builds a multiclass round's roots together: :func:`~fedgrove.engine.sparse.root_histograms_by_class`).
     """
 
     def __init__(self, X_binned, feature_offsets, missing_codes, thresholds, stats, scorer,
                  root_samples=None, allowed: AllowedFn | None = None, owner: int = -1, features=None,
-                 X_columns=None, sparse: bool = True, buffers: FinderBuffers | None = None):
+                 X_columns=None, sparse: bool = True, buffers: FinderBuffers | None = None,
+                 root_histogram: np.ndarray | None = None):
         self.X_binned = X_binned
         self.X_columns = X_binned if X_columns is None else X_columns
         self.feature_offsets = np.asarray(feature_offsets, dtype=np.int32)
@@ -197,6 +200,7 @@ class HistogramSplitFinder(SplitFinder):
         # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
         self._sparse = sparse_codes_for(X_binned, self.feature_offsets) if sparse else None
         self._hist = None          # histograms of the current layer
+        self._root_histogram = root_histogram
         self._hist_row = np.zeros(0, dtype=np.int64)  # by node id: its row in ``_hist``
         self._pending: np.ndarray | None = None  # rows (parent, left, right) of the last partition
 
@@ -343,6 +347,12 @@ class HistogramSplitFinder(SplitFinder):
         hist = np.empty((n, total_bins, self._stats[0].shape[1]))
         row_of, build, parent_nodes, small_rows, large_rows = self._plan(layer, self._hist is not None)
         node_ids = np.asarray(layer.node_ids, dtype=np.int64)
+        # what was built and what subtracted, for protocols that mirror it on remote features
+        self.last_build_rows = sorted(build.tolist())
+        if self._root_histogram is not None and len(build) == 1 and node_ids[build[0]] == 0:
+            hist[build[0]] = self._root_histogram  # the root's, built beforehand
+            self._root_histogram = None
+            build = build[:0]
         for buf, k in self._by_buffer(node_ids[build]):
             self._build(buf, node_ids[build[k]], build[k], features, hist)
         parent_rows = self._hist_row[parent_nodes]
@@ -351,8 +361,6 @@ class HistogramSplitFinder(SplitFinder):
         self._hist = hist
         self._hist_row = row_of
         self._pending = None
-        # what was built and what subtracted, for protocols that mirror it on remote features
-        self.last_build_rows = sorted(build.tolist())
         self.last_pairs = list(zip(parent_rows.tolist(), small_rows.tolist(), large_rows.tolist()))
         return hist
 
