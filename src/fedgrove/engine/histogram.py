@@ -35,69 +35,107 @@ _PREFETCH_AHEAD = 8
 _GATHER_PIECE = 4096
 
 
+# Indices in the row loops are unsigned: numba wraps a negative signed index around (a compare and a select at
+# every access), which LLVM drops only where it can prove the index non-negative.  Constants are uint64 too:
+# numba types uint64 +- int64 as float64.
+_U0 = np.uint64(0)
+_U1 = np.uint64(1)
+_U2 = np.uint64(2)
+_U3 = np.uint64(3)
+_U_AHEAD = np.uint64(_PREFETCH_AHEAD)
+
+
 @njit(cache=True, inline="always")
 def _accumulate(h, codes, crow, stats, srow, count, q0, q1, offsets):
     """h[offsets[q] + codes[crow + k, q]] += stats[srow + k] for k < count and block columns q0..q1.
 
     Flat indexing and two rows per iteration: the two rows' updates are
     independent, which keeps more of them in flight (about 15% faster than
-    one row at a time on the benchmark machine).
+    one row at a time on the benchmark machine).  Unsigned indices: a root of
+    300,000 rows of 28 features 3.4 -> 2.8 ms on 2 threads (by hand).
     """
     n_stats = stats.shape[1]
     hf = h.reshape(-1)
+    ucrow, usrow, ucount = np.uint64(crow), np.uint64(srow), np.uint64(count)
+    uq0, uq1 = np.uint64(q0), np.uint64(q1)
     if n_stats == 2:
-        k = 0
-        while k + 1 < count:
-            a0 = stats[srow + k, 0]
-            a1 = stats[srow + k, 1]
-            c0 = stats[srow + k + 1, 0]
-            c1 = stats[srow + k + 1, 1]
-            for q in range(q0, q1):
-                b = 2 * (offsets[q] + codes[crow + k, q])
-                d = 2 * (offsets[q] + codes[crow + k + 1, q])
+        k = _U0
+        while k + _U1 < ucount:
+            a0 = stats[usrow + k, _U0]
+            a1 = stats[usrow + k, _U1]
+            c0 = stats[usrow + k + _U1, _U0]
+            c1 = stats[usrow + k + _U1, _U1]
+            for q in range(uq0, uq1):
+                off = np.uint64(offsets[q])
+                b = _U2 * (off + np.uint64(codes[ucrow + k, q]))
+                d = _U2 * (off + np.uint64(codes[ucrow + k + _U1, q]))
                 hf[b] += a0
-                hf[b + 1] += a1
+                hf[b + _U1] += a1
                 hf[d] += c0
-                hf[d + 1] += c1
-            k += 2
-        if k < count:
-            a0 = stats[srow + k, 0]
-            a1 = stats[srow + k, 1]
-            for q in range(q0, q1):
-                b = 2 * (offsets[q] + codes[crow + k, q])
+                hf[d + _U1] += c1
+            k += _U2
+        if k < ucount:
+            a0 = stats[usrow + k, _U0]
+            a1 = stats[usrow + k, _U1]
+            for q in range(uq0, uq1):
+                b = _U2 * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
                 hf[b] += a0
-                hf[b + 1] += a1
+                hf[b + _U1] += a1
     elif n_stats == 3:
-        k = 0
-        while k + 1 < count:
-            a0 = stats[srow + k, 0]
-            a1 = stats[srow + k, 1]
-            a2 = stats[srow + k, 2]
-            c0 = stats[srow + k + 1, 0]
-            c1 = stats[srow + k + 1, 1]
-            c2 = stats[srow + k + 1, 2]
-            for q in range(q0, q1):
-                b = 3 * (offsets[q] + codes[crow + k, q])
-                d = 3 * (offsets[q] + codes[crow + k + 1, q])
+        k = _U0
+        while k + _U1 < ucount:
+            a0 = stats[usrow + k, _U0]
+            a1 = stats[usrow + k, _U1]
+            a2 = stats[usrow + k, _U2]
+            c0 = stats[usrow + k + _U1, _U0]
+            c1 = stats[usrow + k + _U1, _U1]
+            c2 = stats[usrow + k + _U1, _U2]
+            for q in range(uq0, uq1):
+                off = np.uint64(offsets[q])
+                b = _U3 * (off + np.uint64(codes[ucrow + k, q]))
+                d = _U3 * (off + np.uint64(codes[ucrow + k + _U1, q]))
                 hf[b] += a0
-                hf[b + 1] += a1
-                hf[b + 2] += a2
+                hf[b + _U1] += a1
+                hf[b + _U2] += a2
                 hf[d] += c0
-                hf[d + 1] += c1
-                hf[d + 2] += c2
-            k += 2
-        if k < count:
-            for q in range(q0, q1):
-                b = 3 * (offsets[q] + codes[crow + k, q])
-                hf[b] += stats[srow + k, 0]
-                hf[b + 1] += stats[srow + k, 1]
-                hf[b + 2] += stats[srow + k, 2]
+                hf[d + _U1] += c1
+                hf[d + _U2] += c2
+            k += _U2
+        if k < ucount:
+            for q in range(uq0, uq1):
+                b = _U3 * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
+                hf[b] += stats[usrow + k, _U0]
+                hf[b + _U1] += stats[usrow + k, _U1]
+                hf[b + _U2] += stats[usrow + k, _U2]
     else:
-        for k in range(count):
-            for q in range(q0, q1):
-                b = n_stats * (offsets[q] + codes[crow + k, q])
-                for c in range(n_stats):
-                    hf[b + c] += stats[srow + k, c]
+        us = np.uint64(n_stats)
+        for k in range(ucount):
+            for q in range(uq0, uq1):
+                b = us * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
+                for c in range(us):
+                    hf[b + c] += stats[usrow + k, c]
+
+
+@njit(cache=True, nogil=True)
+def _gather_codes(X_binned, sample_indices, starts, ends, pos, p_lo, p_hi, c0, codes, features, all_features):
+    """``codes[p - c0]``: the codes (of ``features``) of the row at position ``p`` of the nodes laid end to end
+    (node ``j`` from ``pos[j]``), for ``p`` in ``p_lo:p_hi``; the rows 8 ahead prefetched."""
+    j = np.searchsorted(pos, p_lo, side="right") - 1
+    uc0 = np.uint64(c0)
+    n_used = np.uint64(codes.shape[1])
+    for p in range(np.uint64(p_lo), np.uint64(p_hi)):
+        while p >= np.uint64(pos[j + 1]):
+            j += 1
+        i = np.uint64(starts[j]) + p - np.uint64(pos[j])
+        if i + _U_AHEAD < np.uint64(ends[j]):
+            prefetch(X_binned, sample_indices[i + _U_AHEAD], 0)
+        r = np.uint64(sample_indices[i])
+        if all_features:
+            for q in range(n_used):
+                codes[p - uc0, q] = X_binned[r, q]
+        else:
+            for q in range(n_used):
+                codes[p - uc0, q] = X_binned[r, np.uint64(features[q])]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -164,20 +202,8 @@ def build_histograms(X_binned, sample_indices, starts, ends, ordered_stats, feat
         for piece in prange(n_pieces):
             p_lo = c0 + piece * _GATHER_PIECE
             p_hi = min(c1, p_lo + _GATHER_PIECE)
-            j = np.searchsorted(pos, p_lo, side="right") - 1
-            for p in range(p_lo, p_hi):
-                while p >= pos[j + 1]:
-                    j += 1
-                i = starts[j] + p - pos[j]
-                if i + _PREFETCH_AHEAD < ends[j]:
-                    prefetch(X_binned, sample_indices[i + _PREFETCH_AHEAD], 0)
-                r = sample_indices[i]
-                if all_features:
-                    for q in range(n_used):
-                        codes[p - c0, q] = X_binned[r, q]
-                else:
-                    for q in range(n_used):
-                        codes[p - c0, q] = X_binned[r, features[q]]
+            _gather_codes(X_binned, sample_indices, starts, ends, pos, p_lo, p_hi, c0, codes, features,
+                          all_features)
         for blk in prange(n_blocks):
             q0 = blk * size
             q1 = min(n_used, q0 + size)
