@@ -255,10 +255,15 @@ def subtract_histograms_reference(parent, parent_rows, child, small_rows, large_
 def gather_rows(stats, sample_indices, out):
     """``out[:] = stats[sample_indices]`` (ordered statistics of a root node), in parallel (``out`` from numpy,
     whose allocator asks for huge pages for a large array, unlike numba's)."""
+    n_stats = np.uint64(stats.shape[1])
     for i in prange(sample_indices.shape[0]):
-        r = sample_indices[i]
-        for c in range(stats.shape[1]):
-            out[i, c] = stats[r, c]
+        r = np.uint64(sample_indices[i])
+        if n_stats == _U2:
+            out[i, 0] = stats[r, _U0]
+            out[i, 1] = stats[r, _U1]
+        else:
+            for c in range(n_stats):
+                out[i, c] = stats[r, c]
 
 
 @njit(cache=True, inline="always")
@@ -268,14 +273,14 @@ def add_row_range(stats, lo, hi, out, q):
     if stats.shape[1] == 2:
         a0 = 0.0
         a1 = 0.0
-        for i in range(lo, hi):
-            a0 += stats[i, 0]
-            a1 += stats[i, 1]
+        for i in range(np.uint64(lo), np.uint64(hi)):
+            a0 += stats[i, _U0]
+            a1 += stats[i, _U1]
         out[q, 0] += a0
         out[q, 1] += a1
     else:
-        for i in range(lo, hi):
-            for c in range(stats.shape[1]):
+        for i in range(np.uint64(lo), np.uint64(hi)):
+            for c in range(np.uint64(stats.shape[1])):
                 out[q, c] += stats[i, c]
 
 
@@ -300,11 +305,12 @@ def sum_rows(stats):
 def add_to_segments(target, column, indices_a, indices_b, starts, ends, buffers, values):
     """``target[i, column] += values[k]`` for every sample ``i`` of segment ``k``
     (``starts[k]:ends[k]`` of ``indices_a`` or ``indices_b`` per ``buffers[k]``)."""
+    ucol = np.uint64(column)
     for k in prange(starts.shape[0]):
         idx = indices_a if buffers[k] == 0 else indices_b
         v = values[k]
-        for i in range(starts[k], ends[k]):
-            target[idx[i], column] += v
+        for i in range(np.uint64(starts[k]), np.uint64(ends[k])):
+            target[np.uint64(idx[i]), ucol] += v
 
 
 @njit(cache=True, nogil=True)
