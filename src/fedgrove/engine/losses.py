@@ -55,31 +55,39 @@ def _softmax_gradients(y, raw, factor, g, h):
             h[i, c] = factor * p * (1.0 - p)
 
 
+@njit(cache=True, nogil=True)
+def _softmax_block(y, raw_by_class, factor, g, h, lo, hi):
+    """``_softmax_gradients_by_class`` for the rows ``lo:hi``.  Unsigned indices: numba wraps a negative signed
+    index around (a compare and a select at every access) unless LLVM can prove it non-negative."""
+    k = np.uint64(raw_by_class.shape[0])
+    ulo, uhi = np.uint64(lo), np.uint64(hi)
+    m = raw_by_class[0, lo:hi].copy()
+    total = np.zeros(hi - lo)
+    for c in range(np.uint64(1), k):
+        for i in range(ulo, uhi):
+            m[i - ulo] = max(m[i - ulo], raw_by_class[c, i])
+    for c in range(k):
+        for i in range(ulo, uhi):
+            e = math.exp(raw_by_class[c, i] - m[i - ulo])
+            g[c, i] = e
+            total[i - ulo] += e
+    for c in range(k):
+        for i in range(ulo, uhi):
+            p = g[c, i] / total[i - ulo]
+            g[c, i] = p - (1.0 if np.uint64(y[i]) == c else 0.0)
+            h[c, i] = factor * p * (1.0 - p)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _softmax_gradients_by_class(y, raw_by_class, factor, g, h):
     """``_softmax_gradients`` on class-major scores ``(k, n)``, filling class-major ``(k, n)`` arrays with the
     same values bit for bit (each row's max and sum are taken over the classes in the same order).  Rows are
     taken in blocks so every pass reads and writes contiguous memory."""
-    k, n = raw_by_class.shape
+    n = raw_by_class.shape[1]
     block = 512
     for b in prange((n + block - 1) // block):
         lo = b * block
-        hi = min(n, lo + block)
-        m = raw_by_class[0, lo:hi].copy()
-        total = np.zeros(hi - lo)
-        for c in range(1, k):
-            for i in range(lo, hi):
-                m[i - lo] = max(m[i - lo], raw_by_class[c, i])
-        for c in range(k):
-            for i in range(lo, hi):
-                e = math.exp(raw_by_class[c, i] - m[i - lo])
-                g[c, i] = e
-                total[i - lo] += e
-        for c in range(k):
-            for i in range(lo, hi):
-                p = g[c, i] / total[i - lo]
-                g[c, i] = p - (1.0 if int(y[i]) == c else 0.0)
-                h[c, i] = factor * p * (1.0 - p)
+        _softmax_block(y, raw_by_class, factor, g, h, lo, min(n, lo + block))
 
 
 def _check_out(out, shape) -> tuple[np.ndarray, np.ndarray]:
