@@ -153,6 +153,32 @@ def test_finders_reusing_buffers_grow_the_trees_fresh_buffers_grow(subsample):
         assert np.shares_memory(reused_finder._indices[0], buffers.indices[0])
 
 
+@pytest.mark.parametrize("n_stats", [2, 3])
+def test_statistics_written_into_the_buffers_grow_the_tree_a_separate_array_grows(n_stats):
+    # the engine writes a tree's statistics (every row, in order) straight into the buffers it grows in, and the
+    # finder does not copy them; (g, h, 1) when row counts are needed
+    from fedgrove.engine.grower import TreeGrower
+    from fedgrove.engine.histogram import fill_stats
+    from fedgrove.engine.splitter import FinderBuffers
+
+    X, y = make_classification(2000, missing=0.05)
+    bm = BinMapper(64).fit(X)
+    rng = np.random.default_rng(2)
+    buffers = FinderBuffers(2000, n_stats)
+    for _ in range(2):
+        g, h = y - rng.random(2000), rng.random(2000) + 0.1
+        separate = np.column_stack([g, h, np.ones(2000)][:n_stats])
+        fresh = TreeGrower(_finder(X, bm, separate), 5, lambda s: -s[:, 0] / (s[:, 1] + 1)).grow()
+        fill_stats(buffers.root_stats(), g, h)
+        np.testing.assert_array_equal(buffers.root_stats(), separate)
+        in_place = TreeGrower(_finder(X, bm, buffers.root_stats(), buffers=buffers), 5,
+                              lambda s: -s[:, 0] / (s[:, 1] + 1)).grow()
+        assert fresh.n_nodes > 7
+        for field in fresh.nodes.dtype.names:
+            np.testing.assert_array_equal(fresh.nodes[field], in_place.nodes[field])
+        np.testing.assert_array_equal(fresh.values, in_place.values)
+
+
 def test_buffers_too_small_for_a_tree_are_refused():
     from fedgrove.engine.splitter import FinderBuffers
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.histogram import fill_stats
 from fedgrove.engine.losses import check_gradient_range, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
@@ -425,10 +426,11 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
         if K > 1 and rows is None and stats.shape[1] == 2:  # the round's roots in one pass over a sparse table
             roots = root_histograms_by_class(X_binned, offsets, g, h,
                                              np.arange(n_features) if features is None else features)
+        # a tree on every row writes its statistics straight into the buffers it grows in
+        tree_stats = buffers.root_stats() if rows is None else stats
         for c in range(K):
-            stats[:, 0] = g[c]
-            stats[:, 1] = h[c]
-            finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, stats, scorer,
+            fill_stats(tree_stats, g[c], h[c])
+            finder = HistogramSplitFinder(X_binned, offsets, missing_codes, thresholds, tree_stats, scorer,
                                           root_samples=rows, allowed=allowed, features=features,
                                           X_columns=X_columns, buffers=buffers,
                                           root_histogram=None if roots is None else roots[c])

@@ -266,6 +266,17 @@ def gather_rows(stats, sample_indices, out):
                 out[i, c] = stats[r, c]
 
 
+@njit(parallel=True, cache=True, nogil=True)
+def fill_stats(out, g, h):
+    """``out[:, 0] = g``, ``out[:, 1] = h`` and any further column (a row count) 1, in parallel."""
+    n_stats = np.uint64(out.shape[1])
+    for i in prange(g.shape[0]):
+        out[i, 0] = g[i]
+        out[i, 1] = h[i]
+        for c in range(_U2, n_stats):
+            out[i, c] = 1.0
+
+
 @njit(cache=True, inline="always")
 def add_row_range(stats, lo, hi, out, q):
     """``out[q] += stats[lo:hi].sum(axis=0)``, the rows added in order; (g, h) in registers, not each

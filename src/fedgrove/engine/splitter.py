@@ -122,6 +122,11 @@ class FinderBuffers:
         self.stats = (np.empty((self.n_rows, self.n_stats)), np.empty((self.n_rows, self.n_stats)))
         self.every_row = np.arange(self.n_rows, dtype=np.int64)
 
+    def root_stats(self) -> np.ndarray:
+        """Where a caller may write the statistics ``(n_rows, n_stats)`` of a tree on every row in order, to give
+        them to the finder as its ``stats`` (the finder then does not copy them)."""
+        return self.stats[0]
+
     def take(self, root_samples, n_rows: int, n_stats: int):
         """Two index buffers and two statistics buffers for a tree on ``root_samples`` (None: all ``n_rows``
         rows, in order), the first index buffer holding them."""
@@ -191,7 +196,8 @@ class HistogramSplitFinder(SplitFinder):
         else:
             self._indices, self._stats = buffers.take(root_samples, X_binned.shape[0], stats.shape[1])
             root = self._indices[0]
-        gather_rows(stats, root, self._stats[0])
+        if not (buffers is not None and root_samples is None and stats is buffers.stats[0]):
+            gather_rows(stats, root, self._stats[0])  # (else the caller wrote them there: every row, in order)
         self.count_from_segments = isinstance(scorer, GBDTScorer) and stats.shape[1] == 2
         self.n_stats = stats.shape[1] + (1 if self.count_from_segments else 0)
         # node -> (start, end, buffer) of its samples: rows of ``_seg`` by node id (-1: no such node)
