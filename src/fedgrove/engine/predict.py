@@ -270,6 +270,10 @@ def predict_leaves_ranked(ranks, feature, cut, missing_left, left, right, missin
     return out
 
 
+_U0 = np.uint64(0)
+_U1 = np.uint64(1)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _leaves_ranked_blocks(ranks, feature, cut, missing_left, left, right, missing_rank, n_blocks, out):
     size = (ranks.shape[0] + n_blocks - 1) // n_blocks
@@ -287,25 +291,27 @@ def _leaves_ranked_block(ranks, feature, cut, missing_left, left, right, missing
     start = np.zeros(n_nodes, dtype=np.int64)  # node k's rows: rows[start[k]:stop[k]]
     stop = np.zeros(n_nodes, dtype=np.int64)
     stop[0] = hi - lo
+    # unsigned indices: numba wraps a negative signed index around (a compare and a select at every access)
+    # unless LLVM can prove it non-negative, and it cannot for bounds read from arrays
     for k in range(n_nodes):
-        a, z = start[k], stop[k]
+        a, z = np.uint64(start[k]), np.uint64(stop[k])
         if a == z:
             continue
         if left[k] == k:
             for j in range(a, z):
-                out[rows[j]] = k
+                out[np.uint64(rows[j])] = k
             continue
         col = ranks[:, feature[k]]
         c, ml = cut[k], missing_left[k]
-        n_left, n_right = a, 0
+        n_left, n_right = a, _U0
         for j in range(a, z):
             i = rows[j]
-            r = np.int64(col[i])
-            go = np.int64((r <= c) | ((r == missing_rank) & ml))
+            r = np.int64(col[np.uint64(i)])
+            go = np.uint64((r <= c) | ((r == missing_rank) & ml))
             rows[n_left] = i
             scratch[n_right] = i
             n_left += go
-            n_right += 1 - go
+            n_right += _U1 - go
         for j in range(n_right):
             rows[n_left + j] = scratch[j]
         start[left[k]], stop[left[k]] = a, n_left

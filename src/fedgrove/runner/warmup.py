@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from fedgrove.engine.histogram import grouped_sums
+from fedgrove.engine.histogram import gather_rows, grouped_sums
 from fedgrove.engine.predict import predict_leaves_ranked
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
@@ -67,6 +67,9 @@ def _warm_engine(cfg, X, rng) -> None:
         model = train_gbdt(dataclasses.replace(params, n_estimators=2, max_depth=3, early_stopping_rounds=None,
                                                eval_metric=None, n_classes=None), X, y)
     model.predict(X)
+    # a finder without the engine's reused buffers copies its rows' statistics (the engine writes a tree's on
+    # every row straight into its buffers, so its warm-up above need not call this)
+    gather_rows(np.zeros((4, 2)), np.arange(4, dtype=np.int64), np.empty((4, 2)))
     packed = PackedEnsemble(model.trees)
     leaves = packed.leaves(X)  # vertical and HybridTree prediction: leaves, then their values
     if cfg.protocol != "federated-forest":
