@@ -179,6 +179,28 @@ def test_statistics_written_into_the_buffers_grow_the_tree_a_separate_array_grow
         np.testing.assert_array_equal(fresh.values, in_place.values)
 
 
+@pytest.mark.parametrize("min_samples_leaf", [1, 5])
+def test_a_local_grower_grows_tree_after_tree_as_a_fresh_one_grows_each(min_samples_leaf):
+    # SimFL's and TFL's parties grow every tree in one LocalGrower's buffers, on every row (written straight into
+    # them) or on a subsample, one after the other
+    from fedgrove.engine.gbdt import LocalGrower
+
+    X, y = make_classification(1500, missing=0.05)
+    p = GBDTParams(max_depth=5, min_samples_leaf=min_samples_leaf)
+    rng = np.random.default_rng(4)
+    bm = BinMapper(p.max_bins).fit(X)
+    reused = LocalGrower(X, p, bm)
+    for rows in (None, np.sort(rng.choice(1500, 900, replace=False)), None):
+        g, h = y - rng.random(1500), rng.random(1500) + 0.1
+        a, finder = reused.grow(g, h, rows)
+        b = LocalGrower(X, p, bm).grow(g, h, rows)[0]
+        assert a.n_nodes > 7
+        for field in a.nodes.dtype.names:
+            np.testing.assert_array_equal(a.nodes[field], b.nodes[field])
+        np.testing.assert_array_equal(a.values, b.values)
+        assert np.shares_memory(finder._indices[0], reused.buffers.indices[0])
+
+
 def test_buffers_too_small_for_a_tree_are_refused():
     from fedgrove.engine.splitter import FinderBuffers
 

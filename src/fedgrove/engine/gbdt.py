@@ -262,17 +262,25 @@ class LocalGrower:
         self.X_columns = column_major(self.X_binned)
         self.thresholds = self.bin_mapper.thresholds()
         self.scorer = GBDTScorer(params.reg_lambda, params.gamma, params.min_child_weight, params.min_samples_leaf)
+        # every tree grows in the same buffers (fresh ones cost page faults)
+        self.buffers = FinderBuffers(len(self.X_binned), 3 if self.scorer.hist_needs_count else 2)
 
     def grow(self, g: np.ndarray, h: np.ndarray, rows: np.ndarray | None = None,
              features: np.ndarray | None = None):
         """One tree (bin and raw thresholds) and the splitter that grew it, which knows each of ``rows``' leaf
-        (None: every row); ``features``: the only ones it may split on (None: all)."""
+        (None: every row) until the next call (the trees grow in the same buffers); ``features``: the only ones
+        it may split on (None: all)."""
         p, bm, scorer = self.params, self.bin_mapper, self.scorer
-        cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
+        if rows is None:  # every row, in order: the statistics go straight into the buffers the tree grows in
+            stats = self.buffers.root_stats()
+            fill_stats(stats, np.ascontiguousarray(g, dtype=np.float64), np.ascontiguousarray(h, dtype=np.float64))
+        else:
+            cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
+            stats = np.column_stack(cols)
         allowed = None if features is None else mask_for_every_node(feature_mask(features, self.X_binned.shape[1]))
         finder = HistogramSplitFinder(self.X_binned, bm.feature_offsets, bm.missing_codes, self.thresholds,
-                                      np.column_stack(cols), scorer, root_samples=rows, allowed=allowed,
-                                      features=features, X_columns=self.X_columns)
+                                      stats, scorer, root_samples=rows, allowed=allowed, features=features,
+                                      X_columns=self.X_columns, buffers=self.buffers)
         tree = TreeGrower(finder, p.max_depth, lambda s: p.learning_rate * scorer.leaf_value(s),
                           min_samples_split=2 * p.min_samples_leaf).grow()
         return tree, finder
