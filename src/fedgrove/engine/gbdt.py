@@ -419,10 +419,12 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
             callbacks.append(early_stopping(params.early_stopping_rounds, higher))
 
     X_columns = column_major(X_binned)
-    stats = np.ones((n, 3 if scorer.hist_needs_count else 2))
+    n_stats = 3 if scorer.hist_needs_count else 2
     # every round's gradients and every tree's row buffers reuse the same memory (fresh arrays cost page faults)
     gradients = (np.empty((K, n)), np.empty((K, n)))
-    buffers = FinderBuffers(n, stats.shape[1])
+    buffers = FinderBuffers(n, n_stats)
+    # a tree on every row writes its statistics straight into the buffers it grows in; on a subsample, here
+    stats = np.empty((n, n_stats)) if params.subsample < 1.0 else None
     t0 = time.perf_counter()
     for it in range(params.n_estimators):
         g, h = objective.gradients_by_class(y, raw_by_class, out=gradients)
@@ -431,10 +433,9 @@ def _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feat
         rows, features = sampler.next()
         allowed = None if features is None else mask_for_every_node(sampler.feature_mask(features))
         roots = None
-        if K > 1 and rows is None and stats.shape[1] == 2:  # the round's roots in one pass over a sparse table
+        if K > 1 and rows is None and n_stats == 2:  # the round's roots in one pass over a sparse table
             roots = root_histograms_by_class(X_binned, offsets, g, h,
                                              np.arange(n_features) if features is None else features)
-        # a tree on every row writes its statistics straight into the buffers it grows in
         tree_stats = buffers.root_stats() if rows is None else stats
         for c in range(K):
             fill_stats(tree_stats, g[c], h[c])
