@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine._intrinsics import U0, U1
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 MAX_BINS = 255
@@ -334,10 +335,6 @@ _MAP_BLOCK = 256  # rows a task of ``_map_to_bins`` codes: its values of 8 featu
 _MAP_LANES = 8    # values of one feature searched in lock step
 
 
-_U0 = np.uint64(0)
-_U1 = np.uint64(1)
-
-
 @njit(parallel=True, cache=True, nogil=True)
 def _map_to_bins(X, flat_cuts, cut_offsets):
     """Bin codes: per value the number of cuts below it (searchsorted, side="left"); NaN -> n_cuts + 1.
@@ -363,7 +360,7 @@ def _map_to_bins(X, flat_cuts, cut_offsets):
         for j in range(d):
             lo = np.uint64(cut_offsets[j])
             nc = np.uint64(cut_offsets[j + 1]) - lo
-            if nc == _U0:  # a feature without cuts: code 0, NaN its own
+            if nc == U0:  # a feature without cuts: code 0, NaN its own
                 for i in range(r0, r1):
                     out[i, j] = 1 if np.isnan(X[i, j]) else 0
                 continue
@@ -374,15 +371,15 @@ def _map_to_bins(X, flat_cuts, cut_offsets):
                     xs[k] = X[i + k, j]
                     base[k] = lo
                 m = nc
-                while m > _U1:
-                    half = m >> _U1
+                while m > U1:
+                    half = m >> U1
                     for k in range(lanes):
                         bk = base[k]
-                        base[k] = bk + half if flat_cuts[bk + half - _U1] < xs[k] else bk
+                        base[k] = bk + half if flat_cuts[bk + half - U1] < xs[k] else bk
                     m -= half
                 for k in range(lanes):
                     x = xs[k]
-                    out[i + k, j] = nc + _U1 if np.isnan(x) else base[k] - lo + (_U1 if flat_cuts[base[k]] < x else _U0)
+                    out[i + k, j] = nc + U1 if np.isnan(x) else base[k] - lo + (U1 if flat_cuts[base[k]] < x else U0)
                 i += lanes
     return out
 

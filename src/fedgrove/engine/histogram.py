@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import prefetch
+from fedgrove.engine._intrinsics import U0, U1, U2, U3, prefetch
 
 _MAX_BLOCK = 32
 
@@ -35,13 +35,6 @@ _PREFETCH_AHEAD = 8
 _GATHER_PIECE = 4096
 
 
-# Indices in the row loops are unsigned: numba wraps a negative signed index around (a compare and a select at
-# every access), which LLVM drops only where it can prove the index non-negative.  Constants are uint64 too:
-# numba types uint64 +- int64 as float64.
-_U0 = np.uint64(0)
-_U1 = np.uint64(1)
-_U2 = np.uint64(2)
-_U3 = np.uint64(3)
 _U_AHEAD = np.uint64(_PREFETCH_AHEAD)
 
 
@@ -59,54 +52,54 @@ def _accumulate(h, codes, crow, stats, srow, count, q0, q1, offsets):
     ucrow, usrow, ucount = np.uint64(crow), np.uint64(srow), np.uint64(count)
     uq0, uq1 = np.uint64(q0), np.uint64(q1)
     if n_stats == 2:
-        k = _U0
-        while k + _U1 < ucount:
-            a0 = stats[usrow + k, _U0]
-            a1 = stats[usrow + k, _U1]
-            c0 = stats[usrow + k + _U1, _U0]
-            c1 = stats[usrow + k + _U1, _U1]
+        k = U0
+        while k + U1 < ucount:
+            a0 = stats[usrow + k, U0]
+            a1 = stats[usrow + k, U1]
+            c0 = stats[usrow + k + U1, U0]
+            c1 = stats[usrow + k + U1, U1]
             for q in range(uq0, uq1):
                 off = np.uint64(offsets[q])
-                b = _U2 * (off + np.uint64(codes[ucrow + k, q]))
-                d = _U2 * (off + np.uint64(codes[ucrow + k + _U1, q]))
+                b = U2 * (off + np.uint64(codes[ucrow + k, q]))
+                d = U2 * (off + np.uint64(codes[ucrow + k + U1, q]))
                 hf[b] += a0
-                hf[b + _U1] += a1
+                hf[b + U1] += a1
                 hf[d] += c0
-                hf[d + _U1] += c1
-            k += _U2
+                hf[d + U1] += c1
+            k += U2
         if k < ucount:
-            a0 = stats[usrow + k, _U0]
-            a1 = stats[usrow + k, _U1]
+            a0 = stats[usrow + k, U0]
+            a1 = stats[usrow + k, U1]
             for q in range(uq0, uq1):
-                b = _U2 * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
+                b = U2 * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
                 hf[b] += a0
-                hf[b + _U1] += a1
+                hf[b + U1] += a1
     elif n_stats == 3:
-        k = _U0
-        while k + _U1 < ucount:
-            a0 = stats[usrow + k, _U0]
-            a1 = stats[usrow + k, _U1]
-            a2 = stats[usrow + k, _U2]
-            c0 = stats[usrow + k + _U1, _U0]
-            c1 = stats[usrow + k + _U1, _U1]
-            c2 = stats[usrow + k + _U1, _U2]
+        k = U0
+        while k + U1 < ucount:
+            a0 = stats[usrow + k, U0]
+            a1 = stats[usrow + k, U1]
+            a2 = stats[usrow + k, U2]
+            c0 = stats[usrow + k + U1, U0]
+            c1 = stats[usrow + k + U1, U1]
+            c2 = stats[usrow + k + U1, U2]
             for q in range(uq0, uq1):
                 off = np.uint64(offsets[q])
-                b = _U3 * (off + np.uint64(codes[ucrow + k, q]))
-                d = _U3 * (off + np.uint64(codes[ucrow + k + _U1, q]))
+                b = U3 * (off + np.uint64(codes[ucrow + k, q]))
+                d = U3 * (off + np.uint64(codes[ucrow + k + U1, q]))
                 hf[b] += a0
-                hf[b + _U1] += a1
-                hf[b + _U2] += a2
+                hf[b + U1] += a1
+                hf[b + U2] += a2
                 hf[d] += c0
-                hf[d + _U1] += c1
-                hf[d + _U2] += c2
-            k += _U2
+                hf[d + U1] += c1
+                hf[d + U2] += c2
+            k += U2
         if k < ucount:
             for q in range(uq0, uq1):
-                b = _U3 * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
-                hf[b] += stats[usrow + k, _U0]
-                hf[b + _U1] += stats[usrow + k, _U1]
-                hf[b + _U2] += stats[usrow + k, _U2]
+                b = U3 * (np.uint64(offsets[q]) + np.uint64(codes[ucrow + k, q]))
+                hf[b] += stats[usrow + k, U0]
+                hf[b + U1] += stats[usrow + k, U1]
+                hf[b + U2] += stats[usrow + k, U2]
     else:
         us = np.uint64(n_stats)
         for k in range(ucount):
@@ -258,9 +251,9 @@ def gather_rows(stats, sample_indices, out):
     n_stats = np.uint64(stats.shape[1])
     for i in prange(sample_indices.shape[0]):
         r = np.uint64(sample_indices[i])
-        if n_stats == _U2:
-            out[i, 0] = stats[r, _U0]
-            out[i, 1] = stats[r, _U1]
+        if n_stats == U2:
+            out[i, 0] = stats[r, U0]
+            out[i, 1] = stats[r, U1]
         else:
             for c in range(n_stats):
                 out[i, c] = stats[r, c]
@@ -273,7 +266,7 @@ def fill_stats(out, g, h):
     for i in prange(g.shape[0]):
         out[i, 0] = g[i]
         out[i, 1] = h[i]
-        for c in range(_U2, n_stats):
+        for c in range(U2, n_stats):
             out[i, c] = 1.0
 
 
@@ -285,8 +278,8 @@ def add_row_range(stats, lo, hi, out, q):
         a0 = 0.0
         a1 = 0.0
         for i in range(np.uint64(lo), np.uint64(hi)):
-            a0 += stats[i, _U0]
-            a1 += stats[i, _U1]
+            a0 += stats[i, U0]
+            a1 += stats[i, U1]
         out[q, 0] += a0
         out[q, 1] += a1
     else:

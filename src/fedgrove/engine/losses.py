@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit, prange
 from scipy.special import expit, softmax
 
+from fedgrove.engine._intrinsics import U1
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
 
@@ -57,13 +58,12 @@ def _softmax_gradients(y, raw, factor, g, h):
 
 @njit(cache=True, nogil=True)
 def _softmax_block(y, raw_by_class, factor, g, h, lo, hi):
-    """``_softmax_gradients_by_class`` for the rows ``lo:hi``.  Unsigned indices: numba wraps a negative signed
-    index around (a compare and a select at every access) unless LLVM can prove it non-negative."""
+    """``_softmax_gradients_by_class`` for the rows ``lo:hi``, with unsigned indices (see ``_intrinsics``)."""
     k = np.uint64(raw_by_class.shape[0])
     ulo, uhi = np.uint64(lo), np.uint64(hi)
     m = raw_by_class[0, lo:hi].copy()
     total = np.zeros(hi - lo)
-    for c in range(np.uint64(1), k):
+    for c in range(U1, k):
         for i in range(ulo, uhi):
             m[i - ulo] = max(m[i - ulo], raw_by_class[c, i])
     for c in range(k):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import prefetch
+from fedgrove.engine._intrinsics import U0, U1, prefetch
 
 
 # rows a task decides and scatters: a9a's 32,561-row root was one task (one thread) at 1 << 15; at 1 << 13 it is
@@ -26,12 +26,8 @@ def _goes_left(code, mcode, t, ml):
     return ml if code == mcode else code <= t
 
 
-# Indices in the row loops below are unsigned: numba wraps a negative signed index around (a compare and a select
-# at every access), which LLVM drops only where it can prove the index non-negative, and it cannot for loops over
-# a node's rows from ``lo`` to ``hi``: a9a's 32,561-row root decided 31 -> 12 us and scattered 51 -> 25 us on one
-# thread (by hand).  Constants are uint64 too: numba types uint64 +- int64 as float64.
-_U0 = np.uint64(0)
-_U1 = np.uint64(1)
+# unsigned indices (see _intrinsics): a9a's 32,561-row root decided 31 -> 12 us and scattered 51 -> 25 us on
+# one thread (by hand)
 _U8 = np.uint64(8)
 
 
@@ -67,11 +63,11 @@ def _scatter(sample_indices, ordered_stats, flags, out_indices, out_stats, lo, h
         go = np.uint64(flags[i - u_base])
         w = rp + (lp - rp) * go
         lp += go
-        rp += _U1 - go
+        rp += U1 - go
         out_indices[w] = sample_indices[i]
         if n_stats == 2:  # (g, h), the common case: copied without an inner loop
-            out_stats[w, _U0] = ordered_stats[i, _U0]
-            out_stats[w, _U1] = ordered_stats[i, _U1]
+            out_stats[w, U0] = ordered_stats[i, U0]
+            out_stats[w, U1] = ordered_stats[i, U1]
         else:
             for c in range(np.uint64(n_stats)):
                 out_stats[w, c] = ordered_stats[i, c]

@@ -13,15 +13,12 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine._intrinsics import U0, U1, U2
+
 
 _LANES = 6    # rows going down a tree side by side
 _BLOCK = 64   # rows a task of the prediction kernels takes through every tree
 _LEAVES, _SUMS, _ROWS_OF_VALUES = 0, 1, 2  # what a routing kernel does with a row's leaf
-
-
-_U0 = np.uint64(0)
-_U1 = np.uint64(1)
-_U2 = np.uint64(2)
 
 
 def _route_kernel(binned, mode):
@@ -104,7 +101,7 @@ def _route_kernel(binned, mode):
                         missing = (x == missing_codes[uf]) if binned else (x != x)
                         go_left = (missing & missing_left[k]) | ((not missing) & (x <= threshold[k]))
                         if load_child:
-                            lane_node[q] = kids[_U2 * k + _U1 - np.uint64(go_left)]
+                            lane_node[q] = kids[U2 * k + U1 - np.uint64(go_left)]
                         else:
                             r = right[k]
                             lane_node[q] = r + (left[k] - r) * np.int64(go_left)
@@ -310,7 +307,7 @@ def _leaves_ranked_block(ranks, feature, cut, missing_left, left, right, missing
             continue
         col = ranks[:, feature[k]]
         c, ml = cut[k], missing_left[k]
-        n_left, n_right = a, _U0
+        n_left, n_right = a, U0
         for j in range(a, z):
             i = rows[j]
             r = np.int64(col[np.uint64(i)])
@@ -318,7 +315,7 @@ def _leaves_ranked_block(ranks, feature, cut, missing_left, left, right, missing
             rows[n_left] = i
             scratch[n_right] = i
             n_left += go
-            n_right += _U1 - go
+            n_right += U1 - go
         for j in range(n_right):
             rows[n_left + j] = scratch[j]
         start[left[k]], stop[left[k]] = a, n_left

@@ -23,7 +23,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import prefetch, prefetch1
+from fedgrove.engine._intrinsics import U0, U1, U2, prefetch, prefetch1
 from fedgrove.engine.histogram import add_row_range
 
 # above this share of listed codes the dense kernel is used: on the benchmark machine the two broke even near
@@ -149,12 +149,7 @@ def sparse_codes_for(X_binned: np.ndarray, feature_offsets, n_blocks: int | None
     return entry[n_blocks]
 
 
-# Indices in the entry and row loops are unsigned: numba wraps a negative signed index around (a compare and a
-# select at every access), which LLVM drops only where it can prove the index non-negative, and it cannot for
-# loops between bounds read from arrays.  Constants are uint64 too: numba types uint64 +- int64 as float64.
-_U0 = np.uint64(0)
-_U1 = np.uint64(1)
-_U2 = np.uint64(2)
+# unsigned indices in the entry and row loops (see _intrinsics)
 _U_AHEAD_POINTER = np.uint64(_AHEAD_POINTER)
 _U_AHEAD_ENTRIES = np.uint64(_AHEAD_ENTRIES)
 
@@ -165,12 +160,12 @@ def _add_in_order(entries, row_of, k0, k1, s, ordered_stats, hf, used_bin, all_u
     the entries ``k0:k1`` (of used bins), entry by entry (rows in order)."""
     us = np.uint64(s)
     n_stats = np.uint64(ordered_stats.shape[1])
-    if n_stats == _U2 and all_used:
+    if n_stats == U2 and all_used:
         for k in range(np.uint64(k0), np.uint64(k1)):
-            fb = _U2 * np.uint64(entries[k])
+            fb = U2 * np.uint64(entries[k])
             r = us + np.uint64(row_of[k])
-            hf[fb] += ordered_stats[r, _U0]
-            hf[fb + _U1] += ordered_stats[r, _U1]
+            hf[fb] += ordered_stats[r, U0]
+            hf[fb + U1] += ordered_stats[r, U1]
     else:
         for k in range(np.uint64(k0), np.uint64(k1)):
             fb = np.uint64(entries[k])
@@ -194,16 +189,16 @@ def _add_rows(indptr, blk, entries, sample_indices, lo, hi, ordered_stats, hf, l
         if i + _U_AHEAD_ENTRIES < uhi:
             prefetch1(entries, indptr[ublk, np.uint64(sample_indices[i + _U_AHEAD_ENTRIES])])
         r = np.uint64(sample_indices[i])
-        k0, k1 = np.uint64(indptr[ublk, r]), np.uint64(indptr[ublk, r + _U1])
-        if n_stats == _U2:
-            a0 = ordered_stats[i, _U0]
-            a1 = ordered_stats[i, _U1]
+        k0, k1 = np.uint64(indptr[ublk, r]), np.uint64(indptr[ublk, r + U1])
+        if n_stats == U2:
+            a0 = ordered_stats[i, U0]
+            a1 = ordered_stats[i, U1]
             for k in range(k0, k1):
                 fb = np.uint64(entries[k])
                 if all_used or used_bin[fb]:
                     listed[fb - ub0] += 1
-                    hf[_U2 * fb] += a0
-                    hf[_U2 * fb + _U1] += a1
+                    hf[U2 * fb] += a0
+                    hf[U2 * fb + U1] += a1
         else:
             for k in range(k0, k1):
                 fb = np.uint64(entries[k])
@@ -314,8 +309,8 @@ def _side_by_side(g, h, r0, r1, side):
     ur0 = np.uint64(r0)
     for c in range(np.uint64(g.shape[0])):
         for r in range(ur0, np.uint64(r1)):
-            side[r - ur0, _U2 * c] = g[c, r]
-            side[r - ur0, _U2 * c + _U1] = h[c, r]
+            side[r - ur0, U2 * c] = g[c, r]
+            side[r - ur0, U2 * c + U1] = h[c, r]
 
 
 @njit(cache=True, nogil=True)
