@@ -154,17 +154,23 @@ def _sorted_runs(sorted_rows):
     k, n = sorted_rows.shape
     offsets = np.zeros(k + 1, dtype=np.int64)
     values = np.empty(k * n, dtype=np.float64)  # at most one run per value
-    counts = np.zeros(k * n, dtype=np.float64)
+    counts = np.empty(k * n, dtype=np.float64)
     at = -1
     for i in range(k):
-        for j in range(n):
+        # a run's length from where it ends: a count kept per value was a load and a store on one address per
+        # value, each waiting on the last (a9a's first 64 columns, 32,561 values each: 13 -> 1.1 ms)
+        j = 0
+        while j < n:
             x = sorted_rows[i, j]
             if np.isnan(x):
                 break
-            if j == 0 or x != sorted_rows[i, j - 1]:
-                at += 1
-                values[at] = x
-            counts[at] += 1.0
+            start = j
+            j += 1
+            while j < n and sorted_rows[i, j] == x:
+                j += 1
+            at += 1
+            values[at] = x
+            counts[at] = j - start
         offsets[i + 1] = at + 1
     return values[:at + 1].copy(), counts[:at + 1].copy(), offsets
 
