@@ -155,3 +155,45 @@ def test_a_grown_tree_leaves_no_reference_cycle_holding_the_finders_buffers():
         assert alive() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("n_stats", [2, 3])
+def test_the_missing_direction_kernel_decides_and_moves_sums_as_the_numpy_steps(n_stats):
+    # the engine resolves a layer's missing directions in one kernel; a protocol's arrays of other types take the
+    # numpy steps: both must leave the same bits (empty missing bins, bins of 1e-15 hessians judged empty, ties
+    # of the children's hessians, splits the scan sent the other way, nodes without a split)
+    from fedgrove.engine.grower import Layer, LayerSplits
+    from fedgrove.engine.splitter import resolve_missing_direction
+
+    rng = np.random.default_rng(3)
+    n, offsets = 400, np.array([0, 5, 9, 16], dtype=np.int32)
+    hist = rng.normal(size=(n, 16, 2))
+    hist[..., 1] = np.abs(hist[..., 1])
+    node = np.abs(rng.normal(size=(n, n_stats))) * 10
+    feature = rng.integers(-1, 3, n).astype(np.int32)
+    miss = offsets[np.maximum(feature, 0) + 1] - 1
+    empty = rng.random(n) < 0.6
+    hist[np.arange(n)[empty], miss[empty], :] = 0.0
+    tiny = empty & (rng.random(n) < 0.3)  # saturated rows: gradients of 1, hessians all but 0
+    hist[np.arange(n)[tiny], miss[tiny], 0] = rng.choice([-1.0, 2.0], tiny.sum())
+    hist[np.arange(n)[tiny], miss[tiny], 1] = 1e-15
+    left = rng.random((n, n_stats)) * node
+    tie = rng.random(n) < 0.2
+    left[tie, 1] = node[tie, 1] / 2
+    scorer = GBDTScorer(reg_lambda=1.0)
+    assert not scorer.hist_needs_count
+
+    def resolved(hist_in):
+        splits = LayerSplits(rng.normal(size=n), feature.copy(), np.zeros(n, dtype=np.int32),
+                             np.random.default_rng(4).random(n) < 0.5, left.copy(), np.full(n, np.nan),
+                             np.full(n, -1, dtype=np.int32))
+        resolve_missing_direction(splits, Layer(np.arange(n), node.copy(), 2), hist_in, offsets, scorer)
+        return splits
+
+    kernel = resolved(hist)
+    numpy_steps = resolved(np.asfortranarray(hist))  # not C-contiguous: the numpy steps
+    assert np.array_equal(kernel.missing_left, numpy_steps.missing_left)
+    assert np.array_equal(kernel.left_stats, numpy_steps.left_stats)
+    before = np.random.default_rng(4).random(n) < 0.5
+    assert (kernel.missing_left != before).sum() > 20  # directions were changed
+    assert not np.array_equal(kernel.left_stats, left)  # and sums moved

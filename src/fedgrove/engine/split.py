@@ -429,3 +429,28 @@ def find_splits_cart_reference(hist, rows, node_stats, feature_offsets, allowed,
         return wl >= min_samples_leaf and wr >= min_samples_leaf and wl > 0 and wr > 0
 
     return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid)
+
+
+@njit(cache=True, nogil=True)
+def resolve_missing_by_hessian(hist, feature_offsets, feature, left_stats, node_stats, missing_left):
+    """:func:`~fedgrove.engine.splitter.resolve_missing_direction` for a GBDT whose histograms hold (g, h) and no
+    counts, in place, row by row as its numpy steps do it: where node ``i``'s split feature has a missing bin whose
+    hessian sum is within ``WEIGHT_TOL`` of none (relative to the node's), missing values go to the child with the
+    larger hessian sum (ties left), and that bin's sums move with them when the scan had put them on the other
+    side."""
+    k = min(hist.shape[2], left_stats.shape[1])
+    for i in range(len(feature)):
+        f = feature[i]
+        if f < 0:
+            continue
+        b = feature_offsets[f + 1] - 1
+        tw = node_stats[i, 1]
+        if not abs(hist[i, b, 1]) <= WEIGHT_TOL * abs(tw):
+            continue
+        lw = left_stats[i, 1]
+        left = lw >= (tw - lw) - WEIGHT_TOL * abs(tw)
+        if left != missing_left[i]:
+            sign = 1.0 if left else -1.0
+            for c in range(k):
+                left_stats[i, c] += sign * hist[i, b, c]
+        missing_left[i] = left
