@@ -108,6 +108,17 @@ def test_flat_thresholds_match_the_per_feature_lists_and_refuse_a_bin_out_of_ran
     last = len(bm.bin_upper_bounds(3))
     with pytest.raises(IndexError, match=f"bin {last} out of range for feature 3"):
         table.lookup([3], [last])
+    # a layer's thresholds (one kernel): the same values, NaN where a node has no split, the same refusals
+    no_split = rng.random(200) < 0.3
+    at = table.at_splits(np.where(no_split, -1, features).astype(np.int32), bins.astype(np.int32))
+    np.testing.assert_array_equal(at[~no_split], np.asarray(expected)[~no_split])
+    assert np.isnan(at[no_split]).all()
+    with pytest.raises(IndexError, match=f"bin {last} out of range for feature 3"):
+        table.at_splits([0, 3], [0, last])
+    with pytest.raises(IndexError, match="bin -1 out of range for feature 3"):
+        table.at_splits([3], [-1])
+    with pytest.raises(IndexError, match=f"feature {X.shape[1]} out of range"):
+        table.at_splits([X.shape[1]], [0])
 
 
 def test_a_tree_is_the_same_from_threshold_lists_or_the_flat_table():

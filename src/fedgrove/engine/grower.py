@@ -201,11 +201,9 @@ class TreeGrower:
         else:
             good = splits.gain > self.min_split_gain
         rows = np.nonzero(can_split & good & (splits.feature != LEAF) & (splits.gain > 0))[0]
-        child_stats = np.empty((2 * len(rows), layer.stats.shape[1]))
-        child_stats[0::2] = splits.left_stats[rows]
-        child_stats[1::2] = layer.stats[rows] - splits.left_stats[rows]
         first = self._n
         child_ids = np.arange(first, first + 2 * len(rows), dtype=np.int64).reshape(-1, 2)
+        exact = None
         if len(rows):
             # the finder sees the searched layer: translate rows into it
             if searched is layer:
@@ -214,8 +212,12 @@ class TreeGrower:
                 pos = np.full(len(layer), -1, dtype=np.int64)
                 pos[open_rows] = np.arange(len(open_rows))
                 exact = self.finder.apply_splits(searched, pos[rows], found, child_ids)
-            if exact is not None:
-                child_stats = np.asarray(exact, dtype=np.float64)
+        if exact is not None:
+            child_stats = np.asarray(exact, dtype=np.float64)
+        else:  # the scan's sums (a finder that knows the children's exact statistics returned them)
+            child_stats = np.empty((2 * len(rows), layer.stats.shape[1]))
+            child_stats[0::2] = splits.left_stats[rows]
+            child_stats[1::2] = layer.stats[rows] - splits.left_stats[rows]
         self._new_nodes(child_stats, layer.depth + 1)
         f = self._fields
         ids = layer.node_ids[rows]

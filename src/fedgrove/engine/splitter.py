@@ -237,11 +237,15 @@ class HistogramSplitFinder(SplitFinder):
         rows = np.arange(len(layer), dtype=np.int64)
         gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.feature_offsets,
                                                                    allowed)
-        splits = LayerSplits(gain, feature, bins, missing_left, left, np.full(len(layer), np.nan),
+        if isinstance(self.thresholds, Thresholds):
+            threshold = self.thresholds.at_splits(feature, bins)
+        else:
+            threshold = np.full(len(layer), np.nan)
+            ok = feature >= 0
+            if ok.any():
+                threshold[ok] = raw_thresholds(self.thresholds, feature[ok], bins[ok])
+        splits = LayerSplits(gain, feature, bins, missing_left, left, threshold,
                              np.full(len(layer), self.owner, dtype=np.int32))
-        ok = feature >= 0
-        if ok.any():
-            splits.threshold[ok] = raw_thresholds(self.thresholds, feature[ok], bins[ok])
         self._resolve_missing_direction(splits, layer)
         return splits
 
@@ -253,7 +257,10 @@ class HistogramSplitFinder(SplitFinder):
         else:
             mids = self.partition_by_masks(ids, masks)
         counts = self._record(ids, child_ids, mids)
-        self._pending = np.column_stack([ids, np.asarray(child_ids, dtype=np.int64).reshape(-1, 2)])
+        pending = np.empty((len(ids), 3), dtype=np.int64)  # (np.column_stack: 5 us a layer)
+        pending[:, 0] = ids
+        pending[:, 1:] = np.asarray(child_ids).reshape(-1, 2)
+        self._pending = pending
         if self.count_from_segments:
             child = np.empty((2 * len(ids), 3))
             child[0::2] = splits.left_stats[split_rows]
