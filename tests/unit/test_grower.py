@@ -201,6 +201,11 @@ def test_the_missing_direction_kernel_decides_and_moves_sums_as_the_numpy_steps(
         resolve_missing_direction(splits, Layer(np.arange(n), node.copy(), 2), hist_in, offsets, scorer)
         return splits
 
+    from fedgrove.engine.splitter import _kernel_ready
+
+    # arrays as the engine has them go to the kernel; a layout it is not compiled for goes the numpy way
+    probe, layer = resolved(hist), Layer(np.arange(n), node.copy(), 2)
+    assert _kernel_ready(probe, layer, hist) and not _kernel_ready(probe, layer, np.asfortranarray(hist))
     kernel = resolved(hist)
     numpy_steps = resolved(np.asfortranarray(hist))  # not C-contiguous: the numpy steps
     assert np.array_equal(kernel.missing_left, numpy_steps.missing_left)
