@@ -367,3 +367,14 @@ def test_sum_rows_and_gather_rows_match_numpy(rng, n, n_stats):
     out = np.empty((len(idx), n_stats))
     histogram.gather_rows(stats, idx, out)
     np.testing.assert_array_equal(out, stats[idx])
+
+
+def test_shared_buffer_names_the_one_buffer_of_a_layer_or_none():
+    from fedgrove.engine.partition import shared_buffer
+
+    seg = np.array([[0, 10, 0], [0, 4, 1], [4, 10, 1], [0, 2, 0], [2, 4, 0]], dtype=np.int64)
+    assert shared_buffer(seg, np.array([0], dtype=np.int64)) == 0
+    assert shared_buffer(seg, np.array([1, 2], dtype=np.int64)) == 1
+    assert shared_buffer(seg, np.array([3, 4], dtype=np.int64)) == 0
+    assert shared_buffer(seg, np.array([3, 2], dtype=np.int64)) == -1  # the first node's buffer is not all
+    assert shared_buffer(seg, np.array([1, 2, 4], dtype=np.int64)) == -1  # nor is one that differs last

@@ -162,6 +162,16 @@ def record_segments(seg, node_ids, child_ids, mids, counts):
 
 
 @njit(cache=True, nogil=True)
+def shared_buffer(seg, node_ids):
+    """The buffer (``seg[:, 2]``) holding every node of ``node_ids`` (at least one), or -1 when they are in both."""
+    b = seg[node_ids[0], 2]
+    for k in range(1, node_ids.shape[0]):
+        if seg[node_ids[k], 2] != b:
+            return -1
+    return b
+
+
+@njit(cache=True, nogil=True)
 def plan_siblings(pending, seg, node_ids):
     """Which nodes of a layer get histograms built and which by subtraction from their parent.
 

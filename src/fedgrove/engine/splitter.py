@@ -23,7 +23,7 @@ from fedgrove.engine.binning import Thresholds
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
 from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather_rows, subtract_histograms,
                                        sum_rows)
-from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments
+from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments, shared_buffer
 from fedgrove.engine.sparse import sparse_codes_for
 from fedgrove.engine.split import CRITERIA, WEIGHT_TOL, find_splits_cart, find_splits_gbdt, resolve_missing_by_hessian
 
@@ -438,9 +438,10 @@ class HistogramSplitFinder(SplitFinder):
         normally uses one)."""
         if not len(node_ids):
             return []
+        b = shared_buffer(self._seg, np.ascontiguousarray(node_ids, dtype=np.int64))  # (the numpy test: 2.5 us)
+        if b >= 0:
+            return [(int(b), np.arange(len(node_ids), dtype=np.int64))]
         bufs = self._seg[node_ids, 2]
-        if (bufs == bufs[0]).all():
-            return [(int(bufs[0]), np.arange(len(node_ids), dtype=np.int64))]
         return [(b, np.nonzero(bufs == b)[0]) for b in (0, 1) if (bufs == b).any()]
 
     def _resolve_missing_direction(self, splits: LayerSplits, layer: Layer) -> None:
