@@ -22,9 +22,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-# LLVM >= 17 has opaque pointers and names the overload "p0"; older ones "p0i8"
 U0, U1, U2, U3 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3)
 
+# LLVM >= 17 has opaque pointers and names the overload "p0"; older ones "p0i8"
 _PREFETCH = "llvm.prefetch.p0" if llvm_binding.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
 
 

@@ -271,12 +271,10 @@ class LocalGrower:
         (None: every row) until the next call (the trees grow in the same buffers); ``features``: the only ones
         it may split on (None: all)."""
         p, bm, scorer = self.params, self.bin_mapper, self.scorer
-        if rows is None:  # every row, in order: the statistics go straight into the buffers the tree grows in
-            stats = self.buffers.root_stats()
-            fill_stats(stats, np.ascontiguousarray(g, dtype=np.float64), np.ascontiguousarray(h, dtype=np.float64))
-        else:
-            cols = [g, h] + ([np.ones(len(g))] if scorer.hist_needs_count else [])  # counts for min_samples_leaf
-            stats = np.column_stack(cols)
+        # (g, h[, 1]: counts for min_samples_leaf); on every row, in order, straight into the buffers the tree
+        # grows in, as the engine's rounds write theirs
+        stats = self.buffers.root_stats() if rows is None else np.empty((len(g), self.buffers.n_stats))
+        fill_stats(stats, np.ascontiguousarray(g, dtype=np.float64), np.ascontiguousarray(h, dtype=np.float64))
         allowed = None if features is None else mask_for_every_node(feature_mask(features, self.X_binned.shape[1]))
         finder = HistogramSplitFinder(self.X_binned, bm.feature_offsets, bm.missing_codes, self.thresholds,
                                       stats, scorer, root_samples=rows, allowed=allowed, features=features,

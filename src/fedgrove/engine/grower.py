@@ -217,7 +217,7 @@ class TreeGrower:
                 exact = self.finder.apply_splits(searched, pos[rows], found, child_ids)
         if exact is not None:
             child_stats = np.asarray(exact, dtype=np.float64)
-        else:  # the scan's sums (a finder that knows the children's exact statistics returned them)
+        else:  # the scan's sums (a finder that knows the children's exact statistics returns those instead)
             child_stats = np.empty((2 * len(rows), layer.stats.shape[1]))
             child_stats[0::2] = splits.left_stats[rows]
             child_stats[1::2] = layer.stats[rows] - splits.left_stats[rows]
