@@ -11,6 +11,7 @@ the median of R runs is reported.  Also checks that a second process start reuse
 cache instead of recompiling.  Writes bench/results/engine.json.
 
     python bench/engine.py [--threads 2] [--repeats 3] [--datasets a9a,cod-rna,kddcup99,synthetic-1m]
+                           [--omp-wait-policy PASSIVE --out bench/results/engine_passive.json]
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def main():
     ap.add_argument("--omp-wait-policy", default=None,
                     help="OMP_WAIT_POLICY for the workers; default: unset (each worker runs alone, so OpenMP's "
                          "active waiting is the libraries' best case; PASSIVE made LightGBM 6x slower on a9a here)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results file (merged into when it exists)")
     ap.add_argument("--worker", nargs=3, metavar=("LIB", "DATASET", "THREADS"))
     args = ap.parse_args()
     if args.worker:
@@ -214,17 +216,17 @@ def main():
         entry["repeats"] = args.repeats
         entry["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
         results["datasets"][dataset] = entry
-        _save(results)
-    print(f"wrote {RESULTS}")
+        _save(results, args.out)
+    print(f"wrote {args.out}")
 
 
-def _save(results):
+def _save(results, path: Path = RESULTS):
     """Merge into the results file: datasets measured in earlier runs are kept."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"datasets": {}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged = json.loads(path.read_text()) if path.exists() else {"datasets": {}}
     merged.update({k: v for k, v in results.items() if k != "datasets"})
     merged.setdefault("datasets", {}).update(results["datasets"])
-    RESULTS.write_text(json.dumps(merged, indent=2))
+    path.write_text(json.dumps(merged, indent=2))
 
 
 if __name__ == "__main__":

@@ -128,9 +128,9 @@ class SparseCodes:
 _CACHE: dict[int, dict] = {}
 
 
-def sparse_codes_for(X_binned: np.ndarray, feature_offsets, n_blocks: int | None = None) -> SparseCodes | None:
-    """The :class:`SparseCodes` of ``X_binned`` when at most :data:`DENSITY_LIMIT` of its codes differ from
-    their feature's most frequent one, else None; remembered for as long as the array lives."""
+def _table_entry(X_binned: np.ndarray, feature_offsets) -> dict | None:
+    """The cache entry of ``X_binned`` (its default codes and listed codes per feature), made on first use; None
+    for a table the sparse kernel never takes (empty, or not uint8 codes)."""
     n, d = X_binned.shape
     if n == 0 or d == 0 or X_binned.dtype != np.uint8:
         return None
@@ -141,9 +141,28 @@ def sparse_codes_for(X_binned: np.ndarray, feature_offsets, n_blocks: int | None
         entry = {"default": default if listed.sum() <= DENSITY_LIMIT * n * d else None, "listed": listed}
         _CACHE[id(X_binned)] = entry
         weakref.finalize(X_binned, _CACHE.pop, id(X_binned), None)
-    if entry["default"] is None:
+    return entry
+
+
+def codes_per_row(X_binned: np.ndarray, feature_offsets, n_used: int | None = None) -> float:
+    """How many codes a histogram over ``n_used`` features (default: all) reads a row of ``X_binned``: the
+    row's listed codes on average where the sparse kernel takes the table (as :meth:`SparseCodes.worth_it`
+    decides), else ``n_used``."""
+    n_used = X_binned.shape[1] if n_used is None else int(n_used)
+    entry = _table_entry(X_binned, feature_offsets)
+    if entry is None or entry["default"] is None:
+        return float(n_used)
+    per_row = float(entry["listed"].sum()) / X_binned.shape[0]
+    return per_row if per_row <= DENSITY_LIMIT * n_used else float(n_used)
+
+
+def sparse_codes_for(X_binned: np.ndarray, feature_offsets, n_blocks: int | None = None) -> SparseCodes | None:
+    """The :class:`SparseCodes` of ``X_binned`` when at most :data:`DENSITY_LIMIT` of its codes differ from
+    their feature's most frequent one, else None; remembered for as long as the array lives."""
+    entry = _table_entry(X_binned, feature_offsets)
+    if entry is None or entry["default"] is None:
         return None
-    n_blocks = max(1, min(d, n_blocks or numba.get_num_threads()))
+    n_blocks = max(1, min(X_binned.shape[1], n_blocks or numba.get_num_threads()))
     if n_blocks not in entry:
         entry[n_blocks] = SparseCodes(X_binned, feature_offsets, entry["default"], entry["listed"], n_blocks)
     return entry[n_blocks]

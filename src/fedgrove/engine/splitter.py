@@ -25,6 +25,7 @@ from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather
                                        sum_rows)
 from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments, shared_buffer
 from fedgrove.engine.sparse import sparse_codes_for
+from fedgrove.engine.threads import BIN_SCAN, one_thread_for, row_work, serial_if, sleepy_threads
 from fedgrove.engine.split import CRITERIA, WEIGHT_TOL, find_splits_cart, find_splits_gbdt, resolve_missing_by_hessian
 
 
@@ -205,6 +206,9 @@ class HistogramSplitFinder(SplitFinder):
         self._seg[0] = (0, len(root), 0)
         # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
         self._sparse = sparse_codes_for(X_binned, self.feature_offsets) if sparse else None
+        # codes a histogram reads a row: how much work a layer's rows are (:meth:`serial_layer`)
+        self._codes_per_row = (self._sparse.entries_per_row if self._sparse is not None
+                               and self._sparse.worth_it(len(self.features)) else float(len(self.features)))
         self._hist = None          # histograms of the current layer
         self._root_histogram = root_histogram
         self._hist_row = np.zeros(0, dtype=np.int64)  # by node id: its row in ``_hist``
@@ -224,6 +228,17 @@ class HistogramSplitFinder(SplitFinder):
         fn = getattr(self.scorer, "splittable", None)
         return np.ones(len(stats), dtype=bool) if fn is None else fn(stats)
 
+    def serial_layer(self, layer: Layer) -> bool:
+        """One thread for a layer of little work where the threads sleep between kernels
+        (:func:`~fedgrove.engine.threads.one_thread_for` over the rows of its nodes)."""
+        return sleepy_threads() and one_thread_for(row_work(self._rows_of(layer.node_ids), self._codes_per_row))
+
+    def _rows_of(self, node_ids) -> int:
+        """The samples of the given nodes (a node without a segment here, a protocol's remote one, has none)."""
+        ids = np.asarray(node_ids, dtype=np.int64)
+        seg = self._seg[ids[(ids >= 0) & (ids < len(self._seg))]]
+        return int(np.maximum(seg[:, 1] - seg[:, 0], 0).sum())
+
     def allowed(self, layer: Layer) -> np.ndarray:
         if self.allowed_fn is None:
             return np.ones((len(layer), self.n_features), dtype=np.bool_)
@@ -235,8 +250,10 @@ class HistogramSplitFinder(SplitFinder):
         allowed = self.allowed(layer)
         hist = self.layer_histograms(layer, self.features)
         rows = np.arange(len(layer), dtype=np.int64)
-        gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.feature_offsets,
-                                                                   allowed)
+        # (in a layer of many rows, the search over its nodes' bins may still be little work)
+        with serial_if(sleepy_threads() and one_thread_for(BIN_SCAN * len(layer) * float(self.feature_offsets[-1]))):
+            gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.feature_offsets,
+                                                                       allowed)
         if isinstance(self.thresholds, Thresholds):
             threshold = self.thresholds.at_splits(feature, bins)
         else:
@@ -366,8 +383,11 @@ class HistogramSplitFinder(SplitFinder):
             hist[build[0]] = self._root_histogram  # the root's, built beforehand
             self._root_histogram = None
             build = build[:0]
-        for buf, k in self._by_buffer(node_ids[build]):
-            self._build(buf, node_ids[build[k]], build[k], features, hist)
+        # (in a layer of many rows, the smaller siblings built may hold few)
+        with serial_if(sleepy_threads() and one_thread_for(row_work(self._rows_of(node_ids[build]),
+                                                                    self._codes_per_row))):
+            for buf, k in self._by_buffer(node_ids[build]):
+                self._build(buf, node_ids[build[k]], build[k], features, hist)
         parent_rows = self._hist_row[parent_nodes]
         if len(parent_rows):
             subtract_histograms(self._hist, parent_rows, hist, small_rows, large_rows)

@@ -3,8 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
 
 import numba
+import numpy as np
+from numba import njit, prange
+
+#: a launch of the parallel kernels that costs this much more on several threads than on one (seconds) means the
+#: threads sleep between kernels and each launch wakes them (OpenMP with ``OMP_WAIT_POLICY=PASSIVE``: 34-58 us
+#: more on this 2-CPU machine); where they spin, as they do by default, it costs 1-2 us more
+SLEEPY_LAUNCH = 10e-6
+#: with sleeping threads, kernels over fewer than this many codes (rows x (codes read a row + ROW_OVERHEAD); about
+#: a nanosecond each on one thread, a9a's histograms of scattered rows) run on one thread: each parallel loop then
+#: wakes the threads and waits for them, which on this 2-CPU machine cost more than a second thread saved up to
+#: about a million codes (a9a's fit, 32,561 rows of 9.9 listed codes, 0.93 -> 0.30 s; the layers of 100,000
+#: dense rows of 28 features are faster on two)
+SERIAL_WORK = 1_000_000
+ROW_OVERHEAD = 4
+#: the work of scanning one bin of one node's histogram for its best split, in codes (about 10 ns a bin on one
+#: thread here: 64 nodes of 7,196 bins in 4.4 ms)
+BIN_SCAN = 10
+
+_launch_cost: dict[int, float] = {}
 
 
 @contextlib.contextmanager
@@ -19,3 +40,82 @@ def thread_limit(n_threads: int | None):
         yield
     finally:
         numba.set_num_threads(previous)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _touch(out):
+    for i in prange(out.shape[0]):
+        out[i] += 1.0
+
+
+def launch_cost(n_threads: int | None = None) -> float:
+    """Seconds a launch of a parallel kernel on ``n_threads`` threads (default: this thread's setting) costs beyond
+    one on one thread: the median over 21 alternating pairs of launches of a kernel with next to no work,
+    measured once per thread count in a process (0.2 ms where the threads spin, about 2 ms where they sleep)."""
+    n = numba.get_num_threads() if n_threads is None else int(n_threads)
+    if n <= 1:
+        return 0.0
+    cost = _launch_cost.get(n)
+    if cost is None:
+        out = np.zeros(4 * n)
+        extra = []
+        with thread_limit(n):
+            _touch(out)  # (loads the kernel)
+            for _ in range(21):
+                numba.set_num_threads(1)
+                t0 = time.perf_counter()
+                _touch(out)
+                t1 = time.perf_counter()
+                numba.set_num_threads(n)
+                _touch(out)
+                extra.append(time.perf_counter() - t1 - (t1 - t0))
+        cost = _launch_cost[n] = max(0.0, statistics.median(extra))
+    return cost
+
+
+def threads_sleep() -> bool:
+    """Whether numba's threads sleep between launches (:data:`SLEEPY_LAUNCH`): a property of its threading layer
+    and its settings, measured once in a process with all its threads."""
+    global _sleep
+    if _sleep is None:
+        _sleep = launch_cost(numba.config.NUMBA_NUM_THREADS) > SLEEPY_LAUNCH
+    return _sleep
+
+
+_sleep: bool | None = None
+
+
+def sleepy_threads() -> bool:
+    """Whether this thread's kernels run on several threads that sleep between launches (answered in 0.15 us where
+    they do not)."""
+    return threads_sleep() and numba.get_num_threads() > 1
+
+
+def row_work(rows: int, codes_per_row: float) -> float:
+    """The work of kernels over ``rows`` rows reading ``codes_per_row`` codes each, in codes (a row's own costs
+    counted as :data:`ROW_OVERHEAD` codes)."""
+    return rows * (codes_per_row + ROW_OVERHEAD)
+
+
+def one_thread_for(work: float) -> bool:
+    """Whether kernels doing ``work`` (codes read, as :func:`row_work` counts them, or bins scanned) are better run
+    on one thread: the threads sleep between launches and the work is under :data:`SERIAL_WORK`.  The kernels
+    give the same results on any number of threads; only the time differs."""
+    return work < SERIAL_WORK and sleepy_threads()
+
+
+def serial_if(one: bool):
+    """A context: one thread when ``one``, else as it was."""
+    return thread_limit(1) if one else _AS_IT_WAS
+
+
+_AS_IT_WAS = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def fit_threads(n_threads: int | None, work: float):
+    """:func:`thread_limit` for a fit whose table is ``work`` (:func:`row_work`): ``n_threads`` threads, or one
+    where :func:`one_thread_for` says one does better for the whole table (then for each of its layers too)."""
+    with thread_limit(n_threads):
+        with serial_if(one_thread_for(work)):
+            yield

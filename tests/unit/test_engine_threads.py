@@ -1,0 +1,172 @@
+"""Kernels on one thread where several would sleep between launches: the same models, only the thread count
+differs, and only for work below :data:`~fedgrove.engine.threads.SERIAL_WORK`."""
+
+import numba
+import numpy as np
+import pytest
+
+from fedgrove.engine import threads
+from fedgrove.engine.binning import BinMapper
+from fedgrove.engine.forest import ForestParams, train_forest
+from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.sparse import codes_per_row
+from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
+from tests.conftest import make_classification
+
+several = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two numba threads")
+
+
+@pytest.fixture
+def sleepy(monkeypatch):
+    """Threads measured as sleeping between launches."""
+    monkeypatch.setattr(threads, "_sleep", True)
+
+
+def test_launch_cost_is_measured_once_per_thread_count(monkeypatch):
+    monkeypatch.setattr(threads, "_launch_cost", {})
+    monkeypatch.setattr(threads, "_sleep", None)
+    assert threads.launch_cost(1) == 0.0
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        return
+    cost = threads.launch_cost(2)
+    assert 0.0 <= cost < 1.0 and threads._launch_cost == {2: cost}
+    threads._launch_cost[2] = 5.0  # a second call takes the stored value
+    assert threads.launch_cost(2) == 5.0
+    threads._launch_cost[numba.config.NUMBA_NUM_THREADS] = 5.0  # (as a sleeping team's)
+    assert threads.threads_sleep() and threads._sleep is True
+
+
+@several
+def test_one_thread_only_for_little_work_and_sleeping_threads(sleepy, monkeypatch):
+    with threads.thread_limit(2):
+        assert threads.sleepy_threads()
+        assert threads.one_thread_for(threads.row_work(1000, 10))
+        assert not threads.one_thread_for(threads.row_work(threads.SERIAL_WORK, 10))
+        with threads.thread_limit(1):  # one thread already: nothing to decide
+            assert not threads.sleepy_threads() and not threads.one_thread_for(threads.row_work(1000, 10))
+    monkeypatch.setattr(threads, "_sleep", False)
+    with threads.thread_limit(2):
+        assert not threads.sleepy_threads() and not threads.one_thread_for(threads.row_work(1000, 10))
+
+
+def test_codes_per_row_counts_a_sparse_tables_listed_codes():
+    rng = np.random.default_rng(0)
+    X = np.zeros((2000, 40))
+    X[rng.random(X.shape) < 0.05] = 1.0  # 2 codes a row listed on average
+    bm = BinMapper().fit(X)
+    Xb = bm.transform(X)
+    listed = (Xb != 0).sum() / len(Xb)  # 0 is every column's most frequent code here
+    assert codes_per_row(Xb, bm.feature_offsets) == pytest.approx(listed)
+    assert codes_per_row(Xb, bm.feature_offsets, 4) == 4.0  # (too dense a listing for 4 features)
+    D = rng.normal(size=(500, 6))
+    bmd = BinMapper().fit(D)
+    assert codes_per_row(bmd.transform(D), bmd.feature_offsets) == 6.0
+
+
+def _finder(X, y):
+    bm = BinMapper().fit(X)
+    stats = np.column_stack([0.5 - y, np.full(len(y), 0.25), np.ones(len(y))])
+    return HistogramSplitFinder(bm.transform(X), bm.feature_offsets, bm.missing_codes, bm.thresholds(), stats,
+                                GBDTScorer(min_samples_leaf=5))
+
+
+@several
+def test_a_layer_of_little_work_runs_on_one_thread_where_threads_sleep(sleepy, monkeypatch):
+    X, y = make_classification(3000, missing=0.05)
+    seen = []
+    find = HistogramSplitFinder.find_splits
+
+    def spy(self, layer):
+        seen.append(numba.get_num_threads())
+        return find(self, layer)
+
+    monkeypatch.setattr(HistogramSplitFinder, "find_splits", spy)
+    scorer = GBDTScorer(min_samples_leaf=5)
+    with threads.thread_limit(2):
+        tree = TreeGrower(_finder(X, y), 5, scorer.leaf_value).grow()
+        assert seen and set(seen) == {1} and numba.get_num_threads() == 2
+        seen.clear()
+        monkeypatch.setattr(threads, "SERIAL_WORK", 10)  # every layer is more work than that now
+        again = TreeGrower(_finder(X, y), 5, scorer.leaf_value).grow()
+        assert set(seen) == {2}
+    for name in tree.nodes.dtype.names:  # (field by field: NaN thresholds of leaves equal)
+        np.testing.assert_array_equal(tree.nodes[name], again.nodes[name])
+    np.testing.assert_array_equal(tree.values, again.values)
+
+
+def _fits(monkeypatch, n_threads):
+    """The kernels' thread counts seen by a GBDT fit's rounds and layers, and the model."""
+    import fedgrove.engine.gbdt as gbdt
+
+    seen = []
+    grow = TreeGrower.grow_layer
+
+    def spy(self):
+        seen.append(numba.get_num_threads())
+        return grow(self)
+
+    monkeypatch.setattr(gbdt.TreeGrower, "grow_layer", spy)
+    X, y = make_classification(2000, missing=0.05)
+    model = train_gbdt(GBDTParams(n_estimators=3, max_depth=4, n_threads=n_threads), X, y)
+    return seen, model.predict_raw(X)
+
+
+@several
+def test_a_fit_of_little_work_runs_on_one_thread_where_threads_sleep_and_grows_the_same_model(monkeypatch):
+    monkeypatch.setattr(threads, "_sleep", False)
+    seen, spun = _fits(monkeypatch, 2)
+    assert set(seen) == {2}
+    monkeypatch.setattr(threads, "_sleep", True)
+    seen, slept = _fits(monkeypatch, 2)
+    assert set(seen) == {1}
+    np.testing.assert_array_equal(spun, slept)
+
+
+@several
+def test_a_forest_of_little_work_runs_on_one_thread_where_threads_sleep(sleepy, monkeypatch):
+    seen = []
+    find = HistogramSplitFinder.find_splits
+
+    def spy(self, layer):
+        seen.append(numba.get_num_threads())
+        return find(self, layer)
+
+    monkeypatch.setattr(HistogramSplitFinder, "find_splits", spy)
+    X, y = make_classification(1000)
+    slept = train_forest(ForestParams(n_estimators=3, max_depth=4, n_threads=2, seed=1), X, y).predict_proba(X)
+    assert set(seen) == {1}
+    monkeypatch.setattr(threads, "_sleep", False)
+    seen.clear()
+    spun = train_forest(ForestParams(n_estimators=3, max_depth=4, n_threads=2, seed=1), X, y).predict_proba(X)
+    assert set(seen) == {2}
+    np.testing.assert_array_equal(spun, slept)
+
+
+@several
+@pytest.mark.parametrize("sleep", [True, False])
+def test_a_layers_split_search_and_histograms_each_take_one_thread_for_little_work(sleep, monkeypatch):
+    """Within a layer run on several threads (a layer of many rows), the split search over few nodes' bins and the
+    histograms of few rows still take one thread where the threads sleep."""
+    monkeypatch.setattr(threads, "_sleep", sleep)
+    monkeypatch.setattr(HistogramSplitFinder, "serial_layer", lambda self, layer: False)
+    seen = {"find": set(), "build": set()}
+    build = HistogramSplitFinder._build
+
+    def spy_build(self, *args):
+        seen["build"].add(numba.get_num_threads())
+        return build(self, *args)
+
+    monkeypatch.setattr(HistogramSplitFinder, "_build", spy_build)
+    X, y = make_classification(3000, missing=0.05)
+    finder = _finder(X, y)
+    find = finder.scorer.find
+
+    def spy_find(*args):
+        seen["find"].add(numba.get_num_threads())
+        return find(*args)
+
+    finder.scorer.find = spy_find
+    with threads.thread_limit(2):
+        TreeGrower(finder, 5, GBDTScorer(min_samples_leaf=5).leaf_value).grow()
+    assert seen == {"find": {1 if sleep else 2}, "build": {1 if sleep else 2}}
