@@ -130,7 +130,7 @@ def warm_cache_check():
     """Run a tiny fit twice in fresh processes; the second must hit the numba cache everywhere."""
     code = (
         "import json, numpy as np\n"
-        "from fedgrove.engine import histogram, split, partition, predict, binning, losses, sparse\n"
+        "from fedgrove.engine import histogram, split, partition, predict, binning, losses, sparse, threads\n"
         "from fedgrove.engine.gbdt import GBDTParams, train_gbdt\n"
         "rng = np.random.default_rng(0); X = rng.normal(size=(500, 4)); y = (X[:, 0] > 0).astype(float)\n"
         "m = train_gbdt(GBDTParams(n_estimators=2, max_depth=3), X, y); m.predict_proba(X)\n"
@@ -142,7 +142,7 @@ def warm_cache_check():
         "           histogram.gather_rows, histogram.add_to_segments, losses._logistic_gradients,\n"
         "           split.gbdt_pair_splits, split.reduce_pairs, partition.partition_nodes,\n"
         "           losses._softmax_gradients_by_class, binning._map_to_bins, sparse._default_codes,\n"
-        "           sparse._layout, sparse.build_histograms_sparse]\n"
+        "           sparse._layout, sparse.build_histograms_sparse, threads._touch]\n"
         "named = {k.__name__: k for k in kernels}\n"
         "named.update(route_leaves_binned=predict._route_leaves_binned, route_sums=predict._route_sums)\n"
         "print(json.dumps({name: [sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]\n"
