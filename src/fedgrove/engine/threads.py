@@ -10,10 +10,13 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.log import logger
+
 #: a launch of the parallel kernels that costs this much more on several threads than on one (seconds) means the
 #: threads sleep between kernels and each launch wakes them (OpenMP with ``OMP_WAIT_POLICY=PASSIVE``: 34-58 us
-#: more on this 2-CPU machine); where they spin, as they do by default, it costs 1-2 us more
-SLEEPY_LAUNCH = 10e-6
+#: more on this 2-CPU machine when idle, about 8 us while other work kept its other core busy); where they spin,
+#: as they do by default, it costs 1-2 us more, idle or busy
+SLEEPY_LAUNCH = 4e-6
 #: with sleeping threads, kernels over fewer than this many codes (rows x (codes read a row + ROW_OVERHEAD); about
 #: a nanosecond each on one thread, a9a's histograms of scattered rows) run on one thread: each parallel loop then
 #: wakes the threads and waits for them, which on this 2-CPU machine cost more than a second thread saved up to
@@ -78,7 +81,13 @@ def threads_sleep() -> bool:
     and its settings, measured once in a process with all its threads."""
     global _sleep
     if _sleep is None:
-        _sleep = launch_cost(numba.config.NUMBA_NUM_THREADS) > SLEEPY_LAUNCH
+        n = numba.config.NUMBA_NUM_THREADS
+        cost = launch_cost(n)
+        _sleep = cost > SLEEPY_LAUNCH
+        if _sleep:
+            logger.debug("numba's %d kernel threads sleep between launches (a launch costs %.0f us more than on one "
+                         "thread; OMP_WAIT_POLICY=PASSIVE?): fits, layers, histograms and split searches of little "
+                         "work run on one thread", n, cost * 1e6)
     return _sleep
 
 
