@@ -107,9 +107,9 @@ def row_work(rows: int, codes_per_row: float) -> float:
 
 
 def one_thread_for(work: float) -> bool:
-    """Whether kernels doing ``work`` (codes read, as :func:`row_work` counts them, or bins scanned) are better run
-    on one thread: the threads sleep between launches and the work is under :data:`SERIAL_WORK`.  The kernels
-    give the same results on any number of threads; only the time differs."""
+    """Whether kernels doing ``work`` (codes read, as :func:`row_work` counts them, or bins scanned times
+    :data:`BIN_SCAN`) are better run on one thread: the threads sleep between launches and the work is under
+    :data:`SERIAL_WORK`.  The kernels give the same results on any number of threads; only the time differs."""
     return work < SERIAL_WORK and sleepy_threads()
 
 
