@@ -23,6 +23,20 @@ def sleepy(monkeypatch):
     monkeypatch.setattr(threads, "_sleep", True)
 
 
+@pytest.fixture
+def search_threads(monkeypatch):
+    """The thread counts the split finder's searches ran with, one a layer."""
+    seen = []
+    find = HistogramSplitFinder.find_splits
+
+    def spy(self, layer):
+        seen.append(numba.get_num_threads())
+        return find(self, layer)
+
+    monkeypatch.setattr(HistogramSplitFinder, "find_splits", spy)
+    return seen
+
+
 def test_launch_cost_is_measured_once_per_thread_count(monkeypatch):
     monkeypatch.setattr(threads, "_launch_cost", {})
     monkeypatch.setattr(threads, "_sleep", None)
@@ -72,16 +86,9 @@ def _finder(X, y):
 
 
 @several
-def test_a_layer_of_little_work_runs_on_one_thread_where_threads_sleep(sleepy, monkeypatch):
+def test_a_layer_of_little_work_runs_on_one_thread_where_threads_sleep(sleepy, search_threads, monkeypatch):
     X, y = make_classification(3000, missing=0.05)
-    seen = []
-    find = HistogramSplitFinder.find_splits
-
-    def spy(self, layer):
-        seen.append(numba.get_num_threads())
-        return find(self, layer)
-
-    monkeypatch.setattr(HistogramSplitFinder, "find_splits", spy)
+    seen = search_threads
     scorer = GBDTScorer(min_samples_leaf=5)
     with threads.thread_limit(2):
         tree = TreeGrower(_finder(X, y), 5, scorer.leaf_value).grow()
@@ -124,15 +131,8 @@ def test_a_fit_of_little_work_runs_on_one_thread_where_threads_sleep_and_grows_t
 
 
 @several
-def test_a_forest_of_little_work_runs_on_one_thread_where_threads_sleep(sleepy, monkeypatch):
-    seen = []
-    find = HistogramSplitFinder.find_splits
-
-    def spy(self, layer):
-        seen.append(numba.get_num_threads())
-        return find(self, layer)
-
-    monkeypatch.setattr(HistogramSplitFinder, "find_splits", spy)
+def test_a_forest_of_little_work_runs_on_one_thread_where_threads_sleep(sleepy, search_threads, monkeypatch):
+    seen = search_threads
     X, y = make_classification(1000)
     slept = train_forest(ForestParams(n_estimators=3, max_depth=4, n_threads=2, seed=1), X, y).predict_proba(X)
     assert set(seen) == {1}
