@@ -275,7 +275,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     X_columns = column_major(X_binned)
     model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)
     with fit_threads(params.n_threads,
-                     row_work(len(X_binned), codes_per_row(X_binned, bin_mapper.feature_offsets))):
+                     lambda: row_work(len(X_binned), codes_per_row(X_binned, bin_mapper.feature_offsets))):
         for t in range(params.n_estimators):
             draw = draw_tree(params, t, n, n_features)
             if sample_weight is not None:

@@ -375,7 +375,7 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)
     with fit_threads(params.n_threads,
-                     row_work(len(X_binned), codes_per_row(X_binned, bin_mapper.feature_offsets))):
+                     lambda: row_work(len(X_binned), codes_per_row(X_binned, bin_mapper.feature_offsets))):
         return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
                       sample_weight, eval_sample_weight)
 

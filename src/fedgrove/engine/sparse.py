@@ -115,7 +115,7 @@ class SparseCodes:
 
     def worth_it(self, n_used: int) -> bool:
         """Whether listing every row's entries costs less than reading ``n_used`` codes per row."""
-        return self.entries_per_row <= DENSITY_LIMIT * n_used
+        return _worth_listing(self.entries_per_row, n_used)
 
     def build(self, sample_indices, starts, ends, ordered_stats, feature_offsets, used, out, out_rows) -> None:
         build_histograms_sparse(self.indptr, self.entries, self.row_of, self.default_flat, self.block_lo,
@@ -153,7 +153,11 @@ def codes_per_row(X_binned: np.ndarray, feature_offsets, n_used: int | None = No
     if entry is None or entry["default"] is None:
         return float(n_used)
     per_row = float(entry["listed"].sum()) / X_binned.shape[0]
-    return per_row if per_row <= DENSITY_LIMIT * n_used else float(n_used)
+    return per_row if _worth_listing(per_row, n_used) else float(n_used)
+
+
+def _worth_listing(entries_per_row: float, n_used: int) -> bool:
+    return entries_per_row <= DENSITY_LIMIT * n_used
 
 
 def sparse_codes_for(X_binned: np.ndarray, feature_offsets, n_blocks: int | None = None) -> SparseCodes | None:

@@ -25,7 +25,7 @@ from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather
                                        sum_rows)
 from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments, shared_buffer
 from fedgrove.engine.sparse import sparse_codes_for
-from fedgrove.engine.threads import BIN_SCAN, one_thread_for, row_work, serial_if, sleepy_threads
+from fedgrove.engine.threads import BIN_SCAN, one_thread_for, row_work, serial_if
 from fedgrove.engine.split import CRITERIA, WEIGHT_TOL, find_splits_cart, find_splits_gbdt, resolve_missing_by_hessian
 
 
@@ -206,9 +206,6 @@ class HistogramSplitFinder(SplitFinder):
         self._seg[0] = (0, len(root), 0)
         # sparse tables (most codes their feature's most frequent one): histograms from the other codes only
         self._sparse = sparse_codes_for(X_binned, self.feature_offsets) if sparse else None
-        # codes a histogram reads a row: how much work a layer's rows are (:meth:`serial_layer`)
-        self._codes_per_row = (self._sparse.entries_per_row if self._sparse is not None
-                               and self._sparse.worth_it(len(self.features)) else float(len(self.features)))
         self._hist = None          # histograms of the current layer
         self._root_histogram = root_histogram
         self._hist_row = np.zeros(0, dtype=np.int64)  # by node id: its row in ``_hist``
@@ -231,13 +228,15 @@ class HistogramSplitFinder(SplitFinder):
     def serial_layer(self, layer: Layer) -> bool:
         """One thread for a layer of little work where the threads sleep between kernels
         (:func:`~fedgrove.engine.threads.one_thread_for` over the rows of its nodes)."""
-        return sleepy_threads() and one_thread_for(row_work(self._rows_of(layer.node_ids), self._codes_per_row))
+        return one_thread_for(lambda: self._work_of(layer.node_ids))
 
-    def _rows_of(self, node_ids) -> int:
-        """The samples of the given nodes (a node without a segment here, a protocol's remote one, has none)."""
+    def _work_of(self, node_ids) -> float:
+        """The histogram work of the given nodes' samples (:func:`~fedgrove.engine.threads.row_work`; a node without
+        a segment here, a protocol's remote one, has none)."""
         ids = np.asarray(node_ids, dtype=np.int64)
         seg = self._seg[ids[(ids >= 0) & (ids < len(self._seg))]]
-        return int(np.maximum(seg[:, 1] - seg[:, 0], 0).sum())
+        codes = self._sparse.entries_per_row if self._listed(len(self.features)) else float(len(self.features))
+        return row_work(int(np.maximum(seg[:, 1] - seg[:, 0], 0).sum()), codes)
 
     def allowed(self, layer: Layer) -> np.ndarray:
         if self.allowed_fn is None:
@@ -251,7 +250,7 @@ class HistogramSplitFinder(SplitFinder):
         hist = self.layer_histograms(layer, self.features)
         rows = np.arange(len(layer), dtype=np.int64)
         # (in a layer of many rows, the search over its nodes' bins may still be little work)
-        with serial_if(sleepy_threads() and one_thread_for(BIN_SCAN * len(layer) * float(self.feature_offsets[-1]))):
+        with serial_if(one_thread_for(BIN_SCAN * len(layer) * float(self.feature_offsets[-1]))):
             gain, feature, bins, missing_left, left = self.scorer.find(hist, rows, layer.stats, self.feature_offsets,
                                                                        allowed)
         if isinstance(self.thresholds, Thresholds):
@@ -347,7 +346,7 @@ class HistogramSplitFinder(SplitFinder):
         seg = self._seg[node_ids]
         starts, ends = np.ascontiguousarray(seg[:, 0]), np.ascontiguousarray(seg[:, 1])
         out_rows = np.ascontiguousarray(out_rows, dtype=np.int64)
-        if self._sparse is not None and self._sparse.worth_it(len(features)):
+        if self._listed(len(features)):
             used = np.zeros(self.n_features, dtype=np.bool_)
             used[features] = True
             self._sparse.build(self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets, used, out,
@@ -355,6 +354,10 @@ class HistogramSplitFinder(SplitFinder):
         else:
             build_histograms(self.X_binned, self._indices[buf], starts, ends, self._stats[buf], self.feature_offsets,
                              features, out, out_rows, numba.get_num_threads())
+
+    def _listed(self, n_used: int) -> bool:
+        """Whether histograms of ``n_used`` features are summed from the table's listed codes (sparse)."""
+        return self._sparse is not None and self._sparse.worth_it(n_used)
 
     def record_children(self, node_ids, child_ids, mids) -> None:
         """Register children segments after a partition done outside :meth:`apply_splits`."""
@@ -384,8 +387,7 @@ class HistogramSplitFinder(SplitFinder):
             self._root_histogram = None
             build = build[:0]
         # (in a layer of many rows, the smaller siblings built may hold few)
-        with serial_if(sleepy_threads() and one_thread_for(row_work(self._rows_of(node_ids[build]),
-                                                                    self._codes_per_row))):
+        with serial_if(one_thread_for(lambda: self._work_of(node_ids[build]))):
             for buf, k in self._by_buffer(node_ids[build]):
                 self._build(buf, node_ids[build[k]], build[k], features, hist)
         parent_rows = self._hist_row[parent_nodes]

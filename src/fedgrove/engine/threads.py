@@ -51,11 +51,11 @@ def _touch(out):
         out[i] += 1.0
 
 
-def launch_cost(n_threads: int | None = None) -> float:
-    """Seconds a launch of a parallel kernel on ``n_threads`` threads (default: this thread's setting) costs beyond
-    one on one thread: the median over 21 alternating pairs of launches of a kernel with next to no work,
-    measured once per thread count in a process (0.2 ms where the threads spin, about 2 ms where they sleep)."""
-    n = numba.get_num_threads() if n_threads is None else int(n_threads)
+def launch_cost(n_threads: int) -> float:
+    """Seconds a launch of a parallel kernel on ``n_threads`` threads costs beyond one on one thread: the median
+    over 21 alternating pairs of launches of a kernel with next to no work, measured once per thread count in a
+    process (0.2 ms where the threads spin, about 2 ms where they sleep)."""
+    n = int(n_threads)
     if n <= 1:
         return 0.0
     cost = _launch_cost.get(n)
@@ -106,11 +106,12 @@ def row_work(rows: int, codes_per_row: float) -> float:
     return rows * (codes_per_row + ROW_OVERHEAD)
 
 
-def one_thread_for(work: float) -> bool:
+def one_thread_for(work) -> bool:
     """Whether kernels doing ``work`` (codes read, as :func:`row_work` counts them, or bins scanned times
-    :data:`BIN_SCAN`) are better run on one thread: the threads sleep between launches and the work is under
-    :data:`SERIAL_WORK`.  The kernels give the same results on any number of threads; only the time differs."""
-    return work < SERIAL_WORK and sleepy_threads()
+    :data:`BIN_SCAN`; a number, or a function giving it, called only where the threads sleep) are better run on one
+    thread: the threads sleep between launches and the work is under :data:`SERIAL_WORK`.  The kernels give the
+    same results on any number of threads; only the time differs."""
+    return sleepy_threads() and (work() if callable(work) else work) < SERIAL_WORK
 
 
 def serial_if(one: bool):
@@ -122,9 +123,9 @@ _AS_IT_WAS = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def fit_threads(n_threads: int | None, work: float):
-    """:func:`thread_limit` for a fit whose table is ``work`` (:func:`row_work`): ``n_threads`` threads, or one
-    where :func:`one_thread_for` says one does better for the whole table (then for each of its layers too)."""
+def fit_threads(n_threads: int | None, work):
+    """:func:`thread_limit` for a fit whose table is ``work`` (:func:`row_work`; as :func:`one_thread_for` takes
+    it): ``n_threads`` threads, or one where one does better for the whole table (then for each layer too)."""
     with thread_limit(n_threads):
         with serial_if(one_thread_for(work)):
             yield
