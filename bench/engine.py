@@ -8,7 +8,10 @@ with the same library (2 trees of depth 2 on 2,000 rows, timed apart as
 ``warmup_s``: a fresh process's one-off costs, numba loading fedgrove's cached
 kernels among them, stay out of the fit and predict times); with --repeats R
 the median of R runs is reported.  Also checks that a second process start reuses the numba
-cache instead of recompiling.  Writes bench/results/engine.json.
+cache instead of recompiling.  For fedgrove it also records the launch cost the engine measured (a parallel
+kernel's launch on all threads beyond one on one thread) and whether it judged the threads to sleep between
+launches, which makes small work run on one thread (``--omp-wait-policy PASSIVE``).  Writes
+bench/results/engine.json (or ``--out``).
 
     python bench/engine.py [--threads 2] [--repeats 3] [--datasets a9a,cod-rna,kddcup99,synthetic-1m]
                            [--omp-wait-policy PASSIVE --out bench/results/engine_passive.json]
@@ -122,8 +125,15 @@ def worker(lib, dataset, threads):
     pred = time.perf_counter() - t0
     metric, value = score(task, yte, proba)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"fit_s": fit, "predict_s": pred, "warmup_s": warmup, "metric": metric, "value": value,
-                      "peak_rss_mb": rss}))
+    out = {"fit_s": fit, "predict_s": pred, "warmup_s": warmup, "metric": metric, "value": value, "peak_rss_mb": rss}
+    if lib == "fedgrove":  # what a launch on all threads cost beyond one on one, as the engine measured it
+        from fedgrove.engine import threads as engine_threads
+
+        measured = getattr(engine_threads, "_launch_cost", None)  # (None: a source from before the measurement)
+        if measured:
+            out["launch_cost_us"] = 1e6 * measured[max(measured)]
+            out["threads_sleep"] = bool(engine_threads._sleep)
+    print(json.dumps(out))
 
 
 def warm_cache_check():
@@ -203,6 +213,9 @@ def main():
                 "metric": runs[0]["metric"], "value": runs[0]["value"],
                 "fit_s_runs": [r["fit_s"] for r in runs],
             }
+            if "launch_cost_us" in runs[0]:
+                entry[lib]["launch_cost_us_runs"] = [r["launch_cost_us"] for r in runs]
+                entry[lib]["threads_sleep_runs"] = [r["threads_sleep"] for r in runs]
             print(f"{dataset:>14} {lib:>9}: fit {entry[lib]['fit_s']:8.2f}s  predict {entry[lib]['predict_s']:6.3f}s  "
                   f"{entry[lib]['metric']} {entry[lib]['value']:.4f}  rss {entry[lib]['peak_rss_mb']:.0f} MB",
                   flush=True)
