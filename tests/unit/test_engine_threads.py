@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 from fedgrove.engine import threads
+from fedgrove.engine._intrinsics import PRANGE_ONLY
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.forest import ForestParams, train_forest
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.partition import partition_nodes
 from fedgrove.engine.sparse import codes_per_row
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from tests.conftest import make_classification
@@ -170,3 +172,46 @@ def test_a_layers_split_search_and_histograms_each_take_one_thread_for_little_wo
     with threads.thread_limit(2):
         TreeGrower(finder, 5, GBDTScorer(min_samples_leaf=5).leaf_value).grow()
     assert seen == {"find": {1 if sleep else 2}, "build": {1 if sleep else 2}}
+
+
+def _kernels():
+    """Every numba kernel defined at the top level of fedgrove's modules."""
+    import importlib
+    import pkgutil
+
+    import fedgrove
+    from numba.core.registry import CPUDispatcher
+
+    for info in pkgutil.walk_packages(fedgrove.__path__, "fedgrove."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # (an optional dependency's module)
+            continue
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.__module__ == info.name:
+                yield f"{info.name}.{name}", obj
+
+
+def test_every_parallel_kernel_runs_only_its_prange_loops_in_parallel():
+    parallel = {name: k.targetoptions["parallel"] for name, k in _kernels() if k.targetoptions.get("parallel")}
+    assert "fedgrove.engine.partition.partition_nodes" in parallel and len(parallel) >= 15
+    assert {name for name, opt in parallel.items() if opt is not PRANGE_ONLY} == set()
+
+
+def test_a_kernels_zeros_and_min_outside_its_prange_loops_launch_no_threads():
+    # compiled afresh (a cached kernel keeps no diagnostics): partition_nodes has two prange loops, and with
+    # numba's full conversions four more loops (two np.zeros, an array min and max), each a launch of the threads
+    from numba import njit
+
+    options = dict(partition_nodes.targetoptions, cache=False)
+    del options["nopython"]
+    kernel = njit(**options)(partition_nodes.py_func)
+    X = np.asfortranarray(np.arange(40, dtype=np.uint8).reshape(10, 4))
+    idx, stats = np.arange(10), np.ones((10, 2))
+    kernel(X, idx, stats, np.empty_like(idx), np.empty_like(stats), np.array([0]), np.array([10]), np.array([1]),
+           np.array([20]), np.array([False]), np.full(4, 255))
+    loops = kernel.get_metadata(kernel.signatures[0])["parfor_diagnostics"].initial_parfors
+    source = partition_nodes.py_func.__code__.co_filename
+    lines = open(source).read().splitlines()
+    assert len(loops) == 2
+    assert all("prange(" in lines[next(iter(p.loop_body.values())).loc.line - 1] for p in loops)

@@ -11,6 +11,9 @@ drops only where it can prove the index non-negative, and it cannot for loops
 whose bounds are read from arrays (a9a's 32,561 codes read in a loop: 31 us
 with signed bounds, 12 us unsigned; by hand).  Their constants are the uint64
 ``U0``..``U3`` below: numba types uint64 +- int64 as float64.
+
+The parallel kernels take :data:`PRANGE_ONLY` as numba's ``parallel`` option:
+only their ``prange`` loops run on several threads.
 """
 
 from __future__ import annotations
@@ -20,9 +23,19 @@ from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.cpu import ParallelOptions
 from numba.extending import intrinsic
 
 U0, U1, U2, U3 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3)
+
+#: numba's ``parallel`` option for fedgrove's kernels: their ``prange`` loops run on all threads, and nothing else.
+#: With ``parallel=True`` numba also turns each ``np.zeros`` and array ``min``/``max`` outside the loops into a
+#: parallel loop of its own, and each such loop is one more launch of the threads: where the threads sleep between
+#: launches (``OMP_WAIT_POLICY=PASSIVE``) a partition of 1,000 rows cost 350 us on two threads against 7 us on one
+#: (seven launches), a histogram build nine launches.  An instance, not a dict: numba pops a dict's keys as it reads
+#: them, so a second compilation of the same kernel would find it empty and take every conversion.
+PRANGE_ONLY = ParallelOptions(dict(comprehension=False, reduction=False, inplace_binop=False, setitem=False,
+                                   numpy=False, stencil=False, fusion=True, prange=True))
 
 # LLVM >= 17 has opaque pointers and names the overload "p0"; older ones "p0i8"
 _PREFETCH = "llvm.prefetch.p0" if llvm_binding.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import U0, U1
+from fedgrove.engine._intrinsics import PRANGE_ONLY, U0, U1
 from fedgrove.exceptions import DataError, InvalidParameterError
 
 MAX_BINS = 255
@@ -376,7 +376,7 @@ _MAP_BLOCK = 256  # rows a task of ``_map_to_bins`` codes: its values of 8 featu
 _MAP_LANES = 8    # values of one feature searched in lock step
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def _map_to_bins(X, flat_cuts, cut_offsets):
     """Bin codes: per value the number of cuts below it (searchsorted, side="left"); NaN -> n_cuts + 1.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import U0, U1, U2, U3, prefetch
+from fedgrove.engine._intrinsics import PRANGE_ONLY, U0, U1, U2, U3, prefetch
 
 _MAX_BLOCK = 32
 
@@ -131,7 +131,7 @@ def _gather_codes(X_binned, sample_indices, starts, ends, pos, p_lo, p_hi, c0, c
                 codes[p - uc0, q] = X_binned[r, np.uint64(features[q])]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def build_histograms(X_binned, sample_indices, starts, ends, ordered_stats, feature_offsets, features, out, out_rows,
                      n_threads=1):
     """Fill ``out[out_rows[j]]`` with the histogram of node ``j``: samples
@@ -221,7 +221,7 @@ def build_histograms_reference(X_binned, sample_indices, starts, ends, ordered_s
                 out[out_rows[j], off:off + nb, c] = np.bincount(codes, weights=block[:, c], minlength=nb)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def subtract_histograms(parent, parent_rows, child, small_rows, large_rows):
     """``child[large_rows[j]] = parent[parent_rows[j]] - child[small_rows[j]]``.
 
@@ -244,7 +244,7 @@ def subtract_histograms_reference(parent, parent_rows, child, small_rows, large_
     child[large_rows] = parent[parent_rows] - child[small_rows]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def gather_rows(stats, sample_indices, out):
     """``out[:] = stats[sample_indices]`` (ordered statistics of a root node), in parallel (``out`` from numpy,
     whose allocator asks for huge pages for a large array, unlike numba's)."""
@@ -259,7 +259,7 @@ def gather_rows(stats, sample_indices, out):
                 out[i, c] = stats[r, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def fill_stats(out, g, h):
     """``out[:, 0] = g``, ``out[:, 1] = h`` and any further column (a row count) 1, in parallel."""
     n_stats = np.uint64(out.shape[1])
@@ -288,7 +288,7 @@ def add_row_range(stats, lo, hi, out, q):
                 out[q, c] += stats[i, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def sum_rows(stats):
     """Column sums of ``stats`` in parallel chunks."""
     n_stats = stats.shape[1]
@@ -305,7 +305,7 @@ def sum_rows(stats):
     return out
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def add_to_segments(target, column, indices_a, indices_b, starts, ends, buffers, values):
     """``target[i, column] += values[k]`` for every sample ``i`` of segment ``k``
     (``starts[k]:ends[k]`` of ``indices_a`` or ``indices_b`` per ``buffers[k]``)."""

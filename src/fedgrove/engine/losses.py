@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, prange
 from scipy.special import expit, softmax
 
-from fedgrove.engine._intrinsics import U1
+from fedgrove.engine._intrinsics import PRANGE_ONLY, U1
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
 
@@ -24,7 +24,7 @@ def _gradient_arrays(shape) -> tuple[np.ndarray, np.ndarray]:
     return np.empty(shape), np.empty(shape)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def _logistic_gradients(y, raw, g, h):
     n = y.shape[0]
     for i in prange(n):
@@ -37,7 +37,7 @@ def _logistic_gradients(y, raw, g, h):
         h[i, 0] = p * (1.0 - p)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def _softmax_gradients(y, raw, factor, g, h):
     n, k = raw.shape
     for i in prange(n):
@@ -78,7 +78,7 @@ def _softmax_block(y, raw_by_class, factor, g, h, lo, hi):
             h[c, i] = factor * p * (1.0 - p)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def _softmax_gradients_by_class(y, raw_by_class, factor, g, h):
     """``_softmax_gradients`` on class-major scores ``(k, n)``, filling class-major ``(k, n)`` arrays with the
     same values bit for bit (each row's max and sum are taken over the classes in the same order).  Rows are

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import U0, U1, prefetch
+from fedgrove.engine._intrinsics import PRANGE_ONLY, U0, U1, prefetch
 
 
 # rows a task decides and scatters: a9a's 32,561-row root was one task (one thread) at 1 << 15; at 1 << 13 it is
@@ -73,7 +73,7 @@ def _scatter(sample_indices, ordered_stats, flags, out_indices, out_stats, lo, h
                 out_stats[w, c] = ordered_stats[i, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def partition_nodes(X_binned, sample_indices, ordered_stats, out_indices, out_stats, starts, ends, features, bins,
                     missing_left, missing_codes):
     """Stable partition of each segment into ``out_indices``/``out_stats``; returns the split positions.

@@ -13,7 +13,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import U0, U1, U2
+from fedgrove.engine._intrinsics import PRANGE_ONLY, U0, U1, U2
 
 
 _LANES = 6    # rows going down a tree side by side
@@ -50,7 +50,7 @@ def _route_kernel(binned, mode):
     148 ms, leaves 229 -> 180 ms, from bin codes 202 -> 165 ms (by hand, 2 threads, medians of 7)."""
     load_child = mode == _LEAVES
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
     def route(X, feature, threshold, missing_left, left, right, kids, tree_offsets, n_trees, values, tree_class,
               leaves, sums, missing_codes):
         n = X.shape[0]
@@ -173,7 +173,7 @@ def predict_mean_values(X, feature, threshold, missing_left, left, right, tree_o
     return out
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def sum_leaf_values(leaves, values, value_offsets, tree_class, base, n_trees):
     """Raw scores ``(n, K)``: ``base`` plus, for each tree ``t < n_trees`` in order, its leaf's value
     ``values[value_offsets[t] + leaves[i, t]]`` added to column ``tree_class[t]`` (the additions of a tree at a
@@ -278,7 +278,7 @@ def predict_leaves_ranked(ranks, feature, cut, missing_left, left, right, missin
     return out
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def _leaves_ranked_blocks(ranks, feature, cut, missing_left, left, right, missing_rank, n_blocks, out):
     size = (ranks.shape[0] + n_blocks - 1) // n_blocks
     for b in prange(n_blocks):

@@ -23,7 +23,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from fedgrove.engine._intrinsics import U0, U1, U2, prefetch, prefetch1
+from fedgrove.engine._intrinsics import PRANGE_ONLY, U0, U1, U2, prefetch, prefetch1
 from fedgrove.engine.histogram import add_row_range
 
 # above this share of listed codes the dense kernel is used: on the benchmark machine the two broke even near
@@ -231,7 +231,7 @@ def _add_rows(indptr, blk, entries, sample_indices, lo, hi, ordered_stats, hf, l
                         hf[n_stats * fb + c] += ordered_stats[i, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def build_histograms_sparse(indptr, entries, row_of, default_flat, block_lo, block_hi, sample_indices, starts,
                             ends, ordered_stats, feature_offsets, used, out, out_rows):
     """Fill ``out[out_rows[j]]`` for the features with ``used[f]`` as the dense ``build_histograms`` does, from
@@ -349,7 +349,7 @@ def _add_entries_side_by_side(entries, row_of, k0, k1, b0, r0, side, acc):
             acc[fb, q] += side[r, q]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def build_root_histograms_by_class(indptr, entries, row_of, default_flat, block_lo, block_hi, g, h,
                                    feature_offsets, used, out):
     """``out[c]``: the histogram of a root of every row in order whose statistics are ``(g[c], h[c])``, for

@@ -42,6 +42,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine._intrinsics import PRANGE_ONLY
+
 TIE_TOL = 1e-7
 TIE_FLOOR = 1e-3
 WEIGHT_TOL = 1e-9
@@ -112,7 +114,7 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
     return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_child_weight,
                      min_samples_leaf):
     """The best second-order split of every (node, feature) pair: flat arrays indexed ``node * n_features +
@@ -266,7 +268,7 @@ def find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, criterion
     return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def cart_pair_splits(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
                      min_samples_leaf):
     """The best CART split of every (node, feature) pair: flat arrays indexed ``node * n_features + feature``.

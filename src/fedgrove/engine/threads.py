@@ -10,6 +10,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine._intrinsics import PRANGE_ONLY
+
 from fedgrove.log import logger
 
 #: a launch of the parallel kernels that costs this much more on several threads than on one (seconds) means the
@@ -45,7 +47,7 @@ def thread_limit(n_threads: int | None):
         numba.set_num_threads(previous)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def _touch(out):
     for i in prange(out.shape[0]):
         out[i] += 1.0

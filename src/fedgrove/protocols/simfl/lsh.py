@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numba import njit, prange
 
+from fedgrove.engine._intrinsics import PRANGE_ONLY
 from fedgrove.engine.params import Flag, Interval, validate
 from fedgrove.exceptions import InvalidParameterError
 
@@ -104,7 +105,7 @@ def quantize(X: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_bins: int) -> np.n
     return np.where(np.isnan(X), n_bins, b).astype(np.int64)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=PRANGE_ONLY, cache=True)
 def hash_values(X_bins, a, b, r):
     """floor((a_k . x + b_k) / r) for every row x and hash function k, summing features in order (so every
     party gets the same values for the same row, whatever its BLAS)."""
@@ -240,7 +241,7 @@ def _lowest_per_group(group, n_groups, ids):
     return best
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=PRANGE_ONLY, cache=True)
 def _most_collisions(H_query, keys, order, ids_other):
     n, L = H_query.shape
     m = keys.shape[0]
