@@ -32,8 +32,9 @@ U0, U1, U2, U3 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3)
 #: With ``parallel=True`` numba also turns each ``np.zeros`` and array ``min``/``max`` outside the loops into a
 #: parallel loop of its own, and each such loop is one more launch of the threads: where the threads sleep between
 #: launches (``OMP_WAIT_POLICY=PASSIVE``) a partition of 1,000 rows cost 350 us on two threads against 7 us on one
-#: (seven launches), a histogram build nine launches.  An instance, not a dict: numba pops a dict's keys as it reads
-#: them, so a second compilation of the same kernel would find it empty and take every conversion.
+#: (seven launches); a sparse histogram build launched them up to nine times.  An instance, not a dict: numba pops
+#: a dict's keys as it reads them, so a second compilation of the same kernel would find it empty and take every
+#: conversion.
 PRANGE_ONLY = ParallelOptions(dict(comprehension=False, reduction=False, inplace_binop=False, setitem=False,
                                    numpy=False, stencil=False, fusion=True, prange=True))
 

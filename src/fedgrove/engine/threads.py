@@ -11,7 +11,6 @@ import numpy as np
 from numba import njit, prange
 
 from fedgrove.engine._intrinsics import PRANGE_ONLY
-
 from fedgrove.log import logger
 
 #: a launch of the parallel kernels that costs this much more on several threads than on one (seconds) means the
