@@ -183,10 +183,7 @@ def _kernels():
     from numba.core.registry import CPUDispatcher
 
     for info in pkgutil.walk_packages(fedgrove.__path__, "fedgrove."):
-        try:
-            module = importlib.import_module(info.name)
-        except ImportError:  # (an optional dependency's module)
-            continue
+        module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if isinstance(obj, CPUDispatcher) and obj.__module__ == info.name:
                 yield f"{info.name}.{name}", obj
