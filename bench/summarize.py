@@ -8,15 +8,16 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def engine_table() -> str:
-    path = RESULTS / "engine.json"
+def engine_table(file: str = "engine.json", command: str = "python3 bench/engine.py") -> str:
+    path = RESULTS / file
     if not path.exists():
-        return "_bench/results/engine.json not found: run `python3 bench/engine.py`._"
+        return f"_bench/results/{file} not found: run `{command}`._"
     r = json.loads(path.read_text())
     s = r["settings"]
+    threads = f"{s['threads']} thread{'s' if s['threads'] != 1 else ''}"
     lines = [
         f"Measured on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), "
-        f"{s['threads']} threads, OMP_WAIT_POLICY {s.get('omp_wait_policy', 'unset')}; "
+        f"{threads}, OMP_WAIT_POLICY {s.get('omp_wait_policy', 'unset')}; "
         f"fit time is the median of the repeats shown; since 2026-11-23 20:29 each process first runs a tiny fit "
         f"(its seconds in the warm-up column; rows without one were timed cold, one-off costs included).",
         "",
@@ -196,7 +197,12 @@ def fvtree_table() -> str:
     return "\n".join(lines)
 
 
-TABLES = {"engine": engine_table, "vertical": vertical_table, "forest": forest_table, "simfl": simfl_table,
+TABLES = {"engine": engine_table,
+          "engine-passive": lambda: engine_table("engine_passive.json", "python3 bench/engine.py --omp-wait-policy "
+                                                 "PASSIVE --out bench/results/engine_passive.json"),
+          "engine-1thread": lambda: engine_table("engine_1thread.json", "python3 bench/engine.py --threads 1 "
+                                                 "--omp-wait-policy PASSIVE --out bench/results/engine_1thread.json"),
+          "vertical": vertical_table, "forest": forest_table, "simfl": simfl_table,
           "fvtree": fvtree_table}
 
 if __name__ == "__main__":

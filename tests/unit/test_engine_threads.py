@@ -212,3 +212,39 @@ def test_a_kernels_zeros_and_min_outside_its_prange_loops_launch_no_threads():
     lines = open(source).read().splitlines()
     assert len(loops) == 2
     assert all("prange(" in lines[next(iter(p.loop_body.values())).loc.line - 1] for p in loops)
+
+
+@several
+@pytest.mark.parametrize("kind", ["gbdt", "forest"])
+def test_prediction_runs_on_the_threads_the_model_was_trained_with(kind, monkeypatch, tmp_path):
+    from fedgrove.engine.model import load_model
+    from fedgrove.engine.tree import PackedEnsemble
+
+    seen = []
+    for method in ("leaves", "raw_sum", "mean_values"):
+        original = getattr(PackedEnsemble, method)
+
+        def spy(self, *args, _original=original):
+            seen.append(numba.get_num_threads())
+            return _original(self, *args)
+
+        monkeypatch.setattr(PackedEnsemble, method, spy)
+    X, y = make_classification(300, 5, seed=0)
+    every = numba.config.NUMBA_NUM_THREADS
+    for n_threads, expected in ((1, 1), (None, every), (2, 2)):
+        if kind == "gbdt":
+            model = train_gbdt(GBDTParams(objective="binary", n_estimators=2, max_depth=2, n_threads=n_threads), X, y)
+        else:
+            model = train_forest(ForestParams(n_estimators=2, max_depth=2, n_threads=n_threads), X, y)
+        model.save(tmp_path / "m.json")
+        for m in (model, load_model(tmp_path / "m.json")):
+            seen.clear()
+            m.predict(X)
+            m.predict_proba(X)
+            m.predict_leaf(X)
+            assert seen == [expected] * 3, (n_threads, seen)
+            assert numba.get_num_threads() == every  # as it was after each call
+    model.params["n_threads"] = "two"  # (a hand-edited file) every core
+    seen.clear()
+    model.predict(X)
+    assert seen == [every]

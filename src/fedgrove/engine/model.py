@@ -26,6 +26,7 @@ from fedgrove._version import __version__
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.losses import make_objective
 from fedgrove.engine.predict import sum_leaf_values
+from fedgrove.engine.threads import thread_limit
 from fedgrove.engine.tree import FEDERATED_PREDICTION, NODE_DTYPE, PackedEnsemble, Tree
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, NotFittedError
 
@@ -225,6 +226,12 @@ class TreeEnsembleModel:
             self._packed = PackedEnsemble(self.trees)
         return self._packed
 
+    def _kernel_threads(self):
+        """A context in which prediction's kernels run on the ``n_threads`` the model was trained with (its
+        ``params``; every core where it names none), as LightGBM's and XGBoost's boosters predict on theirs."""
+        n = self.params.get("n_threads")
+        return thread_limit(n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None)
+
     def _check_X(self, X) -> np.ndarray:
         if hasattr(X, "toarray"):
             X = X.toarray()
@@ -305,7 +312,9 @@ class TreeEnsembleModel:
 
     def predict_leaf(self, X) -> np.ndarray:
         """Leaf index of every sample in every tree, shape ``(n_samples, n_trees)``."""
-        return self._pack().leaves(self._check_X(X))
+        X = self._check_X(X)
+        with self._kernel_threads():
+            return self._pack().leaves(X)
 
     # -- persistence ----------------------------------------------------------------------
     def _fields(self) -> dict:
@@ -493,7 +502,8 @@ class GBDTModel(TreeEnsembleModel):
     def predict_raw(self, X, n_rounds: int | None = None) -> np.ndarray:
         """Raw margins, shape ``(n_samples,)`` or ``(n_samples, n_classes)`` for multiclass."""
         X = self._check_X(X)
-        raw = self._pack().raw_sum(X, self.tree_class, self._base(), self._n_trees(n_rounds))
+        with self._kernel_threads():
+            raw = self._pack().raw_sum(X, self.tree_class, self._base(), self._n_trees(n_rounds))
         return raw[:, 0] if self.n_outputs == 1 else raw
 
     def _base(self) -> np.ndarray:
@@ -513,9 +523,10 @@ class GBDTModel(TreeEnsembleModel):
             raw = np.tile(base, (leaves.shape[0], 1))
         else:
             packed = self._pack()
-            raw, bad = sum_leaf_values(np.ascontiguousarray(leaves, dtype=np.int32), packed.node_values()[:, 0],
-                                       packed.tree_offsets, np.asarray(self.tree_class, dtype=np.int64), base,
-                                       n_trees)
+            with self._kernel_threads():
+                raw, bad = sum_leaf_values(np.ascontiguousarray(leaves, dtype=np.int32), packed.node_values()[:, 0],
+                                           packed.tree_offsets, np.asarray(self.tree_class, dtype=np.int64), base,
+                                           n_trees)
             if bad >= 0:
                 t = next(t for t in range(n_trees) if not 0 <= leaves[bad, t] < self.trees[t].n_nodes)
                 raise ValueError(f"leaf {int(leaves[bad, t])} of sample {bad} is outside tree {t}, which has "
@@ -597,6 +608,11 @@ class ForestModel(TreeEnsembleModel):
         self.trees.append(tree)
         self._packed = None
 
+    def _mean_of(self, X) -> np.ndarray:
+        X = self._check_X(X)
+        with self._kernel_threads():
+            return self._pack().mean_values(X)
+
     def _mean_values(self, leaves: np.ndarray) -> np.ndarray:
         acc = np.zeros((leaves.shape[0], self.trees[0].values.shape[1]))
         for t, tree in enumerate(self.trees):
@@ -606,10 +622,10 @@ class ForestModel(TreeEnsembleModel):
     def predict_proba(self, X) -> np.ndarray:
         if self.task != "classification":
             raise NotFittedError("predict_proba is only defined for classification forests")
-        return self._pack().mean_values(self._check_X(X))
+        return self._mean_of(X)
 
     def predict(self, X) -> np.ndarray:
-        out = self._pack().mean_values(self._check_X(X))
+        out = self._mean_of(X)
         return np.argmax(out, axis=1) if self.task == "classification" else out[:, 0]
 
     def decide(self, out):
