@@ -566,6 +566,8 @@ def _bad_inputs(tmp_path, csv):
         # named by the option given, not the engine's name (n_threads), and before the data is read
         "bad threads": (["train", tmp_path / "never-read.csv", "--threads", "0"], 2, "--threads must be >= 1, got 0"),
         "bad colsample": (["train", tmp_path / "never-read.csv", "--colsample", "0"], 2, "--colsample must be > 0"),
+        "bad predict threads": (["predict", tmp_path / "never-read.json", csv, "--threads", "0"], 2,
+                                "--threads must be >= 1, got 0"),
         "bad objective": (["train", tmp_path / "never-read.csv", "--objective", "poisson"], 2,
                           "--objective must be auto, binary, multiclass or regression, got 'poisson'"),
         "negative seed": (["partition", tmp_path / "never-read.csv", "--scheme", "vertical", "--seed", "-1"], 2,
@@ -580,7 +582,8 @@ def _bad_inputs(tmp_path, csv):
 
 
 @pytest.mark.parametrize("case", ["missing file", "no such label", "non-numeric", "nan label", "binary with 3 labels",
-                                  "empty file", "infinite value", "bad parameter", "bad threads", "bad colsample",
+                                  "empty file", "infinite value", "bad parameter", "bad threads",
+                                  "bad predict threads", "bad colsample",
                                   "bad objective", "bad forest depth", "negative seed", "negative reproduce seed",
                                   "broken model", "config is a folder"])
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(csv, tmp_path, capsys, case):
@@ -1308,3 +1311,26 @@ def test_a_named_dataset_keeps_its_own_class_labels(tmp_path, capsys, monkeypatc
     assert "accuracy" in err  # scored against the dataset's own labels
     code, out, err = run(["info", "dataset:ionosphere"], capsys)
     assert code == 0 and "b: " in out and "g: " in out, out + err
+
+
+@pytest.mark.skipif(__import__("numba").config.NUMBA_NUM_THREADS < 2, reason="needs two numba threads")
+def test_predict_runs_on_the_models_threads_unless_told(csv, tmp_path, capsys, monkeypatch):
+    import numba
+
+    from fedgrove.engine.tree import PackedEnsemble
+
+    seen = []
+    raw_sum = PackedEnsemble.raw_sum
+
+    def spy(self, *args):
+        seen.append(numba.get_num_threads())
+        return raw_sum(self, *args)
+
+    monkeypatch.setattr(PackedEnsemble, "raw_sum", spy)
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-l", "label", "-n", "3", "--threads", "1", "-m", model], capsys)[0] == 0
+    for extra, expected in (([], 1), (["--threads", "2"], 2)):
+        seen.clear()
+        code, out, err = run(["predict", model, csv, "-o", tmp_path / "p.csv"] + extra, capsys)
+        assert code == 0, err
+        assert seen and set(seen) == {expected}

@@ -26,6 +26,8 @@ def predict(
     fmt: Optional[str] = typer.Option(None, "--format", help="csv, parquet or libsvm"),
     weight: Optional[str] = typer.Option(None, "--weight", "-w", help="Column of row weights (not a feature) that "
                                          "weigh the printed scores"),
+    threads: Optional[int] = typer.Option(None, help="Threads (default: those the model was trained with, all "
+                                          "cores where it names none)"),
 ):
     """Predict with a saved model; with --label also print test metrics (weighted by --weight)."""
     from fedgrove.engine.model import load_model
@@ -33,7 +35,11 @@ def predict(
     check_output_file(output, "--out", {"the model file": model, "the data file": data})
     if proba and leaf:
         raise InvalidParameterError("--proba and --leaf ask for different outputs; give one of them")
+    if threads is not None and threads < 1:
+        raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     m = load_model(model)
+    if threads is not None:
+        m.params["n_threads"] = threads
     if proba and m.classes is None:  # said before the data is read
         raise InvalidParameterError(f"--proba needs a classification model; {str(model)!r} is a regression model "
                                     f"(its predictions are the values themselves)")
