@@ -23,8 +23,8 @@ from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
 from fedgrove.engine.model import ForestModel, check_row_labels, names_of
 from fedgrove.engine.params import Flag, Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
-from fedgrove.engine.sparse import codes_per_row
-from fedgrove.engine.threads import fit_threads, row_work
+from fedgrove.engine.sparse import table_work
+from fedgrove.engine.threads import fit_threads
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
 
@@ -274,8 +274,7 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
     thresholds = bin_mapper.thresholds()
     X_columns = column_major(X_binned)
     model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)
-    with fit_threads(params.n_threads,
-                     lambda: row_work(len(X_binned), codes_per_row(X_binned, bin_mapper.feature_offsets))):
+    with fit_threads(params.n_threads, lambda: table_work(X_binned, bin_mapper.feature_offsets)):
         for t in range(params.n_estimators):
             draw = draw_tree(params, t, n, n_features)
             if sample_weight is not None:

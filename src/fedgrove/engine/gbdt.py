@@ -21,10 +21,10 @@ from fedgrove.engine.histogram import fill_stats
 from fedgrove.engine.losses import check_gradient_range, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, check_row_labels, names_of
 from fedgrove.engine.params import Interval, OneOf, check_types, validate
-from fedgrove.engine.sparse import codes_per_row, root_histograms_by_class
+from fedgrove.engine.sparse import root_histograms_by_class, table_work
 from fedgrove.engine.splitter import FinderBuffers, GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
-from fedgrove.engine.threads import fit_threads, row_work
+from fedgrove.engine.threads import fit_threads
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
 from fedgrove.metrics import get_metric, ranks_defined, weighed_labels
@@ -374,8 +374,7 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     if bin_mapper is None:
         bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
     X_binned = bin_mapper.transform(X)
-    with fit_threads(params.n_threads,
-                     lambda: row_work(len(X_binned), codes_per_row(X_binned, bin_mapper.feature_offsets))):
+    with fit_threads(params.n_threads, lambda: table_work(X_binned, bin_mapper.feature_offsets)):
         return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
                       sample_weight, eval_sample_weight)
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from fedgrove.engine.threads import thread_limit
+from fedgrove.engine.threads import serial_if
 from fedgrove.engine.tree import LEAF, NODE_DTYPE, Tree
 
 
@@ -187,10 +187,8 @@ class TreeGrower:
     def grow_layer(self) -> Layer:
         """Split the frontier once; returns the new frontier (possibly empty).  On one thread where the finder
         says so (:meth:`SplitFinder.serial_layer`): the same tree, in less time."""
-        if self.finder.serial_layer(self.frontier):
-            with thread_limit(1):
-                return self._grow_layer()
-        return self._grow_layer()
+        with serial_if(self.finder.serial_layer(self.frontier)):
+            return self._grow_layer()
 
     def _grow_layer(self) -> Layer:
         layer = self.frontier

@@ -25,6 +25,7 @@ from numba import njit, prange
 
 from fedgrove.engine._intrinsics import PRANGE_ONLY, U0, U1, U2, prefetch, prefetch1
 from fedgrove.engine.histogram import add_row_range
+from fedgrove.engine.threads import row_work
 
 # above this share of listed codes the dense kernel is used: on the benchmark machine the two broke even near
 # 0.4 (random codes, 60 features, one thread), a9a's share is 0.08
@@ -154,6 +155,12 @@ def codes_per_row(X_binned: np.ndarray, feature_offsets, n_used: int | None = No
         return float(n_used)
     per_row = float(entry["listed"].sum()) / X_binned.shape[0]
     return per_row if _worth_listing(per_row, n_used) else float(n_used)
+
+
+def table_work(X_binned: np.ndarray, feature_offsets) -> float:
+    """The histogram work of all of ``X_binned``'s rows (:func:`~fedgrove.engine.threads.row_work` of its
+    :func:`codes_per_row`): what a fit's thread count is chosen by."""
+    return row_work(len(X_binned), codes_per_row(X_binned, feature_offsets))
 
 
 def _worth_listing(entries_per_row: float, n_used: int) -> bool:
