@@ -378,3 +378,48 @@ def test_shared_buffer_names_the_one_buffer_of_a_layer_or_none():
     assert shared_buffer(seg, np.array([3, 4], dtype=np.int64)) == 0
     assert shared_buffer(seg, np.array([3, 2], dtype=np.int64)) == -1  # the first node's buffer is not all
     assert shared_buffer(seg, np.array([1, 2, 4], dtype=np.int64)) == -1  # nor is one that differs last
+
+
+@pytest.mark.parametrize("with_count", [True, False])
+@pytest.mark.parametrize("missing", [0.0, 0.1])
+@pytest.mark.parametrize("params", [(1.0, 0.0, 1e-3, 1.0), (0.0, 0.5, 5.0, 20.0), (1.0, 0.0, 1e-3, 3.0)])
+@pytest.mark.parametrize("tiny", ["none", "rows with missing values", "every row"])
+def test_wide_features_scanned_in_passes_choose_as_bin_by_bin_to_the_bit(rng, with_count, missing, params, tiny):
+    # gbdt_pair_splits scans features of WIDE_BINS value bins or more in passes (prefix sums, vectorised gains,
+    # then the choice); every (node, feature) pair's gain, bin, direction and left sums must be the bin-by-bin
+    # scan's bits, or a model would change with the table's widest feature.  Features of 2-63 value bins,
+    # many nodes (more pairs than a thread's run), some features not allowed, gains that tie (repeated
+    # columns), near-ties of the two missing directions (rows with missing values whose gradients and
+    # hessians are a billionth of the others'), and gains that are all rounding (every gradient 1e-12: only
+    # the gain floor tells them from splits)
+    X = rng.normal(size=(4000, 9))
+    X[:, 2] = rng.integers(0, 3, len(X))
+    X[:, 5] = X[:, 4]  # the same candidates twice: ties go to the lower feature either way
+    X[rng.random(X.shape) < missing] = np.nan
+    bm = BinMapper(max_bins=63).fit(X)
+    Xb = bm.transform(X)
+    widths = np.diff(bm.feature_offsets) - 1
+    assert widths.min() < split.WIDE_BINS <= widths.max()
+    p = 1 / (1 + np.exp(-rng.normal(size=len(X))))
+    stats = np.column_stack([p - (rng.random(len(X)) < 0.4), p * (1 - p), np.ones(len(X))])
+    if tiny == "rows with missing values":
+        stats[np.isnan(X).any(axis=1), :2] *= 1e-9
+    elif tiny == "every row":
+        stats[:, 0] *= 1e-12
+    hist, node_stats = _random_layer_hist(rng, bm, Xb, 12, stats)
+    if not with_count:
+        hist = np.ascontiguousarray(hist[..., :2])
+    allowed = rng.random((12, Xb.shape[1])) < 0.9
+    args = (hist, np.arange(12, dtype=np.int64), node_stats, bm.feature_offsets, allowed, *params)
+    by_bin = split.gbdt_pair_splits(*args, 10**6)
+    for wide_bins in (split.WIDE_BINS, 1):
+        passes = split.gbdt_pair_splits(*args, wide_bins)
+        for a, b in zip(by_bin, passes):
+            np.testing.assert_array_equal(a, b)
+    if tiny == "every row":
+        assert (by_bin[0] == -np.inf).all()
+    else:
+        assert (by_bin[0] > -np.inf).sum() > 50
+        if tiny == "none":
+            assert by_bin[2].any() == (missing > 0)
+    np.testing.assert_array_equal(split.gbdt_pair_splits(*args)[1], by_bin[1])  # the default threshold

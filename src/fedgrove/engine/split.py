@@ -114,11 +114,28 @@ def find_splits_gbdt(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
     return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1)
 
 
+WIDE_BINS = 16
+"""A feature with this many value bins or more is scanned in passes (see :func:`gbdt_pair_splits`)."""
+WIDE_CHUNK = 32
+"""Pairs a thread takes at a time where some are scanned in passes (each such run allocates its scratch)."""
+
+
 @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_child_weight,
-                     min_samples_leaf):
+                     min_samples_leaf, wide_bins=WIDE_BINS):
     """The best second-order split of every (node, feature) pair: flat arrays indexed ``node * n_features +
-    feature`` (gain, bin, missing_left, left_stats), as :func:`cart_pair_splits`."""
+    feature`` (gain, bin, missing_left, left_stats), as :func:`cart_pair_splits`.
+
+    A feature of fewer than ``wide_bins`` value bins (:data:`WIDE_BINS`; the tests also take 1 and more than
+    any feature has) is scanned bin by bin (:func:`_scan_pair`), a wider one in passes
+    (:func:`_scan_wide_pair`): its prefix sums, then every candidate's gain in a loop without branches, which
+    the compiler vectorises (the two divisions a candidate are most of the cost), then the best in the scan's
+    order.  Both evaluate each candidate with the same operations in the same order and choose in the same
+    order, so they give the same bits.  Measured on the split searches of real fits (2026-11-29, one thread):
+    the passes took a fifth to two fifths less time on tables of 200-255 bins a feature (cod-rna, kddcup99,
+    the 1M set) and more on a9a's two-bin features, which is why a table without a wide feature keeps the
+    bin-by-bin loop alone.
+    """
     n_nodes = rows.shape[0]
     n_features = feature_offsets.shape[0] - 1
     n_pairs = n_nodes * n_features
@@ -128,66 +145,159 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
     pl = np.zeros((n_pairs, 3))
     has_count = hist.shape[2] >= 3
     min_weight = min_child_weight * (1.0 - WEIGHT_TOL)
-    for q in prange(n_pairs):
-        j = q // n_features
-        f = q % n_features
-        if not allowed[j, f]:
-            continue
-        h = hist[rows[j]]
-        off = feature_offsets[f]
-        nvb = feature_offsets[f + 1] - off - 1  # value bins; the missing bin follows
-        G = node_stats[j, 0]
-        H = node_stats[j, 1]
-        C = node_stats[j, 2] if has_count else np.inf
-        mg = h[off + nvb, 0]
-        mh = h[off + nvb, 1]
-        if has_count:
-            mc = h[off + nvb, 2]
-        else:
-            mc = 1.0 if (mg != 0.0 or mh != 0.0) else 0.0
-        parent = _gbdt_score(G, H, reg_lambda)
-        best = -np.inf
-        gl = 0.0
-        hl = 0.0
-        cl = 0.0
-        for t in range(nvb):
-            gl += h[off + t, 0]
-            hl += h[off + t, 1]
-            if has_count:
-                cl += h[off + t, 2]
+    widest = 0
+    for f in range(n_features):
+        widest = max(widest, feature_offsets[f + 1] - feature_offsets[f] - 1)
+    if widest < wide_bins:
+        for q in prange(n_pairs):
+            _scan_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_weight,
+                       min_samples_leaf, has_count, pg, pb, pm, pl)
+        return pg, pb, pm, pl
+    for c in prange((n_pairs + WIDE_CHUNK - 1) // WIDE_CHUNK):
+        scratch = np.empty((5, widest))  # left g, h, count sums; gains with missing right, left
+        for q in range(c * WIDE_CHUNK, min(n_pairs, (c + 1) * WIDE_CHUNK)):
+            nvb = feature_offsets[q % n_features + 1] - feature_offsets[q % n_features] - 1
+            if nvb < wide_bins:
+                _scan_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_weight,
+                           min_samples_leaf, has_count, pg, pb, pm, pl)
             else:
-                cl = np.inf
-            for d in range(2):  # 0: missing right, 1: missing left
-                if d == 1 and mc <= 0.0:
-                    break
-                lg = gl + mg * d
-                lh = hl + mh * d
-                lc = cl + mc * d
-                rg = G - lg
-                rh = H - lh
-                rc = C - lc
-                if lc < min_samples_leaf or rc < min_samples_leaf:
-                    continue
-                if lh < min_weight or rh < min_weight:
-                    continue
-                if lc <= 0.0 or rc <= 0.0:
-                    continue
-                sl = _gbdt_score(lg, lh, reg_lambda)
-                sr = _gbdt_score(rg, rh, reg_lambda)
-                gain = 0.5 * (sl + sr - parent) - gamma
-                if not _worth(gain, max(0.5 * (sl + sr + parent), GAIN_FLOOR * H)):
-                    continue
-                if _better(gain, best):
-                    best = gain
-                    pb[q] = t
-                    pm[q] = d == 1
-                    pl[q, 0] = lg
-                    pl[q, 1] = lh
-                    pl[q, 2] = lc if has_count else np.nan
-        pg[q] = best
+                _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
+                                min_weight, min_samples_leaf, has_count, pg, pb, pm, pl, scratch)
     return pg, pb, pm, pl
 
 
+@njit(cache=True, inline="always")
+def _pair_setup(q, hist, rows, node_stats, feature_offsets, reg_lambda, has_count):
+    """A (node, feature) pair's histogram, first bin, value bins, node sums, missing bin's sums, parent score."""
+    n_features = feature_offsets.shape[0] - 1
+    j = q // n_features
+    f = q % n_features
+    h = hist[rows[j]]
+    off = feature_offsets[f]
+    nvb = feature_offsets[f + 1] - off - 1  # value bins; the missing bin follows
+    G = node_stats[j, 0]
+    H = node_stats[j, 1]
+    C = node_stats[j, 2] if has_count else np.inf
+    mg = h[off + nvb, 0]
+    mh = h[off + nvb, 1]
+    if has_count:
+        mc = h[off + nvb, 2]
+    else:
+        mc = 1.0 if (mg != 0.0 or mh != 0.0) else 0.0
+    return h, off, nvb, G, H, C, mg, mh, mc, _gbdt_score(G, H, reg_lambda)
+
+
+@njit(cache=True, inline="always")
+def _scan_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_weight,
+               min_samples_leaf, has_count, pg, pb, pm, pl):
+    """Pair ``q``'s best split, bin by bin, into ``pg[q], pb[q], pm[q], pl[q]``."""
+    n_features = feature_offsets.shape[0] - 1
+    if not allowed[q // n_features, q % n_features]:
+        return
+    h, off, nvb, G, H, C, mg, mh, mc, parent = _pair_setup(q, hist, rows, node_stats, feature_offsets,
+                                                           reg_lambda, has_count)
+    best = -np.inf
+    gl = 0.0
+    hl = 0.0
+    cl = 0.0
+    for t in range(nvb):
+        gl += h[off + t, 0]
+        hl += h[off + t, 1]
+        if has_count:
+            cl += h[off + t, 2]
+        else:
+            cl = np.inf
+        for d in range(2):  # 0: missing right, 1: missing left
+            if d == 1 and mc <= 0.0:
+                break
+            lg = gl + mg * d
+            lh = hl + mh * d
+            lc = cl + mc * d
+            rg = G - lg
+            rh = H - lh
+            rc = C - lc
+            if lc < min_samples_leaf or rc < min_samples_leaf:
+                continue
+            if lh < min_weight or rh < min_weight:
+                continue
+            if lc <= 0.0 or rc <= 0.0:
+                continue
+            sl = _gbdt_score(lg, lh, reg_lambda)
+            sr = _gbdt_score(rg, rh, reg_lambda)
+            gain = 0.5 * (sl + sr - parent) - gamma
+            if not _worth(gain, max(0.5 * (sl + sr + parent), GAIN_FLOOR * H)):
+                continue
+            if _better(gain, best):
+                best = gain
+                pb[q] = t
+                pm[q] = d == 1
+                pl[q, 0] = lg
+                pl[q, 1] = lh
+                pl[q, 2] = lc if has_count else np.nan
+    pg[q] = best
+
+
+@njit(cache=True, inline="always")
+def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_weight,
+                    min_samples_leaf, has_count, pg, pb, pm, pl, scratch):
+    """:func:`_scan_pair` in passes over ``scratch`` (5 x at least the pair's value bins): the same candidates,
+    each with the same operations, and the same choice among them."""
+    n_features = feature_offsets.shape[0] - 1
+    if not allowed[q // n_features, q % n_features]:
+        return
+    h, off, nvb, G, H, C, mg, mh, mc, parent = _pair_setup(q, hist, rows, node_stats, feature_offsets,
+                                                           reg_lambda, has_count)
+    left_g = scratch[0]
+    left_h = scratch[1]
+    left_c = scratch[2]
+    gains = scratch[3]
+    gl = 0.0
+    hl = 0.0
+    cl = 0.0
+    for t in range(nvb):
+        gl += h[off + t, 0]
+        hl += h[off + t, 1]
+        left_g[t] = gl
+        left_h[t] = hl
+        if has_count:
+            cl += h[off + t, 2]
+            left_c[t] = cl
+    floor = GAIN_FLOOR * H
+    both = mc > 0.0  # otherwise missing left is no candidate
+    for d in range(2 if both else 1):  # 0: missing right, 1: missing left
+        gains = scratch[3 + d]
+        for t in range(nvb):
+            lg = left_g[t] + mg * d
+            lh = left_h[t] + mh * d
+            lc = (left_c[t] + mc * d) if has_count else np.inf
+            rg = G - lg
+            rh = H - lh
+            rc = C - lc
+            sl = _gbdt_score(lg, lh, reg_lambda)
+            sr = _gbdt_score(rg, rh, reg_lambda)
+            gain = 0.5 * (sl + sr - parent) - gamma
+            bad = ((lc < min_samples_leaf) | (rc < min_samples_leaf) | (lh < min_weight) | (rh < min_weight)
+                   | (lc <= 0.0) | (rc <= 0.0))
+            worth = gain > TIE_TOL * max(0.5 * (sl + sr + parent), floor)
+            gains[t] = gain if worth & (not bad) else -np.inf
+    best = -np.inf
+    at = -1
+    for t in range(nvb):  # the scan's order: bin by bin, missing right before missing left
+        if _better(scratch[3, t], best):
+            best = scratch[3, t]
+            at = 2 * t
+        if both and _better(scratch[4, t], best):
+            best = scratch[4, t]
+            at = 2 * t + 1
+    if at >= 0:
+        t = at // 2
+        d = at % 2
+        pb[q] = t
+        pm[q] = d == 1
+        pl[q, 0] = left_g[t] + mg * d
+        pl[q, 1] = left_h[t] + mh * d
+        pl[q, 2] = (left_c[t] + mc * d) if has_count else np.nan
+    pg[q] = best
 @njit(cache=True)
 def reduce_pairs(pg, pb, pm, pl, n_nodes, n_features):
     """Per node, the best of its (node, feature) pairs, scanning features in order (see the module's tie rule)."""
