@@ -423,3 +423,46 @@ def test_wide_features_scanned_in_passes_choose_as_bin_by_bin_to_the_bit(rng, wi
         if tiny == "none":
             assert by_bin[2].any() == (missing > 0)
     np.testing.assert_array_equal(split.gbdt_pair_splits(*args)[1], by_bin[1])  # the default threshold
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy", "mse"])
+@pytest.mark.parametrize("missing", [0.0, 0.1])
+@pytest.mark.parametrize("min_samples_leaf", [1.0, 30.0])
+@pytest.mark.parametrize("tiny", [False, True])
+def test_wide_features_in_cart_split_search_choose_as_bin_by_bin_to_the_bit(rng, criterion, missing,
+                                                                          min_samples_leaf, tiny):
+    # cart_pair_splits scans wide features in passes too under gini and mse (entropy keeps the bin-by-bin
+    # scan), each impurity in _impurity's operations and order: the same bits as the bin-by-bin scan (three
+    # classes, some of them absent from a node's rows; regression statistics), with ties (a repeated
+    # column), bootstrap-like weights (0-2) and near-ties of the two missing directions (rows with missing
+    # values weighing a billionth)
+    X = rng.normal(size=(4000, 9))
+    X[:, 2] = rng.integers(0, 3, len(X))
+    X[:, 5] = X[:, 4]
+    X[rng.random(X.shape) < missing] = np.nan
+    bm = BinMapper(max_bins=63).fit(X)
+    Xb = bm.transform(X)
+    w = rng.integers(0, 3, len(X)).astype(float)
+    if tiny:
+        w[np.isnan(X).any(axis=1)] *= 1e-9
+    if criterion == "mse":
+        yv = X[:, 0] * 2 + rng.normal(size=len(X))
+        yv = np.nan_to_num(yv)
+        stats = np.column_stack([w, w * yv, w * yv * yv])
+    else:
+        cls = np.where(X[:, 1] > 1.0, 2, rng.integers(0, 2, len(X)))  # class 2 only where x1 > 1
+        stats = np.zeros((len(X), 3))
+        stats[np.arange(len(X)), cls] = w
+    hist, node_stats = _random_layer_hist(rng, bm, Xb, 12, stats)
+    allowed = rng.random((12, Xb.shape[1])) < 0.9
+    code = split.CRITERIA[criterion]
+    args = (hist, np.arange(12, dtype=np.int64), node_stats, bm.feature_offsets, allowed, code, w.sum(),
+            min_samples_leaf)
+    by_bin = split.cart_pair_splits(*args, 10**6)
+    for wide_bins in (split.WIDE_BINS, 1):
+        passes = split.cart_pair_splits(*args, wide_bins)
+        for a, b in zip(by_bin, passes):
+            np.testing.assert_array_equal(a, b)
+    assert (by_bin[0] > -np.inf).sum() > 50
+    if missing and not tiny:
+        assert by_bin[2].any()
