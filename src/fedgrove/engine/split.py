@@ -250,7 +250,6 @@ def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lam
     left_g = scratch[0]
     left_h = scratch[1]
     left_c = scratch[2]
-    gains = scratch[3]
     gl = 0.0
     hl = 0.0
     cl = 0.0
@@ -298,6 +297,8 @@ def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lam
         pl[q, 1] = left_h[t] + mh * d
         pl[q, 2] = (left_c[t] + mc * d) if has_count else np.nan
     pg[q] = best
+
+
 @njit(cache=True)
 def reduce_pairs(pg, pb, pm, pl, n_nodes, n_features):
     """Per node, the best of its (node, feature) pairs, scanning features in order (see the module's tie rule)."""
