@@ -155,6 +155,7 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
         return pg, pb, pm, pl
     for c in prange((n_pairs + WIDE_CHUNK - 1) // WIDE_CHUNK):
         scratch = np.empty((5, widest))  # left g, h, count sums; gains with missing right, left
+        kept = np.empty(widest, dtype=np.int64)  # the bins whose candidates are scored
         for q in range(c * WIDE_CHUNK, min(n_pairs, (c + 1) * WIDE_CHUNK)):
             nvb = feature_offsets[q % n_features + 1] - feature_offsets[q % n_features] - 1
             if nvb < wide_bins:
@@ -162,7 +163,7 @@ def gbdt_pair_splits(hist, rows, node_stats, feature_offsets, allowed, reg_lambd
                            min_samples_leaf, has_count, pg, pb, pm, pl)
             else:
                 _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma,
-                                min_weight, min_samples_leaf, has_count, pg, pb, pm, pl, scratch)
+                                min_weight, min_samples_leaf, has_count, pg, pb, pm, pl, scratch, kept)
     return pg, pb, pm, pl
 
 
@@ -239,7 +240,7 @@ def _scan_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, 
 
 @njit(cache=True, inline="always")
 def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lambda, gamma, min_weight,
-                    min_samples_leaf, has_count, pg, pb, pm, pl, scratch):
+                    min_samples_leaf, has_count, pg, pb, pm, pl, scratch, kept):
     """:func:`_scan_pair` in passes over ``scratch`` (5 x at least the pair's value bins): the same candidates,
     each with the same operations, and the same choice among them."""
     n_features = feature_offsets.shape[0] - 1
@@ -250,25 +251,35 @@ def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lam
     left_g = scratch[0]
     left_h = scratch[1]
     left_c = scratch[2]
+    # an empty bin's candidate is the one before it again, which the tie rule never prefers: only the first bin
+    # and the bins holding something are kept (their positions in ``kept``), the others written over
+    n = 0
     gl = 0.0
     hl = 0.0
     cl = 0.0
     for t in range(nvb):
-        gl += h[off + t, 0]
-        hl += h[off + t, 1]
-        left_g[t] = gl
-        left_h[t] = hl
+        a = h[off + t, 0]
+        b = h[off + t, 1]
+        gl += a
+        hl += b
+        left_g[n] = gl
+        left_h[n] = hl
+        some = (a != 0.0) | (b != 0.0)
         if has_count:
-            cl += h[off + t, 2]
-            left_c[t] = cl
+            c = h[off + t, 2]
+            cl += c
+            left_c[n] = cl
+            some = some | (c != 0.0)
+        kept[n] = t
+        n += some | (t == 0)
     floor = GAIN_FLOOR * H
     both = mc > 0.0  # otherwise missing left is no candidate
     for d in range(2 if both else 1):  # 0: missing right, 1: missing left
         gains = scratch[3 + d]
-        for t in range(nvb):
-            lg = left_g[t] + mg * d
-            lh = left_h[t] + mh * d
-            lc = (left_c[t] + mc * d) if has_count else np.inf
+        for k in range(n):
+            lg = left_g[k] + mg * d
+            lh = left_h[k] + mh * d
+            lc = (left_c[k] + mc * d) if has_count else np.inf
             rg = G - lg
             rh = H - lh
             rc = C - lc
@@ -278,24 +289,24 @@ def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lam
             bad = ((lc < min_samples_leaf) | (rc < min_samples_leaf) | (lh < min_weight) | (rh < min_weight)
                    | (lc <= 0.0) | (rc <= 0.0))
             worth = gain > TIE_TOL * max(0.5 * (sl + sr + parent), floor)
-            gains[t] = gain if worth & (not bad) else -np.inf
+            gains[k] = gain if worth & (not bad) else -np.inf
     best = -np.inf
     at = -1
-    for t in range(nvb):  # the scan's order: bin by bin, missing right before missing left
-        if _better(scratch[3, t], best):
-            best = scratch[3, t]
-            at = 2 * t
-        if both and _better(scratch[4, t], best):
-            best = scratch[4, t]
-            at = 2 * t + 1
+    for k in range(n):  # the scan's order: bin by bin, missing right before missing left
+        if _better(scratch[3, k], best):
+            best = scratch[3, k]
+            at = 2 * k
+        if both and _better(scratch[4, k], best):
+            best = scratch[4, k]
+            at = 2 * k + 1
     if at >= 0:
-        t = at // 2
+        k = at // 2
         d = at % 2
-        pb[q] = t
+        pb[q] = kept[k]
         pm[q] = d == 1
-        pl[q, 0] = left_g[t] + mg * d
-        pl[q, 1] = left_h[t] + mh * d
-        pl[q, 2] = (left_c[t] + mc * d) if has_count else np.nan
+        pl[q, 0] = left_g[k] + mg * d
+        pl[q, 1] = left_h[k] + mh * d
+        pl[q, 2] = (left_c[k] + mc * d) if has_count else np.nan
     pg[q] = best
 
 
