@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedgrove.engine.binning import BinMapper, QuantileSketch, column_major
+from fedgrove.engine.binning import _FEW_DISTINCT, BinMapper, QuantileSketch, _few_distinct, column_major
 from fedgrove.exceptions import InvalidParameterError
 
 
@@ -103,6 +103,12 @@ def test_sketches_of_a_table_are_each_columns_own_sketch(layout, weighted):
     X[:, 7] = np.nan
     X[:, 70] = 2.5
     X[:, 131] = np.where(rng.random(700) < 0.5, -0.0, 0.0)
+    # columns of few distinct values are counted in one pass (up to _FEW_DISTINCT of them), the others sorted:
+    # exactly 32, a 33rd met only in the last row, a 33rd at the first row after 32, two values and missing
+    X[:, 200] = rng.permutation(np.arange(700) % 32) * 0.5 - 3.0
+    X[:, 202] = np.append(rng.permutation(np.arange(699) % 32), 40.0)
+    X[:, 204] = np.append(np.arange(32.0), rng.integers(0, 33, 668))
+    X[:, 206] = np.where(rng.random(700) < 0.2, np.nan, rng.integers(0, 2, 700) * 7.0)
     if layout == "F":
         X = np.asfortranarray(X)
     elif layout == "strided":
@@ -116,6 +122,10 @@ def test_sketches_of_a_table_are_each_columns_own_sketch(layout, weighted):
             assert sketch.max_size == size
             assert sketch.values.dtype == alone.values.dtype and sketch.weights.dtype == alone.weights.dtype
             assert np.array_equal(sketch.values, alone.values) and np.array_equal(sketch.weights, alone.weights), j
+    n_distinct = _few_distinct(X, _FEW_DISTINCT)[2]
+    distinct = np.array([len(np.unique(col[~np.isnan(col)])) for col in X.T])
+    assert np.array_equal(n_distinct, np.where(distinct <= _FEW_DISTINCT, distinct, -1))
+    assert (n_distinct == _FEW_DISTINCT).any() and ((distinct == _FEW_DISTINCT + 1) & (n_distinct == -1)).any()
     assert BinMapper().sketches(np.zeros((0, 3))) and BinMapper().sketches(np.zeros((4, 0))) == []
 
 

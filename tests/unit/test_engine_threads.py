@@ -248,3 +248,28 @@ def test_prediction_runs_on_the_threads_the_model_was_trained_with(kind, monkeyp
     seen.clear()
     model.predict(X)
     assert seen == [every]
+
+
+@several
+@pytest.mark.parametrize("kind", ["gbdt", "forest"])
+def test_a_fit_bins_its_table_on_the_threads_it_is_given(kind, monkeypatch):
+    # n_threads held for the trees alone: the binning's kernels ran on every core even for n_threads=1
+    seen = []
+    for method in ("sketches", "transform"):
+        original = getattr(BinMapper, method)
+
+        def spy(self, *args, _original=original, _method=method):
+            seen.append((_method, numba.get_num_threads()))
+            return _original(self, *args)
+
+        monkeypatch.setattr(BinMapper, method, spy)
+    X, y = make_classification(300, 5, seed=0)
+    every = numba.config.NUMBA_NUM_THREADS
+    for n_threads, expected in ((1, 1), (2, 2), (None, every)):
+        seen.clear()
+        if kind == "gbdt":
+            train_gbdt(GBDTParams(objective="binary", n_estimators=2, max_depth=2, n_threads=n_threads), X, y)
+        else:
+            train_forest(ForestParams(n_estimators=2, max_depth=2, n_threads=n_threads), X, y)
+        assert seen == [("sketches", expected), ("transform", expected)], (n_threads, seen)
+        assert numba.get_num_threads() == every

@@ -121,6 +121,9 @@ class QuantileSketch:
 
 
 _SKETCH_BLOCK = 64  # columns sketched together: read from a row-major table as one copy, not a strided column each
+# distinct values a column's table holds in the first pass of a sketch; a column with more is sorted instead
+# (a value's search in a table of m values takes about m/2 compares; sorting, about log2 of the rows)
+_FEW_DISTINCT = 32
 
 
 def column_major(X_binned: np.ndarray) -> np.ndarray:
@@ -145,6 +148,92 @@ def _tiled_transpose(X):
                 for c in range(c0, c1):
                     out[c, r] = X[r, c]
     return out
+
+
+@njit(cache=True, nogil=True)
+def _columns_transposed(X, cols):
+    """``X[:, cols].T`` as a new C-contiguous array, copied in tiles (any layout of ``X``)."""
+    n = X.shape[0]
+    k = cols.shape[0]
+    out = np.empty((k, n), dtype=X.dtype)
+    tile = 64
+    for r0 in range(0, n, tile):
+        r1 = min(n, r0 + tile)
+        for c0 in range(0, k, tile):
+            c1 = min(k, c0 + tile)
+            for r in range(r0, r1):
+                for c in range(c0, c1):
+                    out[c, r] = X[r, cols[c]]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _few_distinct_rows(X, active, n_active, limit, values, counts, n_distinct):
+    """:func:`_few_distinct`'s pass over the rows for the columns ``active[:n_active]`` (row by row, so a
+    row-major table is read in order), until no column is left in it."""
+    for r in range(X.shape[0]):
+        if n_active == 0:
+            return
+        k = 0
+        while k < n_active:
+            j = active[k]
+            x = X[r, j]
+            if np.isnan(x):
+                k += 1
+                continue
+            m = n_distinct[j]
+            t = 0
+            while t < m and values[j, t] != x:
+                t += 1
+            if t < m:
+                counts[j, t] += 1.0
+            elif m < limit:
+                values[j, m] = x
+                counts[j, m] = 1.0
+                n_distinct[j] = m + 1
+            else:  # too many: out of the pass (the last column in it takes its place)
+                n_distinct[j] = -1
+                n_active -= 1
+                active[k] = active[n_active]
+                continue
+            k += 1
+
+
+@njit(cache=True, nogil=True)
+def _few_distinct(X, limit):
+    """Per column of ``X``: its distinct non-NaN values in increasing order and how often each occurs (as
+    :func:`_sorted_runs` gives them), where it has at most ``limit``; ``n_distinct[j] = -1`` for a column with
+    more.
+
+    One pass over the table keeps a small table of values and counts per column; a column leaves the pass at
+    its ``limit + 1``-th distinct value, so that a table of continuous columns is left after a few rows.
+    One-hot and other few-valued tables need neither a transposed copy nor a sort then (a9a's 32,561 x 123
+    values: 26 -> 11 ms for all sketches, one thread).  Equal values share an entry (-0.0 and 0.0 too: the
+    entry keeps the first one met)."""
+    n, d = X.shape
+    values = np.empty((d, limit))
+    counts = np.zeros((d, limit))
+    n_distinct = np.zeros(d, dtype=np.int64)
+    # a row-major table row by row, all columns at once (in blocks of 16 to 256 columns it took 1.1-1.4x the
+    # time on 10,000 x 5,000 values, 0.25% of them not zero, and on a9a), a column-major one column by column
+    block = 1 if X.flags.f_contiguous and not X.flags.c_contiguous else max(d, 1)
+    active = np.empty(block, dtype=np.int64)  # the block's columns still in the pass, in any order
+    for c0 in range(0, d, block):
+        n_active = min(d, c0 + block) - c0
+        for k in range(n_active):
+            active[k] = c0 + k
+        _few_distinct_rows(X, active, n_active, limit, values, counts, n_distinct)
+    for j in range(d):  # each kept table in increasing order (its values are distinct)
+        for a in range(1, n_distinct[j]):
+            v, c = values[j, a], counts[j, a]
+            b = a - 1
+            while b >= 0 and values[j, b] > v:
+                values[j, b + 1] = values[j, b]
+                counts[j, b + 1] = counts[j, b]
+                b -= 1
+            values[j, b + 1] = v
+            counts[j, b + 1] = c
+    return values, counts, n_distinct
 
 
 @njit(cache=True, nogil=True)
@@ -215,17 +304,26 @@ class BinMapper:
             rows = np.sort(rng.choice(X.shape[0], self.subsample, replace=False))
             X = X[rows]
             w = None if w is None else w[rows]
-        out = []
-        for lo in range(0, X.shape[1], _SKETCH_BLOCK):  # a block of columns at a time, each column contiguous
-            hi = min(lo + _SKETCH_BLOCK, X.shape[1])
-            block = np.array(X[:, lo:hi].T) if X.flags.f_contiguous else _tiled_transpose(X[:, lo:hi])
+        out = [None] * X.shape[1]
+        if w is None:  # the columns of few distinct values, in one pass; the others are sorted below
+            values, counts, n_distinct = _few_distinct(X, _FEW_DISTINCT)
+            for j in np.nonzero(n_distinct >= 0)[0].tolist():
+                m = n_distinct[j]
+                out[j] = QuantileSketch(values[j, :m].copy(), counts[j, :m].copy(), self.sketch_size)._compressed()
+            rest = np.nonzero(n_distinct < 0)[0]
+        else:
+            rest = np.arange(X.shape[1])
+        for lo in range(0, len(rest), _SKETCH_BLOCK):  # a block of columns at a time, each column contiguous
+            cols = rest[lo:lo + _SKETCH_BLOCK]
+            block = _columns_transposed(X, cols)
             if w is not None:
-                out += [QuantileSketch.from_column(col, self.sketch_size, w) for col in block]
+                for j, col in zip(cols.tolist(), block):
+                    out[j] = QuantileSketch.from_column(col, self.sketch_size, w)
                 continue
             block.sort(axis=1)  # np.unique's sort, every column at once: NaNs last
             values, counts, offsets = _sorted_runs(block)
-            out += [QuantileSketch(values[a:b], counts[a:b], self.sketch_size)._compressed()
-                    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+            for j, a, b in zip(cols.tolist(), offsets[:-1].tolist(), offsets[1:].tolist()):
+                out[j] = QuantileSketch(values[a:b], counts[a:b], self.sketch_size)._compressed()
         return out
 
     def fit(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> "BinMapper":

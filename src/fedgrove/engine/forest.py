@@ -24,7 +24,7 @@ from fedgrove.engine.model import ForestModel, check_row_labels, names_of
 from fedgrove.engine.params import Flag, Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
 from fedgrove.engine.sparse import table_work
-from fedgrove.engine.threads import fit_threads
+from fedgrove.engine.threads import fit_threads, thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
 
@@ -268,9 +268,10 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
         offset = label_offset(y)
         y = y - offset
         grid = regression_grid(y, sample_weight)
-    if bin_mapper is None:
-        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
-    X_binned = bin_mapper.transform(X)
+    with thread_limit(params.n_threads):  # the binning's kernels too
+        if bin_mapper is None:
+            bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
+        X_binned = bin_mapper.transform(X)
     thresholds = bin_mapper.thresholds()
     X_columns = column_major(X_binned)
     model = ForestModel(params.task, n_classes, bin_mapper, params.to_dict(), feature_names)

@@ -24,7 +24,7 @@ from fedgrove.engine.params import Interval, OneOf, check_types, validate
 from fedgrove.engine.sparse import root_histograms_by_class, table_work
 from fedgrove.engine.splitter import FinderBuffers, GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
-from fedgrove.engine.threads import fit_threads
+from fedgrove.engine.threads import fit_threads, thread_limit
 from fedgrove.exceptions import DataError, InvalidParameterError
 from fedgrove.log import logger
 from fedgrove.metrics import get_metric, ranks_defined, weighed_labels
@@ -371,9 +371,10 @@ def train_gbdt(params: GBDTParams, X, y, eval_set=None, callbacks=None, bin_mapp
     y = objective.check_labels(y)
     if sample_weight is not None:
         X, y, sample_weight = weighted_rows(X, y, checked_weights(sample_weight, y, objective.name))
-    if bin_mapper is None:
-        bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
-    X_binned = bin_mapper.transform(X)
+    with thread_limit(params.n_threads):  # the binning's kernels too
+        if bin_mapper is None:
+            bin_mapper = BinMapper(params.max_bins, seed=params.seed).fit(X, sample_weight)
+        X_binned = bin_mapper.transform(X)
     with fit_threads(params.n_threads, lambda: table_work(X_binned, bin_mapper.feature_offsets)):
         return _boost(params, objective, bin_mapper, X_binned, y, eval_set, callbacks, feature_names, progress,
                       sample_weight, eval_sample_weight)
