@@ -104,7 +104,7 @@ def test_sketches_of_a_table_are_each_columns_own_sketch(layout, weighted):
     X[:, 70] = 2.5
     X[:, 131] = np.where(rng.random(700) < 0.5, -0.0, 0.0)
     # columns of few distinct values are counted in one pass (up to _FEW_DISTINCT of them), the others sorted:
-    # exactly 32, a 33rd met only in the last row, a 33rd at the first row after 32, two values and missing
+    # exactly 32, a 33rd met only in the last row, a 33rd met after the first 32 rows, two values and missing
     X[:, 200] = rng.permutation(np.arange(700) % 32) * 0.5 - 3.0
     X[:, 202] = np.append(rng.permutation(np.arange(699) % 32), 40.0)
     X[:, 204] = np.append(np.arange(32.0), rng.integers(0, 33, 668))
