@@ -216,15 +216,9 @@ def _few_distinct(X, limit):
     values = np.empty((d, limit))
     counts = np.zeros((d, limit))
     n_distinct = np.zeros(d, dtype=np.int64)
-    # a row-major table row by row, all columns at once (in blocks of 16 to 256 columns it took 1.1-1.4x the
-    # time on 10,000 x 5,000 values, 0.25% of them not zero, and on a9a), a column-major one column by column
-    block = 1 if X.flags.f_contiguous and not X.flags.c_contiguous else max(d, 1)
-    active = np.empty(block, dtype=np.int64)  # the block's columns still in the pass, in any order
-    for c0 in range(0, d, block):
-        n_active = min(d, c0 + block) - c0
-        for k in range(n_active):
-            active[k] = c0 + k
-        _few_distinct_rows(X, active, n_active, limit, values, counts, n_distinct)
+    # row by row, all columns at once, which reads a row-major table in order (in blocks of 16 to 256 columns
+    # it took 1.1-1.4x the time on 10,000 x 5,000 values, 0.25% of them not zero, and on a9a)
+    _few_distinct_rows(X, np.arange(d), d, limit, values, counts, n_distinct)
     for j in range(d):  # each kept table in increasing order (its values are distinct)
         for a in range(1, n_distinct[j]):
             v, c = values[j, a], counts[j, a]
@@ -307,7 +301,10 @@ class BinMapper:
             X = X[rows]
             w = None if w is None else w[rows]
         out = [None] * X.shape[1]
-        if w is None:  # the columns of few distinct values, in one pass; the others are sorted below
+        by_column = X.flags.f_contiguous and not X.flags.c_contiguous
+        if w is None and not by_column:  # the columns of few distinct values in one pass, the others sorted below
+            # (a column-major table's columns are copied and sorted faster than the pass reads them: 32,561 x 123
+            # values, 10% ones and the rest zeros, 10.0 ms so against 13.6 ms with the pass)
             values, counts, n_distinct = _few_distinct(X, _FEW_DISTINCT)
             for j in np.nonzero(n_distinct >= 0)[0].tolist():
                 m = n_distinct[j]
@@ -317,7 +314,8 @@ class BinMapper:
             rest = np.arange(X.shape[1])
         for lo in range(0, len(rest), _SKETCH_BLOCK):  # a block of columns at a time, each column contiguous
             cols = rest[lo:lo + _SKETCH_BLOCK]
-            block = _columns_transposed(X, cols)
+            # (a column-major table keeps every column here: a slice of them is copied as it lies)
+            block = np.array(X[:, cols[0]:cols[-1] + 1].T) if by_column else _columns_transposed(X, cols)
             if w is not None:
                 for j, col in zip(cols.tolist(), block):
                     out[j] = QuantileSketch.from_column(col, self.sketch_size, w)
