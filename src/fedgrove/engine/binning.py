@@ -154,12 +154,27 @@ def _columns_transposed(X, cols):
 
 
 @njit(cache=True, nogil=True)
-def _few_distinct_rows(X, active, n_active, limit, values, counts, n_distinct):
-    """:func:`_few_distinct`'s pass over the rows for the columns ``active[:n_active]`` (row by row, so a
-    row-major table is read in order), until no column is left in it."""
-    for r in range(X.shape[0]):
+def _few_distinct(X, limit):
+    """Per column of ``X``: its distinct non-NaN values in increasing order and how often each occurs (as
+    :func:`_sorted_runs` gives them), where it has at most ``limit``; ``n_distinct[j] = -1`` for a column with
+    more.
+
+    One pass over the table keeps a small table of values and counts per column; a column leaves the pass at
+    its ``limit + 1``-th distinct value, so that a table of continuous columns is left after a few rows.
+    One-hot and other few-valued tables need neither a transposed copy nor a sort then (a9a's 32,561 x 123
+    values: 26 -> 11 ms for all sketches, one thread).  Equal values share an entry (-0.0 and 0.0 too: the
+    entry keeps the first one met)."""
+    n, d = X.shape
+    values = np.empty((d, limit))
+    counts = np.zeros((d, limit))
+    n_distinct = np.zeros(d, dtype=np.int64)
+    # row by row, all columns at once, which reads a row-major table in order (in blocks of 16 to 256 columns
+    # it took 1.1-1.4x the time on 10,000 x 5,000 values, 0.25% of them not zero, and on a9a)
+    active = np.arange(d)  # the columns still in the pass, in any order
+    n_active = d
+    for r in range(n):
         if n_active == 0:
-            return
+            break
         k = 0
         while k < n_active:
             j = active[k]
@@ -183,26 +198,6 @@ def _few_distinct_rows(X, active, n_active, limit, values, counts, n_distinct):
                 active[k] = active[n_active]
                 continue
             k += 1
-
-
-@njit(cache=True, nogil=True)
-def _few_distinct(X, limit):
-    """Per column of ``X``: its distinct non-NaN values in increasing order and how often each occurs (as
-    :func:`_sorted_runs` gives them), where it has at most ``limit``; ``n_distinct[j] = -1`` for a column with
-    more.
-
-    One pass over the table keeps a small table of values and counts per column; a column leaves the pass at
-    its ``limit + 1``-th distinct value, so that a table of continuous columns is left after a few rows.
-    One-hot and other few-valued tables need neither a transposed copy nor a sort then (a9a's 32,561 x 123
-    values: 26 -> 11 ms for all sketches, one thread).  Equal values share an entry (-0.0 and 0.0 too: the
-    entry keeps the first one met)."""
-    n, d = X.shape
-    values = np.empty((d, limit))
-    counts = np.zeros((d, limit))
-    n_distinct = np.zeros(d, dtype=np.int64)
-    # row by row, all columns at once, which reads a row-major table in order (in blocks of 16 to 256 columns
-    # it took 1.1-1.4x the time on 10,000 x 5,000 values, 0.25% of them not zero, and on a9a)
-    _few_distinct_rows(X, np.arange(d), d, limit, values, counts, n_distinct)
     for j in range(d):  # each kept table in increasing order (its values are distinct)
         for a in range(1, n_distinct[j]):
             v, c = values[j, a], counts[j, a]
