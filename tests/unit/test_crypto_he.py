@@ -50,6 +50,60 @@ def test_compressed_sums_decode_like_uncompressed(ctx, rng):
                                   packer.decode(ctx.decrypt(sums)))
 
 
+class _Counting:
+    """A context whose multiplications by a constant are counted (each is a modular exponentiation)."""
+
+    def __init__(self, he):
+        self.he, self.multiplied = he, 0
+
+    def __getattr__(self, name):
+        return getattr(self.he, name)
+
+    def mul_const(self, ct, factor):
+        self.multiplied += ct.size
+        return self.he.mul_const(ct, factor)
+
+    def compressed_sums(self, ct, groups, slot_bits, n_slots):  # the base class's, calling this mul_const
+        return type(self.he).compressed_sums(self, ct, groups, slot_bits, n_slots)
+
+    def compress(self, ct, slot_bits, n_slots):
+        return type(self.he).compress(self, ct, slot_bits, n_slots)
+
+
+@pytest.mark.parametrize("n_rows, n_groups", [(6, 40), (40, 6), (40, 40), (1, 9), (9, 1)])
+def test_compressed_sums_either_order_gives_compress_of_the_sums(ctx, rng, n_rows, n_groups):
+    # few rows and many sums: the rows are multiplied (once, kept for the next call on them); many rows and few
+    # sums: the sums are (Horner's rule); the same plaintexts, empty groups and a short last output included
+    packer = GHPacker()
+    slots = packer.slots_per_plaintext(ctx.plaintext_bits)
+    counting = _Counting(ctx)
+    ct = ctx.encrypt(packer.encode(rng.normal(size=n_rows), rng.random(n_rows)))
+    groups = [sorted(rng.choice(n_rows, int(rng.integers(0, min(n_rows, 4) + 1)), replace=False).tolist())
+              for _ in range(n_groups)]
+    groups[0] = []
+    want = ctx.decrypt(ctx.compress(ctx.select_sums(ct, groups, True), packer.slot_bits, slots))
+    got = counting.compressed_sums(ct, groups, packer.slot_bits, slots)
+    assert got.size == -(-n_groups // slots)
+    assert ctx.decrypt(got) == want
+    top, n_out = min(slots, n_groups) - 1, -(-n_groups // slots)
+    rows_first = top * n_rows < top * n_out
+    assert counting.multiplied == top * (n_rows if rows_first else n_out)
+    assert len(ct.shifted.get(packer.slot_bits, [])) == (top if rows_first else 0)
+    again = counting.compressed_sums(ct, groups[::-1], packer.slot_bits, slots)  # a later layer: other sums
+    assert ctx.decrypt(again) == ctx.decrypt(ctx.compress(ctx.select_sums(ct, groups[::-1], True),
+                                                          packer.slot_bits, slots))
+    assert counting.multiplied == top * (n_rows if rows_first else 2 * n_out)  # the kept copies cost nothing
+    np.testing.assert_array_equal(packer.decode(ctx.decrypt(got), n_slots=slots, n_sums=n_groups),
+                                  packer.decode(ctx.decrypt(ctx.select_sums(ct, groups, True))))
+
+
+def test_index_groups_every_picks_every_step_th_group_and_pads_with_empty_ones():
+    g = IndexGroups.of([[1], [], [2, 3], [4], [5, 6, 7]], 8)
+    assert [x.tolist() for x in g.every(2, 0, 3)] == [[1], [2, 3], [5, 6, 7]]
+    assert [x.tolist() for x in g.every(2, 1, 3)] == [[], [4], []]
+    assert [x.tolist() for x in g.every(3, 2, 2)] == [[2, 3], []]
+
+
 def test_key_holder_rejects_values_outside_the_expected_range(ctx):
     packer = GHPacker()
     forged = ctx.encrypt([1 << (packer.slot_bits + 5)])

@@ -70,7 +70,8 @@ def test_decoded_histograms_equal_plain_per_bin_sums_and_the_fullest_bin_is_left
 
 
 class _CountingPlain:
-    """The plain test backend, counting the ciphertexts each ``select_sums`` call adds up."""
+    """The plain test backend, counting the ciphertexts each stage of sums adds up (each ``select_sums`` call; the
+    last stage's are summed inside ``compressed_sums``)."""
 
     costly_additions = True  # plan as for ciphertexts
 
@@ -84,6 +85,10 @@ class _CountingPlain:
     def select_sums(self, ct, groups, for_key_holder=False):
         self.terms.append(sum(len(g) for g in groups))
         return self.he.select_sums(ct, groups, for_key_holder)
+
+    def compressed_sums(self, ct, groups, slot_bits, n_slots):
+        self.terms.append(sum(len(g) for g in groups))
+        return self.he.compressed_sums(ct, groups, slot_bits, n_slots)
 
 
 def test_rows_sharing_every_bin_are_added_once():

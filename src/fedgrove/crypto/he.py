@@ -23,7 +23,7 @@ import threading
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,9 @@ class Ciphertexts:
     backend: str
     data: object   # backend-specific vector
     size: int
+    #: slot width W -> this vector times 2^W, 2^2W, ... (made by :meth:`HEContext.compressed_sums`, kept for its
+    #: next call on the same vector: a tree's gradients serve every layer's histograms)
+    shifted: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 class HEContext(ABC):
@@ -127,6 +130,35 @@ class HEContext(ABC):
                                    True)
             acc = self.add(acc, nxt)
         return acc
+
+    def compressed_sums(self, ct: Ciphertexts, groups, slot_bits: int, n_slots: int) -> Ciphertexts:
+        """``compress(select_sums(ct, groups, True), slot_bits, n_slots)``, the same plaintexts, by the cheaper
+        of two orders, counted in multiplications by ``2^W`` (``W = slot_bits``; each is a modular
+        exponentiation, worth about ``W`` ciphertext additions).
+
+        Summing first and then compressing (Horner's rule) multiplies ``n_slots - 1`` sums of every output.
+        Where ``ct`` holds fewer ciphertexts than there are outputs (small nodes, whose bins hold a row or two
+        each: many sums over few rows), it costs less to multiply ``ct`` itself: copies of ``ct`` times
+        ``2^W``, ``2^2W``, ... (each from the one before), after which position ``t`` of every output sums
+        copy ``t`` and the outputs are added up, with no sum multiplied.  The copies stay with ``ct``
+        (``ct.shifted``): the next call on it, a later layer of the same tree, pays nothing for them.
+        """
+        groups = IndexGroups.of(groups, ct.size)
+        n = len(groups)
+        if n_slots <= 1 or n <= 1:
+            return self.compress(self.select_sums(ct, groups, True), slot_bits, n_slots)
+        n_out = -(-n // n_slots)
+        top = min(n_slots, n) - 1
+        copies = ct.shifted.setdefault(slot_bits, [])
+        if (top - min(top, len(copies))) * ct.size >= top * n_out:
+            return self.compress(self.select_sums(ct, groups, True), slot_bits, n_slots)
+        while len(copies) < top:
+            copies.append(self.mul_const(copies[-1] if copies else ct, 1 << slot_bits))
+        out = None
+        for t in range(top + 1):
+            part = self.select_sums(ct if t == 0 else copies[t - 1], groups.every(n_slots, t, n_out), True)
+            out = part if out is None else self.add(out, part)
+        return out
 
 
 # ------------------------------------------------------------------------------------- HEU
@@ -206,6 +238,16 @@ class IndexGroups(Sequence):
     def __getitem__(self, k):
         start = int(self.starts[k])
         return self.flat[start:start + int(self.sizes[k])]
+
+    def every(self, step: int, first: int, count: int) -> IndexGroups:
+        """Groups ``first``, ``first + step``, ... of these, as ``count`` groups (empty ones after the last)."""
+        picked = np.arange(first, len(self.sizes), step)[:count]
+        sizes = np.zeros(count, dtype=np.int64)
+        sizes[:len(picked)] = self.sizes[picked]
+        inner = np.arange(int(sizes.sum()), dtype=np.int64)
+        ends = np.cumsum(sizes[:len(picked)])
+        flat = self.flat[inner + np.repeat(self.starts[picked] - (ends - sizes[:len(picked)]), sizes[:len(picked)])]
+        return IndexGroups(flat, sizes)
 
     def lists(self) -> list[list[int]]:
         """Each group as a list, and int objects, of its own (tolist makes one per position)."""

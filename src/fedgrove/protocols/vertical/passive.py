@@ -376,13 +376,13 @@ def encrypted_histograms(party, nodes, rows, X_binned, offsets, ct, he, packer,
     slots = packer.slots_per_plaintext(he.plaintext_bits) if k == 1 else row_packing.bins_per_plaintext(
         he.plaintext_bits)
     if n_sums:
-        sums = ct
-        for groups in _batched_stages(plans):
+        sums, stages = ct, _batched_stages(plans)
+        for groups in stages[:-1]:
             sums = he.select_sums(sums, groups, for_key_holder=True)
         if k == 1:
-            sums = he.compress(sums, packer.slot_bits, slots)
+            sums = he.compressed_sums(sums, stages[-1], packer.slot_bits, slots)
         else:
-            sums = he.compress(sums, row_packing.stride_bits, slots * k)
+            sums = he.compressed_sums(sums, stages[-1], row_packing.stride_bits, slots * k)
             sums = he.add_plain(sums, row_packing.masks(n_sums, slots, packer.slot_bits))
         data = he.serialize(sums)
     return m.EncryptedHistograms(data, n_sums, slots, np.asarray(skipped, dtype=np.int32),
