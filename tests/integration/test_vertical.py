@@ -51,6 +51,37 @@ def test_lossless_on_a9a(a9a, n_parties, backend, scheme, n_rows, n_trees):
     np.testing.assert_allclose(out["raw"], eng.predict_raw(Xt), atol=1e-9)  # multi-party prediction
 
 
+@pytest.mark.parametrize("backend,scheme", [c[:2] for c in CASES if c[0] in available_backends()])
+def test_lossless_on_a_small_continuous_table_whose_gradient_ciphertexts_are_shifted_into_place(
+        monkeypatch, backend, scheme):
+    # 120 rows of 18 continuous columns, a row or two a bin: more bin sums than gradient ciphertexts, so the passive
+    # parties multiply the ciphertexts by 2^W, 2^2W, ... instead of the sums (HEContext.compressed_sums);
+    # the trees are still the engine's
+    from fedgrove.crypto.he import HEContext
+
+    shifted = []
+    compressed_sums = HEContext.compressed_sums
+
+    def counting(self, ct, groups, slot_bits, n_slots):
+        out = compressed_sums(self, ct, groups, slot_bits, n_slots)
+        shifted.append(bool(ct.shifted.get(slot_bits)))
+        return out
+
+    monkeypatch.setattr(HEContext, "compressed_sums", counting)
+    r = np.random.default_rng(9)
+    X = r.normal(size=(120, 18))
+    X[r.random(X.shape) < 0.05] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 3]) + r.normal(size=120) > 0).astype(float)
+    parts = _split(X, 3, seed=2)
+    params = GBDTParams(n_estimators=2, max_depth=4)
+    out = run_vertical([X[:, p] for p in parts], y, params, keygen(scheme, 2048, backend),
+                       X_test_parts=[X[:, p] for p in parts])
+    assert any(shifted) and shifted.count(True) >= len(shifted) // 2
+    eng, Xj = _oracle(X, y, parts, params)
+    _assert_same_trees(out["model"], eng)
+    np.testing.assert_allclose(out["raw"], eng.predict_raw(Xj), atol=1e-9)
+
+
 def test_several_instances_per_gradient_ciphertext_are_lossless_and_send_fewer_bytes(a9a):
     """Instances packed several to a gradient ciphertext (Paillier's default, 3: its cases above run so) give
     the same trees and a smaller gradient message; a count whose layout the key's plaintexts cannot hold is
