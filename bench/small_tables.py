@@ -15,7 +15,8 @@ ratio horner/auto, and checks that both orders train the same model (the
 same training scores).  80% of the rows train (a seeded draw: 455 rows).
 Writes bench/results/small_tables.json (or ``--out``).
 
-    python bench/small_tables.py [--repeats 3] [--he ou|paillier] [--backend heu|phe] [--out FILE]
+    python bench/small_tables.py [--repeats 3] [--he ou|paillier] [--backend heu|phe]
+                                 [--protocols vertical,hybridtree] [--out FILE]
 """
 
 from __future__ import annotations
@@ -112,11 +113,15 @@ def main():
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error(f"--repeats must be at least 1, got {args.repeats}")
-    X, y = table()
-    results = {}
-    for protocol in args.protocols.split(","):
+    if args.backend == "phe" and args.he != "paillier":
+        ap.error("--backend phe implements Paillier only: add --he paillier")
+    protocols = args.protocols.split(",")
+    for protocol in protocols:
         if protocol not in ("vertical", "hybridtree"):
             ap.error(f"--protocols: unknown protocol {protocol!r} (vertical, hybridtree)")
+    X, y = table()
+    results = {}
+    for protocol in protocols:
         seconds = {"auto": [], "horner": []}
         multiplications, scores = {}, {}
         for r in range(args.repeats):
