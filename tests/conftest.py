@@ -44,6 +44,24 @@ def rng():
     return np.random.default_rng(12345)
 
 
+@pytest.fixture
+def shifted_orders(monkeypatch) -> list:
+    """A list that gets, for every ``HEContext.compressed_sums`` call from here on, whether it took the shifted
+    order (the gradient ciphertexts multiplied into place, copies kept on them) rather than Horner's rule."""
+    from fedgrove.crypto.he import HEContext
+
+    taken = []
+    compressed_sums = HEContext.compressed_sums
+
+    def recording(self, ct, groups, slot_bits, n_slots):
+        out = compressed_sums(self, ct, groups, slot_bits, n_slots)
+        taken.append(bool(ct.shifted.get(slot_bits)))
+        return out
+
+    monkeypatch.setattr(HEContext, "compressed_sums", recording)
+    return taken
+
+
 def make_classification(n=2000, d=6, seed=0, missing=0.0):
     r = np.random.default_rng(seed)
     X = r.normal(size=(n, d))
