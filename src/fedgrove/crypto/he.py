@@ -145,13 +145,12 @@ class HEContext(ABC):
         """
         groups = IndexGroups.of(groups, ct.size)
         n = len(groups)
-        if n_slots <= 1 or n <= 1:
-            return self.compress(self.select_sums(ct, groups, True), slot_bits, n_slots)
+        top = min(n_slots, n) - 1  # multiplications per output by Horner's rule (none: nothing to fold)
         n_out = -(-n // n_slots)
-        top = min(n_slots, n) - 1
-        copies = ct.shifted.setdefault(slot_bits, [])
-        if (top - min(top, len(copies))) * ct.size >= top * n_out:
+        copies = ct.shifted.get(slot_bits, [])
+        if top < 1 or (top - min(top, len(copies))) * ct.size >= top * n_out:
             return self.compress(self.select_sums(ct, groups, True), slot_bits, n_slots)
+        copies = ct.shifted.setdefault(slot_bits, copies)
         while len(copies) < top:
             copies.append(self.mul_const(copies[-1] if copies else ct, 1 << slot_bits))
         out = None
