@@ -66,6 +66,41 @@ def test_one_thread_only_for_little_work_and_sleeping_threads(sleepy, monkeypatc
         assert not threads.sleepy_threads() and not threads.one_thread_for(threads.row_work(1000, 10))
 
 
+# launch costs beyond one thread, spinning and sleeping threads (us): a 16-core machine (OpenMP unset and
+# OMP_WAIT_POLICY=PASSIVE, 2026-11-29), and the 2-CPU one (unset idle; PASSIVE while a test run kept the other core
+# busy, the least measured there)
+LAUNCH_COSTS = {"16 cores": {2: (3.3, 11.0), 4: (4.4, 14.6), 8: (5.1, 19.4), 16: (7.6, 41.7)},
+                "2 CPUs": {2: (2.4, 8.0)}}
+
+
+@pytest.mark.parametrize("machine", sorted(LAUNCH_COSTS))
+def test_the_line_between_spinning_and_sleeping_threads_grows_with_the_thread_count(machine, monkeypatch):
+    for n, (spinning, sleeping) in LAUNCH_COSTS[machine].items():
+        assert spinning * 1e-6 < threads.sleepy_launch(n) < sleeping * 1e-6, (machine, n)
+    every = numba.config.NUMBA_NUM_THREADS  # the judgement takes the line for all threads
+    for cost, sleep in ((0.9, False), (1.1, True)):
+        monkeypatch.setattr(threads, "_launch_cost", {every: cost * threads.sleepy_launch(every)})
+        monkeypatch.setattr(threads, "_sleep", None)
+        assert threads.threads_sleep() is sleep
+
+
+def test_the_one_thread_line_falls_with_the_thread_count():
+    assert threads.serial_work(1) == threads.serial_work(2) == threads.SERIAL_WORK
+    lines = [threads.serial_work(n) for n in (2, 3, 4, 8, 16, 64)]
+    assert lines == sorted(lines, reverse=True) and lines[-1] > threads.SERIAL_WORK / 2
+    assert threads.serial_work(16) == pytest.approx(threads.SERIAL_WORK * 8 / 15)
+    # cod-rna's fit (59,535 rows of 8 codes) ran faster on 16 sleeping threads than on one (0.36 against 0.41 s
+    # on a 16-core machine); a9a's (32,561 rows of 9.9 listed codes) no slower on one
+    assert threads.row_work(59535, 8) > threads.serial_work(16) > threads.row_work(32561, 9.9)
+
+
+@several
+def test_one_thread_is_chosen_against_the_line_of_this_threads_count(sleepy, monkeypatch):
+    monkeypatch.setattr(threads, "serial_work", lambda n: {2: 5000.0}.get(n, 0.0))
+    with threads.thread_limit(2):
+        assert threads.one_thread_for(4999) and not threads.one_thread_for(5000)
+
+
 def test_codes_per_row_counts_a_sparse_tables_listed_codes():
     rng = np.random.default_rng(0)
     X = np.zeros((2000, 40))

@@ -13,16 +13,23 @@ from numba import njit, prange
 from fedgrove.engine._intrinsics import PRANGE_ONLY
 from fedgrove.log import logger
 
-#: a launch of the parallel kernels that costs this much more on several threads than on one (seconds) means the
-#: threads sleep between kernels and each launch wakes them (OpenMP with ``OMP_WAIT_POLICY=PASSIVE``: 34-58 us
-#: more on this 2-CPU machine when idle, about 8 us while other work kept its other core busy); where they spin,
-#: as they do by default, it costs 1-2 us more, idle or busy
+#: a launch of the parallel kernels on ``n`` threads that costs more than
+#: ``SLEEPY_LAUNCH + n * SLEEPY_LAUNCH_PER_THREAD`` beyond one on one thread (seconds) means the threads sleep
+#: between kernels and each launch wakes them (OpenMP with ``OMP_WAIT_POLICY=PASSIVE``: 34-58 us more on 2 threads
+#: of a 2-CPU machine when idle, about 8 us while other work kept its other core busy; on a 16-core machine 11, 15,
+#: 19 and 42 us on 2, 4, 8 and 16 threads); where they spin, as they do by default, it costs 1-2 us more on the
+#: 2-CPU machine, idle or busy, and 3.3, 4.4, 5.1 and 7.6 us on the 16-core one: more with each thread, so the line
+#: between the two grows with the thread count
 SLEEPY_LAUNCH = 4e-6
-#: with sleeping threads, kernels over fewer than this many codes (rows x (codes read a row + ROW_OVERHEAD); about
-#: a nanosecond each on one thread, a9a's histograms of scattered rows) run on one thread: each parallel loop then
-#: wakes the threads and waits for them, which on this 2-CPU machine cost more than a second thread saved up to
-#: about a million codes (a9a's fit, 32,561 rows of 9.9 listed codes, 0.93 -> 0.30 s; the layers of 100,000
-#: dense rows of 28 features are faster on two)
+SLEEPY_LAUNCH_PER_THREAD = 1e-6
+#: with sleeping threads on two threads, kernels over fewer than this many codes (rows x (codes read a row +
+#: ROW_OVERHEAD); about a nanosecond each on one thread, a9a's histograms of scattered rows) run on one thread: each
+#: parallel loop then wakes the threads and waits for them, which on a 2-CPU machine cost more than a second thread
+#: saved up to about a million codes (a9a's fit, 32,561 rows of 9.9 listed codes, 0.93 -> 0.30 s; the layers of
+#: 100,000 dense rows of 28 features are faster on two).  On ``n`` threads the line is this times
+#: ``(1/2) / (1 - 1/n)`` (:func:`serial_work`): more threads save more of the work a launch wakes them for (on a
+#: 16-core machine, sleeping threads, 16 threads: cod-rna's fit, 59,535 rows of 8 codes, 0.41 s with the fit on
+#: one thread against 0.36 s on all)
 SERIAL_WORK = 1_000_000
 ROW_OVERHEAD = 4
 #: the work of scanning one bin of one node's histogram for its best split, in codes (about 10 ns a bin on one
@@ -77,14 +84,20 @@ def launch_cost(n_threads: int) -> float:
     return cost
 
 
+def sleepy_launch(n_threads: int) -> float:
+    """The launch cost on ``n_threads`` threads (:func:`launch_cost`) above which the threads are taken to sleep
+    between launches (:data:`SLEEPY_LAUNCH`)."""
+    return SLEEPY_LAUNCH + n_threads * SLEEPY_LAUNCH_PER_THREAD
+
+
 def threads_sleep() -> bool:
-    """Whether numba's threads sleep between launches (:data:`SLEEPY_LAUNCH`): a property of its threading layer
+    """Whether numba's threads sleep between launches (:func:`sleepy_launch`): a property of its threading layer
     and its settings, measured once in a process with all its threads."""
     global _sleep
     if _sleep is None:
         n = numba.config.NUMBA_NUM_THREADS
         cost = launch_cost(n)
-        _sleep = cost > SLEEPY_LAUNCH
+        _sleep = cost > sleepy_launch(n)
         if _sleep:
             logger.debug("numba's %d kernel threads sleep between launches (a launch costs %.0f us more than on one "
                          "thread; OMP_WAIT_POLICY=PASSIVE?): fits, layers, histograms and split searches of little "
@@ -110,9 +123,16 @@ def row_work(rows: int, codes_per_row: float) -> float:
 def one_thread_for(work) -> bool:
     """Whether kernels doing ``work`` (codes read, as :func:`row_work` counts them, or bins scanned times
     :data:`BIN_SCAN`; a number, or a function giving it, called only where the threads sleep) are better run on one
-    thread: the threads sleep between launches and the work is under :data:`SERIAL_WORK`.  The kernels give the
-    same results on any number of threads; only the time differs."""
-    return sleepy_threads() and (work() if callable(work) else work) < SERIAL_WORK
+    thread: the threads sleep between launches and the work is under :func:`serial_work` for this thread's count.
+    The kernels give the same results on any number of threads; only the time differs."""
+    return sleepy_threads() and (work() if callable(work) else work) < serial_work(numba.get_num_threads())
+
+
+def serial_work(n_threads: int) -> float:
+    """The work (in codes) under which kernels on ``n_threads`` sleeping threads run better on one:
+    :data:`SERIAL_WORK` on two threads, less on more (a launch wakes them for the ``1 - 1/n`` of the work they
+    save)."""
+    return SERIAL_WORK * 0.5 / (1.0 - 1.0 / max(2, n_threads))
 
 
 def serial_if(one: bool):
