@@ -74,10 +74,13 @@ LAUNCH_COSTS = {"16 cores": {2: (3.3, 11.0), 4: (4.4, 14.6), 8: (5.1, 19.4), 16:
 
 
 @pytest.mark.parametrize("machine", sorted(LAUNCH_COSTS))
-def test_the_line_between_spinning_and_sleeping_threads_grows_with_the_thread_count(machine, monkeypatch):
+def test_the_line_between_spinning_and_sleeping_threads_grows_with_the_thread_count(machine):
     for n, (spinning, sleeping) in LAUNCH_COSTS[machine].items():
         assert spinning * 1e-6 < threads.sleepy_launch(n) < sleeping * 1e-6, (machine, n)
-    every = numba.config.NUMBA_NUM_THREADS  # the judgement takes the line for all threads
+
+
+def test_the_threads_are_judged_against_the_line_for_all_of_them(monkeypatch):
+    every = numba.config.NUMBA_NUM_THREADS
     for cost, sleep in ((0.9, False), (1.1, True)):
         monkeypatch.setattr(threads, "_launch_cost", {every: cost * threads.sleepy_launch(every)})
         monkeypatch.setattr(threads, "_sleep", None)
