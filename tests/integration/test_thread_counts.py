@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from fedgrove.engine import threads
+from fedgrove.engine import splitter, threads
 from fedgrove.engine.forest import ForestParams, train_forest
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.engine.grower import TreeGrower
@@ -28,28 +28,43 @@ def _assert_same_model(a, b, label):
         np.testing.assert_array_equal(ta.values, tb.values, err_msg=f"{label}: tree {t} values")
 
 
+#: where the threads count as sleeping, the one-thread line is lowered to this (codes) so that these small fits
+#: stay on their threads while their small layers, histogram builds and split searches go to one: a fit's
+#: kernels then run on both counts (at the default line these whole fits would run on one thread)
+MIXED_LINE = 100_000
+
+
 def _fits(train, X, y, sleeping):
     """The models and predictions of one fit per thread count; the threads counted as sleeping between launches
-    or not (where they sleep, little work runs on one thread: both ways are checked).  Where they do not sleep,
-    every layer is checked to have run on the count asked for."""
-    saved, grow = threads._sleep, TreeGrower.grow_layer
-    seen = []
+    or not.  Where they do not sleep, every layer is checked to have run on the count asked for; where they do,
+    each fit on several threads is checked to have sent some of its kernels to one thread and kept others on all."""
+    saved = threads._sleep, threads.SERIAL_WORK, TreeGrower.grow_layer, splitter.one_thread_for
+    seen, decided = [], []
 
     def counting(self):
         seen.append(numba.get_num_threads())
-        return grow(self)
+        return saved[2](self)
+
+    def deciding(work):
+        decided.append(saved[3](work))
+        return decided[-1]
 
     threads._sleep = sleeping
-    TreeGrower.grow_layer = counting
+    if sleeping:
+        threads.SERIAL_WORK = MIXED_LINE
+    TreeGrower.grow_layer, splitter.one_thread_for = counting, deciding
     try:
         fits = []
         for n in thread_counts():
             seen.clear()
+            decided.clear()
             fits.append((n, *train(n, X, y)))
             assert seen and (sleeping or set(seen) == {n}), (n, sorted(set(seen)))
+            if sleeping and n > 1:
+                assert set(decided) == {True, False}, (n, sorted(set(decided)))
         return fits
     finally:
-        threads._sleep, TreeGrower.grow_layer = saved, grow
+        threads._sleep, threads.SERIAL_WORK, TreeGrower.grow_layer, splitter.one_thread_for = saved
 
 
 def _check(fits, label):
