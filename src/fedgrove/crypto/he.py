@@ -241,11 +241,12 @@ class IndexGroups(Sequence):
     def every(self, step: int, first: int, count: int) -> IndexGroups:
         """Groups ``first``, ``first + step``, ... of these, as ``count`` groups (empty ones after the last)."""
         picked = np.arange(first, len(self.sizes), step)[:count]
+        own = self.sizes[picked]
+        # position i of the result, in picked group k, is flat[starts[k] + i - (where group k begins in the result)]
+        begins = np.cumsum(own) - own
+        flat = self.flat[np.arange(int(own.sum()), dtype=np.int64) + np.repeat(self.starts[picked] - begins, own)]
         sizes = np.zeros(count, dtype=np.int64)
-        sizes[:len(picked)] = self.sizes[picked]
-        inner = np.arange(int(sizes.sum()), dtype=np.int64)
-        ends = np.cumsum(sizes[:len(picked)])
-        flat = self.flat[inner + np.repeat(self.starts[picked] - (ends - sizes[:len(picked)]), sizes[:len(picked)])]
+        sizes[:len(picked)] = own
         return IndexGroups(flat, sizes)
 
     def lists(self) -> list[list[int]]:
