@@ -22,6 +22,7 @@ Writes bench/results/small_tables.json (or ``--out``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from pathlib import Path
@@ -90,14 +91,13 @@ class HornerOnly:
 
 
 def run(protocol: str, X, y, scheme: str, backend: str):
+    params = GBDTParams(max_depth=4, **PARAMS)
     if protocol == "vertical":
         part = vertical_partition(len(y), X.shape[1], 3, seed=0)
-        params = GBDTParams(max_depth=4, **PARAMS)
         parts = [X[:, s.features] for s in part.shards]
         return run_vertical(parts, y, params, keygen(scheme, 2048, backend), X_test_parts=parts)["raw"]
     part = hybrid_partition(y, X.shape[1], n_guests=3, seed=0)
     host, guests = part.shards[0], part.shards[1:]
-    params = GBDTParams(max_depth=4, **PARAMS)
     out = run_hybridtree(X[:, host.features], y, [(X[g.rows][:, g.features], g.rows) for g in guests], params,
                          keygen(scheme, 2048, backend), host_depth=2, guest_depth=2)
     return out["raw"]
@@ -126,14 +126,9 @@ def main():
         multiplications, scores = {}, {}
         for r in range(args.repeats):
             for order in (("auto", "horner") if r % 2 == 0 else ("horner", "auto")):
-                with Counted() as counted:
-                    if order == "horner":
-                        with HornerOnly():
-                            t = time.perf_counter()
-                            raw = run(protocol, X, y, args.he, args.backend)
-                    else:
-                        t = time.perf_counter()
-                        raw = run(protocol, X, y, args.he, args.backend)
+                with Counted() as counted, HornerOnly() if order == "horner" else contextlib.nullcontext():
+                    t = time.perf_counter()
+                    raw = run(protocol, X, y, args.he, args.backend)
                     seconds[order].append(time.perf_counter() - t)
                 multiplications[order] = counted.count
                 scores.setdefault(order, raw)
