@@ -690,6 +690,26 @@ def test_console_script_runs_as_a_process(csv, tmp_path):
     assert "label column 'nope' not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_run_that_compiles_kernels_says_so_and_one_that_loads_them_does_not(csv, tmp_path, capsys):
+    # with numba's cache in an empty folder, the first predict compiles its kernels (seconds, tens of them for a
+    # fit, in which nothing else is printed) and says so once; the second loads them from that folder: no note
+    import os
+
+    from fedgrove.engine.compiling import COMPILE_NOTE
+
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-m", model, "-l", "label", "-n", "3", "-q"], capsys)[0] == 0
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    errs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "fedgrove.cli.main", "predict", str(model), str(csv), "-l",
+                               "label", "-o", str(tmp_path / "p.csv")], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        errs.append(" ".join(proc.stderr.split()))
+    assert errs[0].count("note: " + COMPILE_NOTE) == 1, errs[0]
+    assert "compiling" not in errs[1], errs[1]
+
+
 # click words the unknown option "No such option: --bogus" or "No such option '--bogus'" by release
 @pytest.mark.parametrize("argv, message", [(["train", "--bogus"], r"No such option(: |\s*')--bogus"),
                                            (["simulate"], "Missing argument"),

@@ -16,7 +16,6 @@ a filled cache it takes a fraction of a second.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 import numpy as np
@@ -26,27 +25,20 @@ from fedgrove.engine.predict import predict_leaves_ranked
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
 
-_NOTE_AFTER = 3.0  # seconds: a warm-up taking longer is compiling, which is worth saying
+_NOTE_AFTER = 3.0  # seconds: a warm-up taking longer has compiled kernels: the note gives the time
 
 
 def warm_up(cfg, who: str = "fedgrove") -> float:
     """Call the kernels that ``cfg``'s protocol uses, on generated data, so that they are compiled (or loaded
-    from numba's cache) now; returns the seconds it took.  A note says so when it takes a while."""
+    from numba's cache) now; returns the seconds it took, which a note gives when they were long."""
     t0 = time.perf_counter()
-    note = threading.Timer(_NOTE_AFTER, logger.info, ("%s: compiling fedgrove's kernels (the first run after an "
-                                                      "install; they are cached on disk for the next)", who))
-    note.daemon = True
-    note.start()
-    try:
-        rng = np.random.default_rng(0)
-        dense = rng.normal(size=(96, 4))
-        dense[::9, 1] = np.nan  # the missing-value paths too
-        sparse = np.where(rng.random((96, 24)) < 0.05, rng.normal(size=(96, 24)), 0.0)  # sparse histograms
-        sparse[:, :4] = dense
-        for X in (dense, sparse):
-            _warm_engine(cfg, X, rng)
-    finally:
-        note.cancel()
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(96, 4))
+    dense[::9, 1] = np.nan  # the missing-value paths too
+    sparse = np.where(rng.random((96, 24)) < 0.05, rng.normal(size=(96, 24)), 0.0)  # sparse histograms
+    sparse[:, :4] = dense
+    for X in (dense, sparse):  # a kernel compiled here, not loaded from the cache, is noted (engine.compiling)
+        _warm_engine(cfg, X, rng)
     seconds = time.perf_counter() - t0
     if seconds > _NOTE_AFTER:
         logger.info("%s: kernels ready after %.0f s", who, seconds)
