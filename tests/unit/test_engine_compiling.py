@@ -1,10 +1,20 @@
 """The note that numba is compiling fedgrove's kernels: once, for fedgrove's functions only, and only when
 numba compiles (a kernel loaded from its cache on disk says nothing)."""
 
+import logging
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
 import numba
+import pytest
 from numba.core import event
 
-from fedgrove.engine.compiling import COMPILE_NOTE, CompileNote
+from fedgrove.engine.compiling import (COMPILE_NOTE, CompileNote, cache_writable, ensure_cache_folder,
+                                       private_folder)
+from fedgrove.exceptions import FedgroveError
 
 
 def _function(module: str):
@@ -37,3 +47,92 @@ def test_a_function_already_compiled_says_nothing():
     with event.install_listener("numba:compile", CompileNote(said.append)):
         ours(2)
     assert said == []
+
+
+# --- where numba can write no cache -------------------------------------------------------------------------------
+
+def _uncacheable():
+    # a function whose source file does not exist: numba finds no folder for its cache, as for every kernel of a
+    # read-only install run by a user without a writable home (numba then refused to define cached functions)
+    space = {}
+    exec(compile("def f(x):\n    return x\n", "/nonexistent/fedgrove_probe.py", "exec"), space)
+    return space["f"]
+
+
+@pytest.fixture
+def numba_cache_dir(monkeypatch):
+    # ensure_cache_folder sets numba's CACHE_DIR and NUMBA_CACHE_DIR: both restored after the test
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", config.CACHE_DIR)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", config.CACHE_DIR)
+    return config
+
+
+def test_a_cache_folder_numba_can_write_is_left_as_it_is(numba_cache_dir, tmp_path):
+    assert cache_writable()  # this file's folder (or the user's cache folder) can be written here
+    before = numba_cache_dir.CACHE_DIR
+    assert ensure_cache_folder(temp=str(tmp_path)) is None
+    assert numba_cache_dir.CACHE_DIR == before and list(tmp_path.iterdir()) == []
+
+
+def test_without_a_cache_folder_one_of_the_users_own_is_made_in_the_temporary_directory(numba_cache_dir,
+                                                                                         tmp_path, caplog):
+    f = _uncacheable()
+    assert not cache_writable(f)
+    with caplog.at_level(logging.DEBUG, logger="fedgrove"):
+        folder = ensure_cache_folder(f, temp=str(tmp_path))
+        again = ensure_cache_folder(f, temp=str(tmp_path))  # the next run finds it and keeps it
+    assert folder == again == str(tmp_path / f"fedgrove-numba-cache-{os.getuid()}")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert numba_cache_dir.CACHE_DIR == os.environ["NUMBA_CACHE_DIR"] == folder
+    notes = [(r.levelno, r.getMessage()) for r in caplog.records if "cache" in r.getMessage()]
+    assert [level for level, _ in notes] == [logging.INFO, logging.DEBUG], notes  # said once, where it was made
+    assert f"kept in {folder} (NUMBA_CACHE_DIR chooses another folder)" in notes[0][1]
+
+
+def test_a_folder_of_that_name_that_others_may_write_is_not_used(numba_cache_dir, tmp_path):
+    # compiled code planted in a folder others can write would run: this run takes a fresh folder of its own
+    shared = tmp_path / f"fedgrove-numba-cache-{os.getuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    folder = ensure_cache_folder(_uncacheable(), temp=str(tmp_path))
+    assert folder != str(shared) and os.path.dirname(folder) == str(tmp_path)
+    assert os.path.basename(folder).startswith("fedgrove-numba-cache-")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and not private_folder(str(shared))
+
+
+def test_no_writable_temporary_directory_either_is_a_clear_error(numba_cache_dir, tmp_path):
+    temp = tmp_path / "a-file"
+    temp.write_text("")
+    with pytest.raises(FedgroveError, match="set NUMBA_CACHE_DIR to a folder this user can write"):
+        ensure_cache_folder(_uncacheable(), temp=str(temp))
+
+
+def test_the_kernels_import_and_run_where_numba_finds_no_cache_folder(tmp_path):
+    # a fresh process whose numba finds no cache folder for any function (of its places, only NUMBA_CACHE_DIR
+    # left, and unset: as where nothing beside the sources nor in the home can be written): importing a kernel's
+    # module fell over; now the cache goes to the temporary directory, the kernel runs, and a second process
+    # loads what the first compiled
+    script = textwrap.dedent("""
+        import logging, sys
+        from numba.core import caching
+        impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # the names of numba >= 0.61, 0.60
+        impl._locator_classes = [getattr(caching, "UserProvidedCacheLocator", None)
+                                 or caching._UserProvidedCacheLocator]
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+        import numpy as np
+        from fedgrove.engine.histogram import grouped_sums
+        print(grouped_sums(np.ones((4, 1)), np.arange(4), np.array([0, 1, 1, 1]), 2).ravel().tolist())
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+            for _ in range(2)]
+    folder = tmp_path / f"fedgrove-numba-cache-{os.getuid()}"
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == ["[1.0,", "3.0]"]
+    assert f"kept in {folder}" in runs[0].stderr and COMPILE_NOTE in runs[0].stderr, runs[0].stderr[-2000:]
+    assert COMPILE_NOTE not in runs[1].stderr, runs[1].stderr[-2000:]  # loaded from the folder
+    assert any(folder.rglob("*.nbi"))

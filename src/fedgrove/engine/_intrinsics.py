@@ -26,7 +26,7 @@ from numba.core import cgutils
 from numba.core.cpu import ParallelOptions
 from numba.extending import intrinsic
 
-import fedgrove.engine.compiling  # noqa: F401  (a note when numba compiles a kernel of fedgrove's)
+import fedgrove.engine.compiling  # noqa: F401  (numba's cache folder, and a note while it compiles)
 
 U0, U1, U2, U3 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3)
 

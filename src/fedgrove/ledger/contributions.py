@@ -25,6 +25,8 @@ import math
 import numpy as np
 from numba import njit
 
+import fedgrove.engine.compiling  # noqa: F401  (numba's cache folder, and a note while it compiles)
+
 EXACT_MAX = 12
 
 
