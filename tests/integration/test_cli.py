@@ -710,6 +710,25 @@ def test_a_run_that_compiles_kernels_says_so_and_one_that_loads_them_does_not(cs
     assert "compiling" not in errs[1], errs[1]
 
 
+def test_names_the_terminal_cannot_encode_are_escaped_not_blamed_on_the_file(tmp_path, capsys):
+    # an ASCII terminal (C locale, Python's UTF-8 mode off) and a feature named "größe": fedgrove info said the
+    # model file was damaged (UnicodeEncodeError caught as a bad field) and exited 3; now the name is escaped
+    import os
+
+    r = np.random.default_rng(0)
+    X = r.normal(size=(60, 2))
+    pd.DataFrame({"größe": X[:, 0], "b": X[:, 1], "label": (X[:, 0] > 0).astype(int)}).to_csv(
+        tmp_path / "d.csv", index=False)
+    assert run(["train", tmp_path / "d.csv", "-l", "label", "-m", tmp_path / "m.json", "-n", "2", "-q"],
+               capsys)[0] == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LANG")}
+    env.update(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    proc = subprocess.run([sys.executable, "-m", "fedgrove.cli.main", "info", str(tmp_path / "m.json")],
+                          capture_output=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert b"gr\\xf6\\xdfe" in proc.stdout and b"damaged" not in proc.stderr, (proc.stdout, proc.stderr)
+
+
 # click words the unknown option "No such option: --bogus" or "No such option '--bogus'" by release
 @pytest.mark.parametrize("argv, message", [(["train", "--bogus"], r"No such option(: |\s*')--bogus"),
                                            (["simulate"], "Missing argument"),

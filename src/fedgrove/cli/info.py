@@ -202,8 +202,8 @@ def _damaged(p: Path, writer: str):
 
     try:
         yield
-    except FedgroveError:  # said already (some are ValueErrors too: InvalidParameterError)
-        raise
+    except (FedgroveError, UnicodeEncodeError):  # said already (some are ValueErrors too: InvalidParameterError);
+        raise  # or the output's encoding, not the file, failed
     except (KeyError, TypeError, ValueError, AttributeError, NotRenderableError) as exc:
         raise DataError(f"{p} is damaged ({writer}): {type(exc).__name__}: {exc}") from None
 

@@ -148,6 +148,11 @@ def run() -> None:
     # SIGTERM ends a command as Ctrl-C does, through the same clean-up: a party tells its peers (which stop at
     # once, where they waited out their timeout) and closes its channel; a checkpoint keeps the last whole tree
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # a terminal whose encoding cannot show a feature's or a party's name (an ASCII or Latin-1 locale, Python's
+    # UTF-8 mode off) gets it escaped, as Python's stderr does, where printing it ended the command
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     sys.exit(main())
 
 
