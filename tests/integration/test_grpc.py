@@ -714,3 +714,72 @@ def test_a_party_whose_handshake_failed_keeps_its_port_open_for_the_peers_starti
         b.close()
         if c is not None:
             c.close()
+
+
+# --- a proxy set in the environment (as for pip, in many companies) -----------------------------------------------
+
+def _dead_proxy(monkeypatch):
+    """Every proxy variable gRPC reads set to a port where nothing listens: a call sent through it fails."""
+    dead = f"http://127.0.0.1:{_port()}"
+    for var in ("grpc_proxy", "https_proxy", "http_proxy"):
+        monkeypatch.setenv(var, dead)
+    for var in ("no_grpc_proxy", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    return dead
+
+
+def test_peers_on_this_machine_are_reached_directly_whatever_proxy_is_set(tmp_path, monkeypatch):
+    # with https_proxy set, gRPC sent a localhost federation's calls to the proxy, and every party waited for
+    # peers that were up ("not up yet") until it gave up
+    _dead_proxy(monkeypatch)
+    a, b = _alice_and_bob(tmp_path, 10)
+    try:
+        a.send("bob", "ping", Ping(np.arange(3.0)))
+        assert b.recv("alice", "ping", Ping).data.tolist() == [0.0, 1.0, 2.0]
+    finally:
+        a.close()
+        b.close()
+
+
+def _this_machines_address():
+    """An address of this machine that is not loopback (None where it has none)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("10.255.255.255", 9))  # no packet is sent: the route picks the address
+        host = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return None if host.startswith("127.") or host == "0.0.0.0" else host
+
+
+def test_a_peer_that_does_not_answer_through_the_proxy_names_it_and_the_way_around(tmp_path, monkeypatch):
+    host = _this_machines_address()
+    if host is None:
+        pytest.skip("this machine has no address but loopback")
+    dead = _dead_proxy(monkeypatch)
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    pa, pb = _port(), _port()
+
+    def channels():
+        return (GrpcChannel("alice", f"{host}:{pa}", {"bob": f"{host}:{pb}"}, _tls(tmp_path, "alice"), timeout=1.5),
+                GrpcChannel("bob", f"{host}:{pb}", {"alice": f"{host}:{pa}"}, _tls(tmp_path, "bob"), timeout=1.5))
+
+    a, b = channels()
+    try:
+        with pytest.raises(PeerTimeoutError) as err:
+            a.send("bob", "ping", Ping(np.arange(2.0)))
+    finally:
+        a.close()
+        b.close()
+    assert f"the calls go through the proxy {dead} that grpc_proxy sets; no_grpc_proxy={host} reaches bob " \
+           f"directly" in str(err.value), str(err.value)
+    monkeypatch.setenv("no_grpc_proxy", host)  # the way around it that the message gives
+    a, b = channels()
+    try:
+        a.send("bob", "ping", Ping(np.arange(2.0)))
+        assert b.recv("alice", "ping", Ping).data.tolist() == [0.0, 1.0]
+    finally:
+        a.close()
+        b.close()

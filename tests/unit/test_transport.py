@@ -306,3 +306,45 @@ def test_a_hub_run_again_waits_for_its_parties_afresh():
 
     results, _ = run_parties(hub, {"a": lambda ch: ch.recv("b", "second", Probe).count, "b": b}, timeout=5)
     assert results["a"] == 3
+
+
+# --- which peers gRPC would reach through a proxy set in the environment ------------------------------------------
+
+@pytest.mark.parametrize("addr, host", [("127.0.0.1:50050", "127.0.0.1"), ("localhost:1", "localhost"),
+                                        ("[::1]:50050", "::1"), ("dns:///bank.example:443", "bank.example"),
+                                        ("ipv4:10.0.0.7:9", "10.0.0.7"), ("bank.example", "bank.example")])
+def test_the_host_of_a_peer_address(addr, host):
+    from fedgrove.transport.grpc_backend import address_host
+
+    assert address_host(addr) == host
+
+
+@pytest.mark.parametrize("addr, loopback", [("127.0.0.1:1", True), ("127.3.2.1:1", True), ("localhost:1", True),
+                                            ("[::1]:1", True), ("10.0.0.1:1", False), ("bank.example:1", False),
+                                            ("[fd00::2]:1", False)])
+def test_loopback_addresses(addr, loopback):
+    from fedgrove.transport.grpc_backend import is_loopback
+
+    assert is_loopback(addr) is loopback
+
+
+@pytest.mark.parametrize("environ, addr, expected", [
+    ({}, "bank.example:443", None),
+    ({"https_proxy": "http://proxy:3128"}, "bank.example:443", ("https_proxy", "http://proxy:3128")),
+    ({"http_proxy": "http://a:1", "grpc_proxy": "http://b:2"}, "10.0.0.7:9", ("grpc_proxy", "http://b:2")),
+    ({"https_proxy": "http://proxy:3128"}, "127.0.0.1:50050", None),  # loopback: never
+    ({"https_proxy": "http://proxy:3128"}, "localhost:50050", None),
+    ({"https_proxy": "http://p:1", "no_proxy": "other.example, bank.example"}, "bank.example:443", None),
+    ({"https_proxy": "http://p:1", "no_proxy": ".example"}, "bank.example:443", None),  # a domain it ends in
+    ({"https_proxy": "http://p:1", "no_proxy": "ank.example"}, "bank.example:443", ("https_proxy", "http://p:1")),
+    ({"https_proxy": "http://p:1", "no_proxy": "*"}, "bank.example:443", None),
+    ({"https_proxy": "http://p:1", "no_proxy": "10.0.0.0/8"}, "10.0.0.7:9", None),  # a network holding it
+    ({"https_proxy": "http://p:1", "no_proxy": "10.0.0.0/8"}, "11.0.0.7:9", ("https_proxy", "http://p:1")),
+    # the first of no_grpc_proxy, no_proxy that is set is read, as gRPC reads them
+    ({"https_proxy": "http://p:1", "no_grpc_proxy": "x.example", "no_proxy": "bank.example"}, "bank.example:1",
+     ("https_proxy", "http://p:1")),
+])
+def test_the_proxy_grpc_would_take_as_it_reads_the_environment(environ, addr, expected):
+    from fedgrove.transport.grpc_backend import proxy_for
+
+    assert proxy_for(addr, environ) == expected

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import ipaddress
 import itertools
 import os
 import threading
@@ -41,6 +42,54 @@ FAILURE_TAG = "!failed"  # a party that fails tells its peers why (no protocol t
 PROGRESS_TAG = "!progress"  # every few seconds, to each peer reached: seconds since its last progress
 ENDED_TAG = "!ended"  # a party closing its channel tells the peers it reached: none waits on it any longer
 PROBE_TAG = "!probe"  # asks only whether the TLS handshake with a peer works (taken, and otherwise ignored)
+
+# gRPC's core sends a channel's calls through an HTTP CONNECT proxy named by the first of these that is set, unless
+# the first set of no_grpc_proxy, no_proxy names the host (https://grpc.github.io/grpc/core/md_doc_environment_variables.html)
+_PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy")
+_NO_PROXY_VARIABLES = ("no_grpc_proxy", "no_proxy")
+
+
+def address_host(addr: str) -> str:
+    """The host of a peer address: ``host:port``, ``[v6 address]:port``, or either after ``dns:///`` or
+    ``ipv4:`` / ``ipv6:``."""
+    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        if addr.startswith(scheme):
+            addr = addr[len(scheme):]
+            break
+    if addr.startswith("["):
+        return addr[1:addr.find("]")] if "]" in addr else addr[1:]
+    return addr.rsplit(":", 1)[0] if addr.count(":") == 1 else addr
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether a peer address is this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``)."""
+    host = address_host(addr)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def proxy_for(addr: str, environ=os.environ) -> tuple[str, str] | None:
+    """(variable, proxy) that gRPC would send calls to ``addr`` through, as it reads the environment; None where
+    no proxy is set, where ``no_grpc_proxy`` / ``no_proxy`` names the host (``*``, the host, a domain it ends
+    in, or a network of addresses holding it), and for a loopback address, which fedgrove never proxies."""
+    var = next((v for v in _PROXY_VARIABLES if environ.get(v)), None)
+    if var is None or is_loopback(addr):
+        return None
+    host = address_host(addr).lower()
+    skip = next((environ[v] for v in _NO_PROXY_VARIABLES if environ.get(v)), "")
+    for entry in (e.strip().lower() for e in skip.split(",")):
+        if entry == "*" or (entry and (host == entry.lstrip(".") or host.endswith("." + entry.lstrip(".")))):
+            return None
+        try:
+            if ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False):
+                return None
+        except ValueError:
+            pass
+    return var, environ[var]
 
 
 def _build_types():
@@ -96,7 +145,8 @@ class _FirstCall:
             if left <= 0:
                 self.error = PeerTimeoutError(f"{channel.party}: could not deliver to {peer} at {env.tag} within "
                                               f"{limit:g} s: nothing answered at {channel.addresses[peer]} "
-                                              f"({peer} is not running, or not at that address)")
+                                              f"({peer} is not running, or not at that address)"
+                                              f"{channel._via_proxy(peer)}")
                 return
             try:
                 self.ack = channel._stubs[peer](env, timeout=left, wait_for_ready=False)
@@ -119,8 +169,8 @@ class _FirstCall:
             now = time.monotonic()
             if now >= note:
                 note += WAIT_NOTE_EVERY
-                logger.info("%s: %s at %s is not up yet (%.0f s so far; gives up after %g s)", channel.party,
-                            peer, channel.addresses[peer], now - start, limit)
+                logger.info("%s: %s at %s is not up yet (%.0f s so far; gives up after %g s)%s", channel.party,
+                            peer, channel.addresses[peer], now - start, limit, channel._via_proxy(peer))
             time.sleep(min(_RETRY_EVERY, max(0.0, deadline - now)))
 
     def result(self, timeout: float | None = None):
@@ -206,9 +256,14 @@ class GrpcChannel(Channel):
         # reconnection attempts at most 2 s apart (gRPC's back-off grows to 2 minutes): a peer started long after
         # this party is reached within seconds of coming up
         backoff = [("grpc.initial_reconnect_backoff_ms", 500), ("grpc.max_reconnect_backoff_ms", 2000)]
+        # a peer on this machine is never reached through a proxy (one set for the internet, as pip's, sent the
+        # calls of a localhost federation there, and every party waited for peers that were up); the proxy that a
+        # remote peer's calls take, where the environment sets one, is named when the peer does not answer
+        self._proxies = {peer: proxy_for(addr) for peer, addr in peers.items()}
         for peer, addr in peers.items():
+            direct = [("grpc.enable_http_proxy", 0)] if is_loopback(addr) else []
             ch = grpc.secure_channel(addr, client_creds,
-                                     options=opts + backoff + [("grpc.ssl_target_name_override", peer)])
+                                     options=opts + backoff + direct + [("grpc.ssl_target_name_override", peer)])
             self._channels.append(ch)
             self._stubs[peer] = ch.unary_unary(_METHOD, request_serializer=Envelope.SerializeToString,
                                                response_deserializer=Ack.FromString)
@@ -289,7 +344,16 @@ class GrpcChannel(Channel):
             return ""
         if self._probed[peer]:
             return f"; {peer} is up at {self.addresses[peer]}"
-        return f"; nothing answers at {self.addresses[peer]}: {peer} is not up yet, or not at that address"
+        return (f"; nothing answers at {self.addresses[peer]}: {peer} is not up yet, or not at that address"
+                f"{self._via_proxy(peer)}")
+
+    def _via_proxy(self, peer: str) -> str:
+        """Where calls to ``peer`` go through a proxy the environment sets: which, and how to go around it."""
+        if self._proxies.get(peer) is None:
+            return ""
+        var, uri = self._proxies[peer]
+        return (f" (the calls go through the proxy {uri} that {var} sets; no_grpc_proxy="
+                f"{address_host(self.addresses[peer])} reaches {peer} directly)")
 
     def _peer_refused(self, peer: str) -> str | None:
         return self._unreachable.get(peer)
