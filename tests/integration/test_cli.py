@@ -729,6 +729,17 @@ def test_names_the_terminal_cannot_encode_are_escaped_not_blamed_on_the_file(tmp
     assert b"gr\\xf6\\xdfe" in proc.stdout and b"damaged" not in proc.stderr, (proc.stdout, proc.stderr)
 
 
+def test_predict_out_dash_prints_the_predictions(csv, tmp_path, capsys, monkeypatch):
+    # "-" is standard output, as for most tools: a file named "-" was written in the working folder
+    model = tmp_path / "m.json"
+    assert run(["train", csv, "-m", model, "-l", "label", "-n", "3", "-q"], capsys)[0] == 0
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(["predict", model, csv, "-l", "label", "--out", "-"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0] == "prediction" and len(out.splitlines()) == 401
+    assert not (tmp_path / "-").exists()
+
+
 # click words the unknown option "No such option: --bogus" or "No such option '--bogus'" by release
 @pytest.mark.parametrize("argv, message", [(["train", "--bogus"], r"No such option(: |\s*')--bogus"),
                                            (["simulate"], "Missing argument"),

@@ -18,7 +18,7 @@ def predict(
     model: Path = typer.Argument(..., help="Model file written by fedgrove train"),
     data: str = typer.Argument(..., help="Data: CSV/Parquet/LIBSVM file, or dataset:NAME[:test]"),
     output: Optional[Path] = typer.Option(None, "--out", "-o", help="Write predictions to this CSV file "
-                                          "(default: print them)"),
+                                          "(default, or -: print them)"),
     label: Optional[str] = typer.Option(None, "--label", "-l", help="Label column to drop and score against "
                                         "(default: the model's label column, when the data has it)"),
     proba: bool = typer.Option(False, help="Output class probabilities instead of classes"),
@@ -32,6 +32,8 @@ def predict(
     """Predict with a saved model; with --label also print test metrics (weighted by --weight)."""
     from fedgrove.engine.model import load_model
 
+    if output is not None and str(output) == "-":  # the usual name of standard output
+        output = None
     check_output_file(output, "--out", {"the model file": model, "the data file": data})
     if proba and leaf:
         raise InvalidParameterError("--proba and --leaf ask for different outputs; give one of them")
