@@ -783,3 +783,18 @@ def test_a_peer_that_does_not_answer_through_the_proxy_names_it_and_the_way_arou
     finally:
         a.close()
         b.close()
+
+
+def test_a_peer_whose_host_name_does_not_resolve_is_named_so(tmp_path, monkeypatch):
+    # a host name not in the DNS (a typo in [peers]) was reported as "nothing answered ... not running, or not at
+    # that address" after the startup timeout; now the name and the resolver's words are given
+    for var in ("grpc_proxy", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    create_federation_certs(tmp_path, ["alice", "bob"])
+    a = GrpcChannel("alice", f"127.0.0.1:{_port()}", {"bob": f"bob.invalid:{_port()}"}, _tls(tmp_path, "alice"),
+                    timeout=1.0)
+    try:
+        with pytest.raises(PeerTimeoutError, match=r"within 1 s: bob\.invalid does not resolve \(.+\)"):
+            a.send("bob", "ping", Ping(np.arange(2.0)))
+    finally:
+        a.close()

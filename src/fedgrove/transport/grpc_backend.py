@@ -22,6 +22,7 @@ import functools
 import ipaddress
 import itertools
 import os
+import re
 import threading
 import time
 from concurrent import futures
@@ -115,6 +116,9 @@ Envelope, Ack = _build_types()
 
 # how gRPC's core says that the certificate at a peer's address names another party (grpcio 1.60; newer releases)
 _WRONG_PEER = ("is not in peer certificate", "hostname verification")
+# gRPC's details where a host name did not resolve, by release: "DNS resolution failed for ...", "errors resolving
+# ...: address lookup failed ..."
+_UNRESOLVED = re.compile(r"DNS resolution failed|errors resolving|lookup failed", re.IGNORECASE)
 _RETRY_EVERY = 0.25  # seconds between tries of a first message to a peer that is not up yet
 _SLICE = 0.1  # seconds a send waits for its call before it looks whether a party failed or the peer is gone
 RESUME_HINT = "restart every party with --resume to continue from the checkpoints"
@@ -140,19 +144,22 @@ class _FirstCall:
     def _run(self, channel, peer, env, limit):
         start = time.monotonic()
         deadline, note = start + limit, start + WAIT_NOTE_AFTER
+        unresolved = None  # gRPC's words where the peer's host name did not resolve at the last try
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
+                why = (f"{address_host(channel.addresses[peer])} does not resolve ({unresolved})" if unresolved else
+                       f"nothing answered at {channel.addresses[peer]} ({peer} is not running, or not at that "
+                       f"address){channel._via_proxy(peer)}")
                 self.error = PeerTimeoutError(f"{channel.party}: could not deliver to {peer} at {env.tag} within "
-                                              f"{limit:g} s: nothing answered at {channel.addresses[peer]} "
-                                              f"({peer} is not running, or not at that address)"
-                                              f"{channel._via_proxy(peer)}")
+                                              f"{limit:g} s: {why}")
                 return
             try:
                 self.ack = channel._stubs[peer](env, timeout=left, wait_for_ready=False)
                 return
             except grpc.RpcError as exc:
                 details = exc.details() or ""
+                unresolved = details if _UNRESOLVED.search(details) else None
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     self.error = exc
                     return
@@ -169,8 +176,13 @@ class _FirstCall:
             now = time.monotonic()
             if now >= note:
                 note += WAIT_NOTE_EVERY
-                logger.info("%s: %s at %s is not up yet (%.0f s so far; gives up after %g s)%s", channel.party,
-                            peer, channel.addresses[peer], now - start, limit, channel._via_proxy(peer))
+                if unresolved:  # a name not (yet) in the DNS: retried like a peer not up yet
+                    logger.info("%s: %s's host %s does not resolve (%.0f s so far; gives up after %g s): %s",
+                                channel.party, peer, address_host(channel.addresses[peer]), now - start, limit,
+                                unresolved)
+                else:
+                    logger.info("%s: %s at %s is not up yet (%.0f s so far; gives up after %g s)%s", channel.party,
+                                peer, channel.addresses[peer], now - start, limit, channel._via_proxy(peer))
             time.sleep(min(_RETRY_EVERY, max(0.0, deadline - now)))
 
     def result(self, timeout: float | None = None):
