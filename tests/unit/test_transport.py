@@ -348,3 +348,34 @@ def test_the_proxy_grpc_would_take_as_it_reads_the_environment(environ, addr, ex
     from fedgrove.transport.grpc_backend import proxy_for
 
     assert proxy_for(addr, environ) == expected
+
+
+# --- why gRPC could not listen --------------------------------------------------------------------------------------
+
+def test_why_a_party_cannot_listen_is_told_from_a_plain_bind(monkeypatch):
+    # the message listed every possible cause at once ("another process holds the port ..., the address is not one of
+    # this machine's, or its certificate and key do not match"); a plain bind tells which
+    import errno
+    import socket
+
+    from fedgrove.transport.grpc_backend import why_not_listening
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert why_not_listening(f"127.0.0.1:{port}") == \
+            "another process holds the port (is this party already running?)"
+    assert why_not_listening("203.0.113.7:50050").startswith("the address is not one of this machine's (")
+    assert why_not_listening("bank.invalid:50050").startswith("the address is not one of this machine's (")
+    assert why_not_listening("127.0.0.1:port") == "it is not host:port"
+    assert why_not_listening(f"127.0.0.1:{port}").startswith("the port is free, so the likelier cause is the "
+                                                             "party's certificate and key")
+
+    class Refused(socket.socket):  # a user who may not bind the port (not root, below 1024)
+        def bind(self, where):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(socket, "socket", Refused)
+    assert why_not_listening("127.0.0.1:80") == ("this user may not listen on port 80 (ports below 1024 need "
+                                                 "root, or the CAP_NET_BIND_SERVICE capability: choose a higher one)")

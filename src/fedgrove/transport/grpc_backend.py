@@ -73,6 +73,38 @@ def is_loopback(addr: str) -> bool:
         return False
 
 
+def why_not_listening(listen: str) -> str:
+    """Why gRPC could not listen on ``listen`` (``host:port``), in words: a plain socket bound there as gRPC binds
+    (``SO_REUSEADDR``) tells a port in use, one this user may not take, or an address not of this machine; where
+    that bind works, the TLS files are the likelier cause."""
+    import errno
+    import socket
+
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, where = infos[0]
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(where)
+    except ValueError:
+        return "it is not host:port"
+    except socket.gaierror as exc:
+        return f"the address is not one of this machine's ({exc.strerror})"
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "another process holds the port (is this party already running?)"
+        if exc.errno == errno.EACCES:
+            return (f"this user may not listen on port {port} (ports below 1024 need root, or the "
+                    f"CAP_NET_BIND_SERVICE capability: choose a higher one)")
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return f"the address is not one of this machine's ({exc.strerror})"
+        return f"{exc.strerror}"
+    return ("the port is free, so the likelier cause is the party's certificate and key, which do not match "
+            "(or gRPC refused the address)")
+
+
 def proxy_for(addr: str, environ=os.environ) -> tuple[str, str] | None:
     """(variable, proxy) that gRPC would send calls to ``addr`` through, as it reads the environment; None where
     no proxy is set, where ``no_grpc_proxy`` / ``no_proxy`` names the host (``*``, the host, a domain it ends
@@ -257,9 +289,7 @@ class GrpcChannel(Channel):
         except RuntimeError:  # newer grpcio raise where older ones return 0
             bound = 0
         if bound == 0:
-            raise ProtocolError(f"{party}: cannot listen on {listen}: another process holds the port (is this "
-                                f"party already running?), the address is not one of this machine's, or its "
-                                f"certificate and key do not match")
+            raise ProtocolError(f"{party}: cannot listen on {listen}: {why_not_listening(listen)}")
         self._server.start()
         client_creds = grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key,
                                                     certificate_chain=tls.cert)
