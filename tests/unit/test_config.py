@@ -32,6 +32,27 @@ def _load(tmp_path, extra):
     return load_federation(path)
 
 
+def test_a_config_is_utf_8_with_or_without_a_byte_order_mark_whatever_the_locale(tmp_path):
+    # TOML is UTF-8: a file saved "UTF-8 with BOM" (Windows Notepad) was refused as "Invalid statement (at line 1,
+    # column 1)", and a file was read in the locale's encoding (an ASCII locale could not read a label "Größe")
+    import os
+    import subprocess
+    import sys
+
+    text = BASE.format(extra="").replace('label = "y"', 'label = "Größe"')
+    path = tmp_path / "federation.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert load_federation(path).parties[0].label == "Größe"
+    path.write_bytes(text.encode("utf-8"))
+    env = {k: v for k, v in os.environ.items() if k not in ("LANG", "PYTHONIOENCODING")}
+    env.update(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    probe = ("import sys; from fedgrove.runner.config import load_federation; "
+             "print(ascii(load_federation(sys.argv[1]).parties[0].label))")
+    run = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "'Gr\\xf6\\xdfe'", run.stdout
+
+
 def test_timeouts_default_and_read(tmp_path):
     cfg = _load(tmp_path, "")
     assert (cfg.timeout, cfg.startup_timeout) == (60.0, 300.0)

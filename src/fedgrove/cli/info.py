@@ -220,7 +220,7 @@ def _checkpoint_info(p: Path) -> None:
                          f"instead, {prev[0]} ({prev[1]} trees), which is whole")
 
     try:
-        state = json.loads(p.read_text())
+        state = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise damaged(f"checkpoint {p} cannot be read: {exc}", f"cannot be read ({exc})") from None
     if not isinstance(state, dict) or "trees_done" not in state:
@@ -265,7 +265,7 @@ def _stats_file(f: Path) -> tuple[str, dict] | None:
     """A party's ``<party>.stats.json`` as (its party, the statistics a run report shows), or None where the
     file is not one."""
     try:
-        s = json.loads(f.read_text())
+        s = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     keys = ("role", "seconds", "total_sent", "total_received", "messages_sent", "rounds")
@@ -362,7 +362,7 @@ def _federated_part(p: Path):
     """Rows describing a party's model file of a federated protocol (its own splits, or a HybridTree host's
     trees) and, for a host, its features' (gains, splits, labels) over its own layers; None for anything else."""
     try:
-        d = json.loads(p.read_text())
+        d = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(d, dict):
@@ -421,7 +421,7 @@ def _looks_like_model(p: Path) -> bool:
     with open(p, "rb") as fh:
         head = fh.read(4096)
     try:
-        return b'"format"' in head or json.loads(p.read_text()) is not None
+        return b'"format"' in head or json.loads(p.read_text(encoding="utf-8")) is not None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return True  # let the model loader report the corruption
 

@@ -116,7 +116,7 @@ def _earlier_results(out: Path) -> dict | None:
     import json
 
     try:
-        d = json.loads(path.read_text())
+        d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidParameterError(f"{path} exists but cannot be read ({exc}); move it away or use --overwrite") \
             from None

@@ -231,7 +231,7 @@ def write_partition(partition: Partition, table: Table, out_dir, format: str = "
         manifest["categories"] = table.categories
     if table.weights is not None:  # the labelled parties' files hold the rows' weights in this column
         manifest["weight"] = table.weight_name
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default), encoding="utf-8")
     written.append(out_dir / MANIFEST)
     return written
 
@@ -308,7 +308,7 @@ def write_test_files(partition: Partition, test: Table, out_dir, format: str = "
             write_table(part, path, format)
             entry["test_file"] = path.name
             written.append(path)
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default), encoding="utf-8")
     return written
 
 
@@ -325,7 +325,7 @@ def read_manifest(directory, check: bool = True) -> dict:
     if not path.exists():
         raise DataError(f"{str(directory)!r} has no {MANIFEST}; is it a partition written by fedgrove?")
     try:
-        m = json.loads(path.read_text())
+        m = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{str(path)!r} is not valid JSON: {exc}") from None
     if check and (why := _manifest_fault(m)):

@@ -313,7 +313,7 @@ class CheckpointStore:
         """A state file's content and text, its digest checked (None: no file)."""
         if not path.exists():
             return None
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         try:
             state = json.loads(text)
         except json.JSONDecodeError as exc:

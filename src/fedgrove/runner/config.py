@@ -320,7 +320,7 @@ def _read(path) -> tuple[dict, Path]:
     if path.is_dir():
         raise InvalidParameterError(f"config file {str(path)!r} is a directory; give its .toml file")
     try:
-        d = tomllib.loads(path.read_text())
+        d = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # TOML is UTF-8; a BOM (Notepad) is let go
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidParameterError(f"{str(path)!r} is not valid TOML: {exc}") from None
     for name in TABLES:  # `params = 5` or `federation = "x"`: read as a table, they raised TypeError

@@ -198,7 +198,7 @@ class RoleContext:
             raise ModelFormatError(f"party {self.spec.name}: no {self.categories_path} with the categories found "
                                    f"in training; train first")
         try:
-            found = json.loads(self.categories_path.read_text())
+            found = json.loads(self.categories_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{self.categories_path} is not valid JSON: {exc}") from None
         try:
@@ -239,7 +239,7 @@ class RoleContext:
     def load_json(self) -> dict:
         self._check_model_file()
         try:
-            return json.loads(self.model_path.read_text())
+            return json.loads(self.model_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{self.model_path} is not valid JSON: {exc}") from None
 

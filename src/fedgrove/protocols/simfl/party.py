@@ -92,7 +92,7 @@ class Similarity:
         if not (path.exists() and meta_path.exists()):
             return None
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if hashlib.sha256(path.read_bytes()).hexdigest() != meta["arrays_sha256"]:
                 return None
             with np.load(path, allow_pickle=False) as z:
