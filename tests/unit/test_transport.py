@@ -314,7 +314,7 @@ def test_a_hub_run_again_waits_for_its_parties_afresh():
                                         ("[::1]:50050", "::1"), ("dns:///bank.example:443", "bank.example"),
                                         ("ipv4:10.0.0.7:9", "10.0.0.7"), ("bank.example", "bank.example")])
 def test_the_host_of_a_peer_address(addr, host):
-    from fedgrove.transport.grpc_backend import address_host
+    from fedgrove.transport.addresses import address_host
 
     assert address_host(addr) == host
 
@@ -323,7 +323,7 @@ def test_the_host_of_a_peer_address(addr, host):
                                             ("[::1]:1", True), ("10.0.0.1:1", False), ("bank.example:1", False),
                                             ("[fd00::2]:1", False)])
 def test_loopback_addresses(addr, loopback):
-    from fedgrove.transport.grpc_backend import is_loopback
+    from fedgrove.transport.addresses import is_loopback
 
     assert is_loopback(addr) is loopback
 
@@ -345,7 +345,7 @@ def test_loopback_addresses(addr, loopback):
      ("https_proxy", "http://p:1")),
 ])
 def test_the_proxy_grpc_would_take_as_it_reads_the_environment(environ, addr, expected):
-    from fedgrove.transport.grpc_backend import proxy_for
+    from fedgrove.transport.addresses import proxy_for
 
     assert proxy_for(addr, environ) == expected
 
@@ -358,7 +358,7 @@ def test_why_a_party_cannot_listen_is_told_from_a_plain_bind(monkeypatch):
     import errno
     import socket
 
-    from fedgrove.transport.grpc_backend import why_not_listening
+    from fedgrove.transport.addresses import why_not_listening
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 import time
@@ -13,6 +12,7 @@ from fedgrove.engine.model import atomic_write_text
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.runner.config import USES_HE, FederationConfig, PartySpec, canonical, shown_setting
+from fedgrove.transport.addresses import address_host, is_loopback
 
 
 def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False,
@@ -37,8 +37,8 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
         return int(n)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if cfg.peers:  # one party of a federation, over gRPC
-        own = _host(spec.listen or "")
-        sharing = 1 + sum(_loopback(addr) or (own not in _ANY_HOST and _host(addr) == own)
+        own = address_host(spec.listen or "")
+        sharing = 1 + sum(is_loopback(addr) or (own not in _ANY_HOST and address_host(addr) == own)
                           for addr in cfg.peers.values())
     else:
         sharing = len(cfg.parties)
@@ -64,21 +64,6 @@ _ANY_HOST = ("", "0.0.0.0", "::", "*")  # listen addresses that name no one host
 # up meanwhile meets the failed handshake and says why, instead of waiting out its startup timeout (300 s) for
 # a party that was gone, then saying that nothing answered
 HANDSHAKE_LINGER = 10.0
-
-
-def _host(address: str) -> str:
-    return address.rpartition(":")[0].strip("[]").lower()
-
-
-def _loopback(address: str) -> bool:
-    """Whether a "host:port" address is this machine's loopback (its party runs on this machine)."""
-    host = _host(address)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _run_role(cfg, spec, channel, he, resume, progress, predict_only) -> dict:
