@@ -12,8 +12,11 @@ GBDTParams, train_gbdt, run_vertical``); each is loaded on first use, so
 ``import fedgrove`` stays quick (the command line imports it on every start).
 """
 
+from fedgrove._cores import fit_numba_to_cpu_quota
 from fedgrove._version import __version__
 from fedgrove.exceptions import FedgroveError
+
+fit_numba_to_cpu_quota()  # numba's threads no more than a container's CPU limit (before numba is imported)
 
 #: name -> the module that defines it, imported when the name is first asked for
 _LAZY = {

@@ -39,7 +39,6 @@ reference, round-robin.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from fedgrove import metrics
+from fedgrove._cores import available_cores
 from fedgrove.data.partition import horizontal_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.experiments.report import fmt, line_plot, md_table, run_steps, runs_note
@@ -159,7 +159,7 @@ def cost_table(X, y, cfg: Config) -> dict:
     SimFL's preprocessing seconds and bytes per party, bytes per tree (sent by all parties).  Every run's kernels
     take the cores divided by the parties (at least one thread), as each party's do in ``fedgrove simulate``:
     with every core for each, ten parties' OpenMP teams spin for two cores."""
-    threads = max(1, (os.cpu_count() or 1) // cfg.table4_parties)
+    threads = max(1, available_cores() // cfg.table4_parties)
     params = replace(cfg.params(), n_estimators=cfg.table4_trees or cfg.n_trees, n_threads=threads)
     parts = partition(y, cfg.table4_parties, None, cfg.seed)
     t0 = time.perf_counter()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.runner.config import USES_HE, FederationConfig, PartySpec, canonical, shown_setting
 from fedgrove.transport.addresses import address_host, is_loopback
+from fedgrove._cores import available_cores
 
 
 def run_role(cfg: FederationConfig, spec: PartySpec, channel, he=None, resume: bool = False,
@@ -35,7 +35,7 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
     n = cfg.make_params().n_threads
     if n is not None:
         return int(n)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = available_cores()  # a container's CPU limit counts
     if cfg.peers:  # one party of a federation, over gRPC
         own = address_host(spec.listen or "")
         sharing = 1 + sum(is_loopback(addr) or (own not in _ANY_HOST and address_host(addr) == own)
