@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROC_CGROUP = "/proc/self/cgroup"
@@ -89,8 +90,11 @@ def numba_threads_for(environ, limit: float | None, affinity: int) -> int | None
 
 
 def fit_numba_to_cpu_quota(environ=os.environ) -> int | None:
-    """Set ``NUMBA_NUM_THREADS`` in ``environ`` to the CPU quota where :func:`numba_threads_for` says so (before
-    numba is imported, which reads it once); returns what it set."""
+    """Set ``NUMBA_NUM_THREADS`` in ``environ`` to the CPU quota where :func:`numba_threads_for` says so; returns
+    what it set.  Only before numba is imported: it sizes its pool from the variable then, and a value changed
+    after its threads started makes its next compilation raise."""
+    if "numba" in sys.modules:
+        return None
     n = numba_threads_for(environ, cgroup_cpu_limit(), affinity_cores())
     if n is not None:
         environ["NUMBA_NUM_THREADS"] = str(n)

@@ -53,9 +53,17 @@ def test_numba_threads_follow_the_quota_unless_set(environ, limit, affinity, thr
 
 
 def test_fitting_sets_the_environment_only_where_a_quota_asks(monkeypatch):
+    import sys
+
     import fedgrove._cores as cores
 
     environ = {}
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda *a: 2.0)
+    monkeypatch.setattr(cores, "affinity_cores", lambda: 64)
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
+    # numba imported already: set now, the variable would make its next compilation raise
+    assert fit_numba_to_cpu_quota(environ) is None and environ == {}
+    monkeypatch.delitem(sys.modules, "numba")
     monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda *a: 2.0)
     monkeypatch.setattr(cores, "affinity_cores", lambda: 64)
     assert fit_numba_to_cpu_quota(environ) == 2 and environ == {"NUMBA_NUM_THREADS": "2"}
