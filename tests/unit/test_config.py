@@ -53,6 +53,21 @@ def test_a_config_is_utf_8_with_or_without_a_byte_order_mark_whatever_the_locale
     assert run.stdout.strip() == "'Gr\\xf6\\xdfe'", run.stdout
 
 
+def test_a_path_that_starts_with_a_tilde_is_in_the_users_home(tmp_path, monkeypatch):
+    # as in a shell: "~/data/a.csv" was read as a folder named "~" beside the config
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    text = BASE.format(extra='[output]\ndir = "~/runs"\n')
+    text = text.replace('data = "a.csv"', 'data = "~/data/a.csv"\ntest = "a-test.csv"')
+    text = text.replace('data = "b.csv"', 'data = "b.csv"\ntest = "~/data/b-test.csv"\ncerts = "~/certs"')
+    path = tmp_path / "federation.toml"
+    path.write_text(text)
+    cfg = load_federation(path)
+    home = tmp_path / "home"
+    assert cfg.parties[0].data == home / "data" / "a.csv" and cfg.parties[1].data == tmp_path / "b.csv"
+    assert (cfg.parties[1].test, cfg.parties[1].certs, cfg.output_dir) == (home / "data" / "b-test.csv",
+                                                                         home / "certs", home / "runs")
+
+
 def test_timeouts_default_and_read(tmp_path):
     cfg = _load(tmp_path, "")
     assert (cfg.timeout, cfg.startup_timeout) == (60.0, 300.0)

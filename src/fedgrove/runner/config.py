@@ -368,6 +368,11 @@ def config_keys() -> dict[str, tuple[str, ...]]:
             "fvtree.dp": fields(DPOptions), "horizontal": HORIZONTAL_KEYS}
 
 
+def _at(base: Path, value: str) -> Path:
+    """A path a config gives, relative to the config's folder; ``~`` is the user's home, as in a shell."""
+    return base / Path(value).expanduser()
+
+
 def _party(d: dict, base: Path, where: str) -> PartySpec:
     check_keys(where, d, PARTY_KEYS)
     for key in ("name", "role"):
@@ -380,8 +385,9 @@ def _party(d: dict, base: Path, where: str) -> PartySpec:
             raise InvalidParameterError(f"{where}: {key} must be a string, got {d[key]!r}")
     check_party_name(d["name"], f"{where}: ")  # it names the party's files: "../x" wrote outside the output folder
     certs, test = d.get("certs"), d.get("test")
-    return PartySpec(str(d["name"]), str(d["role"]), base / d["data"] if "data" in d else Path("-"), d.get("label"),
-                     d.get("listen"), base / certs if certs else None, base / test if test else None,
+    return PartySpec(str(d["name"]), str(d["role"]), _at(base, d["data"]) if "data" in d else Path("-"),
+                     d.get("label"), d.get("listen"), _at(base, certs) if certs else None,
+                     _at(base, test) if test else None,
                      _categorical(d.get("categorical"), where), _n_features(d, where), _libsvm_base(d, where),
                      d.get("weight"))
 
@@ -554,7 +560,7 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
         raise InvalidParameterError(f"federation.predict must be true or false, got {predict!r}")
     simfl = dict(d.get("simfl", {}))
     check_keys("[simfl]", simfl, SIMFL_KEYS)
-    cfg = FederationConfig(protocol, seed, float(timeout), he, params, parties, base / out,
+    cfg = FederationConfig(protocol, seed, float(timeout), he, params, parties, _at(base, out),
                            peers=peers or {}, source=source, hybridtree=hybrid, forest=forest, simfl=simfl,
                            fvtree=dict(d.get("fvtree", {})), predict=predict,
                            horizontal={"contributions": False, **d.get("horizontal", {})},
