@@ -632,3 +632,12 @@ def test_a_libsvm_file_whose_indices_ask_for_more_memory_than_there_is_is_refuse
     (tmp_path / "over.svm").write_text("1 1:1\n0 3000000000:1\n")
     with pytest.raises(DataError, match="a feature index is too large"):
         load_table(tmp_path / "over.svm")
+
+
+def test_the_data_directory_setting_may_start_with_a_tilde(tmp_path, monkeypatch):
+    # FEDGROVE_DATA_DIR="~/data" in an env file (no shell to expand it) named a folder "~" in the working folder
+    from fedgrove.data.datasets import data_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("FEDGROVE_DATA_DIR", "~/data")
+    assert data_dir() == tmp_path / "data"

@@ -95,7 +95,7 @@ def available_datasets() -> list[str]:
 def data_dir() -> Path:
     env = os.environ.get("FEDGROVE_DATA_DIR")
     if env:
-        return Path(env)
+        return Path(env).expanduser()  # "~/data" written in an env file, where no shell expands it
     here = Path(__file__).resolve()
     for candidate in (Path.cwd() / ".." / "shared" / "data", here.parents[3] / ".." / "shared" / "data"):
         if candidate.is_dir():
