@@ -44,6 +44,7 @@ PROGRESS_TAG = "!progress"  # every few seconds, to each peer reached: seconds s
 ENDED_TAG = "!ended"  # a party closing its channel tells the peers it reached: none waits on it any longer
 PROBE_TAG = "!probe"  # asks only whether the TLS handshake with a peer works (taken, and otherwise ignored)
 
+
 def _build_types():
     fdp = descriptor_pb2.FileDescriptorProto(name="fedgrove/federation.proto", package="fedgrove", syntax="proto3")
     env = fdp.message_type.add(name="Envelope")
