@@ -3,8 +3,10 @@ them, and why a party cannot listen on one."""
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 
 # gRPC's core sends a channel's calls through an HTTP CONNECT proxy named by the first of these that is set, unless
 # the first set of no_grpc_proxy, no_proxy names the host (https://grpc.github.io/grpc/core/md_doc_environment_variables.html)
@@ -41,9 +43,6 @@ def why_not_listening(listen: str) -> str:
     """Why gRPC could not listen on ``listen`` (``host:port``), in words: a plain socket bound there as gRPC binds
     (``SO_REUSEADDR``) tells a port in use, one this user may not take, or an address not of this machine; where
     that bind works, the TLS files are the likelier cause."""
-    import errno
-    import socket
-
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     try:
