@@ -10,8 +10,8 @@ instance.  Reports seconds and bytes per tree (all parties, and per party) and
 the VFL/HybridTree ratios; the median of ``--repeats`` runs for the times.
 Writes bench/results/hybridtree.json (or ``--out``).
 
-    python bench/hybridtree.py [--dataset a9a --trees 5 --he ou --repeats 3 --threads 2 --rows-per-ciphertext K
-                                --out FILE]
+    python bench/hybridtree.py [--dataset a9a --trees 5 --he ou|paillier|ou-gmpy2 --repeats 3 --threads 2
+                                --rows-per-ciphertext K --out FILE]
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="a9a")
     ap.add_argument("--trees", type=int, default=5)
-    ap.add_argument("--he", default="ou", choices=["ou", "paillier"])
+    ap.add_argument("--he", default="ou", choices=["ou", "paillier", "ou-gmpy2"],
+                    help="the scheme (HEU's where installed), or ou-gmpy2: fedgrove's own OU on gmpy2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows-per-ciphertext", type=int, default=None,

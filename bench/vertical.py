@@ -1,7 +1,8 @@
 """Vertical node-level GBDT benchmark: a9a, 2 parties, depth 6, in one run.
 
 Variants: the same protocol without encryption (``plain``), HEU
-Okamoto-Uchiyama 2048, HEU Paillier 2048, python-paillier 2048.  Slow
+Okamoto-Uchiyama 2048, HEU Paillier 2048, fedgrove's own Okamoto-Uchiyama
+2048 on gmpy2 (the default where HEU is not installed), python-paillier 2048.  Slow
 variants run fewer trees (``--trees-*``) and report per-tree figures.  Each
 variant but python-paillier runs ``--repeats`` times (HEU Paillier:
 ``--repeats-paillier`` when given; the machine is shared and noisy) and
@@ -17,7 +18,8 @@ operation timed; ``--ou-rows-trees`` does the same for OU with one and two
 a9a or (``--ou-rows-synthetic N``) on N synthetic rows.
 Writes bench/results/vertical.json.
 
-    python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-phe 1 --repeats 3]
+    python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-gmpy2 10 --trees-phe 1
+                              --repeats 3]
 
 The issue's full run (HEU Paillier for all 50 trees, once; about 20 minutes here):
 
@@ -45,6 +47,7 @@ def main():
     ap.add_argument("--trees-ou", type=int, default=50)
     ap.add_argument("--trees-paillier", type=int, default=3)
     ap.add_argument("--trees-phe", type=int, default=1)
+    ap.add_argument("--trees-gmpy2", type=int, default=10, help="trees with fedgrove's own OU on gmpy2")
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs per variant (python-paillier: one)")
@@ -80,6 +83,7 @@ def main():
     parts = [np.sort(p) for p in np.array_split(perm, 2)]
     variants = [("plain", "plain", "plain", args.trees_plain), ("ou-2048", "heu", "ou", args.trees_ou),
                 ("paillier-2048-heu", "heu", "paillier", args.trees_paillier),
+                ("ou-2048-gmpy2", "gmpy2", "ou", args.trees_gmpy2),
                 ("paillier-2048-phe", "phe", "paillier", args.trees_phe)]
     results = {"dataset": "a9a", "parties": 2, "depth": args.depth, "threads": args.threads,
                "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
@@ -244,7 +248,8 @@ def he_throughput(available_backends, keygen) -> dict:
 
     out = {}
     rng = np.random.default_rng(0)
-    for backend, scheme, n in (("heu", "ou", 4000), ("heu", "paillier", 2000), ("phe", "paillier", 100)):
+    for backend, scheme, n in (("heu", "ou", 4000), ("heu", "paillier", 2000), ("gmpy2", "ou", 4000),
+                               ("phe", "paillier", 100)):
         if backend not in available_backends():
             continue
         he = keygen(scheme, 2048, backend)

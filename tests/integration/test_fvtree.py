@@ -180,7 +180,9 @@ def test_records_cut_from_a_replicas_end_are_found_by_comparing_replicas(ledger_
 
 
 @pytest.mark.parametrize("sql,message", [
-    ("UPDATE records SET body = substr(body, 1, length(body) - 1) || x'7f' WHERE seq = 40", "record 40 .*edited"),
+    # the body's last byte changed (a binary body may end in 0x7f already: the edit failed to edit once in a while)
+    ("UPDATE records SET body = substr(body, 1, length(body) - 1) || CASE substr(body, -1) WHEN x'7f' THEN x'7e' "
+     "ELSE x'7f' END WHERE seq = 40", "record 40 .*edited"),
     ("DELETE FROM records WHERE seq = 30", "record 31 .*sequence number"),
     ("UPDATE records SET seq = -1 WHERE seq = 20; UPDATE records SET seq = 20 WHERE seq = 21; "
      "UPDATE records SET seq = 21 WHERE seq = -1", "record 20 .*link"),

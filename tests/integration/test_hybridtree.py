@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from fedgrove.crypto.he import keygen
+from fedgrove.crypto.he import available_backends, keygen
 from fedgrove.data.partition import hybrid_partition
 from fedgrove.engine.gbdt import GBDTParams, train_gbdt
 from fedgrove.exceptions import DataError, InvalidParameterError
@@ -31,9 +31,10 @@ def test_guest_depth_zero_equals_solo_on_the_host(setup):
     np.testing.assert_array_equal(out["raw"][:, 0], solo.predict_raw(Xh))
 
 
-def test_encrypted_run_equals_plaintext_gradient_run(setup):
+@pytest.mark.parametrize("backend", [b for b in ("heu", "gmpy2") if b in available_backends()])
+def test_encrypted_run_equals_plaintext_gradient_run(setup, backend):
     Xh, y, guests = setup
-    enc = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou"), 4, 2, timeout=60)
+    enc = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, backend), 4, 2, timeout=120)
     plain = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
     np.testing.assert_allclose(enc["raw"], plain["raw"], rtol=0, atol=1e-9)
     assert enc["model"].guest_values == plain["model"].guest_values

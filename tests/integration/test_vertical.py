@@ -33,7 +33,7 @@ def _assert_same_trees(fed, eng):
         np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-9)
 
 
-CASES = [("heu", "ou", 3000, 2), ("heu", "paillier", 1500, 1), ("phe", "paillier", 150, 1)]
+CASES = [("heu", "ou", 3000, 2), ("heu", "paillier", 1500, 1), ("gmpy2", "ou", 1500, 2), ("phe", "paillier", 150, 1)]
 
 
 @pytest.mark.parametrize("n_parties", [2, 3])

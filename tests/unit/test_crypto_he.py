@@ -9,7 +9,8 @@ from fedgrove.crypto.he import IndexGroups, available_backends, keygen, public_c
 from fedgrove.crypto.packing import GHPacker
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
 
-BACKENDS = [(b, s) for b, s in (("heu", "ou"), ("heu", "paillier"), ("phe", "paillier")) if b in available_backends()]
+BACKENDS = [(b, s) for b, s in (("heu", "ou"), ("heu", "paillier"), ("gmpy2", "ou"), ("phe", "paillier"))
+            if b in available_backends()]
 
 
 @pytest.fixture(scope="module", params=BACKENDS, ids=[f"{b}-{s}" for b, s in BACKENDS])
@@ -152,17 +153,26 @@ def test_bad_parameters():
         keygen("ou", 2048.0, "phe")  # equal to 2048, it passed, then HEU refused the float with a TypeError
     with pytest.raises(InvalidParameterError, match="Paillier only"):
         keygen("ou", 2048, "phe")
+    with pytest.raises(InvalidParameterError, match="Okamoto-Uchiyama only"):
+        keygen("paillier", 2048, "gmpy2")
 
 
-def test_without_heu_a_key_is_python_paillier_and_the_warning_says_what_ou_became(monkeypatch):
+def test_without_heu_an_ou_key_is_gmpy2s_and_a_paillier_key_python_pailliers(monkeypatch, caplog):
     # what keygen gives on a Python without sf-heu's wheels (3.12, 3.13), simulated on this one
     import fedgrove.crypto.he as he
 
     monkeypatch.setattr(he, "_heu_available", lambda: False)
-    with pytest.warns(RuntimeWarning, match="OU needs HEU, so this key is python-paillier's Paillier"):
+    monkeypatch.setattr(he, "_no_heu_noted", False)
+    with caplog.at_level("INFO", logger="fedgrove"):
         c = he.keygen("ou", 2048)
-    assert (c.backend, c.scheme, c.key_bits) == ("phe", "paillier", 2048)
-    assert c.decrypt(c.encrypt([3, 0, 12345])) == [3, 0, 12345]
+        he.keygen("ou", 2048)
+    assert (c.backend, c.scheme, c.key_bits) == ("gmpy2", "ou", 2048)
+    assert c.decrypt(c.encrypt([3, 0, -12345])) == [3, 0, -12345]
+    notes = [r.getMessage() for r in caplog.records if "gmpy2 implementation" in r.getMessage()]
+    assert len(notes) == 1 and "sf-heu is not installed" in notes[0]  # once a process
+    with pytest.warns(RuntimeWarning, match="this key is python-paillier's Paillier"):
+        c = he.keygen("paillier", 2048)
+    assert (c.backend, c.scheme) == ("phe", "paillier")
 
 
 def test_a_party_without_heu_given_an_heu_key_says_what_to_change(monkeypatch):
@@ -172,9 +182,12 @@ def test_a_party_without_heu_given_an_heu_key_says_what_to_change(monkeypatch):
     if "heu" not in available_backends():
         pytest.skip("sf-heu not installed")
     key = keygen("ou", 2048, "heu").public_bytes()
+    paillier = keygen("paillier", 2048, "heu").public_bytes()
     monkeypatch.setattr(he, "_heu_available", lambda: False)
-    with pytest.raises(ProtocolError, match=r"encrypts with HEU \(ou\), which this party lacks .*backend = \"phe\""):
+    with pytest.raises(ProtocolError, match=r"encrypts with HEU \(ou\), which this party lacks .*backend = \"gmpy2\""):
         public_context(key)
+    with pytest.raises(ProtocolError, match=r"HEU \(paillier\).*backend = \"phe\""):
+        public_context(paillier)
 
 
 def test_vector_packer_sums_decode_exactly_compressed_or_not(ctx, rng):

@@ -5,8 +5,10 @@ Backends:
 * ``heu`` — SecretFlow's HEU (package ``sf-heu``), multi-threaded C++:
   Okamoto–Uchiyama (``ou``, default, as SecretFlow uses) and Paillier
   (``paillier``); 2048-bit keys by default, 3072 selectable.
+* ``gmpy2`` — Okamoto–Uchiyama written here on gmpy2 (:mod:`fedgrove.crypto.ou`):
+  the default wherever HEU is not installed (CPython 3.12+, other platforms).
 * ``phe`` — python-paillier with gmpy2, the pure-Python reference used to
-  cross-check HEU and wherever HEU is not installed (Paillier only).
+  cross-check HEU, and Paillier wherever HEU is not installed.
 
 An :class:`HEContext` holds a public key and, for the key holder, the secret
 key.  Ciphertext vectors are opaque :class:`Ciphertexts`; they serialise to
@@ -45,7 +47,7 @@ def _heu_available() -> bool:
 
 
 def available_backends() -> list[str]:
-    return (["heu"] if _heu_available() else []) + ["phe"]
+    return (["heu"] if _heu_available() else []) + ["gmpy2", "phe"]
 
 
 @dataclass
@@ -458,6 +460,106 @@ class PheContext(HEContext):
                                                                                       "big")
 
 
+# ------------------------------------------------------------------------------------- gmpy2 (OU)
+class OUContext(HEContext):
+    """Okamoto-Uchiyama on gmpy2 (:mod:`fedgrove.crypto.ou`): the default where HEU is not installed.
+
+    Ciphertexts are integers modulo ``n`` (one key length of bytes each, as HEU's OU); the key holder encrypts
+    by the CRT.  An empty group's sum for the key holder is the trivial encryption of 0 (1), as python-paillier's.
+    """
+
+    backend = "gmpy2"
+
+    def __init__(self, key_bits: int, public=None, secret=None):
+        import gmpy2
+
+        from fedgrove.crypto import ou
+
+        self._mpz, self._powmod = gmpy2.mpz, gmpy2.powmod
+        self.scheme, self.key_bits = "ou", key_bits
+        if public is None and secret is None:
+            public, secret = ou.generate(key_bits)
+        self._pk = secret.public if secret is not None else public
+        self._sk = secret
+        self._n = self._pk.n
+        self._width = (key_bits + 7) // 8
+
+    @property
+    def has_secret(self):
+        return self._sk is not None
+
+    @property
+    def plaintext_bits(self):
+        return self._pk.plaintext_bits
+
+    def _plaintexts(self, values) -> list[int]:
+        try:
+            return self._pk.check_plaintexts(values)
+        except ValueError as exc:
+            raise ProtocolError(f"cannot encrypt: {exc}") from None
+
+    def encrypt(self, values):
+        values = self._plaintexts(values)
+        data = self._sk.encrypt(values) if self._sk is not None else self._pk.encrypt(values)
+        return Ciphertexts("gmpy2", data, len(data))
+
+    def select_sums(self, ct, groups, for_key_holder=False):
+        n, data, out, fresh = self._n, ct.data, [], []
+        for g in IndexGroups.of(groups, ct.size).lists():
+            if g:
+                acc = data[g[0]]
+                for i in g[1:]:
+                    acc = acc * data[i] % n
+            else:  # the key holder's: the trivial encryption of 0; anyone else's: a fresh one (below)
+                acc = self._mpz(1)
+                if not for_key_holder:
+                    fresh.append(len(out))
+            out.append(acc)
+        for i, z in zip(fresh, self.encrypt([0] * len(fresh)).data):
+            out[i] = z
+        return Ciphertexts("gmpy2", out, len(out))
+
+    def add(self, a, b):
+        n = self._n
+        return Ciphertexts("gmpy2", [x * y % n for x, y in zip(a.data, b.data)], a.size)
+
+    def mul_scalar(self, ct, factors):
+        n, powmod = self._n, self._powmod  # a negative factor raises the inverse (every ciphertext is a unit)
+        return Ciphertexts("gmpy2", [powmod(c, int(f), n) for c, f in zip(ct.data, factors)], ct.size)
+
+    def mul_const(self, ct, factor):
+        n, f, powmod = self._n, int(factor), self._powmod
+        return Ciphertexts("gmpy2", [powmod(c, f, n) for c in ct.data], ct.size)
+
+    def add_plain(self, ct, values):
+        n, pk = self._n, self._pk
+        return Ciphertexts("gmpy2", [c * pk.g_pow(v) % n for c, v in zip(ct.data, self._plaintexts(values))],
+                           ct.size)
+
+    def decrypt(self, ct):
+        if self._sk is None:
+            raise ProtocolError("this party holds no secret key")
+        return self._sk.decrypt(ct.data)
+
+    def serialize(self, ct):
+        width = self._width
+        return b"".join(int(c).to_bytes(width, "big") for c in ct.data)
+
+    def deserialize(self, data):
+        width, n, mpz = self._width, self._n, self._mpz
+        if len(data) % width:
+            raise ProtocolError(f"malformed ciphertext block: {len(data)} bytes is not a multiple of {width}")
+        vals = [mpz(int.from_bytes(data[i:i + width], "big")) for i in range(0, len(data), width)]
+        if any(not 0 < v < n for v in vals):
+            raise ProtocolError("malformed ciphertext block: value outside Z_n")
+        return Ciphertexts("gmpy2", vals, len(vals))
+
+    def public_bytes(self):
+        pk, width = self._pk, self._width
+        return _key_header("gmpy2", "ou", self.key_bits) + b"".join(int(v).to_bytes(width, "big")
+                                                                     for v in (pk.n, pk.g, pk.h))
+
+
 class PlainContext(HEContext):
     """No encryption at all: plaintext integers through the same interface.
 
@@ -515,7 +617,8 @@ class PlainContext(HEContext):
 
 
 def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None) -> HEContext:
-    """A new key pair.  ``backend=None`` picks HEU when installed, else python-paillier."""
+    """A new key pair.  ``backend=None`` picks HEU when installed, else gmpy2 for OU and python-paillier for
+    Paillier."""
     if scheme not in SCHEMES:
         raise InvalidParameterError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     if isinstance(key_bits, bool) or not isinstance(key_bits, numbers.Integral) or key_bits not in KEY_BITS:
@@ -524,18 +627,38 @@ def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None)
     if backend is None:
         if _heu_available():
             backend = "heu"
+        elif scheme == "ou":
+            backend = "gmpy2"
+            _note_no_heu()
         else:
-            instead = ("OU needs HEU, so this key is python-paillier's Paillier, about 300x slower to encrypt "
-                       "than HEU's OU" if scheme == "ou" else "this key is python-paillier's Paillier")
-            warnings.warn(f"{_NO_HEU}: {instead}", RuntimeWarning, stacklevel=2)
-            backend, scheme = "phe", "paillier"
+            warnings.warn(f"{_NO_HEU}: this key is python-paillier's Paillier", RuntimeWarning, stacklevel=2)
+            backend = "phe"
     if backend == "heu":
         return HEUContext(scheme, key_bits)
     if backend == "phe":
         return PheContext(scheme, key_bits)
+    if backend == "gmpy2":
+        if scheme != "ou":
+            raise InvalidParameterError("the gmpy2 backend implements Okamoto-Uchiyama only; use scheme='ou', or "
+                                        "backend 'phe' (or 'heu') for Paillier")
+        return OUContext(key_bits)
     if backend == "plain":
         return PlainContext()
-    raise InvalidParameterError(f"backend must be 'heu', 'phe' or 'plain' (no encryption), got {backend!r}")
+    raise InvalidParameterError(f"backend must be 'heu', 'gmpy2', 'phe' or 'plain' (no encryption), got {backend!r}")
+
+
+_no_heu_noted = False
+
+
+def _note_no_heu() -> None:
+    """Once a process: OU keys come from fedgrove's own gmpy2 code, slower than HEU's."""
+    global _no_heu_noted
+    if not _no_heu_noted:
+        _no_heu_noted = True
+        from fedgrove.log import logger
+
+        logger.info("%s: Okamoto-Uchiyama keys use fedgrove's gmpy2 implementation, several times slower to "
+                    "encrypt than HEU's", _NO_HEU)
 
 
 def _key_header(kind: str, scheme: str, key_bits: int) -> bytes:
@@ -556,9 +679,10 @@ def public_context(data: bytes) -> HEContext:
         raise ProtocolError(f"public key of unsupported scheme {scheme!r} / {key_bits} bits")
     if kind == "heu":
         if not _heu_available():
+            instead = '[he] backend = "gmpy2"' if scheme == "ou" else '[he] backend = "phe"'
             raise ProtocolError(f"the key holder encrypts with HEU ({scheme}), which this party lacks ({_NO_HEU}): "
-                                f"run this party on CPython 3.11, or give the key holder's config [he] backend = "
-                                f"\"phe\" and scheme = \"paillier\"")
+                                f"run this party on CPython 3.11, or give the key holder's config {instead}, "
+                                f"which every party has")
         from heu import phe
 
         try:
@@ -568,6 +692,16 @@ def public_context(data: bytes) -> HEContext:
         return HEUContext(scheme, key_bits, public_key=pk)
     if kind == "plain":
         return PlainContext()
+    if kind == "gmpy2":
+        from fedgrove.crypto import ou
+
+        width = (key_bits + 7) // 8
+        if scheme != "ou" or len(key) != 3 * width:
+            raise ProtocolError(f"malformed public key: {len(key)} bytes for a {key_bits}-bit OU key (n, G, H)")
+        n, g, h = (int.from_bytes(key[i * width:(i + 1) * width], "big") for i in range(3))
+        if n.bit_length() != key_bits or not (1 < g < n and 1 < h < n):
+            raise ProtocolError(f"malformed public key: not a {key_bits}-bit OU key")
+        return OUContext(key_bits, public=ou.PublicKey(n, g, h, key_bits))
     if kind == "phe":
         from phe import paillier
 

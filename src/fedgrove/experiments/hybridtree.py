@@ -159,7 +159,11 @@ def _acc(yt, raw) -> float:
 
 
 def _he(name: str):
-    return keygen("ou", 2048, "plain") if name == "plain" else keygen(name, 2048)
+    """``plain``, a scheme (``ou``, ``paillier``: the default backend) or ``scheme-backend`` (``ou-gmpy2``)."""
+    if name == "plain":
+        return keygen("ou", 2048, "plain")
+    scheme, _, backend = name.partition("-")
+    return keygen(scheme, 2048, backend or None)
 
 
 def _usable(rows, features) -> bool:

@@ -525,9 +525,13 @@ def _common(d: dict, base: Path, source: Path, parties: list[PartySpec], peers=N
     if isinstance(he["key_bits"], bool) or he["key_bits"] not in KEY_BITS:
         raise InvalidParameterError(f"[he] key_bits must be one of {', '.join(map(str, KEY_BITS))}, got "
                                     f"{he['key_bits']!r}")
-    if he["backend"] not in (None, "heu", "phe", "plain"):
-        raise InvalidParameterError(f"[he] backend must be 'heu', 'phe' or 'plain' (no encryption: benchmarks "
-                                    f"only), got {he['backend']!r}")
+    if he["backend"] not in (None, "heu", "gmpy2", "phe", "plain"):
+        raise InvalidParameterError(f"[he] backend must be 'heu', 'gmpy2', 'phe' or 'plain' (no encryption: "
+                                    f"benchmarks only), got {he['backend']!r}")
+    only = {"gmpy2": "ou", "phe": "paillier"}.get(he["backend"])
+    if only is not None and he["scheme"] != only:
+        raise InvalidParameterError(f"[he] backend {he['backend']!r} implements scheme {only!r} only, got scheme "
+                                    f"{he['scheme']!r}")
     k = he.get("rows_per_ciphertext")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_ROWS):
         raise InvalidParameterError(f"[he] rows_per_ciphertext must be an integer from 1 to {MAX_ROWS}, got {k!r}")

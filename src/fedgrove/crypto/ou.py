@@ -1,0 +1,231 @@
+"""Okamoto-Uchiyama encryption on gmpy2: fedgrove's default scheme where SecretFlow's HEU is not installed.
+
+HEU publishes wheels for CPython 3.11 on Linux x86-64 only; elsewhere (3.12,
+3.13, other platforms) no maintained library offers Okamoto-Uchiyama, and
+python-paillier's Paillier encrypts about 300x slower than HEU's OU.  This
+module is the scheme itself on gmpy2's integers, the same construction as
+HEU's:
+
+* Okamoto and Uchiyama (Eurocrypt 1998): ``n = p^2 q``; the plaintexts are
+  ``Z_p``; ``Enc(m) = G^m H^r mod n``; decryption through the subgroup of
+  ``Z_{p^2}^*`` of order ``p``, where the logarithm ``L(x) = (x - 1) / p`` is
+  linear.
+* Coron, Naccache and Paillier's acceleration: ``p - 1 = t u`` with a prime
+  ``t`` of 224 bits (2048-bit keys; 256 for 3072), ``G = g^u``,
+  ``H = g'^(n u)``, so that decryption raises to ``t`` rather than ``p - 1``
+  (``H^t = 1`` modulo ``p^2``).
+
+Unlike HEU, whose encryptions draw ``r`` of only 110 bits, ``r`` is drawn
+uniformly modulo the order of ``H`` (up to 2^-128 from it, for the public
+side, which does not know that order).  The key holder, knowing ``p`` and
+``q``, encrypts modulo ``p^2`` and ``q`` and joins the halves (CRT), with
+exponents reduced modulo ``t`` and ``q - 1``; everyone else encrypts modulo
+``n``.  Fixed bases (``G``, ``G^-1``, ``H`` and their residues) are raised
+by tables of ``base^(j 2^(8i))``: one modular multiplication per non-zero
+byte of the exponent.  Randomness comes from :mod:`secrets`.
+
+Plaintexts are signed integers of absolute value below ``2^(|p| - 2)``
+(681 bits for 2048-bit keys, as HEU's ``plaintext_bound``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+import gmpy2
+from gmpy2 import mpz
+
+#: bits of the prime factor t of p - 1 per key size (HEU's, after NIST's 112- and 128-bit levels)
+FACTOR_BITS = {2048: 224, 3072: 256}
+STATISTICAL_BITS = 128  # the public side's r is this many bits longer than the order of H can be
+PRIME_ROUNDS = 50       # Miller-Rabin rounds of gmpy2.is_prime for every prime of a key
+WINDOW_BITS = 8
+
+
+def p_bits(key_bits: int) -> int:
+    return (key_bits + 2) // 3
+
+
+def plaintext_bits(key_bits: int) -> int:
+    """|plaintext| < 2^plaintext_bits for a key of ``key_bits``: below p/2, p having exactly p_bits bits."""
+    return p_bits(key_bits) - 2
+
+
+def public_r_bits(key_bits: int) -> int:
+    """The length of the public side's r: ord(H) divides t (q - 1) < 2^(|t| + |q|), where q < 2^key_bits / p^2
+    has at most key_bits - 2 (p_bits - 1) bits."""
+    return FACTOR_BITS[key_bits] + (key_bits - 2 * p_bits(key_bits) + 2) + STATISTICAL_BITS
+
+
+class FixedBase:
+    """``base^e mod modulus`` for many exponents ``e >= 0``: row ``i`` of the table holds ``base^(j 2^(8i))``
+    for ``j`` in 0..255, built as far as the longest exponent asked for so far (under a lock: parties of one
+    process may share a key)."""
+
+    def __init__(self, base, modulus):
+        self.modulus = mpz(modulus)
+        self._next = mpz(base) % self.modulus  # base^(2^(8 len(rows)))
+        self.rows: list[list] = []
+        self._lock = threading.Lock()
+
+    def _extend(self, n_rows: int) -> None:
+        with self._lock:
+            mod = self.modulus
+            while len(self.rows) < n_rows:
+                b, x, row = self._next, mpz(1), [mpz(1)]
+                for _ in range((1 << WINDOW_BITS) - 1):
+                    x = x * b % mod
+                    row.append(x)
+                self.rows.append(row)
+                self._next = x * b % mod
+
+    def pow(self, e: int):
+        e = int(e)
+        n_bytes = (e.bit_length() + 7) // 8
+        if n_bytes > len(self.rows):
+            self._extend(n_bytes)
+        mod, acc = self.modulus, mpz(1)
+        for row, byte in zip(self.rows, e.to_bytes(n_bytes, "little")):
+            if byte:
+                acc = acc * row[byte] % mod
+        return acc
+
+
+class _Signed:
+    """``G^m`` for signed ``m`` modulo one modulus: a table for ``G`` and one for ``G^-1``."""
+
+    def __init__(self, g, modulus):
+        self.pos = FixedBase(g, modulus)
+        self.neg = FixedBase(gmpy2.invert(mpz(g), mpz(modulus)), modulus)
+
+    def pow(self, m: int):
+        return self.pos.pow(m) if m >= 0 else self.neg.pow(-m)
+
+
+class PublicKey:
+    """``n = p^2 q``, ``G`` and ``H``; encrypts modulo ``n``."""
+
+    def __init__(self, n, g, h, key_bits: int):
+        self.n, self.g, self.h, self.key_bits = mpz(n), mpz(g), mpz(h), int(key_bits)
+        self.plaintext_bits = plaintext_bits(self.key_bits)
+        self._tables = None
+        self._tables_lock = threading.Lock()
+
+    def _fixed(self):
+        with self._tables_lock:
+            if self._tables is None:
+                self._tables = (_Signed(self.g, self.n), FixedBase(self.h, self.n))
+            return self._tables
+
+    def g_pow(self, m: int):
+        """``G^m mod n`` (``m`` signed): the encryption of ``m`` without randomness."""
+        return self._fixed()[0].pow(m)
+
+    def encrypt(self, values) -> list:
+        gm, hr = self._fixed()
+        n, bits = self.n, public_r_bits(self.key_bits)
+        return [gm.pow(int(v)) * hr.pow(secrets.randbits(bits)) % n for v in values]
+
+    def check_plaintexts(self, values) -> list[int]:
+        values = [int(v) for v in values]
+        bound = 1 << self.plaintext_bits
+        for v in values:
+            if not -bound < v < bound:
+                raise ValueError(f"plaintext of {v.bit_length()} bits beyond the key's {self.plaintext_bits}")
+        return values
+
+
+class SecretKey:
+    """``p``, ``q``, ``t`` and the decryption constant; encrypts by the CRT and decrypts.
+
+    ``t`` is the decryption exponent: any multiple of the order of ``H`` modulo ``p^2`` with ``G^t`` not 1
+    there (this module's keys: the prime factor of ``p - 1``; ``p - 1`` serves any Okamoto-Uchiyama key, HEU's
+    among them)."""
+
+    def __init__(self, public: PublicKey, p, q, t):
+        self.public = public
+        self.p, self.q, self.t = mpz(p), mpz(q), mpz(t)
+        self.p2 = self.p * self.p
+        if self.p2 * self.q != public.n:
+            raise ValueError("p^2 q is not the public key's n")
+        gt = gmpy2.powmod(public.g % self.p2, self.t, self.p2)
+        if gt == 1:
+            raise ValueError("G^t is 1 modulo p^2: not an Okamoto-Uchiyama key")
+        self.l_inv = gmpy2.invert((gt - 1) // self.p, self.p)
+        self.q_inv = gmpy2.invert(self.q, self.p2)  # joining the halves
+        self.q1 = self.q - 1
+        self.half = self.p // 2
+        self._tables = None
+        self._tables_lock = threading.Lock()
+
+    def _fixed(self):
+        with self._tables_lock:
+            if self._tables is None:
+                pk = self.public
+                self._tables = (_Signed(pk.g % self.p2, self.p2), FixedBase(pk.h % self.p2, self.p2),
+                                _Signed(pk.g % self.q, self.q), FixedBase(pk.h % self.q, self.q))
+            return self._tables
+
+    def encrypt(self, values) -> list:
+        """``G^m H^r mod n`` computed modulo ``p^2`` (``H`` of order dividing ``t`` there) and modulo ``q``
+        (order dividing ``q - 1``): with ``r`` uniform modulo ``t (q - 1)``, its residues are uniform and
+        independent, so each is drawn on its own."""
+        gp, hp, gq, hq = self._fixed()
+        p2, q, t, q1, q_inv = self.p2, self.q, self.t, self.q1, self.q_inv
+        out = []
+        for v in values:
+            m = int(v)
+            cp = gp.pow(m) * hp.pow(secrets.randbelow(t)) % p2
+            cq = gq.pow(m) * hq.pow(secrets.randbelow(q1)) % q
+            out.append(cq + q * ((cp - cq) * q_inv % p2))
+        return out
+
+    def decrypt(self, ciphertexts) -> list[int]:
+        """Signed plaintexts: ``L(c^t mod p^2) / L(G^t mod p^2) mod p``, above ``p / 2`` read as negative."""
+        p, p2, l_inv, half = self.p, self.p2, self.l_inv, self.half
+        # gmpy2 raises the whole list in C without the interpreter lock, so other parties' threads run meanwhile
+        powered = gmpy2.powmod_base_list([c % p2 for c in ciphertexts], self.t, p2)
+        out = []
+        for x in powered:
+            m = int((x - 1) // p * l_inv % p)
+            out.append(m - int(p) if m > half else m)
+        return out
+
+
+def _random_prime(low: int, high: int, condition=None):
+    """A uniformly drawn prime in [low, high] (and meeting ``condition``)."""
+    while True:
+        x = mpz(low + secrets.randbelow(high - low + 1)) | 1
+        if x <= high and gmpy2.is_prime(x, PRIME_ROUNDS) and (condition is None or condition(x)):
+            return x
+
+
+def generate(key_bits: int) -> tuple[PublicKey, SecretKey]:
+    """A new key pair whose ``n`` has exactly ``key_bits`` bits (2048 or 3072)."""
+    pb, tb = p_bits(key_bits), FACTOR_BITS[key_bits]
+    t = _random_prime(1 << (tb - 1), (1 << tb) - 1)
+    # p = t u + 1 of exactly pb bits (u even)
+    u_low, u_high = -(-(1 << (pb - 1)) // t), ((1 << pb) - 2) // t
+    while True:
+        u = mpz(u_low + secrets.randbelow(u_high - u_low + 1)) & ~mpz(1)
+        p = t * u + 1
+        if u >= u_low and p.bit_length() == pb and gmpy2.is_prime(p, PRIME_ROUNDS):
+            break
+    p2 = p * p
+    # q: n = p^2 q of exactly key_bits bits; p must not divide q - 1 (as the scheme asks), nor t (so that r's
+    # residues modulo t and q - 1 are independent)
+    q = _random_prime(-(-(1 << (key_bits - 1)) // p2), ((1 << key_bits) - 1) // p2,
+                      lambda x: x != p and (x - 1) % p != 0 and (x - 1) % t != 0)
+    n = p2 * q
+    assert n.bit_length() == key_bits
+    while True:  # g whose residue G^t = g^(p-1) modulo p^2 has order p
+        g0 = mpz(2 + secrets.randbelow(int(n) - 3))
+        if g0 % p and g0 % q and gmpy2.powmod(g0 % p2, p - 1, p2) != 1:
+            break
+    while True:
+        g1 = mpz(2 + secrets.randbelow(int(n) - 3))
+        if g1 % p and g1 % q:
+            break
+    public = PublicKey(n, gmpy2.powmod(g0, u, n), gmpy2.powmod(g1, n * u, n), key_bits)
+    return public, SecretKey(public, p, q, t)
