@@ -16,10 +16,15 @@ default number of instances per gradient ciphertext (3), alternately, each
 operation timed; ``--ou-rows-trees`` does the same for OU with one and two
 (``[he] rows_per_ciphertext = 2``), with each layout's bytes per tree, on
 a9a or (``--ou-rows-synthetic N``) on N synthetic rows.
-Writes bench/results/vertical.json.
+Writes bench/results/vertical.json (or ``--out``, merging into what that file holds).
 
     python bench/vertical.py [--trees-plain 50 --trees-ou 50 --trees-paillier 3 --trees-gmpy2 10 --trees-phe 1
-                              --repeats 3]
+                              --repeats 3 --out FILE]
+
+The two Okamoto-Uchiyama implementations against each other:
+
+    python bench/vertical.py --trees-plain 0 --trees-ou 10 --trees-paillier 0 --trees-phe 0 --trees-gmpy2 10 \
+        --breakdown-trees 0 --out bench/results/vertical_gmpy2.json
 
 The issue's full run (HEU Paillier for all 50 trees, once; about 20 minutes here):
 
@@ -48,6 +53,8 @@ def main():
     ap.add_argument("--trees-paillier", type=int, default=3)
     ap.add_argument("--trees-phe", type=int, default=1)
     ap.add_argument("--trees-gmpy2", type=int, default=10, help="trees with fedgrove's own OU on gmpy2")
+    ap.add_argument("--out", type=Path, default=RESULTS,
+                    help=f"where to write (and merge) the figures (default {RESULTS})")
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs per variant (python-paillier: one)")
@@ -92,7 +99,7 @@ def main():
     results["he_throughput"] = he_throughput(available_backends, keygen)
     results["he_throughput_measured"] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": results["machine"]}
     print("HE throughput (values/s):", json.dumps(results["he_throughput"]), flush=True)
-    _save(results)
+    _save(results, args.out)
     plain_auc = {}
     for name, backend, scheme, n_trees in variants:
         if n_trees <= 0 or (backend == "heu" and "heu" not in available_backends()):
@@ -128,7 +135,7 @@ def main():
               + (f"  (plaintext {entry['plaintext_auc_same_trees']:.4f}, "
                  f"{entry['speedup_vs_fedtree_2_threads']:.1f}x FedTree)" if backend != "plain" else ""),
               flush=True)
-        _save(results)
+        _save(results, args.out)
     if args.breakdown_trees > 0 and "heu" in available_backends():
         params = GBDTParams(n_estimators=args.breakdown_trees, max_depth=args.depth, n_threads=args.threads)
         results["ou_breakdown"] = ou_breakdown(lambda he: run_vertical([X[:, p] for p in parts], y, params, he,
@@ -137,7 +144,7 @@ def main():
         print("OU seconds per tree by HE operation:", json.dumps(results["ou_breakdown"]["per_tree"]),
               f"(bin sums add up {results['ou_breakdown']['bin_sum_terms_per_tree']:,.0f} ciphertexts per tree)",
               flush=True)
-        _save(results)
+        _save(results, args.out)
     if args.paillier_rows_trees > 0 and "heu" in available_backends():
         he = keygen("paillier", 2048, "heu")
         default = default_rows_per_ciphertext(he, packer_for("binary", y))
@@ -148,7 +155,7 @@ def main():
         print(f"HEU Paillier s/tree with 1 / {default} instances per ciphertext (median of {args.repeats}): "
               f"{ab['seconds_per_tree']['1']:.2f} / {ab['seconds_per_tree'][str(default)]:.2f} "
               f"({ab['ratio_default_to_one_row']:.2f}x)", flush=True)
-        _save(results)
+        _save(results, args.out)
     if args.ou_rows_trees > 0 and "heu" in available_backends():
         data, ox, oy = "a9a", [X[:, p] for p in parts], y
         if args.ou_rows_synthetic:  # many rows of continuous features, where encryption weighs more than on a9a
@@ -165,8 +172,8 @@ def main():
               f"{ab['seconds_per_tree']['1']:.2f} / {ab['seconds_per_tree']['2']:.2f} "
               f"({ab['time_ratio_two_to_one']:.2f}x); MB/tree {ab['bytes_per_tree']['1'] / 1e6:.2f} / "
               f"{ab['bytes_per_tree']['2'] / 1e6:.2f} ({ab['bytes_ratio_two_to_one']:.2f}x)", flush=True)
-        _save(results)
-    print(f"wrote {RESULTS}")
+        _save(results, args.out)
+    print(f"wrote {args.out}")
 
 
 def rows_comparison(run_vertical, parts: list, y, params, he, counts: tuple, repeats: int) -> dict:
@@ -266,10 +273,10 @@ def he_throughput(available_backends, keygen) -> dict:
     return out
 
 
-def _save(results):
+def _save(results, path: Path = RESULTS):
     """Merge into the results file: variants not run this time keep their earlier figures."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(path.read_text()) if path.exists() else {}
     kept = {k: {"date": old.get("date"), **v} for k, v in old.get("variants", {}).items()}
     variants = {**kept, **results["variants"]}
     extra = {k: old[k] for k in ("ou_breakdown", "paillier_rows", "ou_rows", "ou_rows_synthetic") if k in old}
@@ -277,7 +284,7 @@ def _save(results):
     if not results["variants"]:  # the variants' machine and settings stay those of the run that measured them
         merged.update({k: old[k] for k in ("machine", "date", "depth", "threads") if k in old})
     order = {k: i for i, k in enumerate(old)}  # the file's keys stay in their order: a rerun diffs only its figures
-    RESULTS.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: order.get(kv[0], len(order)))),
+    path.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: order.get(kv[0], len(order)))),
                                   indent=2))
 
 

@@ -22,6 +22,8 @@ def test_a_key_has_the_sizes_and_structure_the_scheme_needs(keys):
     assert pk.n == p * p * q and pk.n.bit_length() == 2048
     assert p.bit_length() == ou.p_bits(2048) == 683 and gmpy2.is_prime(p) and gmpy2.is_prime(q) and p != q
     assert t.bit_length() == 224 and gmpy2.is_prime(t) and (p - 1) % t == 0 and (q - 1) % t and (q - 1) % p
+    assert gmpy2.is_prime((q - 1) // 2) and sk.squares  # a safe prime; H's powers modulo q are the squares
+    assert pk.h % q != 1 and gmpy2.powmod(pk.h, (q - 1) // 2, q) == 1
     p2 = p * p
     assert gmpy2.powmod(pk.h, t, p2) == 1  # the randomness vanishes when decrypting
     gt = gmpy2.powmod(pk.g, t, p2)
@@ -40,6 +42,18 @@ def test_key_holder_and_public_encryptions_decrypt_and_add_up_together(keys):
     assert sk.decrypt([a * b % n for a, b in zip(crt[:4], public[:4])]) == [2 * v for v in values[:4]]
     assert sk.decrypt([gmpy2.powmod(c, -3, n) for c in crt[:5]]) == [-3 * v for v in values[:5]]
     assert sk.decrypt([crt[3] * pk.g_pow(-10) % n]) == [-3]  # the plaintext added without randomness
+
+
+def test_every_encryptions_randomness_lies_in_the_group_h_generates(keys):
+    # c G^-m is H^r: its order divides H's, t q' (the key holder's CRT encryption draws the same group's elements)
+    pk, sk = keys
+    order_h = sk.t * ((sk.q - 1) // 2)
+    assert gmpy2.powmod(pk.h, order_h, pk.n) == 1
+    values = [0, 9, -(1 << 100)]
+    for c, m in zip(sk.encrypt(values) + pk.encrypt(values), values + values):
+        rho = c * pk.g_pow(-m) % pk.n
+        assert gmpy2.powmod(rho, order_h, pk.n) == 1 and rho != 1
+        assert gmpy2.jacobi(rho % sk.q, sk.q) == 1  # a square modulo q
 
 
 def test_encryptions_of_one_value_differ(keys):
@@ -105,4 +119,6 @@ def test_heus_ou_ciphertexts_decrypt_under_this_code():
     theirs = [gmpy2.mpz(int(str(cts[i, 0])) * r_inv % n) for i in range(len(values))]
     assert mine.decrypt(theirs) == values
     assert mine.decrypt([theirs[1] * theirs[4] % n]) == [3 - (1 << 300)]
-    assert mine.decrypt(mine.public.encrypt(values)) == values  # this code's encryption under HEU's key
+    assert not mine.squares  # HEU's q is no safe prime: the key holder raises H modulo q instead
+    assert mine.decrypt(mine.public.encrypt(values)) == values  # this code's encryptions under HEU's key
+    assert mine.decrypt(mine.encrypt(values)) == values

@@ -3,8 +3,8 @@
 HEU publishes wheels for CPython 3.11 on Linux x86-64 only; elsewhere (3.12,
 3.13, other platforms) no maintained library offers Okamoto-Uchiyama, and
 python-paillier's Paillier encrypts about 300x slower than HEU's OU.  This
-module is the scheme itself on gmpy2's integers, the same construction as
-HEU's:
+module is the scheme itself on gmpy2's integers, built as HEU builds its keys
+(the first two points), with the differences the rest names:
 
 * Okamoto and Uchiyama (Eurocrypt 1998): ``n = p^2 q``; the plaintexts are
   ``Z_p``; ``Enc(m) = G^m H^r mod n``; decryption through the subgroup of
@@ -15,14 +15,17 @@ HEU's:
   ``H = g'^(n u)``, so that decryption raises to ``t`` rather than ``p - 1``
   (``H^t = 1`` modulo ``p^2``).
 
-Unlike HEU, whose encryptions draw ``r`` of only 110 bits, ``r`` is drawn
-uniformly modulo the order of ``H`` (up to 2^-128 from it, for the public
-side, which does not know that order).  The key holder, knowing ``p`` and
-``q``, encrypts modulo ``p^2`` and ``q`` and joins the halves (CRT), with
-exponents reduced modulo ``t`` and ``q - 1``; everyone else encrypts modulo
-``n``.  Fixed bases (``G``, ``G^-1``, ``H`` and their residues) are raised
-by tables of ``base^(j 2^(8i))``: one modular multiplication per non-zero
-byte of the exponent.  Randomness comes from :mod:`secrets`.
+HEU draws short exponents ``r`` (110 bits for 2048-bit keys); here ``r`` is
+uniform modulo the order of ``H`` (up to 2^-128 from it, for the public
+side, which does not know that order).  ``q = 2 q' + 1`` is a safe prime and
+``H`` has order ``q'`` modulo ``q``, so there its powers are the squares.  The
+key holder, knowing ``p`` and ``q``, encrypts modulo ``p^2`` (the exponent of
+``H`` reduced modulo ``t``) and modulo ``q`` (the randomness: the square of a
+uniform unit) and joins the halves (CRT): the same distribution as ``H^r``
+for a uniform ``r``; everyone else encrypts modulo ``n``.  Fixed bases
+(``G``, ``G^-1``, ``H`` and their residues) are raised by tables of
+``base^(j 2^(8i))``: one modular multiplication per non-zero byte of the
+exponent.  Randomness comes from :mod:`secrets`.
 
 Plaintexts are signed integers of absolute value below ``2^(|p| - 2)``
 (681 bits for 2048-bit keys, as HEU's ``plaintext_bound``).
@@ -156,6 +159,11 @@ class SecretKey:
         self.q_inv = gmpy2.invert(self.q, self.p2)  # joining the halves
         self.q1 = self.q - 1
         self.half = self.p // 2
+        # this module's keys: q = 2 q' + 1 with q' prime, and H of order q' modulo q, so that H's powers there are
+        # the squares modulo q, and a uniform one is the square of a uniform unit (one multiplication)
+        h_q = public.h % self.q
+        self.squares = self.q1 % 2 == 0 and gmpy2.is_prime(self.q1 // 2, PRIME_ROUNDS) and h_q != 1 \
+            and gmpy2.powmod(h_q, self.q1 // 2, self.q) == 1
         self._tables = None
         self._tables_lock = threading.Lock()
 
@@ -163,21 +171,27 @@ class SecretKey:
         with self._tables_lock:
             if self._tables is None:
                 pk = self.public
+                h_q = None if self.squares else FixedBase(pk.h % self.q, self.q)
                 self._tables = (_Signed(pk.g % self.p2, self.p2), FixedBase(pk.h % self.p2, self.p2),
-                                _Signed(pk.g % self.q, self.q), FixedBase(pk.h % self.q, self.q))
+                                _Signed(pk.g % self.q, self.q), h_q)
             return self._tables
 
     def encrypt(self, values) -> list:
         """``G^m H^r mod n`` computed modulo ``p^2`` (``H`` of order dividing ``t`` there) and modulo ``q``
-        (order dividing ``q - 1``): with ``r`` uniform modulo ``t (q - 1)``, its residues are uniform and
-        independent, so each is drawn on its own."""
+        (order dividing ``q - 1``): with ``r`` uniform modulo the order of ``H``, its residues modulo the two
+        orders are uniform and independent, so each part is drawn on its own: ``H^(r mod t)`` modulo ``p^2``,
+        and modulo ``q`` the square of a uniform unit (this module's keys) or ``H^(r mod (q - 1))``."""
         gp, hp, gq, hq = self._fixed()
         p2, q, t, q1, q_inv = self.p2, self.q, self.t, self.q1, self.q_inv
         out = []
         for v in values:
             m = int(v)
             cp = gp.pow(m) * hp.pow(secrets.randbelow(t)) % p2
-            cq = gq.pow(m) * hq.pow(secrets.randbelow(q1)) % q
+            if hq is None:
+                x = mpz(1 + secrets.randbelow(q1))
+                cq = gq.pow(m) * x % q * x % q
+            else:
+                cq = gq.pow(m) * hq.pow(secrets.randbelow(q1)) % q
             out.append(cq + q * ((cp - cq) * q_inv % p2))
         return out
 
@@ -201,6 +215,23 @@ def _random_prime(low: int, high: int, condition=None):
             return x
 
 
+_SMALL_PRIMES = mpz(1)
+for _k in (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97):
+    _SMALL_PRIMES *= _k
+
+
+def _safe_prime(low: int, high: int):
+    """A uniformly drawn prime ``q = 2 q' + 1`` in [low, high] with ``q'`` prime."""
+    lo, hi = (low - 1) // 2, (high - 1) // 2
+    while True:
+        qp = mpz(lo + secrets.randbelow(hi - lo + 1))
+        qp += (5 - qp % 6) % 6  # q' = 5 mod 6: odd, and 3 divides neither q' nor 2 q' + 1
+        q = 2 * qp + 1
+        if low <= q <= high and gmpy2.gcd(qp * q, _SMALL_PRIMES) == 1 and gmpy2.is_prime(qp, 1) \
+                and gmpy2.is_prime(q, 1) and gmpy2.is_prime(qp, PRIME_ROUNDS) and gmpy2.is_prime(q, PRIME_ROUNDS):
+            return q
+
+
 def generate(key_bits: int) -> tuple[PublicKey, SecretKey]:
     """A new key pair whose ``n`` has exactly ``key_bits`` bits (2048 or 3072)."""
     pb, tb = p_bits(key_bits), FACTOR_BITS[key_bits]
@@ -213,19 +244,18 @@ def generate(key_bits: int) -> tuple[PublicKey, SecretKey]:
         if u >= u_low and p.bit_length() == pb and gmpy2.is_prime(p, PRIME_ROUNDS):
             break
     p2 = p * p
-    # q: n = p^2 q of exactly key_bits bits; p must not divide q - 1 (as the scheme asks), nor t (so that r's
-    # residues modulo t and q - 1 are independent)
-    q = _random_prime(-(-(1 << (key_bits - 1)) // p2), ((1 << key_bits) - 1) // p2,
-                      lambda x: x != p and (x - 1) % p != 0 and (x - 1) % t != 0)
+    # q: n = p^2 q of exactly key_bits bits, q = 2 q' + 1 with q' prime (so p and t, other primes, divide q - 1 = 2 q'
+    # neither, as the scheme asks)
+    q = _safe_prime(-(-(1 << (key_bits - 1)) // p2), ((1 << key_bits) - 1) // p2)
     n = p2 * q
     assert n.bit_length() == key_bits
     while True:  # g whose residue G^t = g^(p-1) modulo p^2 has order p
         g0 = mpz(2 + secrets.randbelow(int(n) - 3))
         if g0 % p and g0 % q and gmpy2.powmod(g0 % p2, p - 1, p2) != 1:
             break
-    while True:
+    while True:  # g' whose H = g'^(n u) has order q' modulo q (u is even: H is a square there, and not 1)
         g1 = mpz(2 + secrets.randbelow(int(n) - 3))
-        if g1 % p and g1 % q:
+        if g1 % p and g1 % q not in (0, 1, q - 1):
             break
     public = PublicKey(n, gmpy2.powmod(g0, u, n), gmpy2.powmod(g1, n * u, n), key_bits)
     return public, SecretKey(public, p, q, t)
