@@ -122,3 +122,13 @@ def test_heus_ou_ciphertexts_decrypt_under_this_code():
     assert not mine.squares  # HEU's q is no safe prime: the key holder raises H modulo q instead
     assert mine.decrypt(mine.public.encrypt(values)) == values  # this code's encryptions under HEU's key
     assert mine.decrypt(mine.encrypt(values)) == values
+
+
+def test_long_lists_decrypt_alike_on_several_threads(keys, monkeypatch):
+    # from THREADED_DECRYPTION ciphertexts on, the list is cut into a piece a thread: the same plaintexts in order
+    pk, sk = keys
+    values = [(k * 7919) % 1000 - 500 for k in range(ou.THREADED_DECRYPTION + 77)]
+    cts = sk.encrypt(values)
+    for n in (1, 3, 8):
+        monkeypatch.setattr(ou, "_threads", n)
+        assert ou.decryption_threads() == n and sk.decrypt(cts) == values

@@ -173,7 +173,11 @@ HEU_THREADS_VARIABLE = "YACL_NUM_THREADS"  # HEU's pool size, read when the pool
 def limit_heu_threads(n: int) -> int | None:
     """Have HEU's thread pool, which every HEU operation of this process shares, start with ``n`` threads;
     returns the pool's size where it is known (None: every core).  A value the user put in the environment
-    (``YACL_NUM_THREADS``) is kept, and once the pool has started (the first HEU key) nothing changes."""
+    (``YACL_NUM_THREADS``) is kept, and once the pool has started (the first HEU key) nothing changes.  gmpy2's
+    OU decrypts on ``n`` threads from then on."""
+    from fedgrove.crypto import ou
+
+    ou.set_threads(n)  # gmpy2's OU decrypts on as many
     with _HEU_POOL_LOCK:
         if not _heu_pool_started and HEU_THREADS_VARIABLE not in os.environ:
             os.environ[HEU_THREADS_VARIABLE] = str(max(1, int(n)))

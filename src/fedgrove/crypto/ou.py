@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import gmpy2
 from gmpy2 import mpz
@@ -44,6 +45,22 @@ FACTOR_BITS = {2048: 224, 3072: 256}
 STATISTICAL_BITS = 128  # the public side's r is this many bits longer than the order of H can be
 PRIME_ROUNDS = 50       # Miller-Rabin rounds of gmpy2.is_prime for every prime of a key
 WINDOW_BITS = 8
+THREADED_DECRYPTION = 256  # ciphertexts from which decryption is shared among threads
+_threads: int | None = None  # decryption's threads (None: the cores this process may use, at most 8)
+
+
+def set_threads(n: int) -> None:
+    """Decrypt on ``n`` threads (gmpy2 raises a list of ciphertexts without the interpreter lock)."""
+    global _threads
+    _threads = max(1, int(n))
+
+
+def decryption_threads() -> int:
+    if _threads is not None:
+        return _threads
+    from fedgrove._cores import available_cores
+
+    return min(8, available_cores())
 
 
 def p_bits(key_bits: int) -> int:
@@ -197,9 +214,19 @@ class SecretKey:
 
     def decrypt(self, ciphertexts) -> list[int]:
         """Signed plaintexts: ``L(c^t mod p^2) / L(G^t mod p^2) mod p``, above ``p / 2`` read as negative."""
-        p, p2, l_inv, half = self.p, self.p2, self.l_inv, self.half
-        # gmpy2 raises the whole list in C without the interpreter lock, so other parties' threads run meanwhile
-        powered = gmpy2.powmod_base_list([c % p2 for c in ciphertexts], self.t, p2)
+        p, p2, t, l_inv, half = self.p, self.p2, self.t, self.l_inv, self.half
+        reduced = [c % p2 for c in ciphertexts]
+        # gmpy2 raises a list in C without the interpreter lock: other threads run meanwhile, and a long list is
+        # cut into one piece a thread
+        k = decryption_threads() if len(reduced) >= THREADED_DECRYPTION else 1
+        if k > 1:
+            step = -(-len(reduced) // k)
+            with ThreadPoolExecutor(k, thread_name_prefix="fedgrove-ou") as pool:
+                pieces = pool.map(lambda a: gmpy2.powmod_base_list(reduced[a:a + step], t, p2),
+                                  range(0, len(reduced), step))
+                powered = [x for piece in pieces for x in piece]
+        else:
+            powered = gmpy2.powmod_base_list(reduced, t, p2)
         out = []
         for x in powered:
             m = int((x - 1) // p * l_inv % p)

@@ -49,10 +49,11 @@ def kernel_threads(cfg: FederationConfig, spec: PartySpec) -> int:
 
 
 def _limit_he_threads(cfg: FederationConfig, who: str) -> None:
-    """HEU's thread pool of ``[params] n_threads`` threads when the config gives it, as the kernels (HEU's
-    default, every core, otherwise: a protocol's parties mostly encrypt and sum in turn, not at once)."""
+    """HEU's thread pool (and gmpy2's OU decryption) of ``[params] n_threads`` threads when the config gives it,
+    as the kernels (HEU's default, every core, otherwise: a protocol's parties mostly encrypt and sum in turn,
+    not at once)."""
     n = cfg.make_params().n_threads
-    if n is not None and cfg.he.get("backend") in (None, "heu") and cfg.protocol in USES_HE:
+    if n is not None and cfg.he.get("backend") in (None, "heu", "gmpy2") and cfg.protocol in USES_HE:
         from fedgrove.crypto.he import limit_heu_threads
 
         size = limit_heu_threads(int(n))
