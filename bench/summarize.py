@@ -43,10 +43,10 @@ def engine_table(file: str = "engine.json", command: str = "python3 bench/engine
     return "\n".join(lines)
 
 
-def vertical_table() -> str:
-    path = RESULTS / "vertical.json"
+def vertical_table(file: str = "vertical.json", command: str = "python3 bench/vertical.py") -> str:
+    path = RESULTS / file
     if not path.exists():
-        return "_bench/results/vertical.json not found: run `python3 bench/vertical.py`._"
+        return f"_bench/results/{file} not found: run `{command}`._"
     r = json.loads(path.read_text())
     ref = r["fedtree_reference_s_per_tree"]["threads_2"]
     lines = [f"Measured on {r['machine']['platform']} ({r['machine']['cpus']} CPUs), {r['threads']} threads, "
@@ -202,7 +202,11 @@ TABLES = {"engine": engine_table,
                                                  "PASSIVE --out bench/results/engine_passive.json"),
           "engine-1thread": lambda: engine_table("engine_1thread.json", "python3 bench/engine.py --threads 1 "
                                                  "--omp-wait-policy PASSIVE --out bench/results/engine_1thread.json"),
-          "vertical": vertical_table, "forest": forest_table, "simfl": simfl_table,
+          "vertical": vertical_table,
+          "vertical-gmpy2": lambda: vertical_table("vertical_gmpy2.json", "python3 bench/vertical.py --trees-plain 0 "
+                                                   "--trees-ou 10 --trees-paillier 0 --trees-phe 0 --trees-gmpy2 10 "
+                                                   "--breakdown-trees 0 --out bench/results/vertical_gmpy2.json"),
+          "forest": forest_table, "simfl": simfl_table,
           "fvtree": fvtree_table}
 
 if __name__ == "__main__":
