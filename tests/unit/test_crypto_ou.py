@@ -25,7 +25,7 @@ def test_a_key_has_the_sizes_and_structure_the_scheme_needs(keys):
     assert gmpy2.is_prime((q - 1) // 2) and sk.squares  # a safe prime; H's powers modulo q are the squares
     assert pk.h % q != 1 and gmpy2.powmod(pk.h, (q - 1) // 2, q) == 1
     p2 = p * p
-    assert gmpy2.powmod(pk.h, t, p2) == 1  # the randomness vanishes when decrypting
+    assert gmpy2.powmod(pk.h, t, p2) == 1 and pk.h % p2 != 1  # order t: the randomness vanishes when decrypting
     gt = gmpy2.powmod(pk.g, t, p2)
     assert gt != 1 and gmpy2.powmod(gt, p, p2) == 1  # G^t generates the subgroup of order p
     assert pk.plaintext_bits == 681 and (1 << 681) < p // 2

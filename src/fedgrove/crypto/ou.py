@@ -280,9 +280,10 @@ def generate(key_bits: int) -> tuple[PublicKey, SecretKey]:
         g0 = mpz(2 + secrets.randbelow(int(n) - 3))
         if g0 % p and g0 % q and gmpy2.powmod(g0 % p2, p - 1, p2) != 1:
             break
-    while True:  # g' whose H = g'^(n u) has order q' modulo q (u is even: H is a square there, and not 1)
+    while True:  # H = g'^(n u) of order t modulo p^2 and q' modulo q (u is even: H is a square there, and not 1)
         g1 = mpz(2 + secrets.randbelow(int(n) - 3))
-        if g1 % p and g1 % q not in (0, 1, q - 1):
+        h = gmpy2.powmod(g1, n * u, n)
+        if g1 % p and g1 % q not in (0, 1, q - 1) and h % p2 != 1:
             break
-    public = PublicKey(n, gmpy2.powmod(g0, u, n), gmpy2.powmod(g1, n * u, n), key_bits)
+    public = PublicKey(n, gmpy2.powmod(g0, u, n), h, key_bits)
     return public, SecretKey(public, p, q, t)
