@@ -142,28 +142,33 @@ def test_the_python_runs_give_each_party_params_n_threads():
 
 
 def _limited(monkeypatch, cfg):
-    """What _limit_he_threads leaves in the environment, in a process whose HEU pool has not started."""
+    """What _limit_he_threads leaves in the environment, in a process whose HEU pool has not started, and the
+    threads gmpy2's OU then decrypts on (None: not set)."""
     import fedgrove.crypto.he as he
+    import fedgrove.crypto.ou as ou
     import fedgrove.runner.run as run
 
     monkeypatch.setenv(he.HEU_THREADS_VARIABLE, "")  # recorded, so that what the runner sets is undone after
     monkeypatch.delenv(he.HEU_THREADS_VARIABLE)
     monkeypatch.setattr(he, "_heu_pool_started", False)
+    monkeypatch.setattr(ou, "_threads", None)
     run._limit_he_threads(cfg, "a")
-    return os.environ.get(he.HEU_THREADS_VARIABLE)
+    return os.environ.get(he.HEU_THREADS_VARIABLE), ou._threads
 
 
 def test_a_party_that_encrypts_with_heu_gives_it_its_threads(tmp_path, monkeypatch):
-    # HEU's pool took every core in each party's process, whatever n_threads said
+    # HEU's pool took every core in each party's process, whatever n_threads said; gmpy2's OU decrypts on as many
     path = tmp_path / "a.toml"
     path.write_text(PARTY.format(b="127.0.0.1:50002", c="127.0.0.1:50003", extra="n_threads = 3"))
     cfg, _ = load_party(path)
-    assert _limited(monkeypatch, cfg) is None  # simfl encrypts nothing with HEU
+    assert _limited(monkeypatch, cfg) == (None, None)  # simfl encrypts nothing with HEU
     path.write_text(path.read_text().replace('protocol = "simfl"', 'protocol = "vertical"')
                     .replace('role = "party"', 'role = "active"'))
-    assert _limited(monkeypatch, load_party(path)[0]) == "3"
-    path.write_text(path.read_text() + '[he]\nbackend = "phe"\n')
-    assert _limited(monkeypatch, load_party(path)[0]) is None
+    assert _limited(monkeypatch, load_party(path)[0]) == ("3", 3)
+    path.write_text(path.read_text() + '[he]\nbackend = "gmpy2"\n')
+    assert _limited(monkeypatch, load_party(path)[0]) == ("3", 3)
+    path.write_text(path.read_text().replace('backend = "gmpy2"', 'backend = "phe"\nscheme = "paillier"'))
+    assert _limited(monkeypatch, load_party(path)[0]) == (None, None)
     path.write_text(path.read_text().replace("n_threads = 3", ""))
     path.write_text(path.read_text().replace('backend = "phe"', 'backend = "heu"'))
-    assert _limited(monkeypatch, load_party(path)[0]) is None  # not given: HEU's default, every core
+    assert _limited(monkeypatch, load_party(path)[0]) == (None, None)  # not given: HEU's default, every core
