@@ -100,7 +100,7 @@ def test_the_vertical_active_partys_weights_give_the_engines_weighted_trees(obje
     parts = [np.array([1, 4, 5]), np.array([0, 2, 3])]
     params = GBDTParams(objective, n_estimators=3, max_depth=4, max_bins=32, seed=2, subsample=subsample)
     seen = []
-    out = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048, "heu"), sample_weight=w,
+    out = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048), sample_weight=w,
                        observers={"party1": [lambda d, peer, tag, msg: seen.append(msg)]})
     _same_trees(out["model"], _vertical_oracle(X, y, w, parts, params))
     # the instances of weight 0 are left out as a subsample leaves instances out: none is encrypted
@@ -108,7 +108,7 @@ def test_the_vertical_active_partys_weights_give_the_engines_weighted_trees(obje
     kept = np.nonzero(w > 0)[0]
     assert len(grads) == 3 and all(g.sampled and np.isin(g.rows, kept).all() for g in grads)
     assert all(g.n == (len(kept) if subsample == 1 else round(subsample * len(kept))) for g in grads)
-    plain = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048, "heu"))["model"]
+    plain = run_vertical([X[:, p] for p in parts], y, params, keygen("ou", 2048))["model"]
     assert _differ(out["model"], plain)
 
 
@@ -121,7 +121,7 @@ def test_large_vertical_weights_widen_the_packed_gradients_and_stay_exact():
     parts = [np.array([0, 1, 2]), np.array([3, 4, 5])]
     params = GBDTParams(n_estimators=2, max_depth=3, max_bins=16, min_child_weight=1.0)
     for scheme in ("ou", "paillier"):
-        out = run_vertical([X[:, p] for p in parts], y, params, keygen(scheme, 2048, "heu"), sample_weight=w)
+        out = run_vertical([X[:, p] for p in parts], y, params, keygen(scheme, 2048), sample_weight=w)
         _same_trees(out["model"], _vertical_oracle(X, y, w, parts, params))
 
 
@@ -137,7 +137,7 @@ def test_the_hybridtree_hosts_weights_give_its_weighted_solo_and_leave_weight_0_
     r = np.random.default_rng(0)
     guests = [(X[rows][:, 3:], rows) for rows in (np.sort(r.choice(len(y), 700, replace=False)) for _ in range(2))]
     params = GBDTParams(n_estimators=3, learning_rate=0.3, max_bins=32, seed=2, subsample=subsample)
-    ou, plain = keygen("ou", 2048, "heu"), keygen("ou", 2048, "plain")
+    ou, plain = keygen("ou", 2048), keygen("ou", 2048, "plain")
     solo = run_hybridtree(X[:, :3], y, guests, params, ou, 3, 0, sample_weight=w)
     np.testing.assert_array_equal(
         solo["raw"][:, 0], train_gbdt(replace(params, max_depth=3), X[:, :3], y, sample_weight=w).predict_raw(X[:, :3]))
@@ -162,7 +162,7 @@ def test_gradients_too_wide_to_pack_are_refused_by_the_key_holder_naming_the_cau
 
     X, y, _ = _task("binary", n=200)
     params = GBDTParams(n_estimators=1, max_depth=2)
-    he = keygen("ou", 2048, "heu")
+    he = keygen("ou", 2048)
     parts = [X[:, :3], X[:, 3:]]
     for y_, w, objective, message in [
             (y, np.full(200, 1e20), "binary", r"Weights up to 1e\+20 give gradients up to 2\^67, beyond the 2\^64 "
@@ -315,7 +315,7 @@ def test_the_forest_label_holders_weights_give_the_engines_weighted_forest(objec
     X, y, w = _task(objective, n=900)
     parts = [X[:, [0, 5]], X[:, [1, 2]], X[:, [3, 4]]]
     params = ForestParams(**{"n_estimators": 3, "max_depth": 5, "max_bins": 32, "seed": 4, **extra})
-    he = keygen("ou", 2048, "heu") if mode == "encrypted" else None
+    he = keygen("ou", 2048) if mode == "encrypted" else None
     seen = []
     out = run_federated_forest(parts, y, params, he, mode=mode, label_holder=1, X_test_parts=parts, sample_weight=w,
                                observers={"client2": [lambda d, peer, tag, msg: seen.append(msg)]})
@@ -351,7 +351,7 @@ def test_forest_weights_that_are_whole_pack_as_counts_and_negligible_ones_weigh_
         + label_packer("classification", y, 3, forest_weights(np.arange(600) / 7.0)).int_bits[0] == 52
     parts = [X[:, :3], X[:, 3:]]
     params = ForestParams(n_estimators=3, max_depth=4, max_bins=16, seed=1)
-    he = keygen("ou", 2048, "heu")
+    he = keygen("ou", 2048)
     _same_forest(run_federated_forest(parts, y, params, he, sample_weight=np.full(600, 2.5))["model"],
                  run_federated_forest(parts, y, params, he)["model"])
     # a weight below 2^-52 of the bootstraps' total is 0 on the forest's grid: left out as a weight of 0 is
@@ -388,7 +388,7 @@ def test_a_forest_label_holders_weight_column_weighs_the_forest_and_its_test_sco
     model = load_model(tmp_path / "runs" / "master.model.json")
     assert model.metadata["weighted_by"] == "act"
     fed = run_federated_forest([train[["a", "b"]].to_numpy(), train[["c", "d"]].to_numpy()], train["y"].to_numpy(),
-                               load_federation(cfg).make_params(), keygen("ou", 2048, "heu"),
+                               load_federation(cfg).make_params(), keygen("ou", 2048),
                                sample_weight=train["w"].to_numpy())
     _same_forest(model, fed["model"])
     # the label holder scores the master's predictions of its test rows, weighted by the test file's weights
@@ -420,8 +420,8 @@ def test_weighted_class_counts_too_wide_for_the_key_are_refused_naming_the_weigh
     with pytest.raises(InvalidParameterError, match=r"client0: 14 classes need \d+-bit plaintexts to encrypt each "
                                                     r"instance's weighted class counts \(\d+ bits below the binary "
                                                     r"point each, for the row weights\); the OU key gives"):
-        run_federated_forest([X[:, :2], X[:, 2:]], y, params, keygen("ou", 2048, "heu"), sample_weight=w)
-    out = run_federated_forest([X[:, :2], X[:, 2:]], y, params, keygen("paillier", 2048, "heu"), sample_weight=w)
+        run_federated_forest([X[:, :2], X[:, 2:]], y, params, keygen("ou", 2048), sample_weight=w)
+    out = run_federated_forest([X[:, :2], X[:, 2:]], y, params, keygen("paillier", 2048), sample_weight=w)
     _same_forest(out["model"], _forest_oracle([X[:, :2], X[:, 2:]], y, w, 0, params))
 
 

@@ -173,6 +173,13 @@ def test_without_heu_an_ou_key_is_gmpy2s_and_a_paillier_key_python_pailliers(mon
     with pytest.warns(RuntimeWarning, match="this key is python-paillier's Paillier"):
         c = he.keygen("paillier", 2048)
     assert (c.backend, c.scheme) == ("phe", "paillier")
+    # asking for HEU by name where it is missing names the cause and what to use instead (it raised
+    # ModuleNotFoundError from inside HEUContext)
+    with pytest.raises(InvalidParameterError, match=r"backend 'heu' asked for, but sf-heu is not installed .* "
+                                                    r"use 'gmpy2' \(fedgrove's own OU\)"):
+        he.keygen("ou", 2048, "heu")
+    with pytest.raises(InvalidParameterError, match=r"backend 'heu' .* use 'phe' \(python-paillier\)"):
+        he.keygen("paillier", 3072, "heu")
 
 
 def test_a_party_without_heu_given_an_heu_key_says_what_to_change(monkeypatch):

@@ -638,6 +638,10 @@ def keygen(scheme: str = "ou", key_bits: int = 2048, backend: str | None = None)
             warnings.warn(f"{_NO_HEU}: this key is python-paillier's Paillier", RuntimeWarning, stacklevel=2)
             backend = "phe"
     if backend == "heu":
+        if not _heu_available():
+            instead = "'gmpy2' (fedgrove's own OU)" if scheme == "ou" else "'phe' (python-paillier)"
+            raise InvalidParameterError(f"backend 'heu' asked for, but {_NO_HEU}: leave the backend unset "
+                                        f"([he] backend in a config) or use {instead}")
         return HEUContext(scheme, key_bits)
     if backend == "phe":
         return PheContext(scheme, key_bits)

@@ -25,7 +25,8 @@
     [he]
     scheme = "ou"                # ou | paillier
     key_bits = 2048
-    backend = "heu"              # heu | phe | plain (no encryption: benchmarks only)
+    backend = "heu"              # heu | gmpy2 (OU) | phe (Paillier) | plain (no encryption: benchmarks
+                                 # only); default HEU where installed, else gmpy2 for OU, phe for Paillier
     rows_per_ciphertext = 3      # vertical and HybridTree (hessian mode): instances per gradient ciphertext
                                  # (default 3 for Paillier, 1 for OU; fedgrove.crypto.packing.RowPacking)
     [params]                     # GBDT parameters (fedgrove.engine.gbdt.GBDTParams); for federated-forest
