@@ -23,6 +23,7 @@ def test_a_key_has_the_sizes_and_structure_the_scheme_needs(keys):
     assert p.bit_length() == ou.p_bits(2048) == 683 and gmpy2.is_prime(p) and gmpy2.is_prime(q) and p != q
     assert t.bit_length() == 224 and gmpy2.is_prime(t) and (p - 1) % t == 0 and (q - 1) % t and (q - 1) % p
     assert gmpy2.is_prime((q - 1) // 2) and sk.squares  # a safe prime; H's powers modulo q are the squares
+    assert sk.linear  # G modulo p^2 of order dividing p t, a square modulo q: the key holder's short way
     assert pk.h % q != 1 and gmpy2.powmod(pk.h, (q - 1) // 2, q) == 1
     p2 = p * p
     assert gmpy2.powmod(pk.h, t, p2) == 1 and pk.h % p2 != 1  # order t: the randomness vanishes when decrypting
@@ -32,12 +33,20 @@ def test_a_key_has_the_sizes_and_structure_the_scheme_needs(keys):
     assert q.bit_length() + t.bit_length() + ou.STATISTICAL_BITS <= ou.public_r_bits(2048)
 
 
+def _general(sk):
+    """The same key, its holder encrypting the general way (G^m H^r by the CRT), as for keys not made here."""
+    other = ou.SecretKey(sk.public, sk.p, sk.q, sk.t)
+    other.linear = False
+    return other
+
+
 def test_key_holder_and_public_encryptions_decrypt_and_add_up_together(keys):
     pk, sk = keys
     top = (1 << pk.plaintext_bits) - 1
     values = [0, 1, -1, 7, -123456789, top, -top, 1 << 400]
     crt, public = sk.encrypt(values), pk.encrypt(values)
     assert sk.decrypt(crt) == values and sk.decrypt(public) == values
+    assert sk.decrypt(_general(sk).encrypt(values)) == values
     n = pk.n
     assert sk.decrypt([a * b % n for a, b in zip(crt[:4], public[:4])]) == [2 * v for v in values[:4]]
     assert sk.decrypt([gmpy2.powmod(c, -3, n) for c in crt[:5]]) == [-3 * v for v in values[:5]]
@@ -49,8 +58,8 @@ def test_every_encryptions_randomness_lies_in_the_group_h_generates(keys):
     pk, sk = keys
     order_h = sk.t * ((sk.q - 1) // 2)
     assert gmpy2.powmod(pk.h, order_h, pk.n) == 1
-    values = [0, 9, -(1 << 100)]
-    for c, m in zip(sk.encrypt(values) + pk.encrypt(values), values + values):
+    values = [0, 9, -(1 << 100), (1 << 680) - 3]
+    for c, m in zip(sk.encrypt(values) + _general(sk).encrypt(values) + pk.encrypt(values), values * 3):
         rho = c * pk.g_pow(-m) % pk.n
         assert gmpy2.powmod(rho, order_h, pk.n) == 1 and rho != 1
         assert gmpy2.jacobi(rho % sk.q, sk.q) == 1  # a square modulo q
@@ -58,7 +67,7 @@ def test_every_encryptions_randomness_lies_in_the_group_h_generates(keys):
 
 def test_encryptions_of_one_value_differ(keys):
     pk, sk = keys
-    for encrypt in (sk.encrypt, pk.encrypt):
+    for encrypt in (sk.encrypt, _general(sk).encrypt, pk.encrypt):
         c = encrypt([5] * 50)
         assert len(set(c)) == 50 and all(0 < x < pk.n for x in c)
 
@@ -119,7 +128,7 @@ def test_heus_ou_ciphertexts_decrypt_under_this_code():
     theirs = [gmpy2.mpz(int(str(cts[i, 0])) * r_inv % n) for i in range(len(values))]
     assert mine.decrypt(theirs) == values
     assert mine.decrypt([theirs[1] * theirs[4] % n]) == [3 - (1 << 300)]
-    assert not mine.squares  # HEU's q is no safe prime: the key holder raises H modulo q instead
+    assert not mine.squares and not mine.linear  # HEU's q is no safe prime: the key holder raises H modulo q
     assert mine.decrypt(mine.public.encrypt(values)) == values  # this code's encryptions under HEU's key
     assert mine.decrypt(mine.encrypt(values)) == values
 
