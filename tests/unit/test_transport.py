@@ -185,6 +185,30 @@ def test_an_interrupt_stops_the_waiting_parties_too():
     assert sorted(stopped) == ["a", "b"] and all("interrupted (Ctrl-C)" in m for m in stopped.values())
 
 
+def test_an_interrupt_the_kernel_hands_to_a_partys_thread_stops_the_federation_at_once():
+    # the kernel may give a process's SIGINT to any thread that does not block it; given to a party's thread it
+    # left the main thread asleep in join(), and the KeyboardInterrupt came only after the parties' timeout (seen
+    # twice in full runs of the test above, 2026-11-30 and 2026-12-02; here made certain with pthread_kill)
+    import signal
+    import threading
+    import time
+
+    hub = InProcessHub(["a", "b"])
+
+    def waits(ch):
+        return ch.recv("b" if ch.party == "a" else "a", "never")
+
+    def interrupt_party_a():
+        party = next(t for t in threading.enumerate() if t.name == "party-a")
+        signal.pthread_kill(party.ident, signal.SIGINT)
+
+    threading.Timer(0.3, interrupt_party_a).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_parties(hub, {"a": waits, "b": waits}, timeout=20)
+    assert time.monotonic() - t0 < 5
+
+
 def test_a_peer_not_yet_heard_from_gets_the_startup_timeout_then_the_normal_one():
     import time
 

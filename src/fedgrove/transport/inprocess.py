@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -116,8 +117,7 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
     for t in threads:
         t.start()
     try:
-        for t in threads:
-            t.join()
+        _join(threads)
     except KeyboardInterrupt:  # Ctrl-C (a notebook's interrupt): the parties stop at their next wait, not later
         hub.stop("the federation was interrupted (Ctrl-C)")
         raise
@@ -125,3 +125,21 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
         first = hub.failure.split(" failed:")[0].removeprefix("party ")
         raise errors.get(first, next(iter(errors.values())))
     return results, channels
+
+
+def _join(threads) -> None:
+    """Join ``threads`` while running this process's pending signal handlers (Ctrl-C's KeyboardInterrupt).
+
+    The kernel may hand a signal sent to the process to any thread that does not block it (a party's, numba's,
+    gRPC's): then the main thread, asleep in a plain ``join``, is not woken, and on CPython 3.11 another thread
+    can clear the flag that would make the main thread run the handler once it wakes, so the interrupt came only
+    after every party had timed out.  ``signal.signal`` runs the pending handlers before it sets one: the main
+    thread joins in slices of 0.1 s and sets SIGINT's handler to itself after each."""
+    main = threading.current_thread() is threading.main_thread()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.1)
+            if main:
+                handler = signal.getsignal(signal.SIGINT)
+                if handler is not None:  # None: set outside Python, left alone
+                    signal.signal(signal.SIGINT, handler)
