@@ -159,54 +159,59 @@ def test_a_failing_party_stops_the_others_quickly():
     assert time.monotonic() - t0 < 5
 
 
-def test_an_interrupt_stops_the_waiting_parties_too():
-    # Ctrl-C in a notebook raised in the calling thread only: the parties' threads waited on until their timeout
-    import os
-    import signal
-    import threading
-    import time
+_INTERRUPTED_FEDERATION = """
+import os, signal, sys, threading, time
+from fedgrove.exceptions import ProtocolError
+from fedgrove.transport.inprocess import InProcessHub, run_parties
 
-    hub = InProcessHub(["a", "b"])
-    stopped = {}
+hub = InProcessHub(["a", "b"])
+stopped = {}
 
-    def waits(ch):
-        try:
-            return ch.recv("b" if ch.party == "a" else "a", "never")
-        except ProtocolError as exc:
-            stopped[ch.party] = str(exc)
-            raise
-
-    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # as Ctrl-C does
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_parties(hub, {"a": waits, "b": waits}, timeout=30)
-    while len(stopped) < 2 and time.monotonic() - t0 < 5:
-        time.sleep(0.05)
-    assert sorted(stopped) == ["a", "b"] and all("interrupted (Ctrl-C)" in m for m in stopped.values())
-
-
-def test_an_interrupt_the_kernel_hands_to_a_partys_thread_stops_the_federation_at_once():
-    # the kernel may give a process's SIGINT to any thread that does not block it; given to a party's thread it
-    # left the main thread asleep in join(), and the KeyboardInterrupt came only after the parties' timeout (seen
-    # twice in full runs of the test above, 2026-11-30 and 2026-12-02; here made certain with pthread_kill)
-    import signal
-    import threading
-    import time
-
-    hub = InProcessHub(["a", "b"])
-
-    def waits(ch):
+def waits(ch):
+    try:
         return ch.recv("b" if ch.party == "a" else "a", "never")
+    except ProtocolError as exc:
+        stopped[ch.party] = str(exc)
+        raise
 
-    def interrupt_party_a():
-        party = next(t for t in threading.enumerate() if t.name == "party-a")
-        signal.pthread_kill(party.ident, signal.SIGINT)
+def interrupt():
+    if sys.argv[1] == "process":  # as Ctrl-C does: the kernel picks the thread
+        os.kill(os.getpid(), signal.SIGINT)
+    else:  # handed to a party's thread
+        signal.pthread_kill(next(t for t in threading.enumerate() if t.name == "party-a").ident, signal.SIGINT)
 
-    threading.Timer(0.3, interrupt_party_a).start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_parties(hub, {"a": waits, "b": waits}, timeout=20)
-    assert time.monotonic() - t0 < 5
+threading.Timer(0.5, interrupt).start()
+t0 = time.monotonic()
+try:
+    run_parties(hub, {"a": waits, "b": waits}, timeout=20)
+    print("finished")
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt after {time.monotonic() - t0:.1f} s")
+except ProtocolError as exc:
+    print(f"no KeyboardInterrupt: {exc}")
+while len(stopped) < 2 and time.monotonic() - t0 < 5:
+    time.sleep(0.05)
+print(sorted(stopped), all("interrupted (Ctrl-C)" in m for m in stopped.values()))
+"""
+
+
+@pytest.mark.parametrize("target", ["process", "party thread"])
+def test_an_interrupt_stops_the_waiting_parties_too(target):
+    # Ctrl-C in a notebook raised in the calling thread only: the parties' threads waited on until their timeout.
+    # And the kernel may hand the process's SIGINT to any thread that does not block it: given to a party's
+    # thread, it left the main thread asleep in join(), and the KeyboardInterrupt came only after the parties'
+    # timeout (the process-wide case failed so in full runs of the suite on 2026-11-30 and 2026-12-02; the
+    # party-thread case made it certain).  A fresh interpreter: signal handling is the process's state, which
+    # the suite's earlier tests and libraries share (in full runs the signal was sometimes lost altogether).
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _INTERRUPTED_FEDERATION, target.split()[0]], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.strip().splitlines()[-2:]
+    assert first.startswith("KeyboardInterrupt after") and float(first.split()[2]) < 3, out.stdout
+    assert second == "['a', 'b'] True", out.stdout
 
 
 def test_a_peer_not_yet_heard_from_gets_the_startup_timeout_then_the_normal_one():
