@@ -164,6 +164,9 @@ import os, signal, sys, threading, time
 from fedgrove.exceptions import ProtocolError
 from fedgrove.transport.inprocess import InProcessHub, run_parties
 
+# Python leaves SIGINT ignored where its parent ignored it (a non-interactive shell's background jobs: the
+# CI runs of 2026-11-30 and 2026-12-02 that failed): set the handler an interactive Python has
+signal.signal(signal.SIGINT, signal.default_int_handler)
 hub = InProcessHub(["a", "b"])
 stopped = {}
 
@@ -200,9 +203,9 @@ def test_an_interrupt_stops_the_waiting_parties_too(target):
     # Ctrl-C in a notebook raised in the calling thread only: the parties' threads waited on until their timeout.
     # And the kernel may hand the process's SIGINT to any thread that does not block it: given to a party's
     # thread, it left the main thread asleep in join(), and the KeyboardInterrupt came only after the parties'
-    # timeout (the process-wide case failed so in full runs of the suite on 2026-11-30 and 2026-12-02; the
-    # party-thread case made it certain).  A fresh interpreter: signal handling is the process's state, which
-    # the suite's earlier tests and libraries share (in full runs the signal was sometimes lost altogether).
+    # timeout (the party-thread case).  In a fresh interpreter whose SIGINT handler is Python's own: a test
+    # process started by a shell in the background inherits SIGINT ignored, so the signal was lost there (the
+    # failed CI runs of 2026-11-30 and 2026-12-02).
     import subprocess
     import sys
 
