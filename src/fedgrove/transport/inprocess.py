@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
@@ -128,18 +127,12 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
 
 
 def _join(threads) -> None:
-    """Join ``threads`` while running this process's pending signal handlers (Ctrl-C's KeyboardInterrupt).
+    """Join ``threads`` in slices of 0.1 s, so that Ctrl-C's KeyboardInterrupt reaches the main thread.
 
     The kernel may hand a signal sent to the process to any thread that does not block it (a party's, numba's,
-    gRPC's): then the main thread, asleep in a plain ``join``, is not woken, and on CPython 3.11 another thread
-    can clear the flag that would make the main thread run the handler once it wakes, so the interrupt came only
-    after every party had timed out.  ``signal.signal`` runs the pending handlers before it sets one: the main
-    thread joins in slices of 0.1 s and sets SIGINT's handler to itself after each."""
-    main = threading.current_thread() is threading.main_thread()
+    gRPC's); handed to another thread, it does not wake the main thread from a plain ``join``, and the
+    interrupt came only after every party had timed out.  Woken every 0.1 s, the main thread runs the pending
+    handler."""
     for t in threads:
         while t.is_alive():
             t.join(0.1)
-            if main:
-                handler = signal.getsignal(signal.SIGINT)
-                if handler is not None:  # None: set outside Python, left alone
-                    signal.signal(signal.SIGINT, handler)
