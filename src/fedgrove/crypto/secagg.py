@@ -55,7 +55,11 @@ class MaskingKeys:
                 continue
             if len(raw) != 32:
                 raise ProtocolError(f"public masking key of {name} must be 32 bytes, got {len(raw)}")
-            shared = self._sk.exchange(X25519PublicKey.from_public_bytes(raw))
+            try:
+                shared = self._sk.exchange(X25519PublicKey.from_public_bytes(raw))
+            except ValueError:  # a low-order point (all zeros, say): no shared secret, and no secrecy either
+                raise ProtocolError(f"public masking key of {name} is not a usable X25519 key (a low-order "
+                                    f"point)") from None
             a, b = sorted([self.me, name])
             info = b"fedgrove-secagg|" + a.encode() + b"|" + b.encode() + b"|" + session
             self.pair_keys[name] = HKDF(hashes.SHA256(), 32, salt=None, info=info).derive(shared)

@@ -105,6 +105,50 @@ def features_digest(names) -> bytes:
     return hashlib.sha256("\x1f".join(str(n) for n in names).encode()).digest()
 
 
+def check_peer_tree(tree, where: str, n_features: int, width: int = 1) -> None:
+    """Refuse a tree a peer sent unless it is one this party can route and score: children that form a tree,
+    internal nodes splitting on one of this party's ``n_features`` features, ``width`` finite values a node.
+    The routing and scoring kernels index by a tree's features and children unchecked (numba does not check
+    bounds), so a tree outside these read and wrote past their arrays."""
+    from fedgrove.exceptions import ModelFormatError
+
+    try:
+        tree.validate()
+    except ModelFormatError as exc:
+        raise ProtocolError(f"{where}: {exc}") from None
+    if tree.n_nodes == 0:
+        raise ProtocolError(f"{where}: the tree has no node")
+    if (top := int(tree.nodes["feature"].max())) >= n_features:
+        raise ProtocolError(f"{where}: the tree splits on feature {top}; this party has {n_features}")
+    if tree.values.shape[1] != width or not np.isfinite(tree.values).all():
+        raise ProtocolError(f"{where}: the tree's values are {tree.values.shape[1]} a node (expected {width}), "
+                            f"or not all finite")
+
+
+def peer_sketches(values, weights, lengths, where: str, n_features: int | None = None) -> list:
+    """A peer's quantile sketches (``lengths[f]`` (value, weight) pairs for feature ``f``, concatenated), refused
+    unless they are ``n_features`` (when given) summaries of finite values with positive finite weights."""
+    from fedgrove.engine.binning import QuantileSketch
+
+    lengths = np.asarray(lengths)
+    if (n_features is not None and len(lengths) != n_features) or np.any(lengths < 0) \
+            or int(lengths.sum()) != len(values) or len(weights) != len(values):
+        raise ProtocolError(f"{where}: sketches of {len(lengths)} features with {len(values)} values and "
+                            f"{len(weights)} weights do not match their lengths"
+                            + (f" and the {n_features} features" if n_features is not None else ""))
+    if not (np.isfinite(values).all() and np.isfinite(weights).all() and np.all(weights > 0)):
+        raise ProtocolError(f"{where}: sketches must hold finite values with positive finite weights")
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return [QuantileSketch(values[a:b], weights[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def check_peer_index(value, n: int, what: str, where: str) -> int:
+    """``value``, a count or position a peer sent, refused unless it is an int in [0, n)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < n:
+        raise ProtocolError(f"{where}: {what} {value!r} out of range [0, {n - 1}]")
+    return int(value)
+
+
 def check_same_width(widths: dict) -> None:
     """Refuse parties meant to hold the same features that hold different numbers of them (``widths``: party ->
     its number of features)."""

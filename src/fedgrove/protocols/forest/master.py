@@ -57,6 +57,9 @@ class ForestMaster:
     def _setup(self) -> None:
         ch, p = self.ch, self.params
         hello = {c: ch.recv(c, "hello", m.ClientHello) for c in self.clients}
+        for c, h in hello.items():
+            if h.n_features < 0 or h.n_samples < 0:
+                raise ProtocolError(f"{c} says it holds {h.n_features} features of {h.n_samples} instances")
         holders = [c for c in self.clients if hello[c].has_labels]
         if len(holders) != 1:
             raise ProtocolError(f"exactly one client must hold the labels, found {holders or 'none'}")
@@ -246,7 +249,8 @@ class ForestMaster:
             for c, msg in sets.items():
                 expect_t = [t for t, ids in enumerate(leaf_ids) for _ in ids]
                 expect_l = [int(x) for ids in leaf_ids for x in ids]
-                if list(msg.trees or []) != expect_t or list(msg.leaves or []) != expect_l:
+                if list(msg.trees or []) != expect_t or list(msg.leaves or []) != expect_l \
+                        or len(msg.masks or []) != len(expect_l):
                     raise ProtocolError(f"leaf sets from {c} do not match the forest's leaves")
             pos = 0
             for t, ids in enumerate(leaf_ids):

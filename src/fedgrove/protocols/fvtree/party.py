@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from fedgrove.crypto.signing import SigningKey, public_key, verify
-from fedgrove.engine.binning import BinMapper, QuantileSketch, column_major
+from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.gbdt import GBDTParams, RoundSampler, check_xy
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
@@ -53,7 +53,7 @@ from fedgrove.protocols.fvtree.psd import PSD, density_ratio, refit_weights
 from fedgrove.protocols.horizontal.common import base_score, label_stats
 from fedgrove.transport.codec import decode, encode
 from fedgrove.protocols import (NEEDS_N_CLASSES, check_same_features, check_same_width,
-                                 features_digest, refuse_unsupported)
+                                 features_digest, peer_sketches, refuse_unsupported)
 
 
 MAX_PSD_DEPTH = 16
@@ -309,10 +309,7 @@ class FVTreeParty:
         merged = None
         for p in self.parties:
             msg = got[p]
-            if len(msg.lengths) != self.X.shape[1] or int(msg.lengths.sum()) != len(msg.values):
-                raise ProtocolError(f"sketches from {p} do not match the {self.X.shape[1]} features")
-            bounds = np.concatenate([[0], np.cumsum(msg.lengths)])
-            part = [QuantileSketch(msg.values[a:b], msg.weights[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+            part = peer_sketches(msg.values, msg.weights, msg.lengths, f"{ch.party}: from {p}", self.X.shape[1])
             merged = part if merged is None else [x.merge(y_) for x, y_ in zip(merged, part)]
         self.bin_mapper = BinMapper(self.params.max_bins).fit_sketches(merged)
         self.X_binned = self.bin_mapper.transform(self.X)

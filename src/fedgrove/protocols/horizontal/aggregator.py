@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from fedgrove.crypto.secagg import FixedPoint128, add128
-from fedgrove.engine.binning import BinMapper, QuantileSketch
+from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, RoundSampler
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import make_objective
@@ -17,7 +17,7 @@ from fedgrove.engine.model import GBDTModel
 from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, resolve_missing_direction
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
-from fedgrove.protocols import check_same_features, check_same_width
+from fedgrove.protocols import check_same_features, check_same_width, peer_sketches
 from fedgrove.protocols.horizontal import messages as m
 from fedgrove.protocols.horizontal.common import base_score, check_params, column_bins, label_stats_length
 
@@ -155,11 +155,8 @@ class HorizontalAggregator:
         check_same_width({c: len(s.lengths) for c, s in zip(self.clients, sketches)})
         check_same_features({c: s.features_digest for c, s in zip(self.clients, sketches)})
         merged = None
-        for s in sketches:
-            if int(s.lengths.sum()) != len(s.values) or len(s.values) != len(s.weights):
-                raise ProtocolError("malformed sketches")
-            parts = np.split(np.arange(len(s.values)), np.cumsum(s.lengths)[:-1])
-            sk = [QuantileSketch(s.values[i], s.weights[i]) for i in parts]
+        for c, s in zip(self.clients, sketches):
+            sk = peer_sketches(s.values, s.weights, s.lengths, f"{ch.party}: from {c}")
             merged = sk if merged is None else [a.merge(b) for a, b in zip(merged, sk)]
         bm = BinMapper(p.max_bins).fit_sketches(merged)
         ch.broadcast("cuts", m.CutPoints(np.concatenate(bm.cuts_ + [np.empty(0)]),

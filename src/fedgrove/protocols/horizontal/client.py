@@ -14,7 +14,7 @@ from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import NODE_DTYPE, PackedEnsemble, Tree
 from fedgrove.exceptions import ProtocolError
-from fedgrove.protocols import features_digest
+from fedgrove.protocols import check_peer_tree, features_digest
 from fedgrove.protocols.horizontal import messages as m
 from fedgrove.protocols.horizontal.common import check_params, column_bins, label_stats
 
@@ -58,6 +58,9 @@ class HorizontalClient:
         self.keys = MaskingKeys(ch.party)
         ch.send(self.agg, "key", m.MaskingKey(self.keys.public_bytes()))
         relay = ch.recv(self.agg, "keys", m.MaskingKeys)
+        if len(relay.names) != len(relay.keys) or len(set(relay.names)) != len(relay.names):
+            raise ProtocolError(f"{ch.party}: the relayed key list names {len(relay.names)} parties "
+                                f"({len(set(relay.names))} distinct) for {len(relay.keys)} keys")
         if ch.party not in relay.names or relay.keys[relay.names.index(ch.party)] != self.keys.public_bytes():
             raise ProtocolError(f"{ch.party}: the relayed key list does not hold this party's key")
         self.keys.agree(dict(zip(relay.names, relay.keys)), relay.session)
@@ -114,7 +117,14 @@ class HorizontalClient:
                     if isinstance(msg, m.TrainingDone):
                         return model
                     if isinstance(msg, m.TreeBroadcast):
-                        tree = self._tree(msg)
+                        where = f"{ch.party}: tree {tree_id} from {self.agg}"
+                        if msg.tree != tree_id or msg.output != c:
+                            raise ProtocolError(f"{where}: it says tree {msg.tree!r}, output {msg.output!r} "
+                                                f"(expected {tree_id}, {c})")
+                        tree = self._tree(msg, where, X.shape[1])
+                        if tree.n_nodes != finder.next_node_id() or finder.unknown_nodes(np.arange(tree.n_nodes)):
+                            raise ProtocolError(f"{where}: its {tree.n_nodes} nodes are not the "
+                                                f"{finder.next_node_id()} of the layer plans")
                         if self.contributions:
                             ch.send(self.agg, m.UP, _split_sums(tree_id, tree, finder, stats))
                         model.add_tree(tree, msg.output)
@@ -181,17 +191,19 @@ class HorizontalClient:
                                     f"{finder.n_features - 1}")
 
     @staticmethod
-    def _tree(msg: m.TreeBroadcast) -> Tree:
+    def _tree(msg: m.TreeBroadcast, where: str, n_features: int) -> Tree:
         n = len(msg.feature)
         nodes = np.zeros(n, dtype=NODE_DTYPE)
         for name in ("feature", "bin", "threshold", "missing_left", "left", "right", "gain", "count", "depth"):
             col = getattr(msg, name)
             if len(col) != n:
-                raise ProtocolError("broadcast tree has columns of different lengths")
+                raise ProtocolError(f"{where}: the tree's columns have different lengths")
             nodes[name] = col
         nodes["owner"] = -1
+        if msg.values.shape[0] != n:
+            raise ProtocolError(f"{where}: {msg.values.shape[0]} values for {n} nodes")
         tree = Tree(nodes, msg.values)
-        tree.validate()
+        check_peer_tree(tree, where, n_features)
         return tree
 
 

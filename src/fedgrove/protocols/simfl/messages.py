@@ -19,6 +19,7 @@ import numpy as np
 
 from fedgrove.engine.tree import NODE_DTYPE, Tree
 from fedgrove.exceptions import ProtocolError
+from fedgrove.protocols import check_peer_tree
 from fedgrove.transport.codec import Message, array_field, register
 
 GRADIENTS = "grad"
@@ -112,21 +113,17 @@ def tree_message(t: int, output: int, tree: Tree) -> TreeMessage:
                        n["count"], n["depth"], n["owner"], tree.values)
 
 
-def tree_from_message(msg: TreeMessage, n_features: int) -> Tree:
+def tree_from_message(msg: TreeMessage, n_features: int, where: str) -> Tree:
     """Rebuild a tree, refusing one that does not describe a valid tree over ``n_features`` features."""
     k = len(msg.feature)
     cols = ("threshold", "missing_left", "left", "right", "gain", "count", "depth", "owner")
-    if k == 0 or any(len(getattr(msg, c)) != k for c in cols) or msg.values.shape[0] != k \
-            or np.any(msg.feature >= n_features) or np.any(msg.feature < -1):
-        raise ProtocolError(f"tree {msg.tree} is malformed")
+    if k == 0 or any(len(getattr(msg, c)) != k for c in cols) or msg.values.shape[0] != k:
+        raise ProtocolError(f"{where}: the tree is malformed (columns of different lengths)")
     nodes = np.zeros(k, dtype=NODE_DTYPE)
     nodes["feature"] = msg.feature
     nodes["bin"] = -1
     for c in cols:
         nodes[c] = getattr(msg, c)
     tree = Tree(nodes, np.ascontiguousarray(msg.values))
-    try:
-        tree.validate()
-    except Exception as exc:  # a ModelFormatError on a peer's tree is a protocol violation
-        raise ProtocolError(f"tree {msg.tree}: {exc}") from None
+    check_peer_tree(tree, where, n_features)
     return tree

@@ -227,10 +227,17 @@ class SimFLParty:
         lo, hi = _nan_range(self.X)
         ch.broadcast("range", m.FeatureRange(lo, hi), self.others)
         ranges = ch.gather("range", m.FeatureRange, self.others)
+        for peer, r in ranges.items():
+            if len(r.lo) != self.X.shape[1] or len(r.hi) != self.X.shape[1]:
+                raise ProtocolError(f"{ch.party}: {peer}'s feature ranges give {len(r.lo)} minima and {len(r.hi)} "
+                                    f"maxima for {self.X.shape[1]} features")
+            with np.errstate(invalid="ignore"):
+                if np.isinf(r.lo).any() or np.isinf(r.hi).any() or (r.lo > r.hi).any() \
+                        or (np.isnan(r.lo) != np.isnan(r.hi)).any():
+                    raise ProtocolError(f"{ch.party}: {peer}'s feature ranges are not finite minima at most their "
+                                        f"maxima (NaN in both for a feature without values)")
         los = np.vstack([lo] + [r.lo for r in ranges.values()])
         his = np.vstack([hi] + [r.hi for r in ranges.values()])
-        if los.shape[1] != self.X.shape[1] or his.shape != los.shape:
-            raise ProtocolError("feature ranges of the parties do not match the number of features")
         glo, _ = _nan_range(los)
         _, ghi = _nan_range(his)
         return np.nan_to_num(glo, nan=0.0), np.nan_to_num(ghi, nan=0.0)
@@ -316,7 +323,11 @@ class SimFLParty:
                     ch.send(trainer, m.GRADIENTS, self._aggregate(t, matched[trainer], g, h))
                     trees = []
                     for c in range(K):
-                        trees.append(m.tree_from_message(ch.recv(trainer, m.TREE, m.TreeMessage), self.X.shape[1]))
+                        msg, where = ch.recv(trainer, m.TREE, m.TreeMessage), f"{ch.party}: tree {t} from {trainer}"
+                        if msg.tree != t or msg.output != c:
+                            raise ProtocolError(f"{where}: it says tree {msg.tree}, output {msg.output} (expected "
+                                                f"{t}, {c})")
+                        trees.append(m.tree_from_message(msg, self.X.shape[1], where))
                         raw[:, c] += trees[-1].values[ranked.leaves(trees[-1]), 0]
                 else:
                     gw, hw = self._weighted(t, g, h)

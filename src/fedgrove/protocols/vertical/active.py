@@ -26,6 +26,8 @@ class _Remote:
     """One passive party as the active party sees it: bin layout and histograms per layer."""
 
     def __init__(self, name: str, n_value_bins: np.ndarray, offset_features: int, offset_bins: int):
+        if n_value_bins.ndim != 1 or np.any(n_value_bins < 1) or np.any(n_value_bins > 255):
+            raise ProtocolError(f"feature layout from {name} is invalid: bins per feature must be 1 to 255")
         self.name = name
         self.n_value_bins = n_value_bins.astype(np.int64)
         self.n_features = len(n_value_bins)
@@ -324,8 +326,6 @@ class VerticalActive:
         feat, bins = n_local, int(self.bin_mapper.feature_offsets[-1])
         for name in self.passives:
             layout = ch.recv(name, "layout", m.FeatureLayout)
-            if layout.n_value_bins.ndim != 1 or np.any(layout.n_value_bins < 1) or np.any(layout.n_value_bins > 255):
-                raise ProtocolError(f"feature layout from {name} is invalid")
             mine = m.ids_digest(self.ids)
             check_ids_everywhere({ch.party: bool(mine), name: bool(layout.ids_digest)})
             if layout.n_samples != n or (mine and layout.ids_digest and layout.ids_digest != mine):
