@@ -139,6 +139,13 @@ class HybridGuest:
                                                                  self.row_packing,
                                                                  features=msg.features if msg.sampled else None))
             elif isinstance(msg, m.GuestSplits):
+                lists = [list(x or []) for x in (msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
+                                                 msg.right)]
+                children = lists[4] + lists[5]
+                if len({len(x) for x in lists}) > 1 or len(set(children)) != len(children) or any(
+                        c in rows or c in lists[0] or (tree, c) in self.model.children for c in children):
+                    raise ProtocolError(f"{ch.party}: the splits of tree {tree} give lists of lengths "
+                                        f"{[len(x) for x in lists]} or children {children} that are not new nodes")
                 for node, f, b, ml, left, right in zip(msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
                                                        msg.right):
                     if node not in rows or not 0 <= f < self.X.shape[1] or not 0 <= b < self.bin_mapper.n_value_bins[f]:
