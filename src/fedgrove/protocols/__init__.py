@@ -105,9 +105,10 @@ def features_digest(names) -> bytes:
     return hashlib.sha256("\x1f".join(str(n) for n in names).encode()).digest()
 
 
-def check_peer_tree(tree, where: str, n_features: int, width: int = 1) -> None:
+def check_peer_tree(tree, where: str, n_features: int) -> None:
     """Refuse a tree a peer sent unless it is one this party can route and score: children that form a tree,
-    internal nodes splitting on one of this party's ``n_features`` features, ``width`` finite values a node.
+    internal nodes splitting on one of this party's ``n_features`` features, one finite value a node (the
+    boosting protocols send a tree per output).
     The routing and scoring kernels index by a tree's features and children unchecked (numba does not check
     bounds), so a tree outside these read and wrote past their arrays."""
     from fedgrove.exceptions import ModelFormatError
@@ -120,9 +121,9 @@ def check_peer_tree(tree, where: str, n_features: int, width: int = 1) -> None:
         raise ProtocolError(f"{where}: the tree has no node")
     if (top := int(tree.nodes["feature"].max())) >= n_features:
         raise ProtocolError(f"{where}: the tree splits on feature {top}; this party has {n_features}")
-    if tree.values.shape[1] != width or not np.isfinite(tree.values).all():
-        raise ProtocolError(f"{where}: the tree's values are {tree.values.shape[1]} a node (expected {width}), "
-                            f"or not all finite")
+    if tree.values.shape[1] != 1 or not np.isfinite(tree.values).all():
+        raise ProtocolError(f"{where}: the tree's values are {tree.values.shape[1]} a node (expected 1), or not "
+                            f"all finite")
 
 
 def peer_sketches(values, weights, lengths, where: str, n_features: int | None = None) -> list:
@@ -142,11 +143,19 @@ def peer_sketches(values, weights, lengths, where: str, n_features: int | None =
     return [QuantileSketch(values[a:b], weights[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def check_peer_index(value, n: int, what: str, where: str) -> int:
-    """``value``, a count or position a peer sent, refused unless it is an int in [0, n)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < n:
-        raise ProtocolError(f"{where}: {what} {value!r} out of range [0, {n - 1}]")
-    return int(value)
+def check_split_lists(where: str, open_nodes, **lists) -> None:
+    """A peer's per-node lists (``nodes`` first, then features, bins, children ...), refused unless they are of
+    one length, the ``nodes`` are distinct and among ``open_nodes``, and the children (``left``, ``right``, when
+    given) are distinct new nodes: zipped unchecked, lists of unequal lengths were taken as far as the shortest."""
+    lengths = {k: len(v or []) for k, v in lists.items()}
+    if len(set(lengths.values())) > 1:
+        raise ProtocolError(f"{where}: lists of different lengths {lengths}")
+    nodes = list(lists["nodes"] or [])
+    if len(set(nodes)) != len(nodes) or any(n not in open_nodes for n in nodes):
+        raise ProtocolError(f"{where}: nodes {nodes} are not distinct open nodes of the tree")
+    children = list(lists.get("left") or []) + list(lists.get("right") or [])
+    if len(set(children)) != len(children) or any(c in open_nodes or c in nodes for c in children):
+        raise ProtocolError(f"{where}: children {children} are not distinct new nodes")
 
 
 def check_same_width(widths: dict) -> None:

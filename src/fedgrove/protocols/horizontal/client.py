@@ -78,6 +78,9 @@ class HorizontalClient:
         with ch.scope(stage="labels"):
             self._send_masked("labels", label_stats(p, y, w))
         base = ch.recv(self.agg, "base", m.BaseScore).values
+        if base.shape != (objective.n_outputs,) or not np.isfinite(base).all():
+            raise ProtocolError(f"{ch.party}: the base score from {self.agg} is {base.tolist()[:8]}, expected "
+                                f"{objective.n_outputs} finite number(s)")
         model = GBDTModel(p.objective, objective.n_classes, base, bm, p.to_dict(), self.feature_names)
         scorer = GBDTScorer(p.reg_lambda, p.gamma, p.min_child_weight, p.min_samples_leaf)
         raw = np.tile(base, (len(y), 1))

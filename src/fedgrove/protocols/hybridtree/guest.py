@@ -9,7 +9,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
 from fedgrove.exceptions import ModelFormatError, ProtocolError
 from fedgrove.log import logger
-from fedgrove.protocols import instance_ids
+from fedgrove.protocols import check_split_lists, instance_ids
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.protocols.vertical.passive import (PassiveModel, encrypted_histograms, follow_trees, packer_from_key,
                                                 row_packing_from_key)
@@ -139,13 +139,9 @@ class HybridGuest:
                                                                  self.row_packing,
                                                                  features=msg.features if msg.sampled else None))
             elif isinstance(msg, m.GuestSplits):
-                lists = [list(x or []) for x in (msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
-                                                 msg.right)]
-                children = lists[4] + lists[5]
-                if len({len(x) for x in lists}) > 1 or len(set(children)) != len(children) or any(
-                        c in rows or c in lists[0] or (tree, c) in self.model.children for c in children):
-                    raise ProtocolError(f"{ch.party}: the splits of tree {tree} give lists of lengths "
-                                        f"{[len(x) for x in lists]} or children {children} that are not new nodes")
+                check_split_lists(f"{ch.party}: the splits of tree {tree}", rows, nodes=msg.nodes,
+                                  features=msg.features, bins=msg.bins, missing_left=msg.missing_left,
+                                  left=msg.left, right=msg.right)
                 for node, f, b, ml, left, right in zip(msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
                                                        msg.right):
                     if node not in rows or not 0 <= f < self.X.shape[1] or not 0 <= b < self.bin_mapper.n_value_bins[f]:

@@ -13,7 +13,7 @@ from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, MAX_VALUE_BITS, GHPacke
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
-from fedgrove.protocols import check_ids_everywhere, instance_ids
+from fedgrove.protocols import check_ids_everywhere, check_split_lists, instance_ids
 from fedgrove.protocols.vertical import messages as m
 
 
@@ -172,6 +172,8 @@ class VerticalPassive:
                 ch.send(self.active, m.REPLY, self._histograms(msg.nodes, rows, ct, he, packer,
                                                                   msg.features if msg.sampled else None, X_binned))
             elif isinstance(msg, m.SplitQuery):
+                check_split_lists(f"{ch.party}: split query of tree {tree}", rows, nodes=msg.nodes,
+                                  features=msg.features, bins=msg.bins, missing_left=msg.missing_left)
                 masks = []
                 for node, f, b, ml in zip(msg.nodes, msg.features, msg.bins, msg.missing_left):
                     if not 0 <= f < self.X.shape[1] or not 0 <= b < self.n_value_bins[f] or node not in rows:
@@ -182,6 +184,8 @@ class VerticalPassive:
                     masks.append(m.pack_mask(mask))
                 ch.send(self.active, m.REPLY, m.SplitMasks(masks))
             elif isinstance(msg, m.LayerPartition):
+                check_split_lists(f"{ch.party}: partition of tree {tree}", rows, nodes=msg.nodes, left=msg.left,
+                                  right=msg.right, masks=msg.masks)
                 for node, left, right, bits in zip(msg.nodes, msg.left, msg.right, msg.masks):
                     r = rows.pop(node, None)
                     if r is None:
