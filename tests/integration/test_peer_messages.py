@@ -44,6 +44,12 @@ def _run(protocol: str):
         from fedgrove.protocols.horizontal.simulate import run_horizontal
 
         return run_horizontal(thirds, _gbdt(), timeout=TIMEOUT)
+    if protocol == "horizontal-multiclass":  # three classes, a tree each a round
+        from fedgrove.protocols.horizontal.simulate import run_horizontal
+
+        y3 = np.arange(200) % 3.0
+        return run_horizontal([(X[:70], y3[:70]), (X[70:140], y3[70:140]), (X[140:], y3[140:])],
+                              dataclasses.replace(_gbdt(), objective="multiclass", n_classes=3), timeout=TIMEOUT)
     if protocol == "vertical":
         from fedgrove.protocols.vertical.simulate import run_vertical
 
@@ -131,6 +137,8 @@ CASES = [
      r"party\d: split query of tree \d: lists of different lengths"),
     ("horizontal", "client0", "Sketches", "weights", lambda v: -v,
      r"from client0: sketches must hold finite values with positive finite weights"),
+    ("horizontal-multiclass", "aggregator", "Start", "tree", lambda v: -1,  # was UnboundLocalError
+     r"client\d: aggregator starts at tree -1, which begins none of the 2 rounds of 3 tree\(s\)"),
     ("simfl", "party0", "FeatureRange", "lo", lambda v: v[:-1],  # was ValueError from numpy
      r"party0's feature ranges give 29 minima and 30 maxima for 30 features"),
     ("simfl", "party0", "FeatureRange", "hi", lambda v: v - 1e6,

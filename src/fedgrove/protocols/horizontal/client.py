@@ -87,6 +87,9 @@ class HorizontalClient:
         thresholds = bm.thresholds()
         K = objective.n_outputs
         tree_id = ch.recv(self.agg, "start", m.Start).tree
+        if not 0 <= tree_id <= p.n_estimators * K or tree_id % K:
+            raise ProtocolError(f"{ch.party}: {self.agg} starts at tree {tree_id}, which begins none of the "
+                                f"{p.n_estimators} rounds of {K} tree(s)")
         if tree_id > 0:
             from fedgrove.engine.model import model_from_dict
             from fedgrove.runner.checkpoint import CheckpointStore
