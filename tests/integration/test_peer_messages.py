@@ -44,6 +44,11 @@ def _run(protocol: str):
         from fedgrove.protocols.horizontal.simulate import run_horizontal
 
         return run_horizontal(thirds, _gbdt(), timeout=TIMEOUT)
+    if protocol == "hybridtree-count":  # the paper's count mode: encrypted leaf values, masked across guests
+        from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+
+        return run_hybridtree(X[:, :15], Y, [(X[:120, 15:], np.arange(120)), (X[80:, 15:], np.arange(80, 200))],
+                              _gbdt(4), PlainContext(), 2, 1, timeout=TIMEOUT, mode="count")
     if protocol == "horizontal-multiclass":  # three classes, a tree each a round
         from fedgrove.protocols.horizontal.simulate import run_horizontal
 
@@ -139,6 +144,8 @@ CASES = [
      r"from client0: sketches must hold finite values with positive finite weights"),
     ("horizontal-multiclass", "aggregator", "Start", "tree", lambda v: -1,  # was UnboundLocalError
      r"client\d: aggregator starts at tree -1, which begins none of the 2 rounds of 3 tree\(s\)"),
+    ("hybridtree-count", "host", "HybridSetup", "learning_rate", lambda v: 1e308,  # was OverflowError
+     r"guest\d: count-mode setup from host is malformed"),
     ("simfl", "party0", "FeatureRange", "lo", lambda v: v[:-1],  # was ValueError from numpy
      r"party0's feature ranges give 29 minima and 30 maxima for 30 features"),
     ("simfl", "party0", "FeatureRange", "hi", lambda v: v - 1e6,
@@ -255,6 +262,6 @@ def test_a_sample_of_wrong_fields_never_ends_in_another_exception(protocol, monk
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("protocol", PROTOCOLS + ("horizontal-multiclass", "hybridtree-count"))
 def test_every_wrong_field_never_ends_in_another_exception(protocol, monkeypatch, changing):
     assert _sweep(protocol, monkeypatch, changing, every=1) == []

@@ -92,7 +92,8 @@ class HybridGuest:
         if st.mode == "count":
             peers, keys, off = list(st.peers or []), list(st.peer_keys or []), st.shared_offsets
             if (len(keys) != len(peers) or len(off) != len(peers) + 1 or not 1 <= st.scale_bits <= 64
-                    or not st.learning_rate > 0 or st.reg_lambda < 0):
+                    or not st.learning_rate > 0 or not np.isfinite(st.learning_rate * 2.0 ** st.scale_bits)
+                    or not 0 <= st.reg_lambda < np.inf):
                 raise ProtocolError(f"{self.ch.party}: count-mode setup from {self.host} is malformed")
             masking.agree(dict(zip(peers, keys)))
             self.shared = {v: st.shared_ids[off[k]:off[k + 1]] for k, v in enumerate(peers) if off[k + 1] > off[k]}
