@@ -262,6 +262,7 @@ def test_a_sample_of_wrong_fields_never_ends_in_another_exception(protocol, monk
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # (a few hundred runs: Federated Forest's took over 15 minutes on this machine, loaded)
 @pytest.mark.parametrize("protocol", PROTOCOLS + ("horizontal-multiclass", "hybridtree-count"))
 def test_every_wrong_field_never_ends_in_another_exception(protocol, monkeypatch, changing):
     assert _sweep(protocol, monkeypatch, changing, every=1) == []
