@@ -105,6 +105,22 @@ def features_digest(names) -> bytes:
     return hashlib.sha256("\x1f".join(str(n) for n in names).encode()).digest()
 
 
+def peer_tree(columns: dict, values: np.ndarray, where: str, n_features: int):
+    """The tree a peer sent as node columns (``columns``: NODE_DTYPE field -> one value a node; fields not given
+    are 0), refused as :func:`check_peer_tree` says, or when its columns and values differ in length."""
+    from fedgrove.engine.tree import NODE_DTYPE, Tree
+
+    n = len(columns["feature"])
+    if any(len(col) != n for col in columns.values()) or values.shape[0] != n:
+        raise ProtocolError(f"{where}: the tree's columns have different lengths")
+    nodes = np.zeros(n, dtype=NODE_DTYPE)
+    for name, col in columns.items():
+        nodes[name] = col
+    tree = Tree(nodes, np.ascontiguousarray(values))
+    check_peer_tree(tree, where, n_features)
+    return tree
+
+
 def check_peer_tree(tree, where: str, n_features: int) -> None:
     """Refuse a tree a peer sent unless it is one this party can route and score: children that form a tree,
     internal nodes splitting on one of this party's ``n_features`` features, one finite value a node (the
@@ -113,12 +129,12 @@ def check_peer_tree(tree, where: str, n_features: int) -> None:
     bounds), so a tree outside these read and wrote past their arrays."""
     from fedgrove.exceptions import ModelFormatError
 
+    if tree.n_nodes == 0:
+        raise ProtocolError(f"{where}: the tree has no node")
     try:
         tree.validate()
     except ModelFormatError as exc:
         raise ProtocolError(f"{where}: {exc}") from None
-    if tree.n_nodes == 0:
-        raise ProtocolError(f"{where}: the tree has no node")
     if (top := int(tree.nodes["feature"].max())) >= n_features:
         raise ProtocolError(f"{where}: the tree splits on feature {top}; this party has {n_features}")
     if tree.values.shape[1] != 1 or not np.isfinite(tree.values).all():

@@ -12,9 +12,9 @@ from fedgrove.engine.losses import make_objective
 from fedgrove.engine.model import GBDTModel, check_row_labels, names_of
 from fedgrove.engine.params import Flag
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
-from fedgrove.engine.tree import NODE_DTYPE, PackedEnsemble, Tree
+from fedgrove.engine.tree import PackedEnsemble, Tree
 from fedgrove.exceptions import ProtocolError
-from fedgrove.protocols import check_peer_tree, features_digest
+from fedgrove.protocols import features_digest, peer_tree
 from fedgrove.protocols.horizontal import messages as m
 from fedgrove.protocols.horizontal.common import check_params, column_bins, label_stats
 
@@ -198,19 +198,9 @@ class HorizontalClient:
 
     @staticmethod
     def _tree(msg: m.TreeBroadcast, where: str, n_features: int) -> Tree:
-        n = len(msg.feature)
-        nodes = np.zeros(n, dtype=NODE_DTYPE)
-        for name in ("feature", "bin", "threshold", "missing_left", "left", "right", "gain", "count", "depth"):
-            col = getattr(msg, name)
-            if len(col) != n:
-                raise ProtocolError(f"{where}: the tree's columns have different lengths")
-            nodes[name] = col
-        nodes["owner"] = -1
-        if msg.values.shape[0] != n:
-            raise ProtocolError(f"{where}: {msg.values.shape[0]} values for {n} nodes")
-        tree = Tree(nodes, msg.values)
-        check_peer_tree(tree, where, n_features)
-        return tree
+        cols = {name: getattr(msg, name) for name in ("feature", "bin", "threshold", "missing_left", "left", "right",
+                                                       "gain", "count", "depth")}
+        return peer_tree({**cols, "owner": np.full(len(msg.feature), -1)}, msg.values, where, n_features)
 
 
 def _split_sums(tree_id: int, tree: Tree, finder: HistogramSplitFinder, stats: np.ndarray) -> m.SplitSums:

@@ -145,7 +145,7 @@ class HybridGuest:
                                   left=msg.left, right=msg.right)
                 for node, f, b, ml, left, right in zip(msg.nodes, msg.features, msg.bins, msg.missing_left, msg.left,
                                                        msg.right):
-                    if node not in rows or not 0 <= f < self.X.shape[1] or not 0 <= b < self.bin_mapper.n_value_bins[f]:
+                    if not 0 <= f < self.X.shape[1] or not 0 <= b < self.bin_mapper.n_value_bins[f]:
                         raise ProtocolError(f"{ch.party}: split of node {node} on feature {f}, bin {b} is invalid")
                     r = rows.pop(node)
                     go = self._go_left(X_binned[r, f], f, b, ml)

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedgrove.engine.tree import NODE_DTYPE, Tree
-from fedgrove.exceptions import ProtocolError
-from fedgrove.protocols import check_peer_tree
+from fedgrove.engine.tree import Tree
+from fedgrove.protocols import peer_tree
 from fedgrove.transport.codec import Message, array_field, register
 
 GRADIENTS = "grad"
@@ -114,16 +113,8 @@ def tree_message(t: int, output: int, tree: Tree) -> TreeMessage:
 
 
 def tree_from_message(msg: TreeMessage, n_features: int, where: str) -> Tree:
-    """Rebuild a tree, refusing one that does not describe a valid tree over ``n_features`` features."""
-    k = len(msg.feature)
-    cols = ("threshold", "missing_left", "left", "right", "gain", "count", "depth", "owner")
-    if k == 0 or any(len(getattr(msg, c)) != k for c in cols) or msg.values.shape[0] != k:
-        raise ProtocolError(f"{where}: the tree is malformed (columns of different lengths)")
-    nodes = np.zeros(k, dtype=NODE_DTYPE)
-    nodes["feature"] = msg.feature
-    nodes["bin"] = -1
-    for c in cols:
-        nodes[c] = getattr(msg, c)
-    tree = Tree(nodes, np.ascontiguousarray(msg.values))
-    check_peer_tree(tree, where, n_features)
-    return tree
+    """Rebuild a tree, refusing one that does not describe a valid tree over ``n_features`` features (raw
+    thresholds: no bins)."""
+    cols = {name: getattr(msg, name) for name in ("feature", "threshold", "missing_left", "left", "right", "gain",
+                                                   "count", "depth", "owner")}
+    return peer_tree({**cols, "bin": np.full(len(msg.feature), -1)}, msg.values, where, n_features)

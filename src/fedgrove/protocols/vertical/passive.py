@@ -176,7 +176,7 @@ class VerticalPassive:
                                   features=msg.features, bins=msg.bins, missing_left=msg.missing_left)
                 masks = []
                 for node, f, b, ml in zip(msg.nodes, msg.features, msg.bins, msg.missing_left):
-                    if not 0 <= f < self.X.shape[1] or not 0 <= b < self.n_value_bins[f] or node not in rows:
+                    if not 0 <= f < self.X.shape[1] or not 0 <= b < self.n_value_bins[f]:
                         raise ProtocolError(f"{ch.party}: split query for node {node}, feature {f}, bin {b} "
                                             f"is out of range")
                     mask = self._go_left(X_binned[rows[node], f], f, b, bool(ml))
@@ -187,9 +187,7 @@ class VerticalPassive:
                 check_split_lists(f"{ch.party}: partition of tree {tree}", rows, nodes=msg.nodes, left=msg.left,
                                   right=msg.right, masks=msg.masks)
                 for node, left, right, bits in zip(msg.nodes, msg.left, msg.right, msg.masks):
-                    r = rows.pop(node, None)
-                    if r is None:
-                        raise ProtocolError(f"{ch.party}: partition of unknown node {node}")
+                    r = rows.pop(node)  # (an open node: check_split_lists)
                     mask = m.unpack_mask(bits, len(r))
                     rows[left], rows[right] = r[mask], r[~mask]
             else:
