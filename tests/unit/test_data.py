@@ -634,6 +634,51 @@ def test_a_libsvm_file_whose_indices_ask_for_more_memory_than_there_is_is_refuse
         load_table(tmp_path / "over.svm")
 
 
+def test_a_malformed_libsvm_line_is_named_by_its_number_and_what_is_wrong_with_it(tmp_path):
+    # scikit-learn's reader said "could not convert string to float: b'x'" and no more: which of a million lines?
+    # Comments and blank lines count as lines; a ranking file's qid is no fault
+    cases = {
+        "value": ("1 1:2\n# note\n\n0 2:1 3:x\n", r"line 4: the value 'x' of index 3 is not a number"),
+        "label": ("1 1:2\nyes 2:1\n", r"line 2: the label 'yes' is not a number"),
+        "pair": ("1 qid:3 1:2\n0 qid:3 2:1 7\n", r"line 2: '7' is not index:value"),
+        "index": ("1 1:2\n0 1.5:3\n", r"line 2: '1.5:3' is not index:value"),
+        "order": ("1 1:2 2:1\n0 3:1 2:1\n", r"line 2: index 2 follows index 3"),
+        "repeat": ("1 1:2 1:1\n", r"line 1: index 1 follows index 1"),
+    }
+    for name, (text, where) in cases.items():
+        (tmp_path / f"{name}.svm").write_text(text)
+        with pytest.raises(DataError, match=rf"cannot parse '.*{name}.svm' as LIBSVM: {where}; expected a label, "
+                                            r"then index:value pairs with increasing whole-number indices"):
+            load_table(tmp_path / f"{name}.svm")
+    with gzip.open(tmp_path / "packed.svm.gz", "wt") as fh:
+        fh.write("1 1:2\n0 2:1:4\n")
+    with pytest.raises(DataError, match=r"line 2: the value '1:4' of index 2 is not a number"):
+        load_table(tmp_path / "packed.svm.gz")
+
+
+def test_a_libsvm_file_with_an_infinite_value_or_label_is_refused_as_a_csv_is(tmp_path):
+    # scikit-learn's reader takes 'inf' and 1e500 as values and 'nan' as a label: training then failed on "X
+    # contains infinite values" (no file, row or feature named) and prediction predicted from the infinity
+    (tmp_path / "value.svm").write_text("1 1:2\n\n0 2:1 3:1e500\n")
+    with pytest.raises(DataError, match=r"feature index 3 of '.*value.svm' has an infinite value, inf \(data row 2, "
+                                        r"line 3\); features must be finite numbers \(nan for missing\)"):
+        load_table(tmp_path / "value.svm")
+    assert np.isnan(_write_and_load(tmp_path / "nan.svm", "1 1:2\n0 1:nan\n").X[1, 0])  # nan is missing, kept
+    for label in ("nan", "-inf"):
+        (tmp_path / "label.svm").write_text(f"1 1:2\n{label} 1:3\n")
+        with pytest.raises(DataError, match=rf"data row 2 \(line 2\) of '.*label.svm' has the label {label}; labels "
+                                            r"must be finite numbers"):
+            load_table(tmp_path / "label.svm")
+    pd.DataFrame({"a": [1.0, 2.0, -np.inf], "y": [0, 1, 0]}).to_csv(tmp_path / "inf.csv", index=False)
+    with pytest.raises(DataError, match=r"column 'a' of '.*inf.csv' has an infinite value, -inf \(data row 3\)"):
+        load_table(tmp_path / "inf.csv", label="y")
+
+
+def _write_and_load(path, text):
+    path.write_text(text)
+    return load_table(path)
+
+
 def test_the_data_directory_setting_may_start_with_a_tilde(tmp_path, monkeypatch):
     # FEDGROVE_DATA_DIR="~/data" in an env file (no shell to expand it) named a folder "~" in the working folder
     from fedgrove.data.datasets import data_dir

@@ -626,8 +626,9 @@ def table_from_frame(df: pd.DataFrame, label=None, source: str = "table", ids: b
                             f"(data row {row + 1}); features must be numbers (empty or '?' for missing){hint}")
         X[:, j] = numeric.to_numpy(dtype=np.float64)
     if np.isinf(X).any():
-        j = int(np.nonzero(np.isinf(X).any(axis=0))[0][0])
-        raise DataError(f"column {df.columns[j]!r} of {source!r} has an infinite value")
+        row, j = (int(k[0]) for k in np.nonzero(np.isinf(X)))
+        raise DataError(f"column {df.columns[j]!r} of {source!r} has an infinite value, {float(X[row, j])!r} (data row "
+                        f"{row + 1}); features must be finite numbers (empty or '?' for missing)")
     return Table(X, y, list(df.columns), label_name, id_values, id_text=id_text,
                  named=bool(df.attrs.get("named", True)),
                  categories=categories, unseen=unseen)
@@ -728,7 +729,8 @@ def _read_libsvm(path: Path, base: int | None):
     try:  # read by index as written (column j is index j): one parse tells the numbering too
         X, y = load_svmlight_file(str(path), zero_based=True)
     except (ValueError, RuntimeError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {exc}") from None
+        where = _libsvm_fault(path)  # scikit-learn's reader names the bad text but not its line
+        raise DataError(f"cannot parse {str(path)!r} as LIBSVM: {where or exc}") from None
     except OverflowError:  # an index beyond 2^31 (scikit-learn's reader raised it from its C code)
         raise DataError(f"cannot parse {str(path)!r} as LIBSVM: a feature index is too large (at most "
                         f"2147483647); is the file LIBSVM (label index:value ...)?") from None
@@ -740,6 +742,81 @@ def _read_libsvm(path: Path, base: int | None):
     if base is None:
         base = 0 if holds_zero else 1
     return (X if base == 0 else X[:, 1:]), y, base
+
+
+def _libsvm_lines(path: Path):
+    """(line number, text) of each line of a LIBSVM file that holds a row: its comment (from '#') cut off, blank
+    lines left out, as scikit-learn's reader counts its rows.  Read only to say where a fault is."""
+    import bz2
+    import gzip
+
+    name = path.name.lower()
+    opener = gzip.open if name.endswith(".gz") else bz2.open if name.endswith(".bz2") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            text = line.split("#", 1)[0].strip()
+            if text:
+                yield number, text
+
+
+def _libsvm_fault(path: Path) -> str | None:
+    """Where and how the first malformed line of a LIBSVM file is malformed, or None when no line is (the
+    reader's own message is then all there is to say)."""
+    expected = "; expected a label, then index:value pairs with increasing whole-number indices"
+    try:
+        for number, text in _libsvm_lines(path):
+            label, *pairs = text.split()
+            try:
+                float(label)
+            except ValueError:
+                return f"line {number}: the label {label!r} is not a number{expected}"
+            previous = -1
+            for pair in pairs:
+                index, colon, value = pair.partition(":")
+                if index == "qid" and colon:  # a ranking file's query id, which the reader skips
+                    continue
+                if not colon or not index.isdigit():
+                    return f"line {number}: {pair!r} is not index:value{expected}"
+                try:
+                    float(value)
+                except ValueError:
+                    return f"line {number}: the value {value!r} of index {index} is not a number{expected}"
+                if int(index) <= previous:
+                    return (f"line {number}: index {index} follows index {previous}{expected}")
+                previous = int(index)
+    except (OSError, EOFError, ValueError):  # an unreadable or broken compressed file: the reader's message says
+        return None
+    return None
+
+
+def _libsvm_line(path: Path, row: int) -> int | None:
+    """The line number of a LIBSVM file's data row ``row`` (0-based), or None when it cannot be read again."""
+    try:
+        for k, (number, _) in enumerate(_libsvm_lines(path)):
+            if k == row:
+                return number
+    except (OSError, EOFError, ValueError):
+        return None
+    return None
+
+
+def _refuse_non_finite(path: Path, X, y, base: int) -> None:
+    """A LIBSVM file's infinite values (scikit-learn's reader takes 'inf' and 1e500) and missing or infinite
+    labels are refused as a CSV's are, naming the row, its line and the feature."""
+    bad = np.nonzero(~np.isfinite(y))[0]
+    if len(bad):
+        row = int(bad[0])
+        line = _libsvm_line(path, row)
+        raise DataError(f"data row {row + 1}{f' (line {line})' if line else ''} of {str(path)!r} has the label "
+                        f"{float(y[row])!r}; labels must be finite numbers")
+    bad = np.nonzero(np.isinf(X.data))[0]
+    if len(bad):
+        k = int(bad[0])
+        row = int(np.searchsorted(X.indptr, k, side="right")) - 1
+        line = _libsvm_line(path, row)
+        raise DataError(f"feature index {int(X.indices[k]) + base} of {str(path)!r} has an infinite value, "
+                        f"{float(X.data[k])!r} (data row {row + 1}{f', line {line}' if line else ''}); features "
+                        f"must be finite numbers (nan for missing)")
 
 
 def _refuse_too_wide(path: Path, X, width: int, base: int) -> None:
@@ -762,6 +839,7 @@ def _load_libsvm(path: Path, n_features: int | None, base: int | None = None) ->
     X, y, base = _read_libsvm(path, base)  # as wide as the file's largest feature index
     if X.shape[0] == 0:
         raise DataError(f"data file {str(path)!r} has no data rows")
+    _refuse_non_finite(path, X, y, base)
     width = n_features if n_features is not None else X.shape[1]
     _refuse_too_wide(path, X, width, base)
     names = [f"f{j + base}" for j in range(max(X.shape[1], n_features or 0))]  # the file's own indices
