@@ -79,3 +79,16 @@ def test_values_beyond_the_words_are_refused():
         codec.encode(np.array([2.0 ** 74]))
     with pytest.raises(ProtocolError, match="non-finite"):
         codec.encode(np.array([np.nan]))
+
+
+def test_a_key_no_party_could_agree_with_is_refused_before_it_is_relayed():
+    from fedgrove.crypto.secagg import check_public_key
+
+    good = MaskingKeys("a").public_bytes()
+    check_public_key("a", good)  # a real key passes
+    for raw, error in ((bytes(32), "is not a usable X25519 key"), (bytes([1]) + bytes(31), "is not a usable"),
+                       (good[:31], "must be 32 bytes, got 31")):  # 0 and 1 are low-order points
+        with pytest.raises(ProtocolError, match=f"public masking key of b {error}"):
+            check_public_key("b", raw)
+        with pytest.raises(ProtocolError, match=f"public masking key of b {error}"):
+            MaskingKeys("a").agree({"b": raw})

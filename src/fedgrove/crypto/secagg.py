@@ -37,6 +37,24 @@ from fedgrove.exceptions import ProtocolError
 _TWO64 = float(2 ** 64)
 
 
+def _exchange(sk: X25519PrivateKey, name: str, raw: bytes) -> bytes:
+    """The shared secret of ``sk`` with ``name``'s raw public key; a ProtocolError for a key that is not one."""
+    if len(raw) != 32:
+        raise ProtocolError(f"public masking key of {name} must be 32 bytes, got {len(raw)}")
+    try:
+        return sk.exchange(X25519PublicKey.from_public_bytes(raw))
+    except ValueError:  # a low-order point (all zeros, say): no shared secret, and no secrecy either
+        raise ProtocolError(f"public masking key of {name} is not a usable X25519 key (a low-order "
+                            f"point)") from None
+
+
+def check_public_key(name: str, raw: bytes) -> None:
+    """Refuse a raw public key that no party could agree a pair key with, as :meth:`MaskingKeys.agree` would:
+    for a party that relays keys (the horizontal aggregator), which then says so first, whatever the order in
+    which the others would have found it."""
+    _exchange(X25519PrivateKey.generate(), name, raw)
+
+
 class MaskingKeys:
     """One client's X25519 key pair and the pair keys it shares with the others."""
 
@@ -53,13 +71,7 @@ class MaskingKeys:
         for name, raw in peers.items():
             if name == self.me:
                 continue
-            if len(raw) != 32:
-                raise ProtocolError(f"public masking key of {name} must be 32 bytes, got {len(raw)}")
-            try:
-                shared = self._sk.exchange(X25519PublicKey.from_public_bytes(raw))
-            except ValueError:  # a low-order point (all zeros, say): no shared secret, and no secrecy either
-                raise ProtocolError(f"public masking key of {name} is not a usable X25519 key (a low-order "
-                                    f"point)") from None
+            shared = _exchange(self._sk, name, raw)
             a, b = sorted([self.me, name])
             info = b"fedgrove-secagg|" + a.encode() + b"|" + b.encode() + b"|" + session
             self.pair_keys[name] = HKDF(hashes.SHA256(), 32, salt=None, info=info).derive(shared)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedgrove.crypto.secagg import FixedPoint128, add128
+from fedgrove.crypto.secagg import FixedPoint128, add128, check_public_key
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.gbdt import GBDTParams, RoundSampler
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
@@ -149,6 +149,11 @@ class HorizontalAggregator:
         ``progress(trees_done, trees_total)`` is called after every tree."""
         ch, p = self.ch, self.params
         keys = {c: ch.recv(c, "key", m.MaskingKey).key for c in self.clients}
+        for c, key in keys.items():  # before relaying: the clients would each find it, in no set order
+            try:
+                check_public_key(c, key)
+            except ProtocolError as exc:
+                raise ProtocolError(f"{ch.party}: {exc}") from None
         session = os.urandom(16)
         ch.broadcast("keys", m.MaskingKeys(list(keys), list(keys.values()), session), self.clients)
         sketches = [ch.recv(c, "sketch", m.Sketches) for c in self.clients]
