@@ -1139,6 +1139,10 @@ def test_partition_keeps_a_weight_column_with_the_label_and_its_config_weighs_th
                 np.testing.assert_array_equal(frame["w"], df.set_index(np.arange(400)).loc[frame["_id"], "w"])
     config = (parts / "federation.toml").read_text()
     assert config.count('weight = "w"') == sum(e["has_label"] for e in manifest["parties"])
+    # three trees tell weighted from unweighted (the encrypted protocols' 20 took half a minute of the suite)
+    assert re.search(r"\nn_estimators = \d+\n", config), config
+    config = re.sub(r"\nn_estimators = \d+\n", "\nn_estimators = 3\n", config)
+    (parts / "federation.toml").write_text(config)
     first = manifest["parties"][0]  # labelled in both schemes: info shows its weights apart from its features
     code, out, err = run(["info", parts / first["file"]], capsys)
     weights = pd.read_csv(parts / first["file"])["w"]
@@ -1312,7 +1316,9 @@ def test_a_hybridtree_config_s_rows_per_ciphertext_reaches_the_host(tmp_path, ca
                         "--protocol", "hybridtree"], capsys)
     assert code == 0, err
     base = (parts / "federation.toml").read_text()
-    assert "[he]" not in base
+    assert "[he]" not in base and "n_estimators = 20\n" in base
+    # four trees on 16 bins show it (20 on 255 bins took half a minute: the guests' encrypted histograms)
+    base = base.replace("n_estimators = 20\n", "n_estimators = 4\nmax_bins = 16\n")
     models, sent = {}, {}
     for k in (1, 2, 5):
         out = parts / f"runs{k}"

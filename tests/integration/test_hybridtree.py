@@ -190,17 +190,18 @@ def test_two_round_inference_reproduces_training_scores_and_beats_solo(a9a):
     host, guests = part.shards[0], part.shards[1:]
     train_guests = [(X[g.rows][:, g.features], g.rows) for g in guests]
     params = GBDTParams(n_estimators=10, max_depth=6, learning_rate=0.3)
-    # predicting the training instances through host -> guests -> host gives the training scores back
-    out = run_hybridtree(X[:, host.features], y, train_guests, params, keygen("ou"), 4, 2, timeout=60,
-                         X_test_host=X[:, host.features], test_guests=train_guests)
-    np.testing.assert_array_equal(out["test_raw"], out["raw"])
-    # on test data (each instance held by one guest) the guests' layers help
+    # one training, one prediction of two sets stacked (each instance's inference is its own): the training
+    # instances, held by the guests that hold them in training, then test data, each instance held by one guest
     own = np.random.default_rng(0).integers(0, 3, len(Xt))
-    test_guests = [(Xt[own == k][:, g.features], np.nonzero(own == k)[0]) for k, g in enumerate(guests)]
+    test_guests = [(np.vstack([Xg, Xt[own == k][:, g.features]]), np.r_[rows, len(X) + np.nonzero(own == k)[0]])
+                   for k, (g, (Xg, rows)) in enumerate(zip(guests, train_guests))]
     out = run_hybridtree(X[:, host.features], y, train_guests, params, keygen("ou"), 4, 2, timeout=60,
-                         X_test_host=Xt[:, host.features], test_guests=test_guests)
+                         X_test_host=np.vstack([X[:, host.features], Xt[:, host.features]]), test_guests=test_guests)
+    # predicting the training instances through host -> guests -> host gives the training scores back
+    np.testing.assert_array_equal(out["test_raw"][:len(X)], out["raw"])
+    # on test data the guests' layers help
     solo = train_gbdt(params, X[:, host.features], y)
-    assert np.mean((out["test_raw"][:, 0] > 0) == yt) > np.mean(solo.predict(Xt[:, host.features]) == yt)
+    assert np.mean((out["test_raw"][len(X):, 0] > 0) == yt) > np.mean(solo.predict(Xt[:, host.features]) == yt)
 
 
 @pytest.fixture(scope="module")
