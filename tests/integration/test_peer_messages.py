@@ -166,6 +166,8 @@ CASES = [
      r"client0 says it holds -1 features of 200 instances"),
     ("forest", "client1", "LeafSets", "masks", lambda v: v[:-1],  # was IndexError
      r"leaf sets from client1 do not match the forest's leaves"),
+    ("forest", "master", "LayerPartition", "left", lambda v: [0] * len(v),  # was a cycle: prediction's walk never
+     r"client\d: partition of tree 0 from master: children \[0, .*\] are not distinct new nodes"),  # ended
     ("hybridtree", "host", "GuestSplits", "left", lambda v: v[:-1],  # was taken as far as the shortest list
      r"guest\d: the splits of tree 0: lists of different lengths"),
     ("hybridtree", "guest0", "GuestLayout", "n_value_bins",  # was a 128 GiB allocation
@@ -181,6 +183,15 @@ def test_a_wrong_field_ends_the_run_with_a_protocol_error_that_says_what_is_wron
     made = changing(sender, message, field, change)
     with pytest.raises(ProtocolError, match=error):
         _run(protocol)
+    assert made
+
+
+def test_a_forest_partition_that_splits_a_node_again_is_refused(changing):
+    # the root named again among a later layer's nodes, with new children: its subtree would be replaced
+    made = changing("master", "LayerPartition", "nodes", lambda v: [0] + list(v[1:]), occurrence=2)
+    with pytest.raises(ProtocolError, match=r"client\d: partition of tree 0 from master: nodes \[0\] are split "
+                                            r"already"):
+        _run("forest")
     assert made
 
 

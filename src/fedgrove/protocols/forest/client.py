@@ -24,7 +24,7 @@ from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
-from fedgrove.protocols import instance_ids
+from fedgrove.protocols import check_split_lists, instance_ids
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms
 from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, follow_trees
@@ -495,8 +495,13 @@ class _TreeState:
 
     def _partition(self, msg: m.LayerPartition) -> None:
         nodes = list(msg.nodes or [])
-        if not (len(nodes) == len(msg.left or []) == len(msg.right or []) == len(msg.masks or [])):
-            raise ProtocolError(f"{self.c.ch.party}: malformed partition from {self.c.master}")
+        where = f"{self.c.ch.party}: partition of tree {self.tree} from {self.c.master}"
+        # children that were nodes already (a split's child naming its grandparent) made the tree a cycle, which
+        # prediction's walk down it followed without end, its memory growing until the machine had none
+        check_split_lists(where, self.local.segments, nodes=nodes, left=msg.left, right=msg.right, masks=msg.masks)
+        done = [nd for nd in nodes if (self.tree, int(nd)) in self.c.model.children]
+        if done:
+            raise ProtocolError(f"{where}: nodes {done} are split already")
         masks = []
         for nd, bits in zip(nodes, msg.masks):
             if nd not in self.local.segments:
