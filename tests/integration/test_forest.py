@@ -113,6 +113,19 @@ def test_one_round_prediction_takes_the_same_messages_whatever_the_depth_and_num
     assert large["classical"] > 3 * small["classical"]
 
 
+@pytest.mark.slow
+def test_one_round_prediction_of_a_forest_of_over_a_hundred_thousand_leaves():
+    # the leaf sets' lists were JSON in the message header, whose 1 MiB limit about 90,000 leaves passed: the
+    # master refused every client's answer ("header length out of range"); 50 default trees on 20,000 rows
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20_000, 4)), rng.integers(0, 2, 20_000).astype(float)  # noise: a leaf per few rows
+    parts, test = [X[:, :2], X[:, 2:]], [X[:100, :2], X[:100, 2:]]
+    params = ForestParams(n_estimators=25, seed=0, n_threads=1)
+    out = run_federated_forest(parts, y, params, None, mode="shared", X_test_parts=test)
+    assert sum(int(np.sum(tree.is_leaf)) for tree in out["model"].trees) > 100_000
+    np.testing.assert_array_equal(out["predictions"]["one-round"], train_forest(params, X, y).predict_proba(X[:100]))
+
+
 def _recorder(log):
     return lambda direction, peer, tag, msg: log.append((direction, peer, type(msg), msg))
 

@@ -166,6 +166,9 @@ CASES = [
      r"client0 says it holds -1 features of 200 instances"),
     ("forest", "client1", "LeafSets", "masks", lambda v: v[:-1],  # was IndexError
      r"leaf sets from client1 do not match the forest's leaves"),
+    ("forest", "master", "LeafSetsRequest", "n_trees", lambda v: v + 10**8,  # each client answered for every
+     r"client\d: asked for the leaf sets of 100000002 trees over test instances 0:50, 7000000\d\d bytes, more "),
+    # tree asked (a million more took 7 s and 1.3 GB; a hundred million would take 130 GB)
     ("forest", "master", "LayerPartition", "left", lambda v: [0] * len(v),  # was a cycle: prediction's walk never
      r"client\d: partition of tree 0 from master: children \[0, .*\] are not distinct new nodes"),  # ended
     ("hybridtree", "host", "GuestSplits", "left", lambda v: v[:-1],  # was taken as far as the shortest list

@@ -59,6 +59,60 @@ def test_tampered_or_truncated_messages_are_rejected(damage):
         decode(data, Probe, max_bytes=100 if damage == "oversize" else 1 << 20, context="from peer")
 
 
+def _header(data: bytes) -> bytes:
+    return data[8:8 + int.from_bytes(data[4:8], "big")]
+
+
+def test_long_lists_travel_after_the_header_whose_size_does_not_grow_with_them():
+    # in FGM1 lists were JSON in the header: a Federated Forest's leaf sets of about 90,000 leaves passed its
+    # 1 MiB limit and the master refused the answer ("header length out of range")
+    n = 300_000
+    big = Probe(np.zeros((0, 3)), np.zeros(0, dtype=np.int64), b"", [bytes([i % 7]) * (i % 5) for i in range(n)],
+                1, "x", list(range(-n // 2, n // 2)))
+    data = encode(big)
+    assert len(_header(data)) < len(_header(encode(_probe()))) + 30  # only the offsets' digits grow
+    m = decode(data, Probe)
+    assert m.flags == big.flags and m.parts == big.parts
+    assert decode(encode(Probe(flags=[], parts=[])), Probe).flags == []
+    assert decode(encode(Probe(flags=[2**63 - 1, -2**63], parts=[b""])), Probe).flags == [2**63 - 1, -2**63]
+
+
+@pytest.mark.parametrize("value", [[True, False], [1, True], [2**63], [1, 2**64], [1.5], [[1, 2]], None])
+def test_a_list_of_ints_that_is_not_one_is_not_sent(value):
+    with pytest.raises(TypeError, match="Probe.flags must be a list of 64-bit integers"):
+        encode(Probe(flags=value, parts=[]))
+
+
+@pytest.mark.parametrize("field, change", [
+    ("flags", lambda d: {**d, "len": d["len"] - 1}),  # 15 bytes: not whole integers
+    ("parts", lambda d: {**d, "n": d["n"] + 1}),  # the lengths would take the parts' bytes
+    ("parts", lambda d: {**d, "n": -1}),
+    ("parts", lambda d: {**d, "n": 10**6}),
+    ("parts", lambda d: {**d, "n": "3"}),
+])
+def test_a_list_whose_descriptor_does_not_fit_its_bytes_is_refused(field, change):
+    import json
+
+    data = encode(_probe())
+    header = json.loads(_header(data))
+    header["fields"][field] = change(header["fields"][field])
+    with pytest.raises(ProtocolError, match="malformed message"):
+        decode(_with_header(data, json.dumps(header).encode()), Probe)
+
+
+def test_list_part_lengths_that_do_not_add_up_are_refused():
+    data = bytearray(encode(_probe()))
+    header = _header(bytes(data))
+    import json
+
+    d = json.loads(header)["fields"]["parts"]
+    at = 8 + len(header) + d["off"]  # the first part's length, 2: make it 3 (then 2**64 - 1)
+    for bad in (3, 2**64 - 1):
+        data[at:at + 8] = bad.to_bytes(8, "little")
+        with pytest.raises(ProtocolError, match="field parts part lengths do not add up"):
+            decode(bytes(data), Probe)
+
+
 def test_a_timeout_that_is_not_a_positive_number_is_refused():
     from fedgrove.exceptions import InvalidParameterError
 

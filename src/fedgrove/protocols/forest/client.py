@@ -221,6 +221,11 @@ def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=No
             if msg.n_samples != n or not 0 <= msg.start <= msg.stop <= n or msg.n_trees < 0:
                 raise ProtocolError(f"{ch.party}: asked about test instances {msg.start}:{msg.stop} of "
                                     f"{msg.n_samples}, holds {n}")
+            size = leaf_sets_bytes(model, msg.n_trees, msg.stop - msg.start)
+            if size > max(m.MAX_PREDICT_BYTES, msg.n_trees + len(model.children)):
+                raise ProtocolError(f"{ch.party}: asked for the leaf sets of {msg.n_trees} trees over test "
+                                    f"instances {msg.start}:{msg.stop}, {size} bytes, more than one answer may "
+                                    f"hold ({m.MAX_PREDICT_BYTES})")
             trees, leaves, masks = leaf_sets(model, X_test[msg.start:msg.stop], msg.n_trees)
             ch.send(master, "predict", m.LeafSets(trees, leaves, [m.pack_mask(x) for x in masks]))
         elif isinstance(msg, m.RouteQuery):
@@ -236,6 +241,14 @@ def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=No
             ch.send(master, "predict", m.RouteBits(out))
         else:
             raise ProtocolError(f"{ch.party}: unexpected {type(msg).__name__} during prediction")
+
+
+def leaf_sets_bytes(model: PassiveModel, n_trees: int, width: int) -> int:
+    """The bytes of the packed masks that :func:`leaf_sets` returns for the first ``n_trees`` trees over
+    ``width`` test instances: a client knows every tree's structure, so a tree has one leaf more than its
+    split nodes (a tree it knows no split of, one leaf)."""
+    n_splits = sum(1 for t, _node in model.children if t < n_trees)
+    return (n_trees + n_splits) * ((width + 7) // 8)
 
 
 def leaf_sets(model: PassiveModel, X_test: np.ndarray, n_trees: int):

@@ -26,7 +26,6 @@ from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.psi import ALIGN_HINT
 
 PREDICTION_METHODS = ("one-round", "classical")
-MAX_PREDICT_BYTES = 32 * 1024 * 1024  # one-round prediction: leaf-set bytes per client per message
 
 
 def check_method(method) -> None:
@@ -233,12 +232,12 @@ class ForestMaster:
     def _one_round(self, model: ForestModel, n: int) -> np.ndarray:
         """Each client sends, per leaf, the test instances that can reach it on its partial tree; an instance's
         leaf is the one every client's set contains (the paper's Proposition 1).  One round per chunk of test
-        instances (chunks keep a message under :data:`MAX_PREDICT_BYTES`; one chunk unless the test set and
+        instances (chunks keep a message under ``messages.MAX_PREDICT_BYTES``; one chunk unless the test set and
         the forest are large)."""
         trees = model.trees
         leaf_ids = [np.nonzero(tree.is_leaf)[0] for tree in trees]
         total = max(1, sum(len(x) for x in leaf_ids))
-        chunk = max(8, (MAX_PREDICT_BYTES * 8) // total // 8 * 8)
+        chunk = max(8, (m.MAX_PREDICT_BYTES * 8) // total // 8 * 8)
         out = np.full((n, len(trees)), -1, dtype=np.int32)
         for start in range(0, max(n, 1), chunk):
             stop = min(n, start + chunk)

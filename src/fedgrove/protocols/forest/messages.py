@@ -46,6 +46,7 @@ CONTROL = "ctl"
 REPLY = "reply"
 PEER = "peer"
 MODES = ("encrypted", "shared")
+MAX_PREDICT_BYTES = 32 * 1024 * 1024  # one-round prediction: leaf-set bytes per client per message
 
 
 @register
