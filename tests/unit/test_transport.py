@@ -77,6 +77,18 @@ def test_long_lists_travel_after_the_header_whose_size_does_not_grow_with_them()
     assert decode(encode(Probe(flags=[2**63 - 1, -2**63], parts=[b""])), Probe).flags == [2**63 - 1, -2**63]
 
 
+@pytest.mark.parametrize("flags, width", [([1, 2], 1), ([-128, 127], 1), ([128], 2), ([-32769], 4),
+                                          ([2**31], 8), ([], 1)])
+def test_a_list_of_ints_travels_in_the_narrowest_width_that_holds_it(flags, width):
+    import json
+
+    data = encode(Probe(flags=flags, parts=[b"x" * 300]))
+    fields = json.loads(_header(data))["fields"]
+    assert (fields["flags"]["w"], fields["flags"]["len"]) == (width, width * len(flags))
+    assert (fields["parts"]["w"], fields["parts"]["len"]) == (2, 302)
+    assert decode(data, Probe).flags == flags
+
+
 @pytest.mark.parametrize("value", [[True, False], [1, True], [2**63], [1, 2**64], [1.5], [[1, 2]], None])
 def test_a_list_of_ints_that_is_not_one_is_not_sent(value):
     with pytest.raises(TypeError, match="Probe.flags must be a list of 64-bit integers"):
@@ -84,7 +96,11 @@ def test_a_list_of_ints_that_is_not_one_is_not_sent(value):
 
 
 @pytest.mark.parametrize("field, change", [
-    ("flags", lambda d: {**d, "len": d["len"] - 1}),  # 15 bytes: not whole integers
+    ("flags", lambda d: {**d, "w": 8}),  # 2 bytes: not whole 8-byte integers
+    ("flags", lambda d: {**d, "w": 3}),
+    ("flags", lambda d: {**d, "w": "1"}),
+    ("flags", lambda d: {k: v for k, v in d.items() if k != "w"}),
+    ("parts", lambda d: {**d, "w": 16}),
     ("parts", lambda d: {**d, "n": d["n"] + 1}),  # the lengths would take the parts' bytes
     ("parts", lambda d: {**d, "n": -1}),
     ("parts", lambda d: {**d, "n": 10**6}),
@@ -106,9 +122,10 @@ def test_list_part_lengths_that_do_not_add_up_are_refused():
     import json
 
     d = json.loads(header)["fields"]["parts"]
-    at = 8 + len(header) + d["off"]  # the first part's length, 2: make it 3 (then 2**64 - 1)
-    for bad in (3, 2**64 - 1):
-        data[at:at + 8] = bad.to_bytes(8, "little")
+    at = 8 + len(header) + d["off"]  # the first part's length, 2 in one byte: make it 3 (then -1)
+    assert d["w"] == 1 and data[at] == 2
+    for bad in (3, 255):
+        data[at] = bad
         with pytest.raises(ProtocolError, match="field parts part lengths do not add up"):
             decode(bytes(data), Probe)
 

@@ -8,9 +8,10 @@ with :func:`array_field` (dtype and number of dimensions fixed).
 Wire format: ``b"FGM2"``, a 4-byte big-endian header length, a UTF-8 JSON
 header (type name and per-field descriptors), then the raw buffers of arrays,
 byte strings and lists of integers or byte strings, in field order.  A
-``list[int]`` travels as little-endian 64-bit integers and a ``list[bytes]``
-as its parts' 64-bit lengths followed by the parts, so the header's size does
-not grow with a list's (in ``FGM1`` they were JSON in the header, whose 1 MiB
+``list[int]`` travels as little-endian integers of the narrowest of 1, 2, 4
+and 8 bytes that holds them all, and a ``list[bytes]`` as its parts' lengths
+(likewise) followed by the parts, so the header's size does not grow with
+a list's (in ``FGM1`` they were JSON in the header, whose 1 MiB
 limit a Federated Forest's leaf sets passed at about 90,000 leaves).
 :func:`decode` checks everything before it builds anything: total size
 against the limit, magic, header size, known type, exactly the declared
@@ -42,6 +43,7 @@ _ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "<u2", "<u4"
 _DTYPES = {s: np.dtype(s) for s in _ALLOWED_DTYPES}
 _BUFFER_KINDS = ("nd", "bytes", "list int", "list bytes")  # the kinds whose values travel after the header
 _INT64 = np.iinfo(np.int64)
+_INTS = {w: np.dtype(f"<i{w}") for w in (1, 2, 4, 8)}  # a list's integers travel in the narrowest
 # JSON gives exactly int, float, bool, str, list, dict or None; bool is not an int here
 _SCALAR_OK = {
     "int": lambda x: type(x) is int,
@@ -121,12 +123,13 @@ def encode(msg: Message) -> bytes:
             raw = bytes(value)
             header["fields"][name] = {"off": offset, "len": len(raw)}
         elif kind == "list int":
-            raw = _int_list(cls, name, value).tobytes()
-            header["fields"][name] = {"off": offset, "len": len(raw)}
+            w, raw = _narrow(_int_list(cls, name, value))
+            header["fields"][name] = {"w": w, "off": offset, "len": len(raw)}
         elif kind == "list bytes":
             parts = [bytes(v) for v in value]
-            raw = np.array([len(p) for p in parts], dtype="<u8").tobytes() + b"".join(parts)
-            header["fields"][name] = {"n": len(parts), "off": offset, "len": len(raw)}
+            w, lens = _narrow(np.array([len(p) for p in parts], dtype="<i8"))
+            raw = lens + b"".join(parts)
+            header["fields"][name] = {"n": len(parts), "w": w, "off": offset, "len": len(raw)}
         else:
             header["fields"][name] = {"v": value}
             continue
@@ -146,6 +149,13 @@ def _int_list(cls, name: str, value) -> np.ndarray:
     if not ok:  # object arrays (integers beyond 64 bits, mixed types) are not kind "i" or "u"
         raise TypeError(f"{cls.__name__}.{name} must be a list of 64-bit integers, got {str(value)[:60]}")
     return arr.astype("<i8")
+
+
+def _narrow(arr: np.ndarray) -> tuple[int, bytes]:
+    """Integers as the narrowest little-endian signed type that holds them all: (its bytes, the buffer)."""
+    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
+    w = next(w for w in (1, 2, 4, 8) if np.iinfo(_INTS[w]).min <= lo and hi <= np.iinfo(_INTS[w]).max)
+    return w, arr.astype(_INTS[w]).tobytes()
 
 
 def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -204,20 +214,25 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
             elif kind == "bytes":
                 values[name] = bytes(raw)
             elif kind == "list int":
-                if ln % 8:
-                    raise bad(f"field {name} length is not a whole number of 64-bit integers")
-                values[name] = np.frombuffer(raw, dtype="<i8").tolist()
+                w = d.get("w")
+                if type(w) is not int or w not in _INTS:
+                    raise bad(f"field {name} integer width out of range")
+                if ln % w:
+                    raise bad(f"field {name} length is not a whole number of {w}-byte integers")
+                values[name] = np.frombuffer(raw, dtype=_INTS[w]).tolist()
             else:
-                n = d.get("n")
-                if type(n) is not int or not 0 <= n <= ln // 8:
+                n, w = d.get("n"), d.get("w")
+                if type(w) is not int or w not in _INTS:
+                    raise bad(f"field {name} integer width out of range")
+                if type(n) is not int or not 0 <= n <= ln // w:
                     raise bad(f"field {name} part count out of range")
-                lens = np.frombuffer(raw[:8 * n], dtype="<u8")
-                body = ln - 8 * n
-                # each part at most the body's length, so the sum cannot wrap (n <= ln / 8)
-                if np.any(lens > body) or int(lens.sum(dtype=np.uint64)) != body:
+                lens = np.frombuffer(raw[:w * n], dtype=_INTS[w]).astype(np.int64)
+                body = ln - w * n
+                # each part between 0 and the body's length, so the sum cannot wrap (n <= ln)
+                if np.any(lens < 0) or np.any(lens > body) or int(lens.sum()) != body:
                     raise bad(f"field {name} part lengths do not add up")
-                ends = np.cumsum(lens, dtype=np.int64) + 8 * n
-                starts = ends - lens.astype(np.int64)
+                ends = np.cumsum(lens) + w * n
+                starts = ends - lens
                 values[name] = [bytes(raw[a:b]) for a, b in zip(starts.tolist(), ends.tolist())]
         else:
             v = d.get("v")
