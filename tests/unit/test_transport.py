@@ -130,6 +130,13 @@ def test_list_part_lengths_that_do_not_add_up_are_refused():
             decode(bytes(data), Probe)
 
 
+def test_a_message_of_another_wire_format_says_so():
+    data = b"FGM1" + encode(_probe())[4:]
+    with pytest.raises(ProtocolError, match=r"wire format 'FGM1', this party reads 'FGM2' \(is the sender a "
+                                            r"fedgrove of another version\?\)"):
+        decode(data, Probe, context="from peer")
+
+
 def test_a_timeout_that_is_not_a_positive_number_is_refused():
     from fedgrove.exceptions import InvalidParameterError
 

@@ -168,6 +168,9 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
 
     if len(data) > max_bytes:
         raise bad(f"{len(data)} bytes exceeds the limit of {max_bytes}")
+    if len(data) >= 8 and data[:3] == MAGIC[:3] and data[:4] != MAGIC:
+        raise bad(f"wire format {data[:4].decode('latin-1')!r}, this party reads {MAGIC.decode()!r} "
+                  f"(is the sender a fedgrove of another version?)")
     if len(data) < 8 or data[:4] != MAGIC:
         raise bad("bad magic / truncated")
     (hlen,) = struct.unpack(">I", data[4:8])
