@@ -115,6 +115,37 @@ def test_key_holder_rejects_values_outside_the_expected_range(ctx):
         packer.decode(ctx.decrypt(negative_h))
 
 
+def test_pair_sums_are_refused_exactly_at_the_edges_of_their_layout():
+    # a slot is a signed 2S + 1-bit integer holding a signed S-bit G sum and an H sum in [0, 2^(S-1)); each edge
+    # by hand, one past it refused (the decoder binds these bounds once per reply)
+    packer = GHPacker(frac_bits=2, value_bits=1, count_bits=1)
+    s, scale = packer.shift, 2.0 ** -packer.frac_bits
+    assert s == 5
+    for g in (-(1 << (s - 1)), -1, 0, 1, (1 << (s - 1)) - 1):
+        for h in (0, 1, (1 << (s - 1)) - 1):
+            assert packer.pair_sum(g + (h << s)) == (g * scale, h * scale)
+    for g in (-(1 << (s - 1)), (1 << (s - 1)) - 1):
+        with pytest.raises(ProtocolError, match="hessian"):
+            packer.pair_sum(g + (-1 << s))
+    # above the slot: H = 2^(S-1) still fits 2S + 1 bits but not the hessian's range, 2^S not the slot
+    with pytest.raises(ProtocolError, match="hessian"):
+        packer.pair_sum(1 << (2 * s - 1))
+    for slot in (1 << (2 * s), -(1 << (2 * s)) - 1):
+        with pytest.raises(ProtocolError, match="outside the range"):
+            packer.pair_sum(slot)
+    # and through decode: three slots a value, the middle one's H negative
+    w = packer.slot_bits
+    good = [3 + (2 << s), -4 + (1 << s), 0]
+    value = sum(x << (i * w) for i, x in enumerate(good))
+    np.testing.assert_array_equal(packer.decode([value], n_slots=3), [[0.75, 0.5], [-1.0, 0.25], [0.0, 0.0]])
+    bad = sum(x << (i * w) for i, x in enumerate([good[0], 1 + (-1 << s), 0]))
+    with pytest.raises(ProtocolError, match="hessian"):
+        packer.decode([bad], n_slots=3)
+    # inside the range of one slot's value, but -1 and a carry: a slot more than agreed
+    with pytest.raises(ProtocolError, match="more slots than agreed"):
+        packer.decode([(1 << w) - 1])
+
+
 def test_malformed_bytes_are_protocol_errors(ctx):
     with pytest.raises(ProtocolError):
         ctx.deserialize(b"\x01\x02garbage")

@@ -82,24 +82,40 @@ class GHPacker:
 
     def pair_sum(self, slot: int) -> tuple[float, float]:
         """Float (G, H) of one packed sum (a signed ``slot_bits``-bit integer); refused when out of range."""
-        if not -(1 << (self.slot_bits - 1)) <= slot < 1 << (self.slot_bits - 1):
-            raise ProtocolError("a decrypted sum lies outside the range the protocol allows; refusing it")
-        gsum, hsum = self.unpack(slot)
-        if not (0 <= hsum < 1 << (self.shift - 1)):
-            raise ProtocolError("a decrypted hessian sum is negative or too large; refusing it")
+        return self.pair_decoder()(slot)
+
+    def pair_decoder(self):
+        """:meth:`pair_sum` with the layout's constants bound once, for the many sums of a reply (the
+        properties cost more than the arithmetic)."""
+        s = self.shift
+        low, high = -(1 << 2 * s), 1 << 2 * s          # a signed slot of 2S + 1 bits
+        g_mask, g_half, h_limit = (1 << s) - 1, 1 << (s - 1), 1 << (s - 1)
         scale = 2.0 ** -self.frac_bits
-        return gsum * scale, hsum * scale
+
+        def pair(slot: int) -> tuple[float, float]:
+            if not low <= slot < high:
+                raise ProtocolError("a decrypted sum lies outside the range the protocol allows; refusing it")
+            gsum = ((slot + g_half) & g_mask) - g_half
+            hsum = (slot - gsum) >> s
+            if not 0 <= hsum < h_limit:
+                raise ProtocolError("a decrypted hessian sum is negative or too large; refusing it")
+            return gsum * scale, hsum * scale
+
+        return pair
 
     def decode(self, values: list[int], n_slots: int = 1, n_sums: int | None = None) -> np.ndarray:
         """Float (G, H) of each packed sum; ``values`` may hold ``n_slots`` sums each (compressed)."""
         out = []
+        w = self.slot_bits
+        mask, half = (1 << w) - 1, 1 << (w - 1)
+        pair = self.pair_decoder()
         for v in values:
             v = int(v)
             self.check_range(v, n_slots)
             for _ in range(n_slots):
-                slot = _signed_low(v, self.slot_bits)
-                v = (v - slot) >> self.slot_bits
-                out.append(self.pair_sum(slot))
+                slot = ((v + half) & mask) - half             # _signed_low(v, w)
+                v = (v - slot) >> w
+                out.append(pair(slot))
             if v != 0:
                 raise ProtocolError("a decrypted value carries more slots than agreed; refusing it")
         arr = np.asarray(out, dtype=np.float64).reshape(-1, 2)
@@ -182,15 +198,17 @@ class RowPacking:
         """Float (G, H) of each bin sum from the decrypted plaintexts; every position must fit its bits and
         every bin sum the packing's range, or the plaintext is refused."""
         k, v = self.rows, self.stride_bits
+        mask, half = (1 << v) - 1, 1 << (v - 1)
+        pair = packer.pair_decoder()
         out = []
         for start, value in zip(range(0, n_sums, per_plaintext), values):
             n_bins = min(per_plaintext, n_sums - start)
             value = int(value)
             for q in range(n_bins * k + k - 1):
-                x = _signed_low(value, v)
+                x = ((value + half) & mask) - half            # _signed_low(value, v)
                 value = (value - x) >> v
                 if q % k == k - 1:  # a bin's sum (the others: partners' sums under noise)
-                    out.append(packer.pair_sum(x))
+                    out.append(pair(x))
             if value != 0:
                 raise ProtocolError("a decrypted value carries more positions than agreed; refusing it")
         if len(out) != n_sums:
@@ -258,20 +276,24 @@ class VectorPacker:
         """Float sums (n, n_values) of packed sums; ``values`` may hold ``n_slots`` sums each.  Anything
         outside the agreed layout is refused."""
         out = []
-        bound = 1 << (self.slot_bits * n_slots)
-        widths = self.widths
+        slot_bits = self.slot_bits
+        bound = 1 << (slot_bits * n_slots)
+        slot_mask, slot_half = (1 << slot_bits) - 1, 1 << (slot_bits - 1)
+        # per field: its bits, its mask, the half of its range (0: unsigned) and its scale
+        fields = [(w, (1 << w) - 1, (1 << (w - 1)) if s else 0, 2.0 ** -f)
+                  for w, f, s in zip(self.widths, self.frac_bits, self.signed)]
         for v in values:
             v = int(v)
             if not -bound < v < bound:
                 raise ProtocolError("a decrypted value lies outside the range the protocol allows; refusing it")
             for _ in range(n_slots):
-                slot = _signed_low(v, self.slot_bits)
-                v = (v - slot) >> self.slot_bits
+                slot = ((v + slot_half) & slot_mask) - slot_half   # _signed_low(v, slot_bits)
+                v = (v - slot) >> slot_bits
                 row = []
-                for w, f, s in zip(widths, self.frac_bits, self.signed):
-                    field = _signed_low(slot, w) if s else slot & ((1 << w) - 1)
+                for w, mask, half, scale in fields:
+                    field = ((slot + half) & mask) - half           # signed: _signed_low; unsigned: the low bits
                     slot = (slot - field) >> w
-                    row.append(field * 2.0 ** -f)
+                    row.append(field * scale)
                 if slot != 0:
                     raise ProtocolError("a decrypted sum does not fit the agreed statistics layout; refusing it")
                 out.append(row)
