@@ -461,3 +461,31 @@ def test_a_routing_answer_naming_no_node_is_refused(monkeypatch):
                        keygen("ou", 2048, "plain"), 2, 1, timeout=30, X_test_host=X[:20, :3],
                        test_guests=[(X[i][:, 3:], i) for i in tests])
     assert changed
+
+
+def test_a_test_set_too_large_for_one_message_is_routed_in_chunks_with_the_same_scores(setup, monkeypatch):
+    # the host's routing request (an ID and a hand-off node per tree for every test instance) and each guest's
+    # answer were one message each, growing with trees x rows; since then they go in chunks of rows within
+    # MAX_PREDICT_BYTES: 2,000 bytes here, 8 + 4 x 3 bytes a row, 96 rows a chunk, 32 chunks of the 3,000
+    import fedgrove.protocols as protocols
+    from fedgrove.protocols.hybridtree import guest
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.transport.channel import Channel
+
+    Xh, y, guests = setup
+    plain = keygen("ou", 2048, "plain")
+    whole = run_hybridtree(Xh, y, guests, PARAMS, plain, 4, 2, timeout=60, X_test_host=Xh, test_guests=guests)
+    np.testing.assert_array_equal(whole["test_raw"], whole["raw"])  # (the training instances: their scores)
+    monkeypatch.setattr(protocols, "MAX_PREDICT_BYTES", 2000)
+    monkeypatch.setattr(guest, "MAX_PREDICT_BYTES", 2000)
+    starts, send = [], Channel._send_encoded
+
+    def recording(self, peers, tag, message):
+        if isinstance(message, m.RouteRequest):
+            starts.append((message.start, len(message.ids), message.n_samples))
+        return send(self, peers, tag, message)
+
+    monkeypatch.setattr(Channel, "_send_encoded", recording)
+    out = run_hybridtree(Xh, y, guests, PARAMS, plain, 4, 2, timeout=60, X_test_host=Xh, test_guests=guests)
+    np.testing.assert_array_equal(out["test_raw"], whole["test_raw"])
+    assert starts == [(a, min(96, 3000 - a), 3000) for a in range(0, 3000, 96)]

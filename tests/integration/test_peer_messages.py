@@ -171,6 +171,12 @@ CASES = [
     # tree asked (a million more took 7 s and 1.3 GB; a hundred million would take 130 GB)
     ("forest", "master", "LayerPartition", "left", lambda v: [0] * len(v),  # was a cycle: prediction's walk never
      r"client\d: partition of tree 0 from master: children \[0, .*\] are not distinct new nodes"),  # ended
+    ("vertical", "party0", "PredictRequest", "start", lambda v: v + 8,  # a chunk of test rows out of order
+     r"party\d: party0 asked about test instances 8:50 of 50; expected the next rows from 0 on"),
+    ("vertical", "party0", "PredictRequest", "stop", lambda v: v + 10**9,
+     r"party\d: party0 asked about test instances 0:1000000050 of 50; expected the next rows from 0 on"),
+    ("hybridtree", "host", "RouteRequest", "start", lambda v: v + 8,
+     r"guest\d: routing request for test instances 8:58 of 50; expected the next rows from 0 on of 50"),
     ("hybridtree", "host", "GuestSplits", "left", lambda v: v[:-1],  # was taken as far as the shortest list
      r"guest\d: the splits of tree 0: lists of different lengths"),
     ("hybridtree", "guest0", "GuestLayout", "n_value_bins",  # was a 128 GiB allocation

@@ -313,3 +313,32 @@ def test_feature_holders_read_pandas_nullable_and_time_columns_as_the_engine_doe
     np.testing.assert_array_equal(framed["raw"], numbers["raw"])
     with pytest.raises(DataError, match="party1's test X holds complex numbers"):
         run_vertical([active, as_floats], y, params, plain, X_test_parts=[active, as_floats + 1j])
+
+
+def test_a_test_set_too_large_for_one_answer_is_predicted_in_chunks_with_the_same_scores(monkeypatch):
+    # the passive parties' go-left bits of every owned split and test row were one message, which grows with
+    # trees x rows (past the 2 GB message limit at about a million rows and 500 trees); since then the active
+    # party asks about chunks of rows, each answer within MAX_PREDICT_BYTES: 64 bytes here, a few dozen rows
+    import fedgrove.protocols as protocols
+    from fedgrove.crypto.he import PlainContext
+    from fedgrove.protocols.vertical import passive
+
+    X, y = make_classification(n=400, d=6, seed=3)
+    XT = make_classification(n=203, d=6, seed=4)[0]
+    cols = [[0, 1], [2, 3], [4, 5]]
+    params = GBDTParams(n_estimators=4, max_depth=3, max_bins=16)
+    whole = run_vertical([X[:, c] for c in cols], y, params, PlainContext(), X_test_parts=[XT[:, c] for c in cols])
+    eng, _ = _oracle(X, y, cols, params)
+    np.testing.assert_allclose(whole["raw"], eng.predict_raw(XT[:, sum(cols, [])]), atol=1e-9)
+    monkeypatch.setattr(protocols, "MAX_PREDICT_BYTES", 64)
+    monkeypatch.setattr(passive, "MAX_PREDICT_BYTES", 64)
+    asked = []
+    out = run_vertical([X[:, c] for c in cols], y, params, PlainContext(), X_test_parts=[XT[:, c] for c in cols],
+                       observers={"party1": [lambda d, peer, tag, msg: asked.append(msg)
+                                             if d == "recv" and isinstance(msg, m.PredictRequest) else None]})
+    np.testing.assert_array_equal(out["raw"], whole["raw"])
+    most = max(sum(int(((t.nodes["feature"] >= 0) & (t.nodes["owner"] == k)).sum()) for t in out["model"].trees)
+               for k in (1, 2))  # the splits of the passive party that answers for the most
+    step = 64 * 8 // most // 8 * 8
+    assert 8 <= step <= 101  # three chunks or more
+    assert [(r.start, r.stop) for r in asked] == [(a, min(203, a + step)) for a in range(0, 203, step)]

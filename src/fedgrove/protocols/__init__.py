@@ -11,6 +11,18 @@ import numpy as np
 from fedgrove.engine.model import check_row_labels
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 
+#: the most bytes of prediction answers (go-left bits, leaf sets, routed leaves) one party sends in one message:
+#: a larger test set is asked about in chunks of rows (vertical GBDT, HybridTree, Federated Forest)
+MAX_PREDICT_BYTES = 32 * 1024 * 1024
+
+def prediction_chunks(n: int, bits_per_row: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, stop)`` ranges of ``n`` test rows whose answers of ``bits_per_row`` bits a row keep a
+    message within :data:`MAX_PREDICT_BYTES`: multiples of 8 rows, at least 8; one range unless the test set
+    and the model are large (``(0, 0)`` for no rows)."""
+    step = max(8, (MAX_PREDICT_BYTES * 8) // max(1, int(bits_per_row)) // 8 * 8)
+    return [(start, min(n, start + step)) for start in range(0, max(n, 1), step)]
+
+
 # horizontal peers see only their own labels, which may lack a class: the count is given, never inferred
 NEEDS_N_CLASSES = ("the number of classes, the same at every party (a party's labels may lack a class): "
                    "GBDTParams(n_classes=K), or in a federation config [params] n_classes = K (or [federation] "

@@ -21,7 +21,7 @@ from fedgrove.engine.split import reduce_pairs
 from fedgrove.engine.splitter import CARTScorer
 from fedgrove.engine.tree import LEAF
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
-from fedgrove.protocols import check_ids_everywhere
+from fedgrove.protocols import check_ids_everywhere, prediction_chunks
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.psi import ALIGN_HINT
 
@@ -232,15 +232,12 @@ class ForestMaster:
     def _one_round(self, model: ForestModel, n: int) -> np.ndarray:
         """Each client sends, per leaf, the test instances that can reach it on its partial tree; an instance's
         leaf is the one every client's set contains (the paper's Proposition 1).  One round per chunk of test
-        instances (chunks keep a message under ``messages.MAX_PREDICT_BYTES``; one chunk unless the test set and
-        the forest are large)."""
+        instances (chunks keep a message under :data:`~fedgrove.protocols.MAX_PREDICT_BYTES`; one chunk unless
+        the test set and the forest are large)."""
         trees = model.trees
         leaf_ids = [np.nonzero(tree.is_leaf)[0] for tree in trees]
-        total = max(1, sum(len(x) for x in leaf_ids))
-        chunk = max(8, (m.MAX_PREDICT_BYTES * 8) // total // 8 * 8)
         out = np.full((n, len(trees)), -1, dtype=np.int32)
-        for start in range(0, max(n, 1), chunk):
-            stop = min(n, start + chunk)
+        for start, stop in prediction_chunks(n, sum(len(x) for x in leaf_ids)):
             req = m.LeafSetsRequest(n, len(trees), start, stop)
             self.ch.broadcast("predict", req, self.clients)
             sets = {c: self.ch.recv(c, "predict", m.LeafSets) for c in self.clients}

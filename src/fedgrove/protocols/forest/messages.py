@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedgrove.protocols import MAX_PREDICT_BYTES  # noqa: F401 (one-round prediction: leaf-set bytes a message)
 from fedgrove.protocols.vertical.messages import (EncryptedHistograms, FeatureLayout, LayerPartition,  # noqa: F401
                                                   SplitMasks, SplitQuery, Start, TrainingDone, TreeEnd, ids_digest,
                                                   pack_mask, unpack_mask)
@@ -46,7 +47,6 @@ CONTROL = "ctl"
 REPLY = "reply"
 PEER = "peer"
 MODES = ("encrypted", "shared")
-MAX_PREDICT_BYTES = 32 * 1024 * 1024  # one-round prediction: leaf-set bytes per client per message
 
 
 @register

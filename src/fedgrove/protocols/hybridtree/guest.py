@@ -9,7 +9,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
 from fedgrove.exceptions import ModelFormatError, ProtocolError
 from fedgrove.log import logger
-from fedgrove.protocols import check_split_lists, instance_ids
+from fedgrove.protocols import MAX_PREDICT_BYTES, check_split_lists, instance_ids
 from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.protocols.vertical.passive import (PassiveModel, encrypted_histograms, follow_trees, packer_from_key,
                                                 row_packing_from_key)
@@ -189,28 +189,41 @@ class HybridGuest:
         """Answer the host's routing request: walk this guest's splits from each given hand-off node."""
         X_test = self.model.rows(X_test)
         test_ids = np.asarray(test_ids, dtype=np.int64)
-        req = self.ch.recv(self.host, "route", m.RouteRequest)
-        n, n_trees = req.nodes.shape
-        if len(req.ids) != n:
-            raise ProtocolError(f"{self.ch.party}: routing request with {len(req.ids)} IDs for {n} rows")
         order = np.argsort(test_ids, kind="stable")
         sorted_ids = test_ids[order]
-        pos = np.searchsorted(sorted_ids, req.ids)
-        found = pos < len(sorted_ids)
-        found[found] = sorted_ids[pos[found]] == req.ids[found]
-        held = np.nonzero(found)[0]  # the requested instances this guest holds
-        if n and len(test_ids) and not len(held):
-            logger.warning("%s: none of the host's %d test instances is among the %d of its test file: were both "
-                           "files' _id columns written alike (numbers, or the same text)?", self.ch.party, n,
-                           len(test_ids))
-        x = X_test[order[pos[held]]]
-        leaves = np.full((n, n_trees), -1, dtype=np.int32)
-        def go_left(sel, f, _b, ml, thr):  # (raw values against the thresholds: test data is not binned)
-            return np.where(np.isnan(x[sel, f]), bool(ml), x[sel, f] <= thr)
+        done, total, any_held = 0, None, False  # the host asks about consecutive chunks, the last ending at total
+        while total is None or done < total:
+            req = self.ch.recv(self.host, "route", m.RouteRequest)
+            n, n_trees = req.nodes.shape
+            if len(req.ids) != n:
+                raise ProtocolError(f"{self.ch.party}: routing request with {len(req.ids)} IDs for {n} rows")
+            total = req.n_samples if total is None else total
+            if req.n_samples != total or req.start != done or done + n > total or (n == 0 and total):
+                raise ProtocolError(f"{self.ch.party}: routing request for test instances {req.start}:"
+                                    f"{req.start + n} of {req.n_samples}; expected the next rows from {done} on "
+                                    f"of {total}")
+            if n * (8 + 4 * n_trees) > max(MAX_PREDICT_BYTES, 8 * (8 + 4 * n_trees)):  # (the host's chunks)
+                raise ProtocolError(f"{self.ch.party}: routing request for {n} test instances of {n_trees} trees, "
+                                    f"more than one message may hold ({MAX_PREDICT_BYTES} bytes)")
+            pos = np.searchsorted(sorted_ids, req.ids)
+            found = pos < len(sorted_ids)
+            found[found] = sorted_ids[pos[found]] == req.ids[found]
+            held = np.nonzero(found)[0]  # the requested instances this guest holds
+            any_held = any_held or len(held) > 0
+            x = X_test[order[pos[held]]]
+            leaves = np.full((n, n_trees), -1, dtype=np.int32)
 
-        for t in range(n_trees):
-            leaves[held, t] = _walk(self.model, t, req.nodes[held, t], go_left)
-        self.ch.send(self.host, "route", m.RouteAnswer(leaves))
+            def go_left(sel, f, _b, ml, thr, x=x):  # (raw values against the thresholds: test data is not binned)
+                return np.where(np.isnan(x[sel, f]), bool(ml), x[sel, f] <= thr)
+
+            for t in range(n_trees):
+                leaves[held, t] = _walk(self.model, t, req.nodes[held, t], go_left)
+            self.ch.send(self.host, "route", m.RouteAnswer(leaves))
+            done += n
+        if total and len(test_ids) and not any_held:
+            logger.warning("%s: none of the host's %d test instances is among the %d of its test file: were both "
+                           "files' _id columns written alike (numbers, or the same text)?", self.ch.party, total,
+                           len(test_ids))
 
 
 def _walk(model: PassiveModel, tree: int, node: np.ndarray, go_left) -> np.ndarray:

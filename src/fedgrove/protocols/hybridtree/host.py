@@ -26,7 +26,7 @@ from fedgrove.protocols.hybridtree import messages as m
 from fedgrove.runner.checkpoint import CheckpointStore
 from fedgrove.crypto.packing import RowPacking
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for, row_packing_for
-from fedgrove.protocols import instance_ids, refuse_unsupported
+from fedgrove.protocols import instance_ids, prediction_chunks, refuse_unsupported
 
 
 @dataclass
@@ -457,32 +457,53 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     n = len(X_test)
     ids = np.arange(n) if test_ids is None else np.asarray(test_ids, dtype=np.int64)
     handoff = PackedEnsemble(model.host_trees).leaves(X_test).astype(np.int32)
-    request = m.RouteRequest(ids, handoff)
-    answers = {}
-    if guests:
-        channel.broadcast("route", request, guests)
-        answers = {u: channel.recv(u, "route", m.RouteAnswer).leaves for u in guests}
-        for u, leaves in answers.items():
-            if leaves.shape != handoff.shape:
-                raise ProtocolError(f"routing answer from {u} has the wrong shape")
-            if leaves.size and int(leaves.min()) < -1:  # -1: an instance the guest does not hold; else a node
-                raise ProtocolError(f"routing answer from {u} names node {int(leaves.min())} (a node index, or -1 "
-                                    f"for an instance it does not hold)")
-            if n and leaves.shape[1] and not (leaves[:, 0] >= 0).any():  # (the shape is handoff's)
-                logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them (if it "
-                               "should hold some: were both test files' _id columns written alike, numbers or the "
-                               "same text?)", u, n)
     K = len(model.base_score)
     raw = np.tile(model.base_score, (n, 1))
+    held = dict.fromkeys(guests, False)
+    # per tree and guest, the guest's leaf values sorted by node (to look the routed leaves up)
+    tables = []
+    for t in range(len(model.host_trees)):
+        per_guest = {}
+        for u in guests:
+            table = model.guest_values[t].get(u, {})
+            keys = np.fromiter(table, dtype=np.int64, count=len(table))
+            order = np.argsort(keys)
+            per_guest[u] = (keys[order], np.fromiter(table.values(), dtype=np.float64, count=len(table))[order])
+        tables.append(per_guest)
+    # each chunk of test rows: a request of an ID and a node a tree, an answer of a leaf a tree
+    for start, stop in prediction_chunks(n, 64 + 32 * handoff.shape[1]):
+        rows = slice(start, stop)
+        answers = {}
+        if guests:
+            channel.broadcast("route", m.RouteRequest(ids[rows], handoff[rows], n, start), guests)
+            answers = {u: channel.recv(u, "route", m.RouteAnswer).leaves for u in guests}
+            for u, leaves in answers.items():
+                if leaves.shape != handoff[rows].shape:
+                    raise ProtocolError(f"routing answer from {u} has the wrong shape")
+                if leaves.size and int(leaves.min()) < -1:  # -1: an instance the guest does not hold; else a node
+                    raise ProtocolError(f"routing answer from {u} names node {int(leaves.min())} (a node index, or "
+                                        f"-1 for an instance it does not hold)")
+                if leaves.shape[1] and (leaves[:, 0] >= 0).any():  # (the shape is handoff's)
+                    held[u] = True
+        _add_chunk(raw[rows], model, handoff[rows], ids[rows], answers, tables, K)
+    for u in guests:
+        if n and handoff.shape[1] and not held[u]:
+            logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them (if it "
+                           "should hold some: were both test files' _id columns written alike, numbers or the "
+                           "same text?)", u, n)
+    return raw
+
+
+def _add_chunk(raw, model: HybridHostModel, handoff, ids, answers: dict, tables: list, K: int) -> None:
+    """Add each tree's value to the ``raw`` scores of a chunk of test rows: the mean of the leaf values of the
+    guests that routed a row on (``answers``), else the host's hand-off node's value."""
+    n = len(raw)
     for t, tree in enumerate(model.host_trees):
         host_value = tree.values[handoff[:, t], 0]
         acc = np.zeros(n)
         cnt = np.zeros(n)
         for u, leaves in answers.items():
-            table = model.guest_values[t].get(u, {})
-            keys = np.fromiter(table, dtype=np.int64, count=len(table))
-            order = np.argsort(keys)
-            keys, vals = keys[order], np.fromiter(table.values(), dtype=np.float64, count=len(table))[order]
+            keys, vals = tables[t][u]
             leaf = leaves[:, t].astype(np.int64)
             pos = np.minimum(np.searchsorted(keys, leaf), max(len(keys) - 1, 0))
             known = (leaf >= 0) & (keys[pos] == leaf) if len(keys) else np.zeros(n, dtype=bool)
@@ -498,4 +519,3 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
             cnt[known] += 1
         covered = cnt > 0
         raw[:, model.tree_class[t] if K > 1 else 0] += np.where(covered, acc / np.maximum(cnt, 1), host_value)
-    return raw

@@ -97,10 +97,14 @@ class EncryptedPredictions(Message):
 
 @register
 class RouteRequest(Message):
-    """Test instances (IDs) and, per tree, the hand-off node the host's subtree sent each one to."""
+    """Test instances (IDs) and, per tree, the hand-off node the host's subtree sent each one to: rows
+    ``start`` to ``start + len(ids)`` of the host's ``n_samples`` (a large test set goes in consecutive
+    chunks of :data:`~fedgrove.protocols.MAX_PREDICT_BYTES` a message, the last ending at ``n_samples``)."""
 
     ids: np.ndarray = array_field("<i8", 1)
     nodes: np.ndarray = array_field("<i4", 2)
+    n_samples: int = 0
+    start: int = 0
 
 
 @register

@@ -18,7 +18,7 @@ from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
-from fedgrove.protocols import check_ids_everywhere, instance_ids, refuse_unsupported
+from fedgrove.protocols import check_ids_everywhere, instance_ids, prediction_chunks, refuse_unsupported
 from fedgrove.protocols.psi import ALIGN_HINT
 
 
@@ -446,26 +446,34 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
                                     f"{', '.join(absent)}, which the federation lacks (its passive parties: "
                                     f"{', '.join(passives) or 'none'}); give the config the model was trained with")
     n = len(X_local)
-    channel.broadcast("predict", m.PredictRequest(n, m.ids_digest(ids) if ids is not None else b""), passives)
-    remote_bits = {}
-    for name in passives:
-        reply = channel.recv(name, "predict", m.PredictBits)
-        for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
-            remote_bits[(t, node)] = m.unpack_mask(bits, n)
+    digest = m.ids_digest(ids) if ids is not None else b""
+    # the most splits one passive party answers for sets the chunks of test rows (one unless the set is large)
+    owned = [tree.nodes["owner"][(tree.nodes["feature"] >= 0) & (tree.nodes["owner"] > 0)] for tree in model.trees]
+    owned = np.concatenate(owned) if owned else np.zeros(0, dtype=np.int64)
+    most = int(np.unique(owned, return_counts=True)[1].max()) if len(owned) else 0
     leaves = np.zeros((n, len(model.trees)), dtype=np.int32)
-    for t, tree in enumerate(model.trees):
-        def go_left(nid, rows, t=t, nodes=tree.nodes):
-            rec = nodes[nid]
-            if rec["owner"] <= 0:
-                x = X_local[rows, rec["feature"]]
-                return np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
-            bits = remote_bits.get((t, int(nid)))
-            if bits is None:
-                f = int(rec["feature"])
-                who = owners[f] if owners and f < len(owners) else ("its owner", f)
-                raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on its column "
-                                    f"{who[1]}: are the parties' model files of one training run, and undamaged?")
-            return bits[rows]
+    for start, stop in prediction_chunks(n, most):
+        channel.broadcast("predict", m.PredictRequest(n, digest, start, stop), passives)
+        remote_bits = {}
+        for name in passives:
+            reply = channel.recv(name, "predict", m.PredictBits)
+            for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
+                remote_bits[(t, node)] = m.unpack_mask(bits, stop - start)
+        X_chunk = X_local[start:stop]
+        for t, tree in enumerate(model.trees):
+            def go_left(nid, rows, t=t, nodes=tree.nodes):
+                rec = nodes[nid]
+                if rec["owner"] <= 0:
+                    x = X_chunk[rows, rec["feature"]]
+                    return np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
+                bits = remote_bits.get((t, int(nid)))
+                if bits is None:
+                    f = int(rec["feature"])
+                    who = owners[f] if owners and f < len(owners) else ("its owner", f)
+                    raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on its "
+                                        f"column {who[1]}: are the parties' model files of one training run, and "
+                                        f"undamaged?")
+                return bits[rows]
 
-        leaves[:, t] = _leaves(tree, n, go_left)
+            leaves[start:stop, t] = _leaves(tree, stop - start, go_left)
     return model.raw_from_leaves(leaves)

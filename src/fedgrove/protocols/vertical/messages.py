@@ -9,6 +9,7 @@ Per layer:  active -> passive  HistogramRequest;  passive -> active  EncryptedHi
             (subsample: passive -> active  PredictBits of its splits over every instance)
 End:        active -> passive  TrainingDone
 Prediction: active -> passive  PredictRequest;    passive -> active  PredictBits
+            (a chunk of test rows each, as many as MAX_PREDICT_BYTES of bits allow)
 
 Active-to-passive control messages travel in order on one tag per tree
 (``tree=t/ctl``); replies on ``tree=t/reply``.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedgrove.protocols import MAX_PREDICT_BYTES  # noqa: F401 (the chunks of prediction)
 from fedgrove.transport.codec import Message, array_field, register
 
 CONTROL = "ctl"
@@ -143,15 +145,20 @@ class TrainingDone(Message):
 
 @register
 class PredictRequest(Message):
-    """How many test instances to predict, and a SHA-256 of their sorted IDs (empty without IDs)."""
+    """How many test instances to predict, a SHA-256 of their sorted IDs (empty without IDs), and the rows
+    ``start:stop`` this request asks about: a large test set is asked about in consecutive chunks
+    (:data:`MAX_PREDICT_BYTES` of bits a chunk), the last ending at ``n_samples``."""
 
     n_samples: int = 0
     ids_digest: bytes = b""
+    start: int = 0
+    stop: int = 0
 
 
 @register
 class PredictBits(Message):
-    """For each split the passive party owns (tree, node), packed go-left bits of all test instances."""
+    """For each split the passive party owns (tree, node), packed go-left bits of the test instances asked
+    about (in training: of every training instance)."""
 
     trees: list[int] = None
     nodes: list[int] = None

@@ -13,7 +13,7 @@ from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, MAX_VALUE_BITS, GHPacke
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
-from fedgrove.protocols import check_ids_everywhere, check_split_lists, instance_ids
+from fedgrove.protocols import MAX_PREDICT_BYTES, check_ids_everywhere, check_split_lists, instance_ids
 from fedgrove.protocols.vertical import messages as m
 
 
@@ -257,20 +257,32 @@ def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids
     """A passive party's side of prediction from its model alone (e.g. loaded from its model file); with the
     test instances' ``ids``, refused unless the active party's are the same (rows are matched by sorted ID)."""
     X = model.rows(X)
-    req = channel.recv(active, "predict", m.PredictRequest)
-    if req.n_samples != len(X):
-        raise ProtocolError(f"{channel.party}: {active} asked to predict {req.n_samples} test instances, "
-                            f"{channel.party}'s test data holds {len(X)}; every party's test file must hold the "
-                            f"same instances (by _id)")
     mine = m.ids_digest(ids) if ids is not None else b""
-    check_ids_everywhere({channel.party: bool(mine), active: bool(req.ids_digest)}, "test file")
-    if mine and req.ids_digest and mine != req.ids_digest:  # the same count of other instances: rows mismatched
-        raise ProtocolError(f"{channel.party}: its test instances are not {active}'s (their _id values differ); "
-                            f"every party's test file must hold the same instances")
-    bits = model.go_left(X)
-    keys = sorted(bits)
-    channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
-                                                  [m.pack_mask(bits[k]) for k in keys]))
+    keys = sorted(model.splits)
+    done = 0  # the rows answered for: the active party asks about consecutive chunks, the last ending at n
+    while True:
+        req = channel.recv(active, "predict", m.PredictRequest)
+        if req.n_samples != len(X):
+            raise ProtocolError(f"{channel.party}: {active} asked to predict {req.n_samples} test instances, "
+                                f"{channel.party}'s test data holds {len(X)}; every party's test file must hold "
+                                f"the same instances (by _id)")
+        check_ids_everywhere({channel.party: bool(mine), active: bool(req.ids_digest)}, "test file")
+        if mine and req.ids_digest and mine != req.ids_digest:  # the same count of other instances: rows mismatched
+            raise ProtocolError(f"{channel.party}: its test instances are not {active}'s (their _id values differ); "
+                                f"every party's test file must hold the same instances")
+        if req.start != done or not req.start <= req.stop <= len(X) or (req.stop == req.start and len(X)):
+            raise ProtocolError(f"{channel.party}: {active} asked about test instances {req.start}:{req.stop} of "
+                                f"{len(X)}; expected the next rows from {done} on")
+        size = len(keys) * ((req.stop - req.start + 7) // 8)
+        if size > max(MAX_PREDICT_BYTES, len(keys)):
+            raise ProtocolError(f"{channel.party}: {active} asked about test instances {req.start}:{req.stop}, "
+                                f"{size} bytes of go-left bits, more than one answer may hold ({MAX_PREDICT_BYTES})")
+        bits = model.go_left(X[req.start:req.stop])
+        channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
+                                                      [m.pack_mask(bits[k]) for k in keys]))
+        done = req.stop
+        if done == len(X):
+            return
 
 
 def packer_from_key(key: m.PublicKey, party: str, sender: str) -> GHPacker:
