@@ -24,7 +24,7 @@ from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
 from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
-from fedgrove.protocols import check_split_lists, instance_ids
+from fedgrove.protocols import MAX_PREDICT_BYTES, check_split_lists, instance_ids
 from fedgrove.protocols.forest import messages as m
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms
 from fedgrove.protocols.vertical.passive import PassiveModel, encrypted_histograms, follow_trees
@@ -222,10 +222,10 @@ def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=No
                 raise ProtocolError(f"{ch.party}: asked about test instances {msg.start}:{msg.stop} of "
                                     f"{msg.n_samples}, holds {n}")
             size = leaf_sets_bytes(model, msg.n_trees, msg.stop - msg.start)
-            if size > max(m.MAX_PREDICT_BYTES, msg.n_trees + len(model.children)):
+            if size > max(MAX_PREDICT_BYTES, msg.n_trees + len(model.children)):
                 raise ProtocolError(f"{ch.party}: asked for the leaf sets of {msg.n_trees} trees over test "
                                     f"instances {msg.start}:{msg.stop}, {size} bytes, more than one answer may "
-                                    f"hold ({m.MAX_PREDICT_BYTES})")
+                                    f"hold ({MAX_PREDICT_BYTES})")
             trees, leaves, masks = leaf_sets(model, X_test[msg.start:msg.stop], msg.n_trees)
             ch.send(master, "predict", m.LeafSets(trees, leaves, [m.pack_mask(x) for x in masks]))
         elif isinstance(msg, m.RouteQuery):

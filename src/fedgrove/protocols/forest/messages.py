@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedgrove.protocols import MAX_PREDICT_BYTES  # noqa: F401 (one-round prediction: leaf-set bytes a message)
 from fedgrove.protocols.vertical.messages import (EncryptedHistograms, FeatureLayout, LayerPartition,  # noqa: F401
                                                   SplitMasks, SplitQuery, Start, TrainingDone, TreeEnd, ids_digest,
                                                   pack_mask, unpack_mask)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedgrove.protocols import MAX_PREDICT_BYTES  # noqa: F401 (the chunks of prediction)
 from fedgrove.transport.codec import Message, array_field, register
 
 CONTROL = "ctl"
@@ -147,7 +146,7 @@ class TrainingDone(Message):
 class PredictRequest(Message):
     """How many test instances to predict, a SHA-256 of their sorted IDs (empty without IDs), and the rows
     ``start:stop`` this request asks about: a large test set is asked about in consecutive chunks
-    (:data:`MAX_PREDICT_BYTES` of bits a chunk), the last ending at ``n_samples``."""
+    (:data:`~fedgrove.protocols.MAX_PREDICT_BYTES` of bits a chunk), the last ending at ``n_samples``."""
 
     n_samples: int = 0
     ids_digest: bytes = b""
