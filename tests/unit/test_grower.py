@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedgrove.engine.binning import BinMapper
-from fedgrove.engine.grower import TreeGrower
+from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder
 from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.exceptions import ModelFormatError
@@ -146,6 +146,24 @@ def test_node_segments_answer_membership_and_lookup_for_grown_nodes_only():
         assert missing not in finder.segments
         with pytest.raises(KeyError):
             finder.segments[missing]
+
+
+def test_splitting_by_given_masks_refuses_masks_that_do_not_fit_the_nodes():
+    X, y = make_classification(500)
+    finder = _finder(X, y)
+    finder.root_stats()
+    layer = Layer(np.array([0], dtype=np.int64), np.zeros((1, 1)), 0)
+    with pytest.raises(ValueError, match="mask for node 0 has 499 entries, the node has 500 samples"):
+        finder.partition_by_masks([0], [np.ones(499, dtype=bool)])
+    with pytest.raises(ValueError, match="1 masks for 2 nodes"):
+        finder.partition_by_masks([0, 1], [np.ones(500, dtype=bool)])
+    with pytest.raises(KeyError):
+        finder.partition_by_masks([7], [np.ones(500, dtype=bool)])
+    left = X[:, 0] <= np.median(X[:, 0])
+    finder.apply_splits(layer, np.array([0]), LayerSplits.empty(1, 1), np.array([[1, 2]]),
+                        masks=[left[finder.node_samples(0)]])
+    assert sorted(finder.node_samples(1).tolist()) == np.nonzero(left)[0].tolist()
+    assert sorted(finder.node_samples(2).tolist()) == np.nonzero(~left)[0].tolist()
 
 
 def test_a_grown_tree_leaves_no_reference_cycle_holding_the_finders_buffers():

@@ -89,6 +89,17 @@ def test_a_list_of_ints_travels_in_the_narrowest_width_that_holds_it(flags, widt
     assert decode(data, Probe).flags == flags
 
 
+@pytest.mark.parametrize("n", [0, 5, 256, 257, 3000])
+def test_a_short_list_a_long_one_and_an_array_of_ints_travel_alike(n):
+    # lists of up to 256 plain ints are packed and read by struct, longer ones and arrays by numpy: the same bytes
+    rng = np.random.default_rng(n)
+    for high in (100, 30_000, 2**31, 2**63 - 1):
+        v = rng.integers(-high, high, size=n, endpoint=True).tolist()
+        data = encode(Probe(flags=v, parts=[b"ab"] * n))
+        assert data == encode(Probe(flags=np.asarray(v, dtype=np.int64), parts=[b"ab"] * n))
+        assert decode(data, Probe).flags == v
+
+
 @pytest.mark.parametrize("value", [[True, False], [1, True], [2**63], [1, 2**64], [1.5], [[1, 2]], None])
 def test_a_list_of_ints_that_is_not_one_is_not_sent(value):
     with pytest.raises(TypeError, match="Probe.flags must be a list of 64-bit integers"):

@@ -147,6 +147,35 @@ def partition_nodes_reference(X_binned, sample_indices, ordered_stats, out_indic
 
 
 @njit(cache=True, nogil=True)
+def partition_by_flags(sample_indices, ordered_stats, out_indices, out_stats, starts, ends, flags):
+    """:func:`partition_nodes` by given decisions: ``flags`` holds, node after node, whether each of the segment's
+    rows goes left (a peer's masks, concatenated).  Returns the split positions."""
+    n = starts.shape[0]
+    n_stats = ordered_stats.shape[1]
+    mids = np.empty(n, dtype=np.int64)
+    off = 0
+    for j in range(n):
+        s, e = starts[j], ends[j]
+        n_left = 0
+        for i in range(e - s):
+            n_left += flags[off + i]
+        lp, rp = s, s + n_left
+        for i in range(s, e):
+            if flags[off + i - s]:
+                w = lp
+                lp += 1
+            else:
+                w = rp
+                rp += 1
+            out_indices[w] = sample_indices[i]
+            for c in range(n_stats):
+                out_stats[w, c] = ordered_stats[i, c]
+        mids[j] = s + n_left
+        off += e - s
+    return mids
+
+
+@njit(cache=True, nogil=True)
 def record_segments(seg, node_ids, child_ids, mids, counts):
     """Children's segments of split nodes: ``seg`` rows (start, end, buffer) by node id; node ``node_ids[k]``'s
     left child ``child_ids[k, 0]`` gets ``[start, mids[k])`` and its right child ``[mids[k], end)``, both in the

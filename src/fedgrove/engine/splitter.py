@@ -23,7 +23,8 @@ from fedgrove.engine.binning import Thresholds
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder
 from fedgrove.engine.histogram import (add_to_segments, build_histograms, gather_rows, subtract_histograms,
                                        sum_rows)
-from fedgrove.engine.partition import partition_nodes, plan_siblings, record_segments, shared_buffer
+from fedgrove.engine.partition import (partition_by_flags, partition_nodes, plan_siblings, record_segments,
+                                       shared_buffer)
 from fedgrove.engine.sparse import sparse_codes_for
 from fedgrove.engine.threads import BIN_SCAN, one_thread_for, row_work, serial_if
 from fedgrove.engine.split import CRITERIA, WEIGHT_TOL, find_splits_cart, find_splits_gbdt, resolve_missing_by_hessian
@@ -310,8 +311,10 @@ class HistogramSplitFinder(SplitFinder):
         return _Segments(self)
 
     def has_node(self, node_id: int) -> bool:
-        """Whether the node exists (has a segment of samples)."""
-        return not self.unknown_nodes([node_id])
+        """Whether the node exists (has a segment of samples).  (Plain Python: protocols ask it of every node a
+        peer names, and an array round trip per node cost more than the rest of the check.)"""
+        n = int(node_id)
+        return 0 <= n < len(self._seg) and bool(self._seg[n, 0] >= 0)
 
     def unknown_nodes(self, node_ids) -> list[int]:
         """Those of ``node_ids`` that are no node of this tree (for a protocol to refuse a peer's plan)."""
@@ -426,18 +429,22 @@ class HistogramSplitFinder(SplitFinder):
 
     def partition_by_masks(self, node_ids, masks) -> np.ndarray:
         """Split nodes by given left masks (in :meth:`node_samples` order); returns the split positions."""
+        node_ids = np.asarray(node_ids, dtype=np.int64).reshape(-1)
+        if len(masks) != len(node_ids):
+            raise ValueError(f"{len(masks)} masks for {len(node_ids)} nodes")
+        if unknown := self.unknown_nodes(node_ids):
+            raise KeyError(unknown[0])
+        seg = self._seg[node_ids]
+        masks = [np.asarray(mask, dtype=bool).reshape(-1) for mask in masks]
+        for nid, mask, (s, e, _) in zip(node_ids.tolist(), masks, seg.tolist()):
+            if len(mask) != e - s:
+                raise ValueError(f"mask for node {nid} has {len(mask)} entries, the node has {e - s} samples")
         mids = np.empty(len(node_ids), dtype=np.int64)
-        for k, (nid, mask) in enumerate(zip(node_ids, masks)):
-            s, e, buf = self.segments[int(nid)]
-            mask = np.asarray(mask, dtype=bool)
-            if mask.shape != (e - s,):
-                raise ValueError(f"mask for node {nid} has {mask.shape[0]} entries, the node has {e - s} samples")
-            nl = int(mask.sum())
-            src_i, src_s = self._indices[buf][s:e], self._stats[buf][s:e]
-            dst_i, dst_s = self._indices[1 - buf], self._stats[1 - buf]
-            dst_i[s:s + nl], dst_i[s + nl:e] = src_i[mask], src_i[~mask]
-            dst_s[s:s + nl], dst_s[s + nl:e] = src_s[mask], src_s[~mask]
-            mids[k] = s + nl
+        for buf, k in self._by_buffer(node_ids):
+            flags = np.concatenate([masks[i] for i in k.tolist()]) if len(k) else np.zeros(0, dtype=bool)
+            mids[k] = partition_by_flags(self._indices[buf], self._stats[buf], self._indices[1 - buf],
+                                         self._stats[1 - buf], np.ascontiguousarray(seg[k, 0]),
+                                         np.ascontiguousarray(seg[k, 1]), flags)
         return mids
 
     def partition(self, node_ids, features, bins, missing_left) -> np.ndarray:
@@ -543,9 +550,13 @@ class _Segments:
         return self._finder.has_node(int(node_id))
 
     def __getitem__(self, node_id) -> tuple[int, int, int]:
-        if node_id not in self:
+        n = int(node_id)
+        seg = self._finder._seg
+        if not 0 <= n < len(seg):
             raise KeyError(node_id)
-        s, e, buf = self._finder._seg[int(node_id)].tolist()
+        s, e, buf = seg[n].tolist()
+        if s < 0:
+            raise KeyError(node_id)
         return s, e, buf
 
 

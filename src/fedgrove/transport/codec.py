@@ -44,6 +44,11 @@ _DTYPES = {s: np.dtype(s) for s in _ALLOWED_DTYPES}
 _BUFFER_KINDS = ("nd", "bytes", "list int", "list bytes")  # the kinds whose values travel after the header
 _INT64 = np.iinfo(np.int64)
 _INTS = {w: np.dtype(f"<i{w}") for w in (1, 2, 4, 8)}  # a list's integers travel in the narrowest
+# (width, least, greatest, struct code) of each: np.iinfo per list and width was a fifth of encoding a forest's
+# short per-node lists (by hand)
+_WIDTHS = tuple((w, int(np.iinfo(_INTS[w]).min), int(np.iinfo(_INTS[w]).max), c) for w, c in zip(_INTS, "bhiq"))
+_CODES = {w: c for w, _, _, c in _WIDTHS}
+_SHORT_LIST = 256  # a list[int] of plain ints up to this long is packed without numpy (faster, the same bytes)
 # JSON gives exactly int, float, bool, str, list, dict or None; bool is not an int here
 _SCALAR_OK = {
     "int": lambda x: type(x) is int,
@@ -123,11 +128,11 @@ def encode(msg: Message) -> bytes:
             raw = bytes(value)
             header["fields"][name] = {"off": offset, "len": len(raw)}
         elif kind == "list int":
-            w, raw = _narrow(_int_list(cls, name, value))
+            w, raw = _int_buffer(cls, name, value)
             header["fields"][name] = {"w": w, "off": offset, "len": len(raw)}
         elif kind == "list bytes":
             parts = [bytes(v) for v in value]
-            w, lens = _narrow(np.array([len(p) for p in parts], dtype="<i8"))
+            w, lens = _int_buffer(cls, name, [len(p) for p in parts])
             raw = lens + b"".join(parts)
             header["fields"][name] = {"n": len(parts), "w": w, "off": offset, "len": len(raw)}
         else:
@@ -137,6 +142,18 @@ def encode(msg: Message) -> bytes:
         offset += len(raw)
     head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
     return MAGIC + struct.pack(">I", len(head)) + head + b"".join(buffers)
+
+
+def _int_buffer(cls, name: str, value) -> tuple[int, bytes]:
+    """A ``list[int]`` field's value as (width, little-endian bytes): :func:`_narrow` of :func:`_int_list`, a
+    short list of plain ints by :mod:`struct`."""
+    if type(value) is list and len(value) <= _SHORT_LIST and all(type(x) is int for x in value):
+        lo, hi = (min(value), max(value)) if value else (0, 0)
+        for w, least, greatest, code in _WIDTHS:
+            if least <= lo and hi <= greatest:
+                return w, struct.pack(f"<{len(value)}{code}", *value)
+        raise TypeError(f"{cls.__name__}.{name} must be a list of 64-bit integers, got {str(value)[:60]}")
+    return _narrow(_int_list(cls, name, value))
 
 
 def _int_list(cls, name: str, value) -> np.ndarray:
@@ -154,7 +171,7 @@ def _int_list(cls, name: str, value) -> np.ndarray:
 def _narrow(arr: np.ndarray) -> tuple[int, bytes]:
     """Integers as the narrowest little-endian signed type that holds them all: (its bytes, the buffer)."""
     lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
-    w = next(w for w in (1, 2, 4, 8) if np.iinfo(_INTS[w]).min <= lo and hi <= np.iinfo(_INTS[w]).max)
+    w = next(w for w, least, greatest, _ in _WIDTHS if least <= lo and hi <= greatest)
     return w, arr.astype(_INTS[w]).tobytes()
 
 
@@ -222,7 +239,9 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
                     raise bad(f"field {name} integer width out of range")
                 if ln % w:
                     raise bad(f"field {name} length is not a whole number of {w}-byte integers")
-                values[name] = np.frombuffer(raw, dtype=_INTS[w]).tolist()
+                count = ln // w
+                values[name] = (list(struct.unpack(f"<{count}{_CODES[w]}", raw)) if count <= _SHORT_LIST
+                                else np.frombuffer(raw, dtype=_INTS[w]).tolist())
             else:
                 n, w = d.get("n"), d.get("w")
                 if type(w) is not int or w not in _INTS:
