@@ -166,6 +166,10 @@ CASES = [
      r"client0 says it holds -1 features of 200 instances"),
     ("forest", "client1", "LeafSets", "masks", lambda v: v[:-1],  # was IndexError
      r"leaf sets from client1 do not match the forest's leaves"),
+    ("forest", "client1", "LeafSets", "masks", lambda v: [bytes(len(x)) for x in v],  # a tree's leaves at once
+     r"tree 0: the clients' leaf sets put \d+ test instances in no leaf or several \(Proposition 1 does not hold\)"),
+    ("forest", "client1", "LeafSets", "masks", lambda v: [v[0] + b"\x00"] + v[1:],
+     r"a mask of 8 bytes does not describe 50 instances"),
     ("forest", "master", "LeafSetsRequest", "n_trees", lambda v: v + 10**8,  # each client answered for every
      r"client\d: asked for the leaf sets of 100000002 trees over test instances 0:50, 7000000\d\d bytes, more "),
     # tree asked (a million more took 7 s and 1.3 GB; a hundred million would take 130 GB)

@@ -227,7 +227,7 @@ def answer_predictions(ch, master: str, model: PassiveModel, X_test, test_ids=No
                                     f"instances {msg.start}:{msg.stop}, {size} bytes, more than one answer may "
                                     f"hold ({MAX_PREDICT_BYTES})")
             trees, leaves, masks = leaf_sets(model, X_test[msg.start:msg.stop], msg.n_trees)
-            ch.send(master, "predict", m.LeafSets(trees, leaves, [m.pack_mask(x) for x in masks]))
+            ch.send(master, "predict", m.LeafSets(trees, leaves, m.pack_masks(masks)))
         elif isinstance(msg, m.RouteQuery):
             out = []
             for node, bits in zip(msg.nodes, msg.masks):
@@ -262,6 +262,15 @@ def leaf_sets(model: PassiveModel, X_test: np.ndarray, n_trees: int):
         by_tree.setdefault(t, {})[node] = kids
     for t in range(n_trees):
         kids = by_tree.get(t, {})
+        # the directions of this client's splits of the tree, all at once: (splits, instances)
+        own = [(node, *model.splits[(t, node)]) for node in kids if (t, node) in model.splits]
+        if own:
+            col = np.asarray([f for _, f, _, _, _ in own], dtype=np.int64)
+            thr = np.asarray([x for _, _, _, _, x in own], dtype=np.float64)
+            ml = np.asarray([bool(x) for _, _, _, x, _ in own])
+            x = X_test[:, col].T
+            go = np.where(np.isnan(x), ml[:, None], x <= thr[:, None])
+        row_of = {node: r for r, (node, *_) in enumerate(own)}
         reach = {0: np.ones(n, dtype=bool)}
         found = {}
         stack = [0]
@@ -272,14 +281,11 @@ def leaf_sets(model: PassiveModel, X_test: np.ndarray, n_trees: int):
                 found[node] = here
                 continue
             left, right = kids[node]
-            split = model.splits.get((t, node))
-            if split is None:
+            r = row_of.get(node)
+            if r is None:
                 reach[left], reach[right] = here, here
             else:
-                f, _b, ml, thr = split
-                x = X_test[:, f]
-                go = np.where(np.isnan(x), bool(ml), x <= thr)
-                reach[left], reach[right] = here & go, here & ~go
+                reach[left], reach[right] = here & go[r], here & ~go[r]
             stack += [right, left]
         for node in sorted(found):
             trees.append(t)

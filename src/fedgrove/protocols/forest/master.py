@@ -249,18 +249,16 @@ class ForestMaster:
                         or len(msg.masks or []) != len(expect_l):
                     raise ProtocolError(f"leaf sets from {c} do not match the forest's leaves")
             pos = 0
-            for t, ids in enumerate(leaf_ids):
-                hits = np.zeros(width, dtype=np.int64)
-                for leaf in ids:
-                    both = np.ones(width, dtype=bool)
-                    for c in self.clients:
-                        both &= m.unpack_mask(sets[c].masks[pos], width)
-                    out[start:stop, t][both] = leaf
-                    hits += both
-                    pos += 1
+            for t, ids in enumerate(leaf_ids):  # a tree's leaves at once: (leaves, width) masks
+                both = np.ones((len(ids), width), dtype=bool)
+                for c in self.clients:
+                    both &= m.unpack_masks(sets[c].masks[pos:pos + len(ids)], width)
+                pos += len(ids)
+                hits = both.sum(axis=0)
                 if np.any(hits != 1):
                     raise ProtocolError(f"tree {t}: the clients' leaf sets put {int(np.sum(hits != 1))} test "
                                         f"instances in no leaf or several (Proposition 1 does not hold)")
+                out[start:stop, t] = ids[both.argmax(axis=0)]
         return out
 
     def _classical(self, model: ForestModel, n: int) -> np.ndarray:

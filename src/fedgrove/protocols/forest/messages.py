@@ -39,7 +39,7 @@ import numpy as np
 
 from fedgrove.protocols.vertical.messages import (EncryptedHistograms, FeatureLayout, LayerPartition,  # noqa: F401
                                                   SplitMasks, SplitQuery, Start, TrainingDone, TreeEnd, ids_digest,
-                                                  pack_mask, unpack_mask)
+                                                  pack_mask, pack_masks, unpack_mask, unpack_masks)
 from fedgrove.transport.codec import Message, array_field, register
 
 CONTROL = "ctl"

@@ -177,6 +177,14 @@ def pack_mask(mask: np.ndarray) -> bytes:
     return np.packbits(np.asarray(mask, dtype=bool)).tobytes()
 
 
+def pack_masks(masks: list) -> list[bytes]:
+    """:func:`pack_mask` of several masks of one length at once."""
+    if not len(masks):
+        return []
+    packed = np.packbits(np.asarray(masks, dtype=bool).reshape(len(masks), -1), axis=1)
+    return [row.tobytes() for row in packed]
+
+
 def unpack_mask(data: bytes, n: int) -> np.ndarray:
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8))
     if len(bits) < n or len(bits) >= n + 8 or bits[n:].any():
@@ -184,3 +192,19 @@ def unpack_mask(data: bytes, n: int) -> np.ndarray:
 
         raise ProtocolError(f"a mask of {len(data)} bytes does not describe {n} instances")
     return bits[:n].astype(bool)
+
+
+def unpack_masks(parts: list, n: int) -> np.ndarray:
+    """:func:`unpack_mask` of several masks of ``n`` instances at once: a (len(parts), n) boolean array."""
+    width = (n + 7) // 8
+    if any(len(p) != width for p in parts):
+        from fedgrove.exceptions import ProtocolError
+
+        bad = next(len(p) for p in parts if len(p) != width)
+        raise ProtocolError(f"a mask of {bad} bytes does not describe {n} instances")
+    bits = np.unpackbits(np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(parts), width), axis=1)
+    if bits[:, n:].any():
+        from fedgrove.exceptions import ProtocolError
+
+        raise ProtocolError(f"a mask of {width} bytes does not describe {n} instances")
+    return bits[:, :n].astype(bool)
