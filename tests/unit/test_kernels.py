@@ -147,9 +147,12 @@ def test_cart_split_search_matches_reference(rng, criterion):
         np.testing.assert_allclose(np.asarray(x, dtype=float), np.asarray(y, dtype=float), rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("n, n_stats", [(100_000, 2), (100_000, 3), (140_000, 2)])
-def test_partition_matches_reference(rng, n, n_stats):
-    # several tasks per node; (g, h) or three statistics; a table past the prefetching size (2^17 rows)
+@pytest.mark.parametrize("kernel, n, n_stats", [("codes", 100_000, 2), ("codes", 100_000, 3), ("codes", 140_000, 2),
+                                               ("flags", 20_000, 2), ("flags", 20_000, 3)])
+def test_partition_matches_reference(rng, kernel, n, n_stats):
+    # by codes: several tasks per node; (g, h) or three statistics; a table past the prefetching size (2^17 rows);
+    # by flags: a Federated Forest client or a vertical label holder splits nodes by a peer's masks (the nodes'
+    # masks concatenated in order), to the same segments as the owner's split by its codes
     X, bm, Xb = _data(rng, n=n)
     idx, starts, ends = _segments(rng, len(X), 3)
     feats = np.array([0, 3, 5], dtype=np.int64)
@@ -158,36 +161,18 @@ def test_partition_matches_reference(rng, n, n_stats):
     stats = rng.normal(size=(len(idx), n_stats))
     a_idx, b_idx = np.full_like(idx, -1), np.full_like(idx, -1)
     a_st, b_st = np.zeros_like(stats), np.zeros_like(stats)
-    ma = partition.partition_nodes(np.asfortranarray(Xb), idx, stats, a_idx, a_st, starts, ends, feats, bins, ml,
-                                   bm.missing_codes)
+    if kernel == "codes":
+        ma = partition.partition_nodes(np.asfortranarray(Xb), idx, stats, a_idx, a_st, starts, ends, feats, bins, ml,
+                                       bm.missing_codes)
+    else:
+        flags = np.concatenate([np.where(Xb[idx[s:e], f] == bm.missing_codes[f], m, Xb[idx[s:e], f] <= b)
+                                for s, e, f, b, m in zip(starts, ends, feats, bins, ml)])
+        ma = partition.partition_by_flags(idx, stats, a_idx, a_st, starts, ends, flags)
     mb = partition.partition_nodes_reference(Xb, idx, stats, b_idx, b_st, starts, ends, feats, bins, ml,
                                              bm.missing_codes)
     np.testing.assert_array_equal(ma, mb)
     np.testing.assert_array_equal(a_idx, b_idx)
     np.testing.assert_array_equal(a_st, b_st)  # statistics travel with their samples
-    assert (a_idx >= 0).all()
-
-
-@pytest.mark.parametrize("n_stats", [2, 3])
-def test_partition_by_given_decisions_matches_the_partition_by_codes(rng, n_stats):
-    # a Federated Forest client or a vertical label holder splits nodes by a peer's masks: the same segments as
-    # the owner's split by its codes, the masks of the nodes concatenated in order
-    X, bm, Xb = _data(rng, n=20_000)
-    idx, starts, ends = _segments(rng, len(X), 3)
-    feats = np.array([0, 3, 5], dtype=np.int64)
-    bins = np.array([10, 1, 3], dtype=np.int64)
-    ml = np.array([True, False, True])
-    stats = rng.normal(size=(len(idx), n_stats))
-    a_idx, b_idx = np.full_like(idx, -1), np.full_like(idx, -1)
-    a_st, b_st = np.zeros_like(stats), np.zeros_like(stats)
-    mb = partition.partition_nodes_reference(Xb, idx, stats, b_idx, b_st, starts, ends, feats, bins, ml,
-                                             bm.missing_codes)
-    flags = np.concatenate([np.where(Xb[idx[s:e], f] == bm.missing_codes[f], m, Xb[idx[s:e], f] <= b)
-                            for s, e, f, b, m in zip(starts, ends, feats, bins, ml)])
-    ma = partition.partition_by_flags(idx, stats, a_idx, a_st, starts, ends, flags)
-    np.testing.assert_array_equal(ma, mb)
-    np.testing.assert_array_equal(a_idx, b_idx)
-    np.testing.assert_array_equal(a_st, b_st)
     assert (a_idx >= 0).all() and 0 < (ma - starts).min() and (ends - ma).min() > 0  # both sides non-empty
 
 
