@@ -127,8 +127,11 @@ def test_a_list_whose_descriptor_does_not_fit_its_bytes_is_refused(field, change
         decode(_with_header(data, json.dumps(header).encode()), Probe)
 
 
-def test_list_part_lengths_that_do_not_add_up_are_refused():
-    data = bytearray(encode(_probe()))
+@pytest.mark.parametrize("n_parts", [3, 300])  # read by struct, or (more than 256) by numpy
+def test_list_part_lengths_that_do_not_add_up_are_refused(n_parts):
+    probe = _probe()
+    probe.parts = [b"ab", b"", b"c"] * (n_parts // 3)
+    data = bytearray(encode(probe))
     header = _header(bytes(data))
     import json
 

@@ -175,6 +175,26 @@ def _narrow(arr: np.ndarray) -> tuple[int, bytes]:
     return w, arr.astype(_INTS[w]).tobytes()
 
 
+def _parts(raw: memoryview, n: int, w: int, body: int) -> list[bytes] | None:
+    """A ``list[bytes]`` field's parts: ``n`` lengths of ``w`` bytes, then the parts (``body`` bytes); None when
+    the lengths do not add up to ``body``."""
+    if n <= _SHORT_LIST:  # (a few parts: numpy's calls cost more than the parts)
+        lens = struct.unpack(f"<{n}{_CODES[w]}", raw[:w * n])
+        if any(x < 0 for x in lens) or sum(lens) != body:  # (Python's sum does not wrap)
+            return None
+        parts, at = [], w * n
+        for x in lens:
+            parts.append(bytes(raw[at:at + x]))
+            at += x
+        return parts
+    lens = np.frombuffer(raw[:w * n], dtype=_INTS[w]).astype(np.int64)
+    # each part between 0 and the body's length, so the sum cannot wrap (n <= ln)
+    if np.any(lens < 0) or np.any(lens > body) or int(lens.sum()) != body:
+        return None
+    ends = np.cumsum(lens) + w * n
+    return [bytes(raw[a:b]) for a, b in zip((ends - lens).tolist(), ends.tolist())]
+
+
 def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
            context: str = "") -> Message:
     """Decode and validate; ``expect`` restricts the message type."""
@@ -248,14 +268,9 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
                     raise bad(f"field {name} integer width out of range")
                 if type(n) is not int or not 0 <= n <= ln // w:
                     raise bad(f"field {name} part count out of range")
-                lens = np.frombuffer(raw[:w * n], dtype=_INTS[w]).astype(np.int64)
-                body = ln - w * n
-                # each part between 0 and the body's length, so the sum cannot wrap (n <= ln)
-                if np.any(lens < 0) or np.any(lens > body) or int(lens.sum()) != body:
+                values[name] = _parts(raw, n, w, ln - w * n)
+                if values[name] is None:
                     raise bad(f"field {name} part lengths do not add up")
-                ends = np.cumsum(lens) + w * n
-                starts = ends - lens
-                values[name] = [bytes(raw[a:b]) for a, b in zip(starts.tolist(), ends.tolist())]
         else:
             v = d.get("v")
             if kind == "list":
