@@ -15,6 +15,7 @@ from fedgrove.exceptions import DataError, InvalidParameterError, ProtocolError
 #: a larger test set is asked about in chunks of rows (vertical GBDT, HybridTree, Federated Forest)
 MAX_PREDICT_BYTES = 32 * 1024 * 1024
 
+
 def prediction_chunks(n: int, bits_per_row: int) -> list[tuple[int, int]]:
     """Consecutive ``(start, stop)`` ranges of ``n`` test rows whose answers of ``bits_per_row`` bits a row keep a
     message within :data:`MAX_PREDICT_BYTES`: multiples of 8 rows, at least 8; one range unless the test set
