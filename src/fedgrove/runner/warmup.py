@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from fedgrove.engine.histogram import gather_rows, grouped_sums
+from fedgrove.engine.partition import partition_by_flags
 from fedgrove.engine.predict import predict_leaves_ranked
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
@@ -62,6 +63,10 @@ def _warm_engine(cfg, X, rng) -> None:
     # a finder without the engine's reused buffers copies its rows' statistics (the engine writes a tree's on
     # every row straight into its buffers, so its warm-up above need not call this)
     gather_rows(np.zeros((4, 2)), np.arange(4, dtype=np.int64), np.empty((4, 2)))
+    # a vertical label holder and a Federated Forest client split nodes by a peer's masks
+    idx, two = np.arange(4, dtype=np.int64), np.array([0, 2], dtype=np.int64)
+    partition_by_flags(idx, np.zeros((4, 2)), np.empty(4, dtype=np.int64), np.empty((4, 2)), two, two + 2,
+                       np.array([True, False, False, True]))
     packed = PackedEnsemble(model.trees)
     leaves = packed.leaves(X)  # vertical and HybridTree prediction: leaves, then their values
     if cfg.protocol != "federated-forest":
