@@ -235,6 +235,56 @@ def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_orde
     assert np.isnan(X).any()
 
 
+@pytest.mark.parametrize("binned", [False, True])
+def test_routing_with_a_peers_bits_follows_the_bits_at_its_splits_and_the_columns_elsewhere(rng, binned):
+    # a vertical label holder's routing: some splits decided by a peer's go-left bits (here random, so that they
+    # disagree with the columns), the rest by its own raw values or bin codes, missing values both ways
+    from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+
+    X, bm, Xb = _data(rng)
+    y = (np.nan_to_num(X[:, 0]) > 0).astype(float)
+    tree = train_gbdt(GBDTParams(n_estimators=1, max_depth=5), X, y, bin_mapper=bm).trees[0]
+    nodes = tree.nodes
+    split = np.flatnonzero(nodes["feature"] >= 0)
+    peer = split[::2]
+    slot = np.full(len(nodes), -1, dtype=np.int64)
+    slot[peer] = np.arange(len(peer))[::-1]  # rows of the bits in any order
+    bits = rng.random((len(peer), len(X))) < 0.5
+    cols, cuts = (Xb, nodes["bin"]) if binned else (X, nodes["threshold"])
+    missing = np.asarray(bm.missing_codes, dtype=np.int64) if binned else np.zeros(0, dtype=np.int64)
+    expected = np.zeros(len(X), dtype=np.int64)
+    for i in range(len(X)):
+        k = 0
+        while nodes["feature"][k] >= 0:
+            if slot[k] >= 0:
+                go = bits[slot[k], i]
+            else:
+                x = cols[i, nodes["feature"][k]]
+                gone = x == missing[nodes["feature"][k]] if binned else np.isnan(x)
+                go = bool(nodes["missing_left"][k]) if gone else x <= cuts[k]
+            k = nodes["left"][k] if go else nodes["right"][k]
+        expected[i] = k
+    out = np.full(len(X), -1, dtype=np.int64)
+    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), *(np.ascontiguousarray(a) for a in (
+        nodes["feature"], cuts, nodes["missing_left"], nodes["left"], nodes["right"])), slot, bits, missing, out)
+    np.testing.assert_array_equal(out, expected)
+    # with no split the peer's, the engine's routing; with the bits the columns' decisions, the same again
+    engine = predict.predict_leaves_reference(X, nodes["feature"], nodes["threshold"], nodes["missing_left"],
+                                              nodes["left"], nodes["right"], np.array([0, len(nodes)]))[:, 0]
+    assert not np.array_equal(out, engine)  # the bits were followed
+    own = np.full(len(nodes), -1, dtype=np.int64)
+    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), *(np.ascontiguousarray(a) for a in (
+        nodes["feature"], cuts, nodes["missing_left"], nodes["left"], nodes["right"])), own, bits[:0], missing, out)
+    np.testing.assert_array_equal(out, engine)
+    f, t = nodes["feature"][peer], nodes["threshold"][peer]
+    true_bits = np.where(np.isnan(X[:, f]), nodes["missing_left"][peer].astype(bool), X[:, f] <= t).T[::-1]
+    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), *(np.ascontiguousarray(a) for a in (
+        nodes["feature"], cuts, nodes["missing_left"], nodes["left"], nodes["right"])), slot,
+        np.ascontiguousarray(true_bits), missing, out)
+    np.testing.assert_array_equal(out, engine)
+    assert np.isnan(X[:, nodes["feature"][split]]).any()  # missing values at the splits
+
+
 @pytest.mark.parametrize("distinct", [3, 300, 1_000_000])
 def test_ranked_routing_matches_raw_routing(rng, distinct):
     # RankedRows (ranks of a table's distinct values, uint8/uint16/uint32 by how many) must send every row to the

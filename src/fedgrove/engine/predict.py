@@ -221,6 +221,29 @@ def predict_leaves_reference(X, feature, threshold, missing_left, left, right, t
 
 
 @njit(cache=True, nogil=True)
+def leaves_with_peer_bits(X, feature, threshold, missing_left, left, right, slot, bits, missing_codes, out):
+    """Each row's leaf in one tree of which a peer decides some splits, as a vertical protocol's label holder
+    routes: at node ``k`` with ``slot[k] >= 0`` row ``i`` goes left where ``bits[slot[k], i]`` (the peer's go-left
+    bits), at this party's own splits where ``X[i, feature[k]] <= threshold[k]``, a missing value following
+    ``missing_left`` (raw values: NaN; bin codes, with ``missing_codes`` not empty: the feature's missing code).
+    Nodes must follow their parents (as :meth:`Tree.validate` checks).  Writes ``out``."""
+    binned = missing_codes.shape[0] > 0
+    for i in range(X.shape[0]):
+        k = 0
+        while feature[k] >= 0:
+            if slot[k] >= 0:
+                go = bits[slot[k], i]
+            else:
+                x = X[i, feature[k]]
+                if binned:
+                    go = missing_left[k] != 0 if x == missing_codes[feature[k]] else x <= threshold[k]
+                else:
+                    go = missing_left[k] != 0 if np.isnan(x) else x <= threshold[k]
+            k = left[k] if go else right[k]
+        out[i] = k
+
+
+@njit(cache=True, nogil=True)
 def rank_cuts(uniques, offsets, feature, threshold):
     """Per node, the rank of the last distinct value of its feature that is <= its threshold (-1: none), so that
     ``x <= threshold`` exactly when ``rank(x) <= cut`` for every value the ranks were taken from.  Leaves get -1."""

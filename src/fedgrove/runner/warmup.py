@@ -22,7 +22,7 @@ import numpy as np
 
 from fedgrove.engine.histogram import gather_rows, grouped_sums
 from fedgrove.engine.partition import partition_by_flags
-from fedgrove.engine.predict import predict_leaves_ranked
+from fedgrove.engine.predict import leaves_with_peer_bits, predict_leaves_ranked
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
 
@@ -71,7 +71,18 @@ def _warm_engine(cfg, X, rng) -> None:
     leaves = packed.leaves(X)  # vertical and HybridTree prediction: leaves, then their values
     if cfg.protocol != "federated-forest":
         model.raw_from_leaves(leaves)
-        packed.leaves_binned(model.bin_mapper.transform(X), model.bin_mapper.missing_codes)
+        codes = model.bin_mapper.transform(X)
+        packed.leaves_binned(codes, model.bin_mapper.missing_codes)
+        # a vertical label holder routes by its own columns and the passive parties' bits: test values, and
+        # the training instances' codes when rows are sampled
+        nodes = model.trees[0].nodes
+        nodes = [np.ascontiguousarray(nodes[k]) for k in ("feature", "threshold", "bin", "missing_left", "left",
+                                                          "right")]
+        peers, bits = np.full(len(nodes[0]), -1), np.zeros((0, len(X)), dtype=bool)
+        leaves_with_peer_bits(np.ascontiguousarray(X), nodes[0], nodes[1], *nodes[3:], peers, bits,
+                              np.zeros(0, dtype=np.int64), np.zeros(len(X), dtype=np.int64))
+        leaves_with_peer_bits(codes, nodes[0], nodes[2], *nodes[3:], peers, bits,
+                              np.asarray(model.bin_mapper.missing_codes, dtype=np.int64), np.zeros(len(X), np.int64))
         if params.objective == "multiclass":  # the protocols keep scores sample-major, the engine class-major
             from fedgrove.engine.histogram import add_to_segments
             from fedgrove.engine.losses import make_objective

@@ -15,6 +15,7 @@ from fedgrove.engine.gbdt import AlignedWeights, GBDTParams, RoundSampler, check
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, names_of
+from fedgrove.engine.predict import leaves_with_peer_bits
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -241,38 +242,47 @@ def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPackin
     return RowPacking.for_packer(packer, k)
 
 
-def _leaves(tree, n: int, go_left) -> np.ndarray:
-    """Each of ``n`` instances' leaf in ``tree``; ``go_left(node, rows)``: which of the instances ``rows``
-    (those at split ``node``) go left there."""
+_NO_CODES = np.zeros(0, dtype=np.int64)
+
+
+def _leaves(tree, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=_NO_CODES) -> np.ndarray:
+    """Each row of ``X`` (this party's columns: raw values, or bin codes with each feature's ``missing_codes``)'s
+    leaf in ``tree``; at a peer's split ``node`` the rows go left where row ``row_of(node)`` of ``bits`` (a
+    boolean (masks, rows) array) says so."""
     nodes = tree.nodes
-    leaf = np.zeros(n, dtype=np.int64)
-    frontier = [(0, np.arange(n))]
-    while frontier:
-        node, rows = frontier.pop()
-        if nodes["feature"][node] < 0:
-            leaf[rows] = node
-        elif len(rows):
-            go = go_left(node, rows)
-            frontier += [(int(nodes["left"][node]), rows[go]), (int(nodes["right"][node]), rows[~go])]
+    slot = np.full(len(nodes), -1, dtype=np.int64)
+    for node in np.flatnonzero((nodes["feature"] >= 0) & (nodes["owner"] > 0)).tolist():
+        slot[node] = row_of(node)
+    leaf = np.zeros(len(X), dtype=np.int64)
+    cuts = nodes["bin"] if len(missing_codes) else nodes["threshold"]
+    X = np.ascontiguousarray(X, dtype=np.uint8 if len(missing_codes) else np.float64)  # (the kernel's two types)
+    leaves_with_peer_bits(X, *(np.ascontiguousarray(a) for a in (nodes["feature"], cuts, nodes["missing_left"],
+                                                                  nodes["left"], nodes["right"])),
+                          slot, bits, np.asarray(missing_codes, dtype=np.int64), leaf)
     return leaf
 
 
-def _route(tree, tree_id: int, X_binned: np.ndarray, missing_codes, bits: dict) -> np.ndarray:
+def _peer_bits(replies, n: int) -> tuple[np.ndarray, dict]:
+    """The passive parties' go-left bits of ``n`` instances at their splits, from their replies: a (masks, n)
+    boolean array and each (tree, node)'s row in it."""
+    row_of, parts = {}, []
+    for reply in replies:
+        for t, node, b in zip(reply.trees, reply.nodes, reply.bits):
+            row_of[(t, node)] = len(parts)
+            parts.append(b)
+    return m.unpack_masks(parts, n), row_of
+
+
+def _route(tree, tree_id: int, X_binned: np.ndarray, missing_codes, bits: np.ndarray, row_of: dict) -> np.ndarray:
     """Each training instance's leaf in ``tree``: the active party's splits by its binned columns, the passive
-    parties' by their go-left ``bits`` ((tree, node) -> bool per instance)."""
-    nodes = tree.nodes
+    parties' by their go-left ``bits`` (row ``row_of[(tree, node)]`` for a passive party's split ``node``)."""
 
-    def go_left(node, rows):
-        if nodes["owner"][node] <= 0:
-            f = int(nodes["feature"][node])
-            codes = X_binned[rows, f]
-            return np.where(codes == missing_codes[f], bool(nodes["missing_left"][node]), codes <= nodes["bin"][node])
-        mask = bits.get((tree_id, node))
-        if mask is None:
+    def row(node):
+        if (tree_id, node) not in row_of:
             raise ProtocolError(f"no go-left bits came for tree {tree_id} node {node}, a passive party's split")
-        return mask[rows]
+        return row_of[(tree_id, node)]
 
-    return _leaves(tree, len(X_binned), go_left)
+    return _leaves(tree, X_binned, bits, row, missing_codes)
 
 
 class VerticalActive:
@@ -392,17 +402,14 @@ class VerticalActive:
                                       min_samples_split=2 * p.min_samples_leaf).grow()
                     ch.broadcast(m.CONTROL, m.TreeEnd(tree_id), self.passives)
                     if sample is not None:  # every instance's leaf: the passive parties' go-left bits at their splits
-                        bits = {}
-                        for r in self.remotes:
-                            reply = ch.recv(r.name, m.REPLY, m.PredictBits)
-                            for t, node, b in zip(reply.trees, reply.nodes, reply.bits):
-                                bits[(t, node)] = m.unpack_mask(b, n)
+                        bits, row_of = _peer_bits([ch.recv(r.name, m.REPLY, m.PredictBits) for r in self.remotes], n)
                 model.add_tree(tree, c)
                 if sample is None:
                     leaves = np.nonzero(tree.is_leaf)[0]
                     local.add_node_values(raw, c, leaves, tree.values[leaves, 0])
                 else:
-                    raw[:, c] += tree.values[_route(tree, tree_id, X_binned, self.bin_mapper.missing_codes, bits), 0]
+                    raw[:, c] += tree.values[_route(tree, tree_id, X_binned, self.bin_mapper.missing_codes, bits,
+                                                   row_of), 0]
                 self.tree_seconds.append(time.perf_counter() - t0)
                 tree_id += 1
                 if checkpoint is not None and c == K - 1 and checkpoint.due(tree_id // K, p.n_estimators):
@@ -454,26 +461,16 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
     leaves = np.zeros((n, len(model.trees)), dtype=np.int32)
     for start, stop in prediction_chunks(n, most):
         channel.broadcast("predict", m.PredictRequest(n, digest, start, stop), passives)
-        remote_bits = {}
-        for name in passives:
-            reply = channel.recv(name, "predict", m.PredictBits)
-            for t, node, bits in zip(reply.trees, reply.nodes, reply.bits):
-                remote_bits[(t, node)] = m.unpack_mask(bits, stop - start)
-        X_chunk = X_local[start:stop]
+        bits, row_of = _peer_bits([channel.recv(name, "predict", m.PredictBits) for name in passives], stop - start)
         for t, tree in enumerate(model.trees):
-            def go_left(nid, rows, t=t, nodes=tree.nodes):
-                rec = nodes[nid]
-                if rec["owner"] <= 0:
-                    x = X_chunk[rows, rec["feature"]]
-                    return np.where(np.isnan(x), bool(rec["missing_left"]), x <= rec["threshold"])
-                bits = remote_bits.get((t, int(nid)))
-                if bits is None:
-                    f = int(rec["feature"])
+            def row(nid, t=t, nodes=tree.nodes):
+                if (t, nid) not in row_of:
+                    f = int(nodes[nid]["feature"])
                     who = owners[f] if owners and f < len(owners) else ("its owner", f)
                     raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on its "
                                         f"column {who[1]}: are the parties' model files of one training run, and "
                                         f"undamaged?")
-                return bits[rows]
+                return row_of[(t, nid)]
 
-            leaves[start:stop, t] = _leaves(tree, stop - start, go_left)
+            leaves[start:stop, t] = _leaves(tree, X_local[start:stop], bits, row)
     return model.raw_from_leaves(leaves)
