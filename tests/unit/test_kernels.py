@@ -285,6 +285,25 @@ def test_routing_with_a_peers_bits_follows_the_bits_at_its_splits_and_the_column
     assert np.isnan(X[:, nodes["feature"][split]]).any()  # missing values at the splits
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000])
+def test_packed_go_left_bits_are_numpys_packed_masks(rng, n):
+    # a feature holder's answer: each split's go-left mask over the rows, packed; NaN both ways, rows that do not
+    # fill the last byte, a column read by several splits
+    X = rng.normal(size=(n, 5))
+    X[rng.random(X.shape) < 0.2] = np.nan
+    features = np.array([0, 3, 3, 4, 1], dtype=np.int64)
+    thresholds = rng.normal(size=5)
+    missing_left = np.array([1, 0, 1, 0, 1], dtype=np.uint8)
+    out = np.full((5, (n + 7) // 8), 0xAA, dtype=np.uint8)
+    predict.pack_go_left(np.asfortranarray(X), features, thresholds, missing_left, out)
+    for j in range(5):
+        x = X[:, features[j]]
+        mask = np.where(np.isnan(x), bool(missing_left[j]), x <= thresholds[j])
+        assert out[j].tobytes() == np.packbits(mask).tobytes()
+    if n >= 1000:
+        assert np.isnan(X).any() and 0 < np.unpackbits(out).mean() < 1
+
+
 @pytest.mark.parametrize("distinct", [3, 300, 1_000_000])
 def test_ranked_routing_matches_raw_routing(rng, distinct):
     # RankedRows (ranks of a table's distinct values, uint8/uint16/uint32 by how many) must send every row to the

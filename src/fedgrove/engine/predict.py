@@ -244,6 +244,25 @@ def leaves_with_peer_bits(X, feature, threshold, missing_left, left, right, slot
 
 
 @njit(cache=True, nogil=True)
+def pack_go_left(X, features, thresholds, missing_left, out):
+    """Whether each row of ``X`` goes left at each split ``j`` (``X[i, features[j]] <= thresholds[j]``, NaN
+    following ``missing_left[j]``), packed as :func:`numpy.packbits` packs a row of booleans (the first row in
+    the highest bit) into ``out[j]`` (``(n + 7) // 8`` bytes): a feature holder's answer to a label holder.
+    Column-major ``X`` reads each split's column in order."""
+    n = X.shape[0]
+    for j in range(features.shape[0]):
+        f, t, ml = features[j], thresholds[j], missing_left[j] != 0
+        for byte in range(out.shape[1]):
+            v = 0
+            for b in range(min(8, n - 8 * byte)):
+                x = X[8 * byte + b, f]
+                go = ml if np.isnan(x) else x <= t
+                if go:
+                    v |= 128 >> b
+            out[j, byte] = v
+
+
+@njit(cache=True, nogil=True)
 def rank_cuts(uniques, offsets, feature, threshold):
     """Per node, the rank of the last distinct value of its feature that is <= its threshold (-1: none), so that
     ``x <= threshold`` exactly when ``rank(x) <= cut`` for every value the ranks were taken from.  Leaves get -1."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from fedgrove.engine.histogram import gather_rows, grouped_sums
 from fedgrove.engine.partition import partition_by_flags
-from fedgrove.engine.predict import leaves_with_peer_bits, predict_leaves_ranked
+from fedgrove.engine.predict import leaves_with_peer_bits, pack_go_left, predict_leaves_ranked
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
 
@@ -83,6 +83,10 @@ def _warm_engine(cfg, X, rng) -> None:
                               np.zeros(0, dtype=np.int64), np.zeros(len(X), dtype=np.int64))
         leaves_with_peer_bits(codes, nodes[0], nodes[2], *nodes[3:], peers, bits,
                               np.asarray(model.bin_mapper.missing_codes, dtype=np.int64), np.zeros(len(X), np.int64))
+        # and a vertical passive party answers with its splits' go-left bits
+        split = nodes[0] >= 0
+        pack_go_left(np.asfortranarray(X), nodes[0][split].astype(np.int64), nodes[1][split], nodes[3][split],
+                     np.zeros((int(split.sum()), (len(X) + 7) // 8), dtype=np.uint8))
         if params.objective == "multiclass":  # the protocols keep scores sample-major, the engine class-major
             from fedgrove.engine.histogram import add_to_segments
             from fedgrove.engine.losses import make_objective

@@ -12,6 +12,7 @@ from fedgrove.crypto.he import IndexGroups, public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
+from fedgrove.engine.predict import pack_go_left
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
 from fedgrove.protocols import MAX_PREDICT_BYTES, check_ids_everywhere, check_split_lists, instance_ids
 from fedgrove.protocols.vertical import messages as m
@@ -53,6 +54,16 @@ class PassiveModel:
             x = X[:, f]
             out[key] = np.where(np.isnan(x), bool(ml), x <= thr)
         return out
+
+    def packed_go_left(self, X: np.ndarray, keys: list) -> list[bytes]:
+        """:func:`~fedgrove.protocols.vertical.messages.pack_mask` of :meth:`go_left`'s masks of the splits
+        ``keys``, found in one kernel (by hand, 934 splits of 50,000 test rows: 0.066 -> 0.017 s)."""
+        out = np.zeros((len(keys), (len(X) + 7) // 8), dtype=np.uint8)
+        if len(keys) and len(X):
+            f, _b, ml, thr = zip(*(self.splits[k] for k in keys))
+            pack_go_left(np.asfortranarray(X, dtype=np.float64), np.asarray(f, dtype=np.int64),
+                         np.asarray(thr, dtype=np.float64), np.asarray(ml, dtype=np.uint8), out)
+        return [row.tobytes() for row in out]
 
     def to_dict(self) -> dict:
         d = {"party": self.party, "bin_mapper": self.bin_mapper.to_dict(),
@@ -277,9 +288,8 @@ def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids
         if size > max(MAX_PREDICT_BYTES, len(keys)):
             raise ProtocolError(f"{channel.party}: {active} asked about test instances {req.start}:{req.stop}, "
                                 f"{size} bytes of go-left bits, more than one answer may hold ({MAX_PREDICT_BYTES})")
-        bits = model.go_left(X[req.start:req.stop])
         channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
-                                                      [m.pack_mask(bits[k]) for k in keys]))
+                                                      model.packed_go_left(X[req.start:req.stop], keys)))
         done = req.stop
         if done == len(X):
             return
