@@ -246,16 +246,15 @@ _NO_CODES = np.zeros(0, dtype=np.int64)
 
 
 def _leaves(tree, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=_NO_CODES) -> np.ndarray:
-    """Each row of ``X`` (this party's columns: raw values, or bin codes with each feature's ``missing_codes``)'s
-    leaf in ``tree``; at a peer's split ``node`` the rows go left where row ``row_of(node)`` of ``bits`` (a
-    boolean (masks, rows) array) says so."""
+    """Each row of ``X`` (this party's columns, row-major: float64 raw values, or uint8 bin codes with each
+    feature's ``missing_codes``)'s leaf in ``tree``; at a peer's split ``node`` the rows go left where row
+    ``row_of(node)`` of ``bits`` (a boolean (masks, rows) array) says so."""
     nodes = tree.nodes
     slot = np.full(len(nodes), -1, dtype=np.int64)
     for node in np.flatnonzero((nodes["feature"] >= 0) & (nodes["owner"] > 0)).tolist():
         slot[node] = row_of(node)
     leaf = np.zeros(len(X), dtype=np.int64)
     cuts = nodes["bin"] if len(missing_codes) else nodes["threshold"]
-    X = np.ascontiguousarray(X, dtype=np.uint8 if len(missing_codes) else np.float64)  # (the kernel's two types)
     leaves_with_peer_bits(X, *(np.ascontiguousarray(a) for a in (nodes["feature"], cuts, nodes["missing_left"],
                                                                   nodes["left"], nodes["right"])),
                           slot, bits, np.asarray(missing_codes, dtype=np.int64), leaf)
@@ -462,6 +461,7 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
     for start, stop in prediction_chunks(n, most):
         channel.broadcast("predict", m.PredictRequest(n, digest, start, stop), passives)
         bits, row_of = _peer_bits([channel.recv(name, "predict", m.PredictBits) for name in passives], stop - start)
+        X_chunk = np.ascontiguousarray(X_local[start:stop], dtype=np.float64)  # (once, not per tree)
         for t, tree in enumerate(model.trees):
             def row(nid, t=t, nodes=tree.nodes):
                 if (t, nid) not in row_of:
@@ -472,5 +472,5 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
                                         f"undamaged?")
                 return row_of[(t, nid)]
 
-            leaves[start:stop, t] = _leaves(tree, X_local[start:stop], bits, row)
+            leaves[start:stop, t] = _leaves(tree, X_chunk, bits, row)
     return model.raw_from_leaves(leaves)
