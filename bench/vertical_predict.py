@@ -4,7 +4,8 @@ A label holder and two passive parties (a9a's columns in three parts, or generat
 train unencrypted (prediction sends no ciphertexts: the key does not change it), then predict the test rows
 in process: the passive parties send the go-left bits of their splits, the label holder routes.  The
 reference is the engine's model of the same trees (lossless) predicting the joined test columns.  Both
-predictions are checked to agree to 1e-9; medians of ``--repeats`` runs.
+predictions are checked to agree to 1e-9; medians of ``--repeats`` runs; the bytes each party sent in one
+prediction.
 
     python3 bench/vertical_predict.py [--trees 30] [--depth 6] [--rows 50000] [--repeats 5]
 """
@@ -61,11 +62,15 @@ def main():
     names = ["party0", *passives]
     engine = train_gbdt(params, X, y)
 
+    sent = {}  # bytes each party sent in the last prediction
+
     def federated():
         roles = {names[0]: lambda ch: predict_active(ch, names[1:], model, X_test[:, cols[0]])}
         for k, who in enumerate(names[1:], 1):
             roles[who] = lambda ch, k=k, who=who: answer_predict(ch, names[0], passives[who], X_test[:, cols[k]])
-        return run_parties(InProcessHub(names), roles, 300)[0][names[0]]
+        results, channels = run_parties(InProcessHub(names), roles, 300)
+        sent.update({who: ch.stats.as_dict()["total_sent"] for who, ch in channels.items()})
+        return results[names[0]]
 
     raw, ref = federated(), engine.predict_raw(X_test)  # (first calls: kernels compiled or loaded)
     gap = float(np.max(np.abs(raw.reshape(ref.shape) - ref), initial=0.0))
@@ -83,11 +88,11 @@ def main():
               "repeats": args.repeats, "passive_splits": splits,
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "median_seconds": med,
-              "ratio_federated_over_engine": med["federated"] / med["engine"], "runs": times,
+              "ratio_federated_over_engine": med["federated"] / med["engine"], "bytes_sent": sent, "runs": times,
               "max_gap_to_engine": gap}
     print(f"{name}: {args.rows} test rows, {args.trees} trees of depth {args.depth}, passive splits {splits}: "
           f"federated {med['federated']:.3f} s, engine {med['engine']:.3f} s, "
-          f"ratio {result['ratio_federated_over_engine']:.1f}x", flush=True)
+          f"ratio {result['ratio_federated_over_engine']:.1f}x; bytes sent {sent}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")

@@ -179,6 +179,14 @@ CASES = [
      r"party\d: party0 asked about test instances 8:50 of 50; expected the next rows from 0 on"),
     ("vertical", "party0", "PredictRequest", "stop", lambda v: v + 10**9,
      r"party\d: party0 asked about test instances 0:1000000050 of 50; expected the next rows from 0 on"),
+    ("vertical", "party2", "PredictBits", "masks", lambda v: [j + 1000 for j in v],  # each split names its mask
+     r"a reply of go-left bits lists \d+ trees, \d+ nodes and \d+ mask numbers for \d+ masks"),
+    ("vertical", "party2", "PredictBits", "masks", lambda v: v[:-1],
+     r"a reply of go-left bits lists (\d+) trees, \1 nodes and \d+ mask numbers"),
+    ("vertical", "party2", "PredictBits", "bits", lambda v: [b[:-1] for b in v],
+     r"a mask of 6 bytes does not describe 50 instances"),
+    ("vertical", "party2", "PredictBits", "bits", lambda v: [b[:-1] + bytes([b[-1] | 1]) for b in v],  # bits past
+     r"a mask of 7 bytes does not describe 50 instances"),  # the 50th row's
     ("hybridtree", "host", "RouteRequest", "start", lambda v: v + 8,
      r"guest\d: routing request for test instances 8:58 of 50; expected the next rows from 0 on of 50"),
     ("hybridtree", "host", "GuestSplits", "left", lambda v: v[:-1],  # was taken as far as the shortest list

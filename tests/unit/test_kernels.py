@@ -235,54 +235,69 @@ def test_one_pass_predictions_are_the_reference_leaves_values_added_in_tree_orde
     assert np.isnan(X).any()
 
 
+def _route_with_bits(cols, trees, slot, bits, missing, binned):
+    """The kernel's routing of ``trees`` (a PackedEnsemble's flat arrays) with packed peer ``bits``."""
+    from fedgrove.engine.tree import PackedEnsemble
+
+    pk = PackedEnsemble(trees)
+    kids = np.empty(2 * len(pk.left), dtype=np.int64)
+    kids[0::2], kids[1::2] = pk.left, pk.right
+    out = np.full((len(cols), len(trees)), -1, dtype=np.int32)
+    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), pk.feature, pk.bin if binned else pk.threshold,
+                                  pk.missing_left, kids, slot, pk.tree_offsets, len(trees), np.packbits(bits, axis=1),
+                                  missing, out)
+    return out
+
+
 @pytest.mark.parametrize("binned", [False, True])
-def test_routing_with_a_peers_bits_follows_the_bits_at_its_splits_and_the_columns_elsewhere(rng, binned):
-    # a vertical label holder's routing: some splits decided by a peer's go-left bits (here random, so that they
-    # disagree with the columns), the rest by its own raw values or bin codes, missing values both ways
+@pytest.mark.parametrize("n", [1, 63, 3000])
+def test_routing_with_a_peers_bits_follows_the_bits_at_its_splits_and_the_columns_elsewhere(rng, binned, n):
+    # a vertical label holder's routing through several trees: some splits decided by a peer's go-left bits (here
+    # random, so that they disagree with the columns; packed, rows that do not fill the last byte or block), the
+    # rest by its own raw values or bin codes, missing values both ways
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.tree import PackedEnsemble
 
     X, bm, Xb = _data(rng)
-    y = (np.nan_to_num(X[:, 0]) > 0).astype(float)
-    tree = train_gbdt(GBDTParams(n_estimators=1, max_depth=5), X, y, bin_mapper=bm).trees[0]
-    nodes = tree.nodes
-    split = np.flatnonzero(nodes["feature"] >= 0)
+    y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 1]) > 0).astype(float)
+    trees = train_gbdt(GBDTParams(n_estimators=4, max_depth=5), X, y, bin_mapper=bm).trees
+    X, Xb = X[:n], Xb[:n]
+    pk = PackedEnsemble(trees)
+    split = np.flatnonzero(pk.feature >= 0)
     peer = split[::2]
-    slot = np.full(len(nodes), -1, dtype=np.int64)
+    slot = np.full(len(pk.feature), -1, dtype=np.int64)
     slot[peer] = np.arange(len(peer))[::-1]  # rows of the bits in any order
-    bits = rng.random((len(peer), len(X))) < 0.5
-    cols, cuts = (Xb, nodes["bin"]) if binned else (X, nodes["threshold"])
+    bits = rng.random((len(peer), n)) < 0.5
+    cols, cuts = (Xb, pk.bin) if binned else (X, pk.threshold)
     missing = np.asarray(bm.missing_codes, dtype=np.int64) if binned else np.zeros(0, dtype=np.int64)
-    expected = np.zeros(len(X), dtype=np.int64)
-    for i in range(len(X)):
-        k = 0
-        while nodes["feature"][k] >= 0:
-            if slot[k] >= 0:
-                go = bits[slot[k], i]
-            else:
-                x = cols[i, nodes["feature"][k]]
-                gone = x == missing[nodes["feature"][k]] if binned else np.isnan(x)
-                go = bool(nodes["missing_left"][k]) if gone else x <= cuts[k]
-            k = nodes["left"][k] if go else nodes["right"][k]
-        expected[i] = k
-    out = np.full(len(X), -1, dtype=np.int64)
-    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), *(np.ascontiguousarray(a) for a in (
-        nodes["feature"], cuts, nodes["missing_left"], nodes["left"], nodes["right"])), slot, bits, missing, out)
+    expected = np.zeros((n, len(trees)), dtype=np.int64)
+    for t in range(len(trees)):
+        b0 = pk.tree_offsets[t]
+        for i in range(n):
+            k = 0
+            while pk.feature[b0 + k] >= 0:
+                j = b0 + k
+                if slot[j] >= 0:
+                    go = bits[slot[j], i]
+                else:
+                    x = cols[i, pk.feature[j]]
+                    gone = x == missing[pk.feature[j]] if binned else np.isnan(x)
+                    go = bool(pk.missing_left[j]) if gone else x <= cuts[j]
+                k = pk.left[j] if go else pk.right[j]
+            expected[i, t] = k
+    out = _route_with_bits(cols, trees, slot, bits, missing, binned)
     np.testing.assert_array_equal(out, expected)
     # with no split the peer's, the engine's routing; with the bits the columns' decisions, the same again
-    engine = predict.predict_leaves_reference(X, nodes["feature"], nodes["threshold"], nodes["missing_left"],
-                                              nodes["left"], nodes["right"], np.array([0, len(nodes)]))[:, 0]
-    assert not np.array_equal(out, engine)  # the bits were followed
-    own = np.full(len(nodes), -1, dtype=np.int64)
-    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), *(np.ascontiguousarray(a) for a in (
-        nodes["feature"], cuts, nodes["missing_left"], nodes["left"], nodes["right"])), own, bits[:0], missing, out)
-    np.testing.assert_array_equal(out, engine)
-    f, t = nodes["feature"][peer], nodes["threshold"][peer]
-    true_bits = np.where(np.isnan(X[:, f]), nodes["missing_left"][peer].astype(bool), X[:, f] <= t).T[::-1]
-    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), *(np.ascontiguousarray(a) for a in (
-        nodes["feature"], cuts, nodes["missing_left"], nodes["left"], nodes["right"])), slot,
-        np.ascontiguousarray(true_bits), missing, out)
-    np.testing.assert_array_equal(out, engine)
-    assert np.isnan(X[:, nodes["feature"][split]]).any()  # missing values at the splits
+    engine = pk.leaves(X)
+    if n > 1:
+        assert not np.array_equal(out, engine)  # the bits were followed
+    own = np.full(len(slot), -1, dtype=np.int64)
+    np.testing.assert_array_equal(_route_with_bits(cols, trees, own, bits[:0], missing, binned), engine)
+    f, t = pk.feature[peer], pk.threshold[peer]
+    true_bits = np.where(np.isnan(X[:, f]), pk.missing_left[peer], X[:, f] <= t).T[::-1]
+    np.testing.assert_array_equal(_route_with_bits(cols, trees, slot, true_bits, missing, binned), engine)
+    if n == 3000:
+        assert np.isnan(X[:, pk.feature[split]]).any()  # missing values at the splits
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000])
@@ -302,6 +317,49 @@ def test_packed_go_left_bits_are_numpys_packed_masks(rng, n):
         assert out[j].tobytes() == np.packbits(mask).tobytes()
     if n >= 1000:
         assert np.isnan(X).any() and 0 < np.unpackbits(out).mean() < 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 13, 1000])
+def test_a_passive_partys_answer_sends_each_distinct_mask_once_and_each_split_its_own(rng, n):
+    # splits that repeat a condition (another tree's split on the same feature and threshold), splits whose
+    # masks are equal on these rows though their conditions differ, and distinct ones; what the label holder
+    # reads back is each split's own packed mask
+    from fedgrove.engine.binning import BinMapper
+    from fedgrove.protocols.vertical import messages as m
+    from fedgrove.protocols.vertical.passive import PassiveModel
+
+    X = rng.normal(size=(n, 3))
+    X[rng.random(X.shape) < 0.2] = np.nan
+    conditions = [(0, True, 0.1), (0, True, 0.1), (1, False, -0.3), (2, True, 0.4), (0, True, 0.1),
+                  (1, False, 50.0), (1, False, 60.0), (2, False, 0.4)]  # 50 and 60: every value goes left
+    splits = {(t, 2 * t): (f, 1, ml, thr) for t, (f, ml, thr) in enumerate(conditions)}
+    model = PassiveModel("p", BinMapper(max_bins=8).fit(rng.normal(size=(20, 3))), splits)
+    keys = sorted(splits)
+    bits, which = model.packed_go_left(X, keys)
+    assert len(which) == len(keys) and len(bits) == len({bytes(b) for b in bits})  # each mask once
+    expected = [np.packbits(np.where(np.isnan(X[:, f]), ml, X[:, f] <= thr)).tobytes()
+                for f, _b, ml, thr in (splits[k] for k in keys)]
+    assert [bits[j] for j in which] == expected
+    assert len(bits) == len(set(expected)) < len(keys)
+    packed = m.packed_masks(bits, n)
+    assert [packed[j].tobytes() for j in which] == expected
+    assert m.distinct_masks(np.zeros((0, 4), dtype=np.uint8)) == ([], [])
+
+
+@pytest.mark.parametrize("n", [1, 13, 16])
+def test_packed_masks_refuse_a_wrong_length_and_bits_past_the_last_row(n):
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.vertical import messages as m
+
+    width = (n + 7) // 8
+    good = np.packbits(np.ones(n, dtype=bool)).tobytes()
+    assert m.packed_masks([good, bytes(width)], n).tolist() == [list(good), [0] * width]
+    for bad in (good + b"\x00", good[:-1]):
+        with pytest.raises(ProtocolError, match=f"a mask of {len(bad)} bytes does not describe {n} instances"):
+            m.packed_masks([bytes(width), bad], n)
+    if n % 8:  # the padding after the last row must be clear
+        with pytest.raises(ProtocolError, match=f"a mask of {width} bytes does not describe {n} instances"):
+            m.packed_masks([good[:-1] + bytes([good[-1] | 1])], n)
 
 
 @pytest.mark.parametrize("distinct", [3, 300, 1_000_000])

@@ -75,17 +75,18 @@ def _warm_engine(cfg, X, rng) -> None:
         packed.leaves_binned(codes, model.bin_mapper.missing_codes)
         # a vertical label holder routes by its own columns and the passive parties' bits: test values, and
         # the training instances' codes when rows are sampled
-        nodes = model.trees[0].nodes
-        nodes = [np.ascontiguousarray(nodes[k]) for k in ("feature", "threshold", "bin", "missing_left", "left",
-                                                          "right")]
-        peers, bits = np.full(len(nodes[0]), -1), np.zeros((0, len(X)), dtype=bool)
-        leaves_with_peer_bits(np.ascontiguousarray(X), nodes[0], nodes[1], *nodes[3:], peers, bits,
-                              np.zeros(0, dtype=np.int64), np.zeros(len(X), dtype=np.int64))
-        leaves_with_peer_bits(codes, nodes[0], nodes[2], *nodes[3:], peers, bits,
-                              np.asarray(model.bin_mapper.missing_codes, dtype=np.int64), np.zeros(len(X), np.int64))
+        kids = np.empty(2 * len(packed.left), dtype=np.int64)
+        kids[0::2], kids[1::2] = packed.left, packed.right
+        peers, bits = np.full(len(kids) // 2, -1), np.zeros((0, (len(X) + 7) // 8), dtype=np.uint8)
+        bits.setflags(write=False)  # (as the masks come: read from the bytes received)
+        for cols, cuts, missing in ((np.ascontiguousarray(X), packed.threshold, np.zeros(0, dtype=np.int64)),
+                                    (codes, packed.bin, np.asarray(model.bin_mapper.missing_codes, dtype=np.int64))):
+            leaves_with_peer_bits(cols, packed.feature, cuts, packed.missing_left, kids, peers, packed.tree_offsets,
+                                  len(model.trees), bits, missing, np.zeros((len(X), len(model.trees)), np.int32))
         # and a vertical passive party answers with its splits' go-left bits
-        split = nodes[0] >= 0
-        pack_go_left(np.asfortranarray(X), nodes[0][split].astype(np.int64), nodes[1][split], nodes[3][split],
+        split = packed.feature >= 0
+        pack_go_left(np.asfortranarray(X), packed.feature[split].astype(np.int64), packed.threshold[split],
+                     packed.missing_left[split].astype(np.uint8),
                      np.zeros((int(split.sum()), (len(X) + 7) // 8), dtype=np.uint8))
         if params.objective == "multiclass":  # the protocols keep scores sample-major, the engine class-major
             from fedgrove.engine.histogram import add_to_segments

@@ -16,6 +16,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.losses import objective_for
 from fedgrove.engine.model import TEXT_FEATURES, GBDTModel, as_numbers, by_names, names_of
 from fedgrove.engine.predict import leaves_with_peer_bits
+from fedgrove.engine.tree import PackedEnsemble
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.exceptions import DataError, InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.protocols.vertical import messages as m
@@ -245,43 +246,53 @@ def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPackin
 _NO_CODES = np.zeros(0, dtype=np.int64)
 
 
-def _leaves(tree, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=_NO_CODES) -> np.ndarray:
+def _leaves(trees: list, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=_NO_CODES) -> np.ndarray:
     """Each row of ``X`` (this party's columns, row-major: float64 raw values, or uint8 bin codes with each
-    feature's ``missing_codes``)'s leaf in ``tree``; at a peer's split ``node`` the rows go left where row
-    ``row_of(node)`` of ``bits`` (a boolean (masks, rows) array) says so."""
-    nodes = tree.nodes
-    slot = np.full(len(nodes), -1, dtype=np.int64)
-    for node in np.flatnonzero((nodes["feature"] >= 0) & (nodes["owner"] > 0)).tolist():
-        slot[node] = row_of(node)
-    leaf = np.zeros(len(X), dtype=np.int64)
-    cuts = nodes["bin"] if len(missing_codes) else nodes["threshold"]
-    leaves_with_peer_bits(X, *(np.ascontiguousarray(a) for a in (nodes["feature"], cuts, nodes["missing_left"],
-                                                                  nodes["left"], nodes["right"])),
-                          slot, bits, np.asarray(missing_codes, dtype=np.int64), leaf)
-    return leaf
+    feature's ``missing_codes``)'s leaf in each of ``trees``, an ``(n, len(trees))`` int32 array; at a peer's
+    split ``node`` of tree ``t`` the rows go left where mask ``row_of(t, node)`` of ``bits`` (the masks, packed:
+    :func:`~fedgrove.protocols.vertical.messages.packed_masks`) says so."""
+    packed = PackedEnsemble(trees)
+    slot = np.full(len(packed.feature), -1, dtype=np.int64)
+    for t, tree in enumerate(trees):
+        nodes = tree.nodes
+        for node in np.flatnonzero((nodes["feature"] >= 0) & (nodes["owner"] > 0)).tolist():
+            slot[packed.tree_offsets[t] + node] = row_of(t, node)
+    leaves = np.zeros((len(X), len(trees)), dtype=np.int32)
+    kids = np.empty(2 * len(slot), dtype=np.int64)
+    kids[0::2], kids[1::2] = packed.left, packed.right
+    leaves_with_peer_bits(X, packed.feature, packed.bin if len(missing_codes) else packed.threshold,
+                          packed.missing_left, kids, slot, packed.tree_offsets, len(trees),
+                          bits, np.asarray(missing_codes, dtype=np.int64), leaves)
+    return leaves
 
 
 def _peer_bits(replies, n: int) -> tuple[np.ndarray, dict]:
-    """The passive parties' go-left bits of ``n`` instances at their splits, from their replies: a (masks, n)
-    boolean array and each (tree, node)'s row in it."""
+    """The passive parties' go-left bits of ``n`` instances at their splits, from their replies: the masks
+    packed, one a row (:func:`~fedgrove.protocols.vertical.messages.packed_masks`), and each (tree, node)'s row."""
     row_of, parts = {}, []
     for reply in replies:
-        for t, node, b in zip(reply.trees, reply.nodes, reply.bits):
-            row_of[(t, node)] = len(parts)
-            parts.append(b)
-    return m.unpack_masks(parts, n), row_of
+        if not len(reply.trees) == len(reply.nodes) == len(reply.masks) or len(reply.bits) > len(reply.trees) \
+                or any(not 0 <= j < len(reply.bits) for j in reply.masks):
+            raise ProtocolError(f"a reply of go-left bits lists {len(reply.trees)} trees, {len(reply.nodes)} nodes "
+                                f"and {len(reply.masks)} mask numbers for {len(reply.bits)} masks: expected a tree, "
+                                f"a node and a mask number below {len(reply.bits)} for each split, and no more "
+                                f"masks than splits")
+        for t, node, j in zip(reply.trees, reply.nodes, reply.masks):
+            row_of[(t, node)] = len(parts) + j
+        parts.extend(reply.bits)
+    return m.packed_masks(parts, n), row_of
 
 
 def _route(tree, tree_id: int, X_binned: np.ndarray, missing_codes, bits: np.ndarray, row_of: dict) -> np.ndarray:
     """Each training instance's leaf in ``tree``: the active party's splits by its binned columns, the passive
     parties' by their go-left ``bits`` (row ``row_of[(tree, node)]`` for a passive party's split ``node``)."""
 
-    def row(node):
+    def row(_t, node):
         if (tree_id, node) not in row_of:
             raise ProtocolError(f"no go-left bits came for tree {tree_id} node {node}, a passive party's split")
         return row_of[(tree_id, node)]
 
-    return _leaves(tree, X_binned, bits, row, missing_codes)
+    return _leaves([tree], X_binned, bits, row, missing_codes)[:, 0]
 
 
 class VerticalActive:
@@ -461,16 +472,16 @@ def predict_active(channel, passives: list[str], model: GBDTModel, X_local: np.n
     for start, stop in prediction_chunks(n, most):
         channel.broadcast("predict", m.PredictRequest(n, digest, start, stop), passives)
         bits, row_of = _peer_bits([channel.recv(name, "predict", m.PredictBits) for name in passives], stop - start)
-        X_chunk = np.ascontiguousarray(X_local[start:stop], dtype=np.float64)  # (once, not per tree)
-        for t, tree in enumerate(model.trees):
-            def row(nid, t=t, nodes=tree.nodes):
-                if (t, nid) not in row_of:
-                    f = int(nodes[nid]["feature"])
-                    who = owners[f] if owners and f < len(owners) else ("its owner", f)
-                    raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on its "
-                                        f"column {who[1]}: are the parties' model files of one training run, and "
-                                        f"undamaged?")
-                return row_of[(t, nid)]
 
-            leaves[start:stop, t] = _leaves(tree, X_chunk, bits, row)
+        def row(t, nid):
+            if (t, nid) not in row_of:
+                f = int(model.trees[t].nodes[nid]["feature"])
+                who = owners[f] if owners and f < len(owners) else ("its owner", f)
+                raise ProtocolError(f"{who[0]} sent no go-left bits for tree {t} node {nid}, its split on its "
+                                    f"column {who[1]}: are the parties' model files of one training run, and "
+                                    f"undamaged?")
+            return row_of[(t, nid)]
+
+        leaves[start:stop] = _leaves(model.trees, np.ascontiguousarray(X_local[start:stop], dtype=np.float64),
+                                     bits, row)
     return model.raw_from_leaves(leaves)

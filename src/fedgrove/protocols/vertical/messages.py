@@ -157,11 +157,13 @@ class PredictRequest(Message):
 @register
 class PredictBits(Message):
     """For each split the passive party owns (tree, node), packed go-left bits of the test instances asked
-    about (in training: of every training instance)."""
+    about (in training: of every training instance): mask ``masks[j]`` of ``bits`` for split ``j``, each
+    distinct mask sent once (:func:`distinct_masks`)."""
 
     trees: list[int] = None
     nodes: list[int] = None
     bits: list[bytes] = None
+    masks: list[int] = None
 
 
 def ids_digest(ids) -> bytes:
@@ -185,6 +187,15 @@ def pack_masks(masks: list) -> list[bytes]:
     return [row.tobytes() for row in packed]
 
 
+def distinct_masks(packed: np.ndarray) -> tuple[list[bytes], list[int]]:
+    """Packed masks, one a row of ``packed``, as the distinct ones (in the order they first come) and, per row,
+    which of them it is: equal masks are sent once.  The receiver learns no more than the masks themselves
+    show (which of them are equal)."""
+    first: dict = {}
+    which = [first.setdefault(row.tobytes(), len(first)) for row in packed]
+    return list(first), which
+
+
 def unpack_mask(data: bytes, n: int) -> np.ndarray:
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8))
     if len(bits) < n or len(bits) >= n + 8 or bits[n:].any():
@@ -192,6 +203,22 @@ def unpack_mask(data: bytes, n: int) -> np.ndarray:
 
         raise ProtocolError(f"a mask of {len(data)} bytes does not describe {n} instances")
     return bits[:n].astype(bool)
+
+
+def packed_masks(parts: list, n: int) -> np.ndarray:
+    """Several packed masks of ``n`` instances each (as :func:`pack_mask` packs them) as the rows of one
+    ``(len(parts), (n + 7) // 8)`` uint8 array, still packed; a part of the wrong length, or with bits set
+    beyond the ``n`` instances, is refused as :func:`unpack_mask` refuses it."""
+    width = (n + 7) // 8
+    bad = next((len(p) for p in parts if len(p) != width), None)
+    packed = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(parts), width) if bad is None else None
+    if bad is None and n % 8 and len(parts) and (packed[:, -1] & ((1 << (8 - n % 8)) - 1)).any():
+        bad = width
+    if bad is not None:
+        from fedgrove.exceptions import ProtocolError
+
+        raise ProtocolError(f"a mask of {bad} bytes does not describe {n} instances")
+    return packed
 
 
 def unpack_masks(parts: list, n: int) -> np.ndarray:

@@ -47,16 +47,23 @@ class PassiveModel:
                             f"shape {X.shape}")
         return X
 
-    def packed_go_left(self, X: np.ndarray, keys: list) -> list[bytes]:
-        """Per split of ``keys``, which of the rows ``X`` (checked by :meth:`rows`) go left, packed as
-        :func:`~fedgrove.protocols.vertical.messages.pack_mask` packs a mask, found in one kernel (by hand, 934
-        splits of 50,000 test rows: 0.066 -> 0.017 s)."""
-        out = np.zeros((len(keys), (len(X) + 7) // 8), dtype=np.uint8)
-        if len(keys) and len(X):
-            f, _b, ml, thr = zip(*(self.splits[k] for k in keys))
+    def packed_go_left(self, X: np.ndarray, keys: list) -> tuple[list[bytes], list[int]]:
+        """Which of the rows ``X`` (checked by :meth:`rows`) go left at each split of ``keys``, packed as
+        :func:`~fedgrove.protocols.vertical.messages.pack_mask` packs a mask: the distinct masks and, per key,
+        which of them is its own (:func:`~fedgrove.protocols.vertical.messages.distinct_masks`).  Each distinct
+        condition (feature, threshold, missing direction) is found once, all of them in one kernel (a9a's
+        test rows repeated to 50,000, 921 splits of 43 conditions, by hand: 0.029 -> 0.002 s)."""
+        conditions: dict = {}
+        for k in keys:
+            f, _b, ml, thr = self.splits[k]
+            conditions.setdefault((f, bool(ml), thr), len(conditions))
+        out = np.zeros((len(conditions), (len(X) + 7) // 8), dtype=np.uint8)
+        if len(conditions) and len(X):
+            f, ml, thr = zip(*conditions)
             pack_go_left(np.asfortranarray(X, dtype=np.float64), np.asarray(f, dtype=np.int64),
                          np.asarray(thr, dtype=np.float64), np.asarray(ml, dtype=np.uint8), out)
-        return [row.tobytes() for row in out]
+        masks, which = m.distinct_masks(out)
+        return masks, [which[conditions[(f, bool(ml), thr)]] for f, _b, ml, thr in (self.splits[k] for k in keys)]
 
     def to_dict(self) -> dict:
         d = {"party": self.party, "bin_mapper": self.bin_mapper.to_dict(),
@@ -205,11 +212,12 @@ class VerticalPassive:
     def _bits_of_tree(self, tree: int) -> m.PredictBits:
         """Go-left bits of every training instance at each of this party's splits of ``tree``."""
         keys = sorted(k for k in self.model.splits if k[0] == tree)
-        bits = []
-        for key in keys:
+        packed = np.zeros((len(keys), (len(self.X_binned) + 7) // 8), dtype=np.uint8)
+        for j, key in enumerate(keys):
             f, b, ml, _ = self.model.splits[key]
-            bits.append(m.pack_mask(self._go_left(self.X_binned[:, f], f, b, ml)))
-        return m.PredictBits([k[0] for k in keys], [k[1] for k in keys], bits)
+            packed[j] = np.packbits(self._go_left(self.X_binned[:, f], f, b, ml))
+        bits, which = m.distinct_masks(packed)
+        return m.PredictBits([k[0] for k in keys], [k[1] for k in keys], bits, which)
 
     def _go_left(self, codes: np.ndarray, f: int, b: int, missing_left: bool) -> np.ndarray:
         """Which of feature ``f``'s bin ``codes`` go left at a split on bin ``b``."""
@@ -282,7 +290,7 @@ def answer_predict(channel, active: str, model: PassiveModel, X: np.ndarray, ids
             raise ProtocolError(f"{channel.party}: {active} asked about test instances {req.start}:{req.stop}, "
                                 f"{size} bytes of go-left bits, more than one answer may hold ({MAX_PREDICT_BYTES})")
         channel.send(active, "predict", m.PredictBits([t for t, _ in keys], [n for _, n in keys],
-                                                      model.packed_go_left(X[req.start:req.stop], keys)))
+                                                      *model.packed_go_left(X[req.start:req.stop], keys)))
         done = req.stop
         if done == len(X):
             return
