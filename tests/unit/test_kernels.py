@@ -240,13 +240,11 @@ def _route_with_bits(cols, trees, slot, bits, missing, binned):
     from fedgrove.engine.tree import PackedEnsemble
 
     pk = PackedEnsemble(trees)
-    kids = np.empty(2 * len(pk.left), dtype=np.int64)
-    kids[0::2], kids[1::2] = pk.left, pk.right
-    out = np.full((len(cols), len(trees)), -1, dtype=np.int32)
-    predict.leaves_with_peer_bits(np.ascontiguousarray(cols), pk.feature, pk.bin if binned else pk.threshold,
-                                  pk.missing_left, kids, slot, pk.tree_offsets, len(trees), np.packbits(bits, axis=1),
-                                  missing, out)
-    return out
+    packed = np.packbits(bits, axis=1)
+    packed.setflags(write=False)  # (as the masks come: read from the bytes received)
+    return predict.leaves_with_peer_bits(np.ascontiguousarray(cols), pk.feature, pk.bin if binned else pk.threshold,
+                                         pk.missing_left, pk.left, pk.right, slot, pk.tree_offsets, len(trees), packed,
+                                         missing if binned else None)
 
 
 @pytest.mark.parametrize("binned", [False, True])

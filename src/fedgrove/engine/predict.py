@@ -22,9 +22,9 @@ U7 = np.uint64(7)
 _LEAVES, _SUMS, _ROWS_OF_VALUES = 0, 1, 2  # what a routing kernel does with a row's leaf
 
 
-def _route_kernel(binned, mode):
-    """The routing kernel for bin codes (``binned``) or raw values and one ``mode``, both fixed when numba
-    compiles it.
+def _route_kernel(binned, mode, peers=False):
+    """The routing kernel for bin codes (``binned``) or raw values and one ``mode``, and whether peers decide
+    some splits (``peers``), all fixed when numba compiles it.
 
     The kernel gives each row's leaf (local index) in each of the first ``n_trees`` trees, the same as
     ``predict_leaves_reference`` gives (raw values: ``x <= threshold``, NaN following ``missing_left``; bin
@@ -32,7 +32,10 @@ def _route_kernel(binned, mode):
     ``mode`` says: ``_LEAVES`` writes it to ``leaves[i, t]``; ``_SUMS`` adds ``values[leaf, 0]`` to
     ``sums[i, tree_class[t]]``; ``_ROWS_OF_VALUES`` adds the row ``values[leaf]`` to ``sums[i]`` (leaf: its
     index among all the trees' nodes; each row's additions in tree order).  ``kids`` holds each node's left and
-    right child side by side (``2k``, ``2k + 1``).
+    right child side by side (``2k``, ``2k + 1``).  With ``peers``, as a vertical protocol's label holder routes:
+    at node ``k`` with ``slot[k] >= 0`` row ``i`` goes left where the peer's bit for it in ``bits[slot[k]]`` is
+    set (the go-left mask packed as :func:`numpy.packbits` packs it: row ``i`` in bit ``7 - i % 8`` of byte
+    ``i // 8``), and the other splits by the columns as above.
 
     Rows go in blocks of ``_BLOCK``, a block through every tree in turn.  ``_LANES`` rows go down a tree side
     by side, each step without a branch on the split's side, and a row that reaches its leaf hands its lane to
@@ -53,7 +56,7 @@ def _route_kernel(binned, mode):
 
     @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
     def route(X, feature, threshold, missing_left, left, right, kids, tree_offsets, n_trees, values, tree_class,
-              leaves, sums, missing_codes):
+              leaves, sums, missing_codes, slot, bits):
         n = X.shape[0]
         for b in prange((n + _BLOCK - 1) // _BLOCK):
             r0 = b * _BLOCK
@@ -97,12 +100,15 @@ def _route_kernel(binned, mode):
                                 lane_row[q] = -1
                                 live -= 1
                             continue
-                        uf = np.uint64(f)
-                        x = X[i, uf]
-                        missing = (x == missing_codes[uf]) if binned else (x != x)
-                        go_left = (missing & missing_left[k]) | ((not missing) & (x <= threshold[k]))
+                        if peers and slot[k] >= 0:
+                            go_left = (np.uint64(bits[np.uint64(slot[k]), i >> U3]) >> (U7 - (i & U7))) & U1
+                        else:
+                            uf = np.uint64(f)
+                            x = X[i, uf]
+                            missing = (x == missing_codes[uf]) if binned else (x != x)
+                            go_left = np.uint64((missing & missing_left[k]) | ((not missing) & (x <= threshold[k])))
                         if load_child:
-                            lane_node[q] = kids[U2 * k + U1 - np.uint64(go_left)]
+                            lane_node[q] = kids[U2 * k + U1 - go_left]
                         else:
                             r = right[k]
                             lane_node[q] = r + (left[k] - r) * np.int64(go_left)
@@ -114,12 +120,14 @@ _route_leaves = _route_kernel(False, _LEAVES)
 _route_leaves_binned = _route_kernel(True, _LEAVES)
 _route_sums = _route_kernel(False, _SUMS)
 _route_rows_of_values = _route_kernel(False, _ROWS_OF_VALUES)
+_route_leaves_with_peers = _route_kernel(False, _LEAVES, peers=True)
+_route_leaves_binned_with_peers = _route_kernel(True, _LEAVES, peers=True)
 
 
 def _routed(kernel, X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, values=None,
-            tree_class=None, leaves=None, sums=None, missing_codes=None):
-    """``kernel`` (one of the four ``_route_*``) with empty arrays for what it does not use; the leaves
-    kernels, which load the chosen child, get the children side by side."""
+            tree_class=None, leaves=None, sums=None, missing_codes=None, slot=None, bits=None):
+    """``kernel`` (one of the ``_route_*``) with empty arrays for what it does not use; the leaves kernels,
+    which load the chosen child, get the children side by side."""
     if leaves is None:
         kids = np.zeros(0, dtype=np.int64)
     else:
@@ -131,7 +139,13 @@ def _routed(kernel, X, feature, threshold, missing_left, left, right, tree_offse
            none if values is None else np.ascontiguousarray(values, dtype=np.float64),
            np.zeros(0, dtype=np.int64) if tree_class is None else np.asarray(tree_class, dtype=np.int64),
            np.zeros((0, 1), dtype=np.int32) if leaves is None else leaves, none if sums is None else sums,
-           np.zeros(0, dtype=np.int32) if missing_codes is None else np.asarray(missing_codes, dtype=np.int32))
+           np.zeros(0, dtype=np.int32) if missing_codes is None else np.asarray(missing_codes, dtype=np.int32),
+           _NO_SLOTS if slot is None else slot, _NO_BITS if bits is None else bits)
+
+
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+_NO_BITS = np.zeros((0, 0), dtype=np.uint8)
+_NO_BITS.setflags(write=False)  # (as peers' masks come: read from the bytes received)
 
 
 def predict_leaves(X, feature, threshold, missing_left, left, right, tree_offsets):
@@ -221,65 +235,21 @@ def predict_leaves_reference(X, feature, threshold, missing_left, left, right, t
     return out
 
 
-@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
-def leaves_with_peer_bits(X, feature, threshold, missing_left, kids, slot, tree_offsets, n_trees, bits,
-                          missing_codes, leaves):
-    """Each row's leaf in each of the first ``n_trees`` trees (flat node arrays as the engine's, ``tree_offsets``
-    where each tree starts, children local to their tree) of which peers decide some splits, as a vertical
-    protocol's label holder routes: at node ``k`` with ``slot[k] >= 0`` row ``i`` goes left where the peer's bit
-    for it in ``bits[slot[k]]`` is set (the go-left mask packed as :func:`numpy.packbits` packs it: row ``i`` in
-    bit ``7 - i % 8`` of byte ``i // 8``), at this party's own splits where ``X[i, feature[k]] <= threshold[k]``, a
-    missing value following ``missing_left`` (raw values: NaN; bin codes, with ``missing_codes`` not empty: the
-    feature's missing code).  Writes ``leaves[i, t]`` (the leaf's index in its tree).
-
-    Rows go in blocks of ``_BLOCK``, a block through every tree in turn, so that a block reads 8 bytes of each
-    mask, and ``_LANES`` rows go down a tree side by side, as in the engine's routing kernel; the masks stay
-    packed (unpacking 1,004 masks of 50,000 rows into booleans took longer than routing with them)."""
-    n = X.shape[0]
-    binned = missing_codes.shape[0] > 0
-    for b in prange((n + _BLOCK - 1) // _BLOCK):
-        r0 = b * _BLOCK
-        r1 = min(n, r0 + _BLOCK)
-        lane_row = np.empty(_LANES, dtype=np.int64)
-        lane_node = np.empty(_LANES, dtype=np.int64)
-        for t in range(n_trees):
-            b0 = tree_offsets[t]
-            nxt = r0
-            live = 0
-            for q in range(_LANES):
-                if nxt < r1:
-                    lane_row[q] = nxt
-                    lane_node[q] = 0
-                    nxt += 1
-                    live += 1
-                else:
-                    lane_row[q] = -1
-            while live > 0:
-                for q in range(_LANES):
-                    if lane_row[q] < 0:
-                        continue
-                    i = np.uint64(lane_row[q])
-                    k = np.uint64(b0 + lane_node[q])
-                    f = feature[k]
-                    if f < 0:  # at its leaf: the lane takes the next row
-                        leaves[i, t] = lane_node[q]
-                        if nxt < r1:
-                            lane_row[q] = nxt
-                            lane_node[q] = 0
-                            nxt += 1
-                        else:
-                            lane_row[q] = -1
-                            live -= 1
-                        continue
-                    s = slot[k]
-                    if s >= 0:
-                        go = (np.uint64(bits[np.uint64(s), i >> U3]) >> (U7 - (i & U7))) & U1
-                    else:
-                        uf = np.uint64(f)
-                        x = X[i, uf]
-                        missing = (x == missing_codes[uf]) if binned else (x != x)
-                        go = np.uint64((missing & missing_left[k]) | ((not missing) & (x <= threshold[k])))
-                    lane_node[q] = kids[U2 * k + U1 - go]
+def leaves_with_peer_bits(X, feature, threshold, missing_left, left, right, slot, tree_offsets, n_trees, bits,
+                          missing_codes=None) -> np.ndarray:
+    """Each row's leaf (local to its tree) in each of the first ``n_trees`` trees of which peers decide some
+    splits, an ``(n, n_trees)`` int32 array, as a vertical protocol's label holder routes: at node ``k`` with
+    ``slot[k] >= 0`` row ``i`` goes left where its bit in the packed mask ``bits[slot[k]]`` is set, at this
+    party's own splits by its raw values ``X``, or by its bin codes with each feature's ``missing_codes``.
+    The engine's routing kernel with the peers' bits (the masks stay packed: unpacking 1,004 masks of 50,000
+    rows into booleans took longer than routing with them)."""
+    n_trees = int(n_trees)
+    leaves = np.zeros((X.shape[0], n_trees), dtype=np.int32)
+    if n_trees:
+        kernel = _route_leaves_with_peers if missing_codes is None else _route_leaves_binned_with_peers
+        _routed(kernel, X, feature, threshold, missing_left, left, right, tree_offsets, n_trees, leaves=leaves,
+                missing_codes=missing_codes, slot=np.asarray(slot, dtype=np.int64), bits=bits)
+    return leaves
 
 
 @njit(cache=True, nogil=True)

@@ -75,14 +75,12 @@ def _warm_engine(cfg, X, rng) -> None:
         packed.leaves_binned(codes, model.bin_mapper.missing_codes)
         # a vertical label holder routes by its own columns and the passive parties' bits: test values, and
         # the training instances' codes when rows are sampled
-        kids = np.empty(2 * len(packed.left), dtype=np.int64)
-        kids[0::2], kids[1::2] = packed.left, packed.right
-        peers, bits = np.full(len(kids) // 2, -1), np.zeros((0, (len(X) + 7) // 8), dtype=np.uint8)
+        peers, bits = np.full(len(packed.feature), -1), np.zeros((0, (len(X) + 7) // 8), dtype=np.uint8)
         bits.setflags(write=False)  # (as the masks come: read from the bytes received)
-        for cols, cuts, missing in ((np.ascontiguousarray(X), packed.threshold, np.zeros(0, dtype=np.int64)),
-                                    (codes, packed.bin, np.asarray(model.bin_mapper.missing_codes, dtype=np.int64))):
-            leaves_with_peer_bits(cols, packed.feature, cuts, packed.missing_left, kids, peers, packed.tree_offsets,
-                                  len(model.trees), bits, missing, np.zeros((len(X), len(model.trees)), np.int32))
+        for cols, cuts, missing in ((np.ascontiguousarray(X), packed.threshold, None),
+                                    (codes, packed.bin, model.bin_mapper.missing_codes)):
+            leaves_with_peer_bits(cols, packed.feature, cuts, packed.missing_left, packed.left, packed.right, peers,
+                                  packed.tree_offsets, len(model.trees), bits, missing)
         # and a vertical passive party answers with its splits' go-left bits
         split = packed.feature >= 0
         pack_go_left(np.asfortranarray(X), packed.feature[split].astype(np.int64), packed.threshold[split],

@@ -243,10 +243,7 @@ def row_packing_for(he: HEContext, packer: GHPacker, k: int | None) -> RowPackin
     return RowPacking.for_packer(packer, k)
 
 
-_NO_CODES = np.zeros(0, dtype=np.int64)
-
-
-def _leaves(trees: list, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=_NO_CODES) -> np.ndarray:
+def _leaves(trees: list, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=None) -> np.ndarray:
     """Each row of ``X`` (this party's columns, row-major: float64 raw values, or uint8 bin codes with each
     feature's ``missing_codes``)'s leaf in each of ``trees``, an ``(n, len(trees))`` int32 array; at a peer's
     split ``node`` of tree ``t`` the rows go left where mask ``row_of(t, node)`` of ``bits`` (the masks, packed:
@@ -257,13 +254,9 @@ def _leaves(trees: list, X: np.ndarray, bits: np.ndarray, row_of, missing_codes=
         nodes = tree.nodes
         for node in np.flatnonzero((nodes["feature"] >= 0) & (nodes["owner"] > 0)).tolist():
             slot[packed.tree_offsets[t] + node] = row_of(t, node)
-    leaves = np.zeros((len(X), len(trees)), dtype=np.int32)
-    kids = np.empty(2 * len(slot), dtype=np.int64)
-    kids[0::2], kids[1::2] = packed.left, packed.right
-    leaves_with_peer_bits(X, packed.feature, packed.bin if len(missing_codes) else packed.threshold,
-                          packed.missing_left, kids, slot, packed.tree_offsets, len(trees),
-                          bits, np.asarray(missing_codes, dtype=np.int64), leaves)
-    return leaves
+    binned = missing_codes is not None
+    return leaves_with_peer_bits(X, packed.feature, packed.bin if binned else packed.threshold, packed.missing_left,
+                                 packed.left, packed.right, slot, packed.tree_offsets, len(trees), bits, missing_codes)
 
 
 def _peer_bits(replies, n: int) -> tuple[np.ndarray, dict]:
