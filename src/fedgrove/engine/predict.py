@@ -252,6 +252,74 @@ def leaves_with_peer_bits(X, feature, threshold, missing_left, left, right, slot
     return leaves
 
 
+@njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
+def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right, missing_codes, out):
+    """Move instances down a feature holder's splits from the nodes they start at (a HybridTree guest's layers
+    below the host's hand-off nodes): for each ``j`` and layout ``c``, from node ``start[j, c]`` row
+    ``rows[j]`` of ``X`` goes down the splits of layout ``c`` until it reaches a node that is not one of them,
+    whose id ``out[j, c]`` gets (a start node the layout does not know: itself).
+
+    Layout ``c`` holds the tree's known nodes ``offsets[c]`` to ``offsets[c + 1]``, their ids ``node_ids``
+    increasing; at a split ``k`` (``feature[k] >= 0``) a row goes to ``left[k]`` where ``X[i, feature[k]] <=
+    threshold[k]``, else ``right[k]`` (positions in the same arrays), a missing value (raw values: NaN; bin
+    codes, with ``missing_codes`` not empty: the feature's missing code) following ``missing_left``.  A walk
+    longer than its layout's nodes (children that are not later nodes: a cycle) gives ``out[j, c] = -2``."""
+    binned = missing_codes.shape[0] > 0
+    for j in prange(rows.shape[0]):
+        i = rows[j]
+        for c in range(start.shape[1]):
+            lo, hi = offsets[c], offsets[c + 1]
+            node = start[j, c]
+            a, b = lo, hi  # the start node among the layout's ids
+            while a < b:
+                mid = (a + b) >> 1
+                if node_ids[mid] < node:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a < hi and node_ids[a] == node:
+                k = a
+                steps = 0
+                while feature[k] >= 0 and steps <= hi - lo:
+                    f = feature[k]
+                    x = X[i, f]
+                    missing = (x == missing_codes[f]) if binned else np.isnan(x)
+                    go = (missing_left[k] != 0) if missing else (x <= threshold[k])
+                    k = left[k] if go else right[k]
+                    steps += 1
+                node = node_ids[k] if feature[k] < 0 else -2
+            out[j, c] = node
+
+
+def walk_down_reference(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right,
+                        missing_codes):
+    """numpy reference for :func:`walk_down` (returns ``out``): one level of every layout at a time."""
+    X = np.asarray(X)[np.asarray(rows, dtype=np.int64)]
+    out = np.array(start, dtype=np.int64)
+    binned = len(missing_codes) > 0
+    for c in range(out.shape[1]):
+        lo, hi = int(offsets[c]), int(offsets[c + 1])
+        ids = node_ids[lo:hi]
+        pos = np.searchsorted(ids, out[:, c])
+        at = np.full(len(out), -1, dtype=np.int64)  # each row's position in the arrays, -1: not a known node
+        ok = pos < len(ids)
+        ok[ok] = ids[pos[ok]] == out[ok, c]
+        at[ok] = lo + pos[ok]
+        for _ in range(hi - lo + 1):
+            walking = np.nonzero((at >= 0) & (feature[np.maximum(at, 0)] >= 0))[0]
+            if not len(walking):
+                break
+            k = at[walking]
+            x = X[walking, feature[k]]
+            missing = (x == np.asarray(missing_codes)[feature[k]]) if binned else np.isnan(x)
+            go = np.where(missing, missing_left[k] != 0, x <= threshold[k])
+            at[walking] = np.where(go, left[k], right[k])
+        cycle = (at >= 0) & (feature[np.maximum(at, 0)] >= 0)
+        out[at >= 0, c] = node_ids[at[at >= 0]]
+        out[cycle, c] = -2
+    return out
+
+
 @njit(cache=True, nogil=True)
 def pack_go_left(X, features, thresholds, missing_left, out):
     """Whether each row of ``X`` goes left at each split ``j`` (``X[i, features[j]] <= thresholds[j]``, NaN

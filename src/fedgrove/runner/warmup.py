@@ -22,7 +22,7 @@ import numpy as np
 
 from fedgrove.engine.histogram import gather_rows, grouped_sums
 from fedgrove.engine.partition import partition_by_flags
-from fedgrove.engine.predict import leaves_with_peer_bits, pack_go_left, predict_leaves_ranked
+from fedgrove.engine.predict import leaves_with_peer_bits, pack_go_left, predict_leaves_ranked, walk_down
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
 
@@ -81,6 +81,14 @@ def _warm_engine(cfg, X, rng) -> None:
                                     (codes, packed.bin, model.bin_mapper.missing_codes)):
             leaves_with_peer_bits(cols, packed.feature, cuts, packed.missing_left, packed.left, packed.right, peers,
                                   packed.tree_offsets, len(model.trees), bits, missing)
+        # a HybridTree guest walks its layers from the host's hand-off nodes: test values, and the training
+        # instances' codes when rows are sampled (no split: the kernel is what is compiled)
+        none = np.zeros(0, dtype=np.int64)
+        for cols, missing in ((np.ascontiguousarray(X), none),
+                              (codes, np.asarray(model.bin_mapper.missing_codes, dtype=np.int64))):
+            start = np.zeros((len(X), 1), dtype=np.int64)
+            walk_down(cols, np.arange(len(X)), start, none, np.zeros(2, dtype=np.int64), none, np.zeros(0),
+                      np.zeros(0, dtype=np.uint8), none, none, missing, np.empty_like(start))
         # and a vertical passive party answers with its splits' go-left bits
         split = packed.feature >= 0
         pack_go_left(np.asfortranarray(X), packed.feature[split].astype(np.int64), packed.threshold[split],

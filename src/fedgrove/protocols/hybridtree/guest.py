@@ -7,6 +7,7 @@ import numpy as np
 from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
+from fedgrove.engine.predict import walk_down
 from fedgrove.exceptions import ModelFormatError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols import MAX_PREDICT_BYTES, check_split_lists, instance_ids
@@ -81,8 +82,8 @@ class HybridGuest:
 
     def _route(self, tree: int, handoff: np.ndarray) -> np.ndarray:
         """The leaf of this guest's layers of ``tree`` that each instance reaches from its hand-off node."""
-        return _walk(self.model, tree, handoff,
-                     lambda sel, f, b, ml, _: self._go_left(self.X_binned[sel, f], f, b, ml)).astype(np.int32)
+        return _walked(self.model.walk_layout([tree], binned=True), self.X_binned, np.arange(len(self.X_binned)),
+                       np.asarray(handoff)[:, None], self.bin_mapper.missing_codes)[:, 0]
 
     def _check_setup(self, masking) -> None:
         st = self.setup
@@ -192,6 +193,7 @@ class HybridGuest:
         order = np.argsort(test_ids, kind="stable")
         sorted_ids = test_ids[order]
         done, total, any_held = 0, None, False  # the host asks about consecutive chunks, the last ending at total
+        layout = None  # this guest's splits of the trees asked about, laid out once
         while total is None or done < total:
             req = self.ch.recv(self.host, "route", m.RouteRequest)
             n, n_trees = req.nodes.shape
@@ -210,14 +212,10 @@ class HybridGuest:
             found[found] = sorted_ids[pos[found]] == req.ids[found]
             held = np.nonzero(found)[0]  # the requested instances this guest holds
             any_held = any_held or len(held) > 0
-            x = X_test[order[pos[held]]]
             leaves = np.full((n, n_trees), -1, dtype=np.int32)
-
-            def go_left(sel, f, _b, ml, thr, x=x):  # (raw values against the thresholds: test data is not binned)
-                return np.where(np.isnan(x[sel, f]), bool(ml), x[sel, f] <= thr)
-
-            for t in range(n_trees):
-                leaves[held, t] = _walk(self.model, t, req.nodes[held, t], go_left)
+            if layout is None or layout[1].shape[0] != n_trees + 1:  # (raw values against the thresholds)
+                layout = self.model.walk_layout(range(n_trees))
+            leaves[held] = _walked(layout, X_test, order[pos[held]], req.nodes[held])
             self.ch.send(self.host, "route", m.RouteAnswer(leaves))
             done += n
         if total and len(test_ids) and not any_held:
@@ -226,19 +224,15 @@ class HybridGuest:
                            len(test_ids))
 
 
-def _walk(model: PassiveModel, tree: int, node: np.ndarray, go_left) -> np.ndarray:
-    """Move instances from their ``node`` down a guest's splits of ``tree`` to the leaves they reach;
-    ``go_left(sel, feature, bin, missing_left, threshold)``: which of the instances ``sel`` go left there."""
-    node = np.array(node, dtype=np.int64)
-    while True:  # one pass per guest layer: every instance at a split node moves one level down
-        moved = False
-        for nd in np.unique(node).tolist():
-            split = model.splits.get((tree, nd))
-            if split is None:
-                continue
-            sel = node == nd
-            left, right = model.children[(tree, nd)]
-            node[sel] = np.where(go_left(sel, *split), left, right)
-            moved = True
-        if not moved:
-            return node
+def _walked(layout: tuple, X: np.ndarray, rows: np.ndarray, start: np.ndarray, missing_codes=None) -> np.ndarray:
+    """Rows ``rows`` of ``X`` moved from their ``start`` nodes (a column per layout of
+    :meth:`~fedgrove.protocols.vertical.passive.PassiveModel.walk_layout`) down a guest's splits to the nodes
+    they reach, an int32 array of ``start``'s shape: raw values, or bin codes with each feature's
+    ``missing_codes``; in one kernel (:func:`~fedgrove.engine.predict.walk_down`)."""
+    out = np.empty(np.shape(start), dtype=np.int64)
+    walk_down(np.ascontiguousarray(X), np.asarray(rows, dtype=np.int64), np.ascontiguousarray(start, dtype=np.int64),
+              *layout, np.zeros(0, dtype=np.int64) if missing_codes is None
+              else np.asarray(missing_codes, dtype=np.int64), out)
+    if out.size and int(out.min()) == -2:  # (children that are later nodes, as a model file's are checked to be)
+        raise ProtocolError("a guest's splits lead from a node back to an earlier one (a cycle)")
+    return out.astype(np.int32)

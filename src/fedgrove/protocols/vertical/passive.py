@@ -118,6 +118,35 @@ class PassiveModel:
             raise ModelFormatError(f"{len(missing)} splits have no children, the first node {missing[0][1]} of "
                                    f"tree {missing[0][0]}")
 
+    def walk_layout(self, trees, binned: bool = False) -> tuple:
+        """This party's splits of ``trees`` (tree numbers, one layout each) as the flat arrays
+        :func:`~fedgrove.engine.predict.walk_down` walks: per tree its split nodes and their children in id
+        order (``node_ids``, ``offsets``), each split's feature, threshold (its bin where ``binned``), missing
+        direction and children's positions; -1 as the feature of a node that is not a split."""
+        want = {int(t): c for c, t in enumerate(trees)}
+        known = [set() for _ in want]
+        for (t, node), kids in self.children.items():
+            if t in want:
+                known[want[t]].update((node, *kids))
+        for t, node in self.splits:
+            if t in want:
+                known[want[t]].add(node)
+        ids = [np.array(sorted(nodes), dtype=np.int64) for nodes in known]
+        offsets = np.concatenate([[0], np.cumsum([len(a) for a in ids])]).astype(np.int64)
+        node_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        total = len(node_ids)
+        feature, left, right = (np.full(total, -1, dtype=np.int64) for _ in range(3))
+        threshold, missing_left = np.zeros(total), np.zeros(total, dtype=np.uint8)
+        for t, c in want.items():
+            at = {int(node): offsets[c] + k for k, node in enumerate(ids[c])}
+            for node, k in at.items():
+                if (split := self.splits.get((t, node))) is not None and (t, node) in self.children:
+                    f, b, ml, thr = split
+                    kids = self.children[(t, node)]
+                    feature[k], threshold[k], missing_left[k] = f, (b if binned else thr), ml
+                    left[k], right[k] = at[kids[0]], at[kids[1]]
+        return node_ids, offsets, feature, threshold, missing_left, left, right
+
     def before(self, n_trees: int) -> "PassiveModel":
         """The part of this model that belongs to the first ``n_trees`` trees (resuming from a checkpoint)."""
         return PassiveModel(self.party, self.bin_mapper, {k: v for k, v in self.splits.items() if k[0] < n_trees},
