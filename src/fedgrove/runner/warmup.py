@@ -109,6 +109,13 @@ def _warm_engine(cfg, X, rng) -> None:
 
         best_index(rng.normal(size=4))
         exact_shapley_values(np.abs(rng.normal(size=(2, 1, 4))), 1.0, 0.0)  # one party: any EXACT_MAX allows it
+    if cfg.protocol == "hybridtree":  # the host's sum of the guests' leaf values in prediction
+        from fedgrove.protocols.hybridtree.host import _add_guest_means
+
+        none = np.zeros(0, dtype=np.int64)
+        _add_guest_means(np.zeros((2, 1)), np.zeros((2, 1), dtype=np.int32), np.full((1, 2, 1), -1, dtype=np.int32),
+                         none, np.zeros(0), np.zeros(2, dtype=np.int64), np.zeros(1), np.zeros(2, dtype=np.int64),
+                         np.zeros(1, dtype=np.int64), np.full(3, -1, dtype=np.int64))
     if cfg.protocol == "simfl":
         _warm_lsh(X)
         # routing the others' trees through a party's rows: ranks of the smallest type that holds them

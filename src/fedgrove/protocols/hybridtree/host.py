@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from numba import njit
 
 from fedgrove.crypto.he import HEContext
 from fedgrove.engine.binning import column_major
@@ -460,16 +461,7 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     K = len(model.base_score)
     raw = np.tile(model.base_score, (n, 1))
     held = dict.fromkeys(guests, False)
-    # per tree and guest, the guest's leaf values sorted by node (to look the routed leaves up)
-    tables = []
-    for t in range(len(model.host_trees)):
-        per_guest = {}
-        for u in guests:
-            table = model.guest_values[t].get(u, {})
-            keys = np.fromiter(table, dtype=np.int64, count=len(table))
-            order = np.argsort(keys)
-            per_guest[u] = (keys[order], np.fromiter(table.values(), dtype=np.float64, count=len(table))[order])
-        tables.append(per_guest)
+    tables = _LeafTables(model, guests)
     # each chunk of test rows: a request of an ID and a node a tree, an answer of a leaf a tree
     for start, stop in prediction_chunks(n, 64 + 32 * handoff.shape[1]):
         rows = slice(start, stop)
@@ -485,7 +477,7 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
                                         f"-1 for an instance it does not hold)")
                 if leaves.shape[1] and (leaves[:, 0] >= 0).any():  # (the shape is handoff's)
                     held[u] = True
-        _add_chunk(raw[rows], model, handoff[rows], ids[rows], answers, tables, K)
+        tables.add(raw[rows], model, handoff[rows], ids[rows], answers, K)
     for u in guests:
         if n and handoff.shape[1] and not held[u]:
             logger.warning("%s holds none of the host's %d test instances: its layers add nothing to them (if it "
@@ -494,9 +486,88 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     return raw
 
 
+class _LeafTables:
+    """Per tree and guest, the guest's leaf values sorted by node, to look the routed leaves up: as lists
+    (``per_tree``, for the numpy reference) and flat (``keys``, ``values``, ``offsets`` of tree ``t`` and guest
+    ``g`` at ``t * len(guests) + g``), with the host trees' node values and each tree's output."""
+
+    def __init__(self, model: HybridHostModel, guests: list[str]):
+        self.guests = list(guests)
+        self.per_tree, keys, values = [], [], []
+        for t in range(len(model.host_trees)):
+            per_guest = {}
+            for u in self.guests:
+                table = model.guest_values[t].get(u, {})
+                k = np.fromiter(table, dtype=np.int64, count=len(table))
+                order = np.argsort(k)
+                per_guest[u] = (k[order], np.fromiter(table.values(), dtype=np.float64, count=len(table))[order])
+                keys.append(per_guest[u][0])
+                values.append(per_guest[u][1])
+            self.per_tree.append(per_guest)
+        self.offsets = np.concatenate([[0], np.cumsum([len(k) for k in keys])]).astype(np.int64)
+        self.keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        self.values = np.concatenate(values) if values else np.zeros(0)
+        packed = PackedEnsemble(model.host_trees)
+        self.host_values = np.ascontiguousarray(packed.node_values()[:, 0]) if model.host_trees else np.zeros(0)
+        self.host_offsets = packed.tree_offsets
+        K = len(model.base_score)
+        self.tree_class = np.asarray([model.tree_class[t] if K > 1 else 0 for t in range(len(model.host_trees))],
+                                     dtype=np.int64)
+
+    def add(self, raw, model: HybridHostModel, handoff, ids, answers: dict, K: int) -> None:
+        """Add each tree's value to the ``raw`` scores of a chunk of test rows: the mean of the leaf values of
+        the guests that routed a row on (``answers``), else the host's hand-off node's value; in one kernel
+        (:func:`_add_guest_means`; :func:`_add_chunk` is its numpy reference, and says what is wrong when
+        a guest names a leaf the host does not know)."""
+        n, n_trees = handoff.shape
+        leaves = np.stack([answers[u] for u in self.guests]) if answers else np.zeros((0, n, n_trees), np.int32)
+        bad = np.full(3, -1, dtype=np.int64)
+        _add_guest_means(raw, np.ascontiguousarray(handoff, dtype=np.int32), np.ascontiguousarray(leaves, np.int32),
+                         self.keys, self.values, self.offsets, self.host_values, self.host_offsets, self.tree_class,
+                         bad)
+        if bad[0] >= 0:
+            _add_chunk(raw.copy(), model, handoff, ids, answers, self.per_tree, K)  # raises, naming the leaf
+            raise ProtocolError(f"{self.guests[bad[2]]} routed test instance {int(ids[bad[0]])} of tree {bad[1]} to "
+                                f"a node for which the host's model has no leaf value")
+
+
+@njit(cache=True, nogil=True)
+def _add_guest_means(raw, handoff, leaves, keys, values, offsets, host_values, host_offsets, tree_class, bad):
+    """For each row ``i`` and tree ``t``: the mean of the values (``keys``/``values`` of ``t`` and guest ``g``
+    between ``offsets[t * G + g]`` and the next) of the leaves ``leaves[g, i, t]`` the guests routed it to
+    (-1: a guest that does not hold it), else the host's value of its hand-off node, added to
+    ``raw[i, tree_class[t]]``.  A leaf a guest names that is neither known nor the hand-off node stops the
+    kernel with ``bad = (i, t, g)``."""
+    n_guests = leaves.shape[0]
+    for i in range(handoff.shape[0]):
+        for t in range(handoff.shape[1]):
+            h = handoff[i, t]
+            acc, cnt = 0.0, 0
+            for g in range(n_guests):
+                leaf = leaves[g, i, t]
+                if leaf < 0:
+                    continue
+                lo, hi = offsets[t * n_guests + g], offsets[t * n_guests + g + 1]
+                a, b = lo, hi
+                while a < b:
+                    mid = (a + b) >> 1
+                    if keys[mid] < leaf:
+                        a = mid + 1
+                    else:
+                        b = mid
+                if a < hi and keys[a] == leaf:
+                    acc += values[a]
+                    cnt += 1
+                elif leaf != h:
+                    bad[0], bad[1], bad[2] = i, t, g
+                    return
+            raw[i, tree_class[t]] += acc / cnt if cnt else host_values[host_offsets[t] + h]
+
+
 def _add_chunk(raw, model: HybridHostModel, handoff, ids, answers: dict, tables: list, K: int) -> None:
-    """Add each tree's value to the ``raw`` scores of a chunk of test rows: the mean of the leaf values of the
-    guests that routed a row on (``answers``), else the host's hand-off node's value."""
+    """numpy reference for :meth:`_LeafTables.add` (``tables``: its ``per_tree``): add each tree's value to the
+    ``raw`` scores of a chunk of test rows: the mean of the leaf values of the guests that routed a row on
+    (``answers``), else the host's hand-off node's value."""
     n = len(raw)
     for t, tree in enumerate(model.host_trees):
         host_value = tree.values[handoff[:, t], 0]
