@@ -100,6 +100,36 @@ def test_a_short_list_a_long_one_and_an_array_of_ints_travel_alike(n):
         assert decode(data, Probe).flags == v
 
 
+@register
+class IntArrays(Message):
+    a64: np.ndarray = array_field("<i8", 2)
+    a32: np.ndarray = array_field("<i4", 1)
+    a16: np.ndarray = array_field("<i2", 1)
+    u16: np.ndarray = array_field("<u2", 1)
+
+
+@pytest.mark.parametrize("high, width", [(0, 1), (127, 1), (128, 2), (32_767, 2), (40_000, 4), (2**31, 8)])
+def test_an_array_of_signed_integers_travels_in_the_narrowest_width_and_comes_back_in_its_type(high, width):
+    # HybridTree's hand-off nodes and leaves went in 4 bytes each (FGM2); signed integer arrays now travel in the
+    # narrowest signed type that holds their values, never wider than their own, unsigned ones as they are
+    import json
+
+    a64 = np.array([[-1, high], [3, -high]], dtype=np.int64)
+    small = np.clip(a64[0], -2**31, 2**31 - 1).astype(np.int32)
+    msg = IntArrays(a64, small, np.array([-5, 9], dtype=np.int16), np.array([1, 2], dtype=np.uint16))
+    data = encode(msg)
+    fields = json.loads(_header(data))["fields"]
+    assert fields["a64"].get("w", 8) == width and fields["a64"]["len"] == 4 * width
+    assert fields["a32"].get("w", 4) == min(width, 4) and fields["a16"]["w"] == 1 and "w" not in fields["u16"]
+    back = decode(data, IntArrays)
+    for name in ("a64", "a32", "a16", "u16"):
+        got, sent = getattr(back, name), getattr(msg, name)
+        assert got.dtype == sent.dtype and got.flags.writeable
+        np.testing.assert_array_equal(got, sent)
+    empty = decode(encode(IntArrays()), IntArrays)
+    assert empty.a64.shape == (0, 0) and empty.a64.dtype == np.int64
+
+
 @pytest.mark.parametrize("value", [[True, False], [1, True], [2**63], [1, 2**64], [1.5], [[1, 2]], None])
 def test_a_list_of_ints_that_is_not_one_is_not_sent(value):
     with pytest.raises(TypeError, match="Probe.flags must be a list of 64-bit integers"):
@@ -116,6 +146,11 @@ def test_a_list_of_ints_that_is_not_one_is_not_sent(value):
     ("parts", lambda d: {**d, "n": -1}),
     ("parts", lambda d: {**d, "n": 10**6}),
     ("parts", lambda d: {**d, "n": "3"}),
+    ("ids", lambda d: {**d, "w": 8}),  # an array's width: narrower than its type, a signed integer type
+    ("ids", lambda d: {**d, "w": 3}),
+    ("ids", lambda d: {**d, "w": 2}),  # 2 bytes of one-byte integers are not 2 of two bytes
+    ("ids", lambda d: {k: v for k, v in d.items() if k != "w"}),
+    ("values", lambda d: {**d, "w": 1}),
 ])
 def test_a_list_whose_descriptor_does_not_fit_its_bytes_is_refused(field, change):
     import json
@@ -146,7 +181,7 @@ def test_list_part_lengths_that_do_not_add_up_are_refused(n_parts):
 
 def test_a_message_of_another_wire_format_says_so():
     data = b"FGM1" + encode(_probe())[4:]
-    with pytest.raises(ProtocolError, match=r"wire format 'FGM1', this party reads 'FGM2' \(is the sender a "
+    with pytest.raises(ProtocolError, match=r"wire format 'FGM1', this party reads 'FGM3' \(is the sender a "
                                             r"fedgrove of another version\?\)"):
         decode(data, Probe, context="from peer")
 

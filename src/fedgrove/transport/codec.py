@@ -5,14 +5,18 @@ are its schema.  Allowed field types: ``int``, ``float``, ``bool``, ``str``,
 ``bytes``, ``list[int]``, ``list[str]``, ``list[bytes]`` and numpy arrays declared
 with :func:`array_field` (dtype and number of dimensions fixed).
 
-Wire format: ``b"FGM2"``, a 4-byte big-endian header length, a UTF-8 JSON
+Wire format: ``b"FGM3"``, a 4-byte big-endian header length, a UTF-8 JSON
 header (type name and per-field descriptors), then the raw buffers of arrays,
 byte strings and lists of integers or byte strings, in field order.  A
 ``list[int]`` travels as little-endian integers of the narrowest of 1, 2, 4
 and 8 bytes that holds them all, and a ``list[bytes]`` as its parts' lengths
 (likewise) followed by the parts, so the header's size does not grow with
 a list's (in ``FGM1`` they were JSON in the header, whose 1 MiB
-limit a Federated Forest's leaf sets passed at about 90,000 leaves).
+limit a Federated Forest's leaf sets passed at about 90,000 leaves).  An
+array of signed integers of 2 to 8 bytes travels likewise in the narrowest
+signed type that holds its values (the descriptor's ``w``; ``FGM3``, where
+``FGM2`` sent its declared type: HybridTree's hand-off nodes and leaves went
+in 4 bytes each) and is decoded to its declared type.
 :func:`decode` checks everything before it builds anything: total size
 against the limit, magic, header size, known type, exactly the declared
 fields, each of the declared kind, dtype and rank, buffer offsets contiguous
@@ -35,13 +39,14 @@ import numpy as np
 
 from fedgrove.exceptions import ProtocolError
 
-MAGIC = b"FGM2"
+MAGIC = b"FGM3"
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MAX_HEADER = 1 << 20
 _REGISTRY: dict[str, type] = {}
 _ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1"}
 _DTYPES = {s: np.dtype(s) for s in _ALLOWED_DTYPES}
 _BUFFER_KINDS = ("nd", "bytes", "list int", "list bytes")  # the kinds whose values travel after the header
+_NARROWED = {"<i8", "<i4", "<i2"}  # array types whose values travel in the narrowest signed type that holds them
 _INT64 = np.iinfo(np.int64)
 _INTS = {w: np.dtype(f"<i{w}") for w in (1, 2, 4, 8)}  # a list's integers travel in the narrowest
 # (width, least, greatest, struct code) of each: np.iinfo per list and width was a fifth of encoding a forest's
@@ -122,8 +127,16 @@ def encode(msg: Message) -> bytes:
             arr = np.ascontiguousarray(value, dtype=np.dtype(spec[1]))
             if arr.ndim != spec[2]:
                 raise TypeError(f"{cls.__name__}.{name} must have {spec[2]} dimensions, got {arr.ndim}")
-            raw = arr.tobytes()
-            header["fields"][name] = {"shape": list(arr.shape), "off": offset, "len": len(raw)}
+            header["fields"][name] = {"shape": list(arr.shape), "off": offset}
+            if spec[1] in _NARROWED and arr.size:  # signed integers: in the narrowest type that holds them
+                w, raw = _narrow(arr)
+                if w < arr.itemsize:
+                    header["fields"][name]["w"] = w
+                else:
+                    raw = arr.tobytes()
+            else:
+                raw = arr.tobytes()
+            header["fields"][name]["len"] = len(raw)
         elif kind == "bytes":
             raw = bytes(value)
             header["fields"][name] = {"off": offset, "len": len(raw)}
@@ -248,9 +261,16 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
                 if not (type(shape) is list and len(shape) == spec[2]
                         and all(type(s) is int and s >= 0 for s in shape)):
                     raise bad(f"field {name} must be a {spec[2]}-d array")
-                if math.prod(shape) * dtype.itemsize != ln:
+                w = d.get("w", dtype.itemsize)
+                if "w" in d and (spec[1] not in _NARROWED or type(w) is not int or w not in _INTS
+                                 or w >= dtype.itemsize):
+                    raise bad(f"field {name} integer width out of range")
+                if math.prod(shape) * w != ln:
                     raise bad(f"field {name} length does not match its shape")
-                values[name] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+                if w == dtype.itemsize:
+                    values[name] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+                else:
+                    values[name] = np.frombuffer(raw, dtype=_INTS[w]).astype(dtype).reshape(shape)
             elif kind == "bytes":
                 values[name] = bytes(raw)
             elif kind == "list int":
