@@ -17,7 +17,9 @@ and the aggregated gradients each trainer received; each regrown tree is
 checked to be the run's): SimFL's training time if the other parties'
 routing, gradients and messages cost nothing; and the round trip a tree
 (from a trainer sending its tree to its having the next tree's aggregated
-gradients, median over consecutive trees of one trainer).  Writes
+gradients, median over consecutive trees of one trainer).  The SimFL/SOLO ratio is given twice: of the
+medians, and the median of each run's own (SimFL over the SOLO fit timed just before it), which the
+machine's drift within the script moves less.  Writes
 bench/results/simfl.json (or ``--out``).
 
     python bench/simfl.py [--dataset a9a --parties 2 --trees 100 --repeats 5 --threads 1 --settings default --out FILE]
