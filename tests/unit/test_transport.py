@@ -237,6 +237,28 @@ def test_channel_scopes_tags_counts_bytes_and_times_out():
         lonely.recv("b", "never")
 
 
+def test_results_come_back_in_the_order_of_the_roles_not_of_finishing():
+    """What `fedgrove simulate` reports per party read in whatever order the threads ended (party0, party2,
+    party1 in one run, another order in the next)."""
+    hub = InProcessHub(["a", "b", "c"])
+
+    def a(ch):  # the first role ends last: it waits for both others' messages
+        return ch.recv("b", "probe", Probe).count + ch.recv("c", "probe", Probe).count
+
+    def b(ch):
+        ch.send("a", "probe", _probe())
+        return "b"
+
+    def c(ch):
+        ch.send("a", "probe", _probe())
+        return "c"
+
+    results, channels = run_parties(hub, {"a": a, "b": b, "c": c})
+    assert list(results) == ["a", "b", "c"] and results == {"a": 6, "b": "b", "c": "c"}
+    results, _ = run_parties(InProcessHub(["a", "b", "c"]), {"c": c, "b": b, "a": a})
+    assert list(results) == ["c", "b", "a"]
+
+
 def test_a_mailbox_is_kept_while_it_holds_messages_and_dropped_once_taken():
     """Scoped tags are new keys at every layer of every tree: a queue kept per key grew a long run's memory
     (about 4 kB a key; an FV-tree run on a9a with four parties opened 228 keys a tree)."""

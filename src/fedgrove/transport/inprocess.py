@@ -89,7 +89,8 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
     """Run ``roles[party](channel)`` for every party in its own thread (``channel_options``: the channels'
     other settings, such as ``max_bytes``).
 
-    Returns (results, channels) keyed by party.  When a party fails the others
+    Returns (results, channels) keyed by party, in the order of ``roles`` (not the order the parties finished
+    in, so that what is reported from them reads the same every run).  When a party fails the others
     stop waiting at once; the first failure is re-raised after all threads end.
     """
     results, errors = {}, {}
@@ -123,7 +124,7 @@ def run_parties(hub: InProcessHub, roles: dict, timeout: float = 60.0, **channel
     if errors:
         first = hub.failure.split(" failed:")[0].removeprefix("party ")
         raise errors.get(first, next(iter(errors.values())))
-    return results, channels
+    return {p: results[p] for p in roles}, channels
 
 
 def _join(threads) -> None:
