@@ -1386,3 +1386,29 @@ def test_predict_runs_on_the_models_threads_unless_told(csv, tmp_path, capsys, m
         code, out, err = run(["predict", model, csv, "-o", tmp_path / "p.csv"] + extra, capsys)
         assert code == 0, err
         assert seen and set(seen) == {expected}
+
+
+def test_a_run_that_fails_leaves_no_empty_output_directory_but_keeps_one_with_files(tmp_path, capsys):
+    # a party's data file with text in a feature column: the run stopped before writing anything, and left the
+    # empty runs/ it had created
+    r = np.random.default_rng(7)
+    df = pd.DataFrame(r.normal(size=(120, 3)), columns=["a", "b", "c"])
+    df["y"] = (df["a"] > 0).astype(int)
+    df.to_csv(tmp_path / "d.csv", index=False)
+    parts = tmp_path / "parts"
+    code, _, err = run(["partition", tmp_path / "d.csv", "-l", "y", "--scheme", "horizontal", "-p", "2", "-o", parts,
+                        "--protocol", "simfl"], capsys)
+    assert code == 0, err
+    config = parts / "federation.toml"
+    config.write_text(config.read_text().replace('dir = "runs"', 'dir = "runs/first"'))
+    bad = pd.read_csv(parts / "party1.csv")
+    bad["b"] = bad["b"].astype(str)
+    bad.loc[2, "b"] = "twelve"
+    bad.to_csv(parts / "party1.csv", index=False)
+    code, _, err = run(["simulate", config], capsys)
+    assert code == 3 and "non-numeric value 'twelve'" in err, err
+    assert not (parts / "runs").exists()
+    (parts / "runs" / "first").mkdir(parents=True)
+    (parts / "runs" / "first" / "keep.txt").write_text("a file of the user's")
+    code, _, err = run(["simulate", config], capsys)
+    assert code == 3 and (parts / "runs" / "first" / "keep.txt").read_text() == "a file of the user's"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -251,8 +252,33 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
                                     f"train or all with --predict")
 
 
+@contextlib.contextmanager
+def _no_empty_output_left(out_dir) -> None:
+    """On failure, remove the output directory (and the parents) that this run created, where nothing was
+    written into them: a run that stops at a bad data file leaves no empty ``runs/...`` behind.  A directory
+    that holds anything (a checkpoint to resume from) is kept."""
+    created, d = [], Path(out_dir)
+    while not d.exists() and d != d.parent:
+        created.append(d)
+        d = d.parent
+    try:
+        yield
+    except BaseException:
+        for d in created:  # deepest first
+            try:
+                d.rmdir()
+            except OSError:  # not empty, or gone: keep the rest
+                break
+        raise
+
+
 def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict_only: bool = False) -> dict:
     """All parties in this process, one thread each, messages through the codec."""
+    with _no_empty_output_left(cfg.output_dir):
+        return _simulate(cfg, resume, progress, predict_only)
+
+
+def _simulate(cfg: FederationConfig, resume: bool, progress, predict_only: bool) -> dict:
     from fedgrove.runner.warmup import warm_up
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
@@ -269,6 +295,11 @@ def simulate(cfg: FederationConfig, resume: bool = False, progress=None, predict
 def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, progress=None,
               predict_only: bool = False) -> dict:
     """This party alone, over gRPC with mutual TLS."""
+    with _no_empty_output_left(cfg.output_dir):
+        return _run_party(cfg, spec, resume, progress, predict_only)
+
+
+def _run_party(cfg: FederationConfig, spec: PartySpec, resume: bool, progress, predict_only: bool) -> dict:
     from fedgrove.crypto.certs import check_party_certs
     from fedgrove.runner.warmup import warm_up
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
