@@ -255,8 +255,9 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
 @contextlib.contextmanager
 def _no_empty_output_left(out_dir) -> None:
     """On failure, remove the output directory (and the parents) that this run created, where nothing was
-    written into them: a run that stops at a bad data file leaves no empty ``runs/...`` behind.  A directory
-    that holds anything (a checkpoint to resume from) is kept."""
+    written into them: a simulated run that stops at a bad data file leaves no empty ``runs/...`` behind.  A
+    directory that holds anything (a checkpoint to resume from) is kept.  Only once every party of the run
+    has ended (:func:`simulate`)."""
     created, d = [], Path(out_dir)
     while not d.exists() and d != d.parent:
         created.append(d)
@@ -294,12 +295,8 @@ def _simulate(cfg: FederationConfig, resume: bool, progress, predict_only: bool)
 
 def run_party(cfg: FederationConfig, spec: PartySpec, resume: bool = False, progress=None,
               predict_only: bool = False) -> dict:
-    """This party alone, over gRPC with mutual TLS."""
-    with _no_empty_output_left(cfg.output_dir):
-        return _run_party(cfg, spec, resume, progress, predict_only)
-
-
-def _run_party(cfg: FederationConfig, spec: PartySpec, resume: bool, progress, predict_only: bool) -> dict:
+    """This party alone, over gRPC with mutual TLS.  (An output directory it created is kept when it fails,
+    empty or not: other parties' processes on this machine may share it, and would find it gone.)"""
     from fedgrove.crypto.certs import check_party_certs
     from fedgrove.runner.warmup import warm_up
     from fedgrove.transport.grpc_backend import GrpcChannel, TLSFiles
