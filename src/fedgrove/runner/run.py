@@ -253,7 +253,7 @@ def check_same_settings(cfg: FederationConfig, spec: PartySpec, channel, task: s
 
 
 @contextlib.contextmanager
-def _no_empty_output_left(out_dir) -> None:
+def _no_empty_output_left(out_dir):
     """On failure, remove the output directory (and the parents) that this run created, where nothing was
     written into them: a simulated run that stops at a bad data file leaves no empty ``runs/...`` behind.  A
     directory that holds anything (a checkpoint to resume from) is kept.  Only once every party of the run
