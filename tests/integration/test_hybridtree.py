@@ -491,26 +491,33 @@ def test_a_test_set_too_large_for_one_message_is_routed_in_chunks_with_the_same_
     assert starts == [(a, min(96, 3000 - a), 3000) for a in range(0, 3000, 96)]
 
 
-def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference(setup):
+@pytest.mark.parametrize("tables", ["dense", "searched"])
+def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference(setup, tables, monkeypatch):
     # the host's sum of prediction: per test instance and tree the mean of the leaf values of the guests that
     # routed it on (-1: a guest that does not hold it; its hand-off node: a guest that grew nothing below it),
-    # else the host's value of its hand-off node; a leaf the host does not know is refused by name
+    # else the host's value of its hand-off node; a leaf the host does not know is refused by name, the scores
+    # left as they were; the leaves looked up in tables indexed by node, or (nodes numbered too sparsely for
+    # such tables) searched
     from fedgrove.exceptions import ProtocolError
     from fedgrove.protocols.hybridtree.host import _add_chunk, _LeafTables
     from fedgrove.engine.tree import PackedEnsemble
 
+    if tables == "searched":
+        monkeypatch.setattr(_LeafTables, "DENSE_SLACK", 0)
+        monkeypatch.setattr(_LeafTables, "DENSE_MIN", 0)
     Xh, y, guests = setup
     out = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
     model = out["model"]
     names = sorted(out["guest_models"])
     rng = np.random.default_rng(3)
     handoff = PackedEnsemble(model.host_trees).leaves(Xh[:500]).astype(np.int32)
-    tables = _LeafTables(model, names)
+    leaf_tables = _LeafTables(model, names)
+    assert (len(leaf_tables.dense_offsets) > 0) == (tables == "dense")
     answers = {}
     for u in names:
         leaves = np.full(handoff.shape, -1, dtype=np.int32)
         for t in range(handoff.shape[1]):
-            keys = tables.per_tree[t][u][0]
+            keys = leaf_tables.per_tree[t][u][0]
             pick = rng.integers(0, 3, len(leaves))  # not held, its hand-off node, a leaf the guest grew
             leaves[pick == 1, t] = handoff[pick == 1, t]
             if len(keys):
@@ -519,10 +526,13 @@ def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference
     ids = np.arange(500) + 7
     K = len(model.base_score)
     expected, got = np.zeros((500, K)) + 0.25, np.zeros((500, K)) + 0.25
-    _add_chunk(expected, model, handoff, ids, answers, tables.per_tree, K)
-    tables.add(got, model, handoff, ids, answers, K)
+    _add_chunk(expected, model, handoff, ids, answers, leaf_tables.per_tree, K)
+    leaf_tables.add(got, model, handoff, ids, answers, K)
     np.testing.assert_array_equal(got, expected)
     assert len(np.unique(got)) > 10  # rows got different sums
-    answers[names[1]][37, 1] = 10_000  # a node no tree has
-    with pytest.raises(ProtocolError, match=f"{names[1]} routed test instance 44 of tree 1 to its node 10000"):
-        tables.add(got, model, handoff, ids, answers, K)
+    before = got.copy()
+    for node in (10_000, int(leaf_tables.keys.max()) + 1):  # nodes no tree has: far off, and just past the last
+        answers[names[1]][37, 1] = node
+        with pytest.raises(ProtocolError, match=f"{names[1]} routed test instance 44 of tree 1 to its node {node}"):
+            leaf_tables.add(got, model, handoff, ids, answers, K)
+        np.testing.assert_array_equal(got, before)

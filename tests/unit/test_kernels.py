@@ -360,20 +360,27 @@ def test_packed_masks_refuse_a_wrong_length_and_bits_past_the_last_row(n):
             m.packed_masks([good[:-1] + bytes([good[-1] | 1])], n)
 
 
+@pytest.mark.parametrize("indexed", [True, False])
 @pytest.mark.parametrize("binned", [False, True])
-def test_walking_down_a_guests_splits_matches_the_reference_and_a_walk_by_hand(rng, binned):
+def test_walking_down_a_guests_splits_matches_the_reference_and_a_walk_by_hand(rng, binned, indexed, monkeypatch):
     # a HybridTree guest's layers under the host's hand-off nodes: three trees of splits (one with none),
-    # start nodes that are splits, leaves of the guest's layers, or nodes the guest does not know (they stay),
-    # missing values both ways; the kernel, its numpy reference and a walk node by node agree
+    # start nodes that are splits, leaves of the guest's layers, or nodes the guest does not know (they stay,
+    # within the ids the layout indexes or past them), missing values both ways; the kernel, its numpy
+    # reference and a walk node by node agree, the start nodes looked up by id or (ids too sparse) searched
     from fedgrove.engine.binning import BinMapper
+    from fedgrove.protocols.vertical import passive
     from fedgrove.protocols.vertical.passive import PassiveModel
+
+    if not indexed:
+        monkeypatch.setattr(passive, "INDEX_SLACK", 0)
+        monkeypatch.setattr(passive, "INDEX_MIN", 0)
 
     X = rng.normal(size=(500, 4))
     X[rng.random(X.shape) < 0.15] = np.nan
     bm = BinMapper(max_bins=15).fit(X)
     codes = bm.transform(X)
     splits, children = {}, {}
-    for t, (roots, depth) in enumerate([([3, 4], 2), ([], 0), ([1], 3)]):
+    for t, (roots, depth) in enumerate([([3, 4], 2), ([], 0), ([0], 3)]):
         frontier, nxt = list(roots), 100 * (t + 1)
         for _ in range(depth):
             new = []
@@ -388,7 +395,7 @@ def test_walking_down_a_guests_splits_matches_the_reference_and_a_walk_by_hand(r
     model = PassiveModel("g", bm, splits, children)
     known = [[n for (tt, n) in splits if tt == t] + [k for (tt, _), kids in children.items() if tt == t for k in kids]
              for t in range(3)]
-    start = np.column_stack([rng.choice(known[t] + [5, 7, 99], size=len(X)) if known[t]
+    start = np.column_stack([rng.choice(known[t] + [5, 7, 99, max(known[t]) + 1, 10_000], size=len(X)) if known[t]
                              else rng.integers(0, 9, size=len(X)) for t in range(3)])
     rows = rng.permutation(len(X))[:300]
     cols, missing = (codes, bm.missing_codes) if binned else (X, np.zeros(0, dtype=np.int64))
@@ -404,6 +411,7 @@ def test_walking_down_a_guests_splits_matches_the_reference_and_a_walk_by_hand(r
                 node = children[(t, node)][0 if go else 1]
             expected[j, t] = node
     layout = model.walk_layout(range(3), binned=binned)
+    assert (len(layout[-1]) > 0) == indexed
     missing = np.asarray(missing, dtype=np.int64)
     start = np.ascontiguousarray(start[: len(rows)], dtype=np.int64)
     out = np.empty_like(start)
@@ -412,10 +420,11 @@ def test_walking_down_a_guests_splits_matches_the_reference_and_a_walk_by_hand(r
     np.testing.assert_array_equal(predict.walk_down_reference(cols, rows, start, *layout, missing), expected)
     assert (expected != start).any() and (expected == start).any()  # rows that moved and rows that stayed
     # children that lead back to an earlier node: -2, not a walk that never ends
-    node_ids, offsets, feature, threshold, missing_left, left, right = layout
+    node_ids, offsets, feature, threshold, missing_left, left, right, index, index_offsets = layout
     loop = left.copy()
     loop[left >= 0] = np.flatnonzero(left >= 0)  # every split's left child: itself
-    args = (node_ids, offsets, feature, threshold, np.ones_like(missing_left), loop, loop, missing)
+    args = (node_ids, offsets, feature, threshold, np.ones_like(missing_left), loop, loop, index, index_offsets,
+            missing)
     predict.walk_down(np.ascontiguousarray(cols), rows.astype(np.int64), start, *args, out)
     assert (out == -2).any()
     np.testing.assert_array_equal(predict.walk_down_reference(cols, rows, start, *args), out)

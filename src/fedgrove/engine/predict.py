@@ -253,7 +253,8 @@ def leaves_with_peer_bits(X, feature, threshold, missing_left, left, right, slot
 
 
 @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
-def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right, missing_codes, out):
+def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right, index,
+              index_offsets, missing_codes, out):
     """Move instances down a feature holder's splits from the nodes they start at (a HybridTree guest's layers
     below the host's hand-off nodes): for each ``j`` and layout ``c``, from node ``start[j, c]`` row
     ``rows[j]`` of ``X`` goes down the splits of layout ``c`` until it reaches a node that is not one of them,
@@ -262,23 +263,33 @@ def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_lef
     Layout ``c`` holds the tree's known nodes ``offsets[c]`` to ``offsets[c + 1]``, their ids ``node_ids``
     increasing; at a split ``k`` (``feature[k] >= 0``) a row goes to ``left[k]`` where ``X[i, feature[k]] <=
     threshold[k]``, else ``right[k]`` (positions in the same arrays), a missing value (raw values: NaN; bin
-    codes, with ``missing_codes`` not empty: the feature's missing code) following ``missing_left``.  A walk
-    longer than its layout's nodes (children that are not later nodes: a cycle) gives ``out[j, c] = -2``."""
+    codes, with ``missing_codes`` not empty: the feature's missing code) following ``missing_left``.  A start
+    node is found by its id in ``index`` where ``index_offsets`` is not empty (layout ``c``'s node ``v`` at
+    ``index[index_offsets[c] + v]``, its position, or -1 where it holds no such node; ids past
+    ``index_offsets[c + 1]`` none), else searched among ``node_ids``.  A walk longer than its layout's nodes
+    (children that are not later nodes: a cycle) gives ``out[j, c] = -2``."""
     binned = missing_codes.shape[0] > 0
+    indexed = index_offsets.shape[0] > 0
     for j in prange(rows.shape[0]):
         i = rows[j]
         for c in range(start.shape[1]):
             lo, hi = offsets[c], offsets[c + 1]
             node = start[j, c]
-            a, b = lo, hi  # the start node among the layout's ids
-            while a < b:
-                mid = (a + b) >> 1
-                if node_ids[mid] < node:
-                    a = mid + 1
-                else:
-                    b = mid
-            if a < hi and node_ids[a] == node:
-                k = a
+            k = -1
+            if indexed:
+                if 0 <= node < index_offsets[c + 1] - index_offsets[c]:
+                    k = index[index_offsets[c] + node]
+            else:
+                a, b = lo, hi  # the start node among the layout's ids
+                while a < b:
+                    mid = (a + b) >> 1
+                    if node_ids[mid] < node:
+                        a = mid + 1
+                    else:
+                        b = mid
+                if a < hi and node_ids[a] == node:
+                    k = a
+            if k >= 0:
                 steps = 0
                 while feature[k] >= 0 and steps <= hi - lo:
                     f = feature[k]
@@ -291,9 +302,10 @@ def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_lef
             out[j, c] = node
 
 
-def walk_down_reference(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right,
-                        missing_codes):
-    """numpy reference for :func:`walk_down` (returns ``out``): one level of every layout at a time."""
+def walk_down_reference(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right, index,
+                        index_offsets, missing_codes):
+    """numpy reference for :func:`walk_down` (returns ``out``): one level of every layout at a time, each start
+    node searched among ``node_ids`` (``index`` and ``index_offsets`` are not used)."""
     X = np.asarray(X)[np.asarray(rows, dtype=np.int64)]
     out = np.array(start, dtype=np.int64)
     binned = len(missing_codes) > 0

@@ -88,7 +88,7 @@ def _warm_engine(cfg, X, rng) -> None:
                               (codes, np.asarray(model.bin_mapper.missing_codes, dtype=np.int64))):
             start = np.zeros((len(X), 1), dtype=np.int64)
             walk_down(cols, np.arange(len(X)), start, none, np.zeros(2, dtype=np.int64), none, np.zeros(0),
-                      np.zeros(0, dtype=np.uint8), none, none, missing, np.empty_like(start))
+                      np.zeros(0, dtype=np.uint8), none, none, none, none, missing, np.empty_like(start))
         # and a vertical passive party answers with its splits' go-left bits
         split = packed.feature >= 0
         pack_go_left(np.asfortranarray(X), packed.feature[split].astype(np.int64), packed.threshold[split],
@@ -110,12 +110,15 @@ def _warm_engine(cfg, X, rng) -> None:
         best_index(rng.normal(size=4))
         exact_shapley_values(np.abs(rng.normal(size=(2, 1, 4))), 1.0, 0.0)  # one party: any EXACT_MAX allows it
     if cfg.protocol == "hybridtree":  # the host's sum of the guests' leaf values in prediction
-        from fedgrove.protocols.hybridtree.host import _add_guest_means
+        from fedgrove.protocols.hybridtree.host import _add_means, _sum_guest_leaves
 
-        none = np.zeros(0, dtype=np.int64)
-        _add_guest_means(np.zeros((2, 1)), np.zeros((2, 1), dtype=np.int32), np.full((1, 2, 1), -1, dtype=np.int32),
-                         none, np.zeros(0), np.zeros(2, dtype=np.int64), np.zeros(1), np.zeros(2, dtype=np.int64),
-                         np.zeros(1, dtype=np.int64), np.full(3, -1, dtype=np.int64))
+        none, one = np.zeros(0, dtype=np.int64), np.zeros((2, 1), dtype=np.int32)
+        acc, cnt = np.zeros((2, 1)), np.zeros((2, 1), dtype=np.int32)
+        _sum_guest_leaves(acc, cnt, one, np.full((2, 1), -1, dtype=np.int32), 0, 1, none, np.zeros(0),
+                          np.zeros(2, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.uint8), none,
+                          np.full(3, -1, dtype=np.int64))
+        _add_means(np.zeros((2, 1)), acc, cnt, one, np.zeros(1), np.zeros(2, dtype=np.int64),
+                   np.zeros(1, dtype=np.int64))
     if cfg.protocol == "simfl":
         _warm_lsh(X)
         # routing the others' trees through a party's rows: ranks of the smallest type that holds them

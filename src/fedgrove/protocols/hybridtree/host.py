@@ -489,7 +489,13 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
 class _LeafTables:
     """Per tree and guest, the guest's leaf values sorted by node, to look the routed leaves up: as lists
     (``per_tree``, for the numpy reference) and flat (``keys``, ``values``, ``offsets`` of tree ``t`` and guest
-    ``g`` at ``t * len(guests) + g``), with the host trees' node values and each tree's output."""
+    ``g`` at ``t * len(guests) + g``), with the host trees' node values and each tree's output.  Where the
+    nodes are numbered densely enough (as the guests number them: a few times as many numbers as leaves),
+    also as tables indexed by node (``dense`` and ``present`` between ``dense_offsets[t * len(guests) + g]``
+    and the next), which spare the kernel a search a leaf."""
+
+    #: the dense tables' entries, at most, against the leaves they hold (else the kernel searches ``keys``)
+    DENSE_SLACK, DENSE_MIN = 16, 1 << 16
 
     def __init__(self, model: HybridHostModel, guests: list[str]):
         self.guests = list(guests)
@@ -507,6 +513,15 @@ class _LeafTables:
         self.offsets = np.concatenate([[0], np.cumsum([len(k) for k in keys])]).astype(np.int64)
         self.keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         self.values = np.concatenate(values) if values else np.zeros(0)
+        spans = [int(k[-1]) + 1 if len(k) and k[-1] >= 0 else 0 for k in keys]  # (negative nodes never match)
+        self.dense_offsets = np.zeros(0, dtype=np.int64)
+        self.dense, self.present = np.zeros(0), np.zeros(0, dtype=np.uint8)
+        if keys and sum(spans) <= self.DENSE_SLACK * len(self.keys) + self.DENSE_MIN:
+            self.dense_offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
+            self.dense, self.present = np.zeros(sum(spans)), np.zeros(sum(spans), dtype=np.uint8)
+            for j, (k, v) in enumerate(zip(keys, values)):
+                at = self.dense_offsets[j] + k[k >= 0]
+                self.dense[at], self.present[at] = v[k >= 0], 1
         packed = PackedEnsemble(model.host_trees)
         self.host_values = np.ascontiguousarray(packed.node_values()[:, 0]) if model.host_trees else np.zeros(0)
         self.host_offsets = packed.tree_offsets
@@ -516,38 +531,49 @@ class _LeafTables:
 
     def add(self, raw, model: HybridHostModel, handoff, ids, answers: dict, K: int) -> None:
         """Add each tree's value to the ``raw`` scores of a chunk of test rows: the mean of the leaf values of
-        the guests that routed a row on (``answers``), else the host's hand-off node's value; in one kernel
-        (:func:`_add_guest_means`; :func:`_add_chunk` is its numpy reference, and says what is wrong when
-        a guest names a leaf the host does not know)."""
-        n, n_trees = handoff.shape
-        leaves = np.stack([answers[u] for u in self.guests]) if answers else np.zeros((0, n, n_trees), np.int32)
+        the guests that routed a row on (``answers``), else the host's hand-off node's value; by two kernels
+        (:func:`_sum_guest_leaves` a guest at a time, then :func:`_add_means`; :func:`_add_chunk` is their
+        numpy reference, and says what is wrong when a guest names a leaf the host does not know).  ``raw`` is
+        left as it was when a guest names such a leaf."""
+        handoff = np.ascontiguousarray(handoff, dtype=np.int32)
+        acc, cnt = np.zeros(handoff.shape), np.zeros(handoff.shape, dtype=np.int32)
         bad = np.full(3, -1, dtype=np.int64)
-        _add_guest_means(raw, np.ascontiguousarray(handoff, dtype=np.int32), np.ascontiguousarray(leaves, np.int32),
-                         self.keys, self.values, self.offsets, self.host_values, self.host_offsets, self.tree_class,
-                         bad)
-        if bad[0] >= 0:
-            _add_chunk(raw.copy(), model, handoff, ids, answers, self.per_tree, K)  # raises, naming the leaf
-            raise ProtocolError(f"{self.guests[bad[2]]} routed test instance {int(ids[bad[0]])} of tree {bad[1]} to "
-                                f"a node for which the host's model has no leaf value")
+        for g, u in enumerate(self.guests):
+            if u not in answers:
+                continue
+            _sum_guest_leaves(acc, cnt, handoff, np.ascontiguousarray(answers[u], dtype=np.int32), g,
+                              len(self.guests), self.keys, self.values, self.offsets, self.dense, self.present,
+                              self.dense_offsets, bad)
+            if bad[0] >= 0:
+                _add_chunk(raw.copy(), model, handoff, ids, answers, self.per_tree, K)  # raises, naming the leaf
+                raise ProtocolError(f"{u} routed test instance {int(ids[bad[0]])} of tree {bad[1]} to a node for "
+                                    f"which the host's model has no leaf value")
+        _add_means(raw, acc, cnt, handoff, self.host_values, self.host_offsets, self.tree_class)
 
 
 @njit(cache=True, nogil=True)
-def _add_guest_means(raw, handoff, leaves, keys, values, offsets, host_values, host_offsets, tree_class, bad):
-    """For each row ``i`` and tree ``t``: the mean of the values (``keys``/``values`` of ``t`` and guest ``g``
-    between ``offsets[t * G + g]`` and the next) of the leaves ``leaves[g, i, t]`` the guests routed it to
-    (-1: a guest that does not hold it), else the host's value of its hand-off node, added to
-    ``raw[i, tree_class[t]]``.  A leaf a guest names that is neither known nor the hand-off node stops the
-    kernel with ``bad = (i, t, g)``."""
-    n_guests = leaves.shape[0]
-    for i in range(handoff.shape[0]):
-        for t in range(handoff.shape[1]):
-            h = handoff[i, t]
-            acc, cnt = 0.0, 0
-            for g in range(n_guests):
-                leaf = leaves[g, i, t]
-                if leaf < 0:
+def _sum_guest_leaves(acc, cnt, handoff, leaves, g, n_guests, keys, values, offsets, dense, present, dense_offsets,
+                      bad):
+    """Add to ``acc[i, t]``, and count in ``cnt[i, t]``, the value of the leaf ``leaves[i, t]`` guest ``g``
+    routed row ``i`` of tree ``t`` to (-1: a row it does not hold; its hand-off node: nothing grown below it,
+    skipped): looked up in the dense tables where ``dense_offsets`` has them, else searched in ``keys`` (of
+    ``t`` and ``g`` between ``offsets[t * n_guests + g]`` and the next).  A leaf that is neither known nor the
+    hand-off node stops the kernel with ``bad = (i, t, g)``."""
+    use_dense = dense_offsets.shape[0] > 0
+    for i in range(leaves.shape[0]):
+        for t in range(leaves.shape[1]):
+            leaf = leaves[i, t]
+            if leaf < 0:
+                continue
+            j = t * n_guests + g
+            if use_dense:
+                lo = dense_offsets[j]
+                if leaf < dense_offsets[j + 1] - lo and present[lo + leaf]:
+                    acc[i, t] += dense[lo + leaf]
+                    cnt[i, t] += 1
                     continue
-                lo, hi = offsets[t * n_guests + g], offsets[t * n_guests + g + 1]
+            else:
+                lo, hi = offsets[j], offsets[j + 1]
                 a, b = lo, hi
                 while a < b:
                     mid = (a + b) >> 1
@@ -556,12 +582,22 @@ def _add_guest_means(raw, handoff, leaves, keys, values, offsets, host_values, h
                     else:
                         b = mid
                 if a < hi and keys[a] == leaf:
-                    acc += values[a]
-                    cnt += 1
-                elif leaf != h:
-                    bad[0], bad[1], bad[2] = i, t, g
-                    return
-            raw[i, tree_class[t]] += acc / cnt if cnt else host_values[host_offsets[t] + h]
+                    acc[i, t] += values[a]
+                    cnt[i, t] += 1
+                    continue
+            if leaf != handoff[i, t]:
+                bad[0], bad[1], bad[2] = i, t, g
+                return
+
+
+@njit(cache=True, nogil=True)
+def _add_means(raw, acc, cnt, handoff, host_values, host_offsets, tree_class):
+    """For each row ``i`` and tree ``t``: the mean ``acc[i, t] / cnt[i, t]`` of the guests' leaf values, or,
+    where no guest routed the row on, the host's value of its hand-off node, added to ``raw[i, tree_class[t]]``."""
+    for i in range(handoff.shape[0]):
+        for t in range(handoff.shape[1]):
+            c = cnt[i, t]
+            raw[i, tree_class[t]] += acc[i, t] / c if c else host_values[host_offsets[t] + handoff[i, t]]
 
 
 def _add_chunk(raw, model: HybridHostModel, handoff, ids, answers: dict, tables: list, K: int) -> None:

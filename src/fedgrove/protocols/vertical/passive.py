@@ -17,6 +17,10 @@ from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
 from fedgrove.protocols import MAX_PREDICT_BYTES, check_ids_everywhere, check_split_lists, instance_ids
 from fedgrove.protocols.vertical import messages as m
 
+#: :meth:`PassiveModel.walk_layout` indexes its nodes by id where that takes at most this many entries a node
+#: (plus ``INDEX_MIN``); sparser ids are searched
+INDEX_SLACK, INDEX_MIN = 16, 1 << 16
+
 
 def _whole(v) -> int:
     """A model file's node, tree, feature or bin number: an integer (``int()`` would cut 0.5 to 0)."""
@@ -122,7 +126,9 @@ class PassiveModel:
         """This party's splits of ``trees`` (tree numbers, one layout each) as the flat arrays
         :func:`~fedgrove.engine.predict.walk_down` walks: per tree its split nodes and their children in id
         order (``node_ids``, ``offsets``), each split's feature, threshold (its bin where ``binned``), missing
-        direction and children's positions; -1 as the feature of a node that is not a split."""
+        direction and children's positions; -1 as the feature of a node that is not a split; and, where the ids
+        are few enough against the nodes (as the guests number them), each tree's positions by node id
+        (``index``, ``index_offsets``; -1: no such node; both empty where the ids are too sparse)."""
         want = {int(t): c for c, t in enumerate(trees)}
         known = [set() for _ in want]
         for (t, node), kids in self.children.items():
@@ -145,7 +151,14 @@ class PassiveModel:
                     kids = self.children[(t, node)]
                     feature[k], threshold[k], missing_left[k] = f, (b if binned else thr), ml
                     left[k], right[k] = at[kids[0]], at[kids[1]]
-        return node_ids, offsets, feature, threshold, missing_left, left, right
+        spans = [int(a[-1]) + 1 if len(a) and a[-1] >= 0 else 0 for a in ids]
+        index_offsets, index = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if sum(spans) <= INDEX_SLACK * total + INDEX_MIN:
+            index_offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
+            index = np.full(sum(spans), -1, dtype=np.int64)
+            for c, a in enumerate(ids):
+                index[index_offsets[c] + a[a >= 0]] = offsets[c] + np.flatnonzero(a >= 0)
+        return node_ids, offsets, feature, threshold, missing_left, left, right, index, index_offsets
 
     def before(self, n_trees: int) -> "PassiveModel":
         """The part of this model that belongs to the first ``n_trees`` trees (resuming from a checkpoint)."""
