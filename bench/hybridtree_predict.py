@@ -6,8 +6,11 @@ the key does not change it), then predict the test rows repeated to ``--rows`` i
 holding every test row, from the per-party model files (their dicts): the host routes through its layers,
 each guest walks its own below them, the host averages the guests' leaf values.  The reference is the
 engine's prediction of a model of the same size (as many trees of ``host_depth + guest_depth`` levels,
-trained on the joined columns; HybridTree's trees are not the engine's) in the same run.  Medians of
-``--repeats`` runs; the bytes each party sent in one prediction.
+trained on the joined columns; HybridTree's trees are not the engine's) in the same run.  Beside it, as the
+paper's Table 8 compares, the node-level vertical protocol's prediction of a model of that size, trained by
+the host's columns and one passive party holding the guests' columns of every instance (the VFL of
+``bench/hybridtree.py``), from its parties' model files too.  Medians of ``--repeats`` runs; the bytes each
+party sent in one prediction.
 
     python3 bench/hybridtree_predict.py [--trees 30] [--rows 50000] [--repeats 5] [--out FILE]
 """
@@ -42,10 +45,14 @@ def main():
     from fedgrove.crypto.he import PlainContext
     from fedgrove.data import load_dataset
     from fedgrove.engine.gbdt import GBDTParams, train_gbdt
+    from fedgrove.engine.model import model_from_dict
     from fedgrove.exceptions import DataError
     from fedgrove.protocols.hybridtree.guest import HybridGuest
     from fedgrove.protocols.hybridtree.host import HybridHostModel, predict_hybrid
     from fedgrove.protocols.hybridtree.simulate import run_hybridtree
+    from fedgrove.protocols.vertical.active import predict_active
+    from fedgrove.protocols.vertical.passive import PassiveModel, answer_predict
+    from fedgrove.protocols.vertical.simulate import run_vertical
     from fedgrove.transport.inprocess import InProcessHub, run_parties
 
     try:
@@ -69,7 +76,9 @@ def main():
     guest_files = {u: g.to_dict() for u, g in out["guest_models"].items()}
     names = sorted(guest_files)
     engine = train_gbdt(params, X, y)
-    sent = {}
+    vfl = run_vertical([X[:, hc], X[:, gc]], y, params, PlainContext(), names=["host", "guests"])
+    vfl_files = vfl["model"].to_dict(), vfl["passive_models"]["guests"].to_dict()
+    sent, vfl_sent = {}, {}
 
     def federated():
         model = HybridHostModel.from_dict(host_file)
@@ -81,13 +90,26 @@ def main():
         sent.update({who: ch.stats.as_dict()["total_sent"] for who, ch in channels.items()})
         return results["host"]
 
+    def vertical():
+        roles = {"host": lambda ch: predict_active(ch, ["guests"], model_from_dict(vfl_files[0]), X_test[:, hc]),
+                 "guests": lambda ch: answer_predict(ch, "host", PassiveModel.from_dict(vfl_files[1]),
+                                                     X_test[:, gc])}
+        results, channels = run_parties(InProcessHub(["host", "guests"]), roles, 300)
+        vfl_sent.update({who: ch.stats.as_dict()["total_sent"] for who, ch in channels.items()})
+        return results["host"]
+
     raw = federated()  # (first calls: kernels compiled or loaded)
     engine.predict_raw(X_test)
     if raw.shape[0] != args.rows or not np.all(np.isfinite(raw)):
         raise SystemExit("the federation's predictions are not one finite score a test row")
-    times = {"federated": [], "engine": []}
+    vfl_raw = vertical()
+    gap = float(np.max(np.abs(vfl_raw.reshape(-1) - engine.predict_raw(X_test).reshape(-1)), initial=0.0))
+    if gap > 1e-9:  # (lossless: its trees are the engine's on the joined columns, leaf values to 1e-9)
+        raise SystemExit(f"the vertical protocol's predictions differ from the engine's (by up to {gap:.3g})")
+    times = {"federated": [], "engine": [], "vertical": []}
     for _ in range(args.repeats):
-        for key, fn in (("federated", federated), ("engine", lambda: engine.predict_raw(X_test))):
+        for key, fn in (("federated", federated), ("engine", lambda: engine.predict_raw(X_test)),
+                        ("vertical", vertical)):
             t0 = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - t0)
@@ -96,10 +118,14 @@ def main():
               "guest_depth": GUEST_DEPTH, "guests": GUESTS, "threads": 1, "repeats": args.repeats,
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "median_seconds": med,
-              "ratio_federated_over_engine": med["federated"] / med["engine"], "bytes_sent": sent, "runs": times}
+              "ratio_federated_over_engine": med["federated"] / med["engine"],
+              "ratio_federated_over_vertical": med["federated"] / med["vertical"], "bytes_sent": sent,
+              "vertical_bytes_sent": vfl_sent, "runs": times}
     print(f"{name}: {args.rows} test rows, {args.trees} trees of {HOST_DEPTH} + {GUEST_DEPTH} levels, {GUESTS} "
           f"guests: federated {med['federated']:.3f} s, engine {med['engine']:.3f} s, "
           f"ratio {result['ratio_federated_over_engine']:.1f}x; bytes sent {sent}", flush=True)
+    print(f"node-level vertical protocol (host + one passive party), the same size: {med['vertical']:.3f} s "
+          f"(HybridTree {result['ratio_federated_over_vertical']:.2f}x its time), bytes sent {vfl_sent}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")
