@@ -136,3 +136,51 @@ def test_the_kernels_import_and_run_where_numba_finds_no_cache_folder(tmp_path):
     assert f"kept in {folder}" in runs[0].stderr and COMPILE_NOTE in runs[0].stderr, runs[0].stderr[-2000:]
     assert COMPILE_NOTE not in runs[1].stderr, runs[1].stderr[-2000:]  # loaded from the folder
     assert any(folder.rglob("*.nbi"))
+
+
+# --- a kernel's cache and the kernels of other files it calls ----------------------------------------------------
+
+def test_a_kernels_cache_goes_stale_when_a_kernel_of_another_file_it_calls_changes(tmp_path):
+    # numba stamps a kernel's cache with its own file alone, so a kernel calling a kernel of another file ran its
+    # old code after an upgrade or an edit that changed only the other file (shown here first, with numba's own
+    # locators); fedgrove's locators stamp it with that file's contents too: the new code, then the cache again
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    helper = folder / "helper.py"
+    helper.write_text("from numba import njit\n\n@njit(cache=True)\ndef helper():\n    return 1\n")
+    (folder / "kernel.py").write_text("from numba import njit\nfrom helper import helper\n\n"
+                                      "@njit(cache=True)\ndef kernel():\n    return helper()\n")
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(folder)!r})
+        from fedgrove.engine import compiling
+        if sys.argv[1] == "tracked":
+            compiling.TRACKED.append({str(folder)!r})
+        import kernel
+        print(kernel.kernel(), kernel.kernel.stats.cache_hits[()] if kernel.kernel.stats.cache_hits else 0)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        value, hits = out.stdout.split()
+        return int(value), int(hits)
+
+    assert run("untracked") == (1, 0)
+    helper.write_text(helper.read_text().replace("return 1", "return 2"))
+    assert run("untracked") == (1, 1)  # numba alone: the old helper, loaded from the kernel's cache
+    assert run("tracked") == (2, 0)  # compiled again
+    assert run("tracked") == (2, 1)  # and cached
+    helper.write_text(helper.read_text().replace("return 2", "return 3"))
+    assert run("tracked") == (3, 0)
+
+
+def test_the_engines_kernels_that_call_other_files_kernels_are_stamped_with_those_files():
+    from fedgrove.engine import compiling, histogram, predict, sparse
+
+    assert compiling.callee_files(sparse.build_histograms_sparse.py_func) == sorted(
+        os.path.abspath(m.__file__) for m in (histogram, sys.modules["fedgrove.engine._intrinsics"]))
+    assert compiling.callee_files(predict.walk_down.py_func) == []
+    assert compiling.callee_files(_function("fedgrove.engine.example")) == []

@@ -18,17 +18,30 @@ all come from the cache says nothing.  It listens to numba's ``numba:compile``
 event, which numba raises only for a compilation, never for a load from the
 cache.
 
-Importing this module does both; every module of fedgrove's that defines
+numba keys a kernel's cache by the source of the file that defines it, and
+nothing else: a kernel that calls a kernel or an intrinsic of another file
+(``engine.sparse`` calls ``engine.histogram.add_row_range``; several kernels
+``engine._intrinsics.prefetch``) would load its old compiled code after an
+upgrade or an edit that changed only the other file.  :func:`track_callees`
+puts, before numba's own cache locators, locators for fedgrove's files whose
+stamp is numba's stamp of the kernel's file together with the contents of every
+fedgrove file whose kernels or intrinsics it calls, directly or through others.
+
+Importing this module does all three; every module of fedgrove's that defines
 kernels imports it first (through ``fedgrove.engine._intrinsics``).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 import stat
+import sys
 import tempfile
 import threading
+import types
 
 from numba.core import caching, config, event
 
@@ -116,5 +129,110 @@ def ensure_cache_folder(py_func=_probe, temp: str | None = None) -> str | None:
     return folder
 
 
+#: folders whose kernels' caches :func:`track_callees` stamps with their callees' files (tests add one)
+TRACKED = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+
+def _tracked(path) -> bool:
+    path = os.path.abspath(path)
+    return any(path.startswith(root + os.sep) for root in TRACKED)
+
+
+@functools.lru_cache(maxsize=None)
+def _digest(path: str, mtime: float, size: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    st = os.stat(path)
+    return _digest(path, st.st_mtime, st.st_size)  # (read again when the file changed in this process)
+
+
+def _kernel_function(value):
+    """The Python function behind a numba kernel or intrinsic, else None."""
+    if isinstance(value, types.FunctionType):
+        return None
+    for attr in ("py_func", "_defn"):  # a dispatcher's function; an intrinsic's code generator
+        fn = getattr(value, attr, None)
+        if isinstance(fn, types.FunctionType):
+            return fn
+    return None
+
+
+def _names(code) -> set:
+    """The global and attribute names ``code`` and the functions defined in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def callee_files(py_func) -> list[str]:
+    """The files of the tracked kernels and intrinsics ``py_func`` calls, directly or through others (closure
+    cells, module attributes), other than its own, sorted."""
+    own = os.path.abspath(py_func.__code__.co_filename)
+    seen, files, todo = set(), set(), [py_func]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        names = _names(fn.__code__)
+        values = [fn.__globals__[n] for n in names if n in fn.__globals__]
+        values += [cell.cell_contents for cell in fn.__closure__ or () if _filled(cell)]
+        for value in list(values):
+            if isinstance(value, types.ModuleType):
+                values += [getattr(value, n) for n in names if n in vars(value)]
+        for value in values:
+            callee = _kernel_function(value)
+            if callee is None or not _tracked(callee.__code__.co_filename):
+                continue
+            path = os.path.abspath(callee.__code__.co_filename)
+            if path != own:
+                files.add(path)
+            todo.append(callee)
+    return sorted(files)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def track_callees() -> None:
+    """Put, before each of numba's cache locators backed by a source file, one that serves the tracked files'
+    functions alone and stamps their caches also with the contents of :func:`callee_files` (numba's own
+    locators go on serving every other function as before)."""
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (numba's names: >= 0.61, 0.60)
+    if any(getattr(cls, "_fedgrove", False) for cls in impl._locator_classes):
+        return
+
+    def from_function(cls, py_func, py_file):
+        if not _tracked(py_file):
+            return None
+        self = super(cls, cls).from_function(py_func, py_file)
+        if self is not None:
+            self._callees = callee_files(py_func)
+        return self
+
+    def get_source_stamp(self):
+        own = super(type(self), self).get_source_stamp()
+        if getattr(sys, "frozen", False) or not self._callees:  # (a kernel calling none: numba's own stamp)
+            return own
+        return own, tuple((os.path.basename(f), _file_digest(f)) for f in self._callees)
+
+    ours = [type(f"Fedgrove{cls.__name__.lstrip('_')}", (cls,),
+                 {"_fedgrove": True, "from_function": classmethod(from_function),
+                  "get_source_stamp": get_source_stamp})
+            for cls in impl._locator_classes if issubclass(cls, caching._SourceFileBackedLocatorMixin)]
+    impl._locator_classes[:0] = ours
+
+
+track_callees()
 ensure_cache_folder()
 event.register("numba:compile", CompileNote())

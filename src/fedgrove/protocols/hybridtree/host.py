@@ -572,7 +572,8 @@ def _sum_guest_leaves(acc, cnt, handoff, leaves, g, n_guests, keys, values, offs
                     acc[i, t] += dense[lo + leaf]
                     cnt[i, t] += 1
                     continue
-            else:
+            else:  # (written out, not shared with walk_down's search: numba's cache of a kernel does not see
+                # a change to a function of another module that the kernel calls)
                 lo, hi = offsets[j], offsets[j + 1]
                 a, b = lo, hi
                 while a < b:
