@@ -181,7 +181,7 @@ def callee_files(py_func) -> list[str]:
         seen.add(id(fn))
         names = _names(fn.__code__)
         values = [fn.__globals__[n] for n in names if n in fn.__globals__]
-        values += [cell.cell_contents for cell in fn.__closure__ or () if _filled(cell)]
+        values += _cells(fn)
         for value in list(values):
             if isinstance(value, types.ModuleType):
                 values += [getattr(value, n) for n in names if n in vars(value)]
@@ -196,12 +196,15 @@ def callee_files(py_func) -> list[str]:
     return sorted(files)
 
 
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell
-        return False
-    return True
+def _cells(fn) -> list:
+    """What the filled cells of ``fn``'s closure hold."""
+    held = []
+    for cell in fn.__closure__ or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return held
 
 
 def track_callees() -> None:
