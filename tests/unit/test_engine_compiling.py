@@ -148,8 +148,10 @@ def test_a_kernels_cache_goes_stale_when_a_kernel_of_another_file_it_calls_chang
     folder.mkdir()
     helper = folder / "helper.py"
     helper.write_text("from numba import njit\n\n@njit(cache=True)\ndef helper():\n    return 1\n")
+    # the kernel calls the other file's kernel through one defined further down its own file
     (folder / "kernel.py").write_text("from numba import njit\nfrom helper import helper\n\n"
-                                      "@njit(cache=True)\ndef kernel():\n    return helper()\n")
+                                      "@njit(cache=True)\ndef kernel():\n    return later()\n\n"
+                                      "@njit(cache=True)\ndef later():\n    return helper()\n")
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(folder)!r})

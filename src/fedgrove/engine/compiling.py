@@ -25,7 +25,8 @@ nothing else: a kernel that calls a kernel or an intrinsic of another file
 upgrade or an edit that changed only the other file.  :func:`track_callees`
 puts, before numba's own cache locators, locators for fedgrove's files whose
 stamp is numba's stamp of the kernel's file together with the contents of every
-fedgrove file whose kernels or intrinsics it calls, directly or through others.
+fedgrove file whose kernels or intrinsics the kernel's module imports, directly
+or through those files (:func:`callee_files`).
 
 Importing this module does all three; every module of fedgrove's that defines
 kernels imports it first (through ``fedgrove.engine._intrinsics``).
@@ -160,31 +161,23 @@ def _kernel_function(value):
     return None
 
 
-def _names(code) -> set:
-    """The global and attribute names ``code`` and the functions defined in it read."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
-
-
 def callee_files(py_func) -> list[str]:
-    """The files of the tracked kernels and intrinsics ``py_func`` calls, directly or through others (closure
-    cells, module attributes), other than its own, sorted."""
+    """The files, other than ``py_func``'s own, of the tracked kernels and intrinsics that ``py_func``'s module
+    holds (imported: every kernel of the module may call them, and one defined further down the file does not
+    exist yet when numba sets up ``py_func``'s cache) or its closure holds, and of those that their modules
+    hold in turn, sorted.  A tracked module the module holds counts with its kernels."""
     own = os.path.abspath(py_func.__code__.co_filename)
     seen, files, todo = set(), set(), [py_func]
     while todo:
         fn = todo.pop()
-        if id(fn) in seen:
+        key = (fn.__code__.co_filename, id(fn.__globals__))
+        if key in seen and fn is not py_func:
             continue
-        seen.add(id(fn))
-        names = _names(fn.__code__)
-        values = [fn.__globals__[n] for n in names if n in fn.__globals__]
-        values += _cells(fn)
+        seen.add(key)
+        values = list(fn.__globals__.values()) + _cells(fn)
         for value in list(values):
-            if isinstance(value, types.ModuleType):
-                values += [getattr(value, n) for n in names if n in vars(value)]
+            if isinstance(value, types.ModuleType) and _tracked(getattr(value, "__file__", None) or ""):
+                values += list(vars(value).values())
         for value in values:
             callee = _kernel_function(value)
             if callee is None or not _tracked(callee.__code__.co_filename):
@@ -192,7 +185,8 @@ def callee_files(py_func) -> list[str]:
             path = os.path.abspath(callee.__code__.co_filename)
             if path != own:
                 files.add(path)
-            todo.append(callee)
+            if (callee.__code__.co_filename, id(callee.__globals__)) not in seen:
+                todo.append(callee)
     return sorted(files)
 
 
@@ -209,8 +203,8 @@ def _cells(fn) -> list:
 
 def track_callees() -> None:
     """Put, before each of numba's cache locators backed by a source file, one that serves the tracked files'
-    functions alone and stamps their caches also with the contents of :func:`callee_files` (numba's own
-    locators go on serving every other function as before)."""
+    functions alone and stamps their caches also with the contents of their :func:`callee_files` (numba's
+    own locators go on serving every other function as before)."""
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (numba's names: >= 0.61, 0.60)
     if any(getattr(cls, "_fedgrove", False) for cls in impl._locator_classes):
         return
