@@ -186,3 +186,22 @@ def test_the_engines_kernels_that_call_other_files_kernels_are_stamped_with_thos
         os.path.abspath(m.__file__) for m in (histogram, sys.modules["fedgrove.engine._intrinsics"]))
     assert compiling.callee_files(predict.walk_down.py_func) == []
     assert compiling.callee_files(_function("fedgrove.engine.example")) == []
+
+
+def test_a_callee_file_that_cannot_be_read_leaves_numbas_own_stamp():
+    # (fedgrove run from a zip archive: its files are no files numba or fedgrove can read by path)
+    from numba.core import caching
+
+    from fedgrove.engine import compiling, sparse
+
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+    func = sparse.build_histograms_sparse.py_func
+    for cls in impl._locator_classes:
+        if getattr(cls, "_fedgrove", False) and (locator := cls.from_function(func, func.__code__.co_filename)):
+            break
+    assert locator is not None and len(locator._callees) == 2
+    own = super(type(locator), locator).get_source_stamp()
+    assert locator.get_source_stamp()[0] == own and len(locator.get_source_stamp()[1]) == 2
+    locator._callees = [*locator._callees, "/nonexistent/fedgrove/engine/gone.py"]
+    assert locator.get_source_stamp() == own
+    assert compiling._tracked(func.__code__.co_filename) and not compiling._tracked("/elsewhere/x.py")

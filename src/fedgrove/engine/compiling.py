@@ -221,7 +221,10 @@ def track_callees() -> None:
         own = super(type(self), self).get_source_stamp()
         if getattr(sys, "frozen", False) or not self._callees:  # (a kernel calling none: numba's own stamp)
             return own
-        return own, tuple((os.path.basename(f), _file_digest(f)) for f in self._callees)
+        try:
+            return own, tuple((os.path.basename(f), _file_digest(f)) for f in self._callees)
+        except OSError:  # a file that cannot be read as one (inside a zip archive): numba's own stamp
+            return own
 
     ours = [type(f"Fedgrove{cls.__name__.lstrip('_')}", (cls,),
                  {"_fedgrove": True, "from_function": classmethod(from_function),
