@@ -155,7 +155,10 @@ def _kernel_function(value):
     if isinstance(value, types.FunctionType):
         return None
     for attr in ("py_func", "_defn"):  # a dispatcher's function; an intrinsic's code generator
-        fn = getattr(value, attr, None)
+        try:
+            fn = getattr(value, attr, None)
+        except Exception:  # (an object whose attributes compute something, and fail)
+            continue
         if isinstance(fn, types.FunctionType):
             return fn
     return None
@@ -171,7 +174,7 @@ def callee_files(py_func) -> list[str]:
     while todo:
         fn = todo.pop()
         key = (fn.__code__.co_filename, id(fn.__globals__))
-        if key in seen and fn is not py_func:
+        if key in seen:
             continue
         seen.add(key)
         values = list(fn.__globals__.values()) + _cells(fn)
