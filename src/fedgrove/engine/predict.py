@@ -252,6 +252,20 @@ def leaves_with_peer_bits(X, feature, threshold, missing_left, left, right, slot
     return leaves
 
 
+@njit(cache=True, nogil=True, inline="always")
+def sorted_position(a, lo, hi, v):
+    """The position of ``v`` among the increasing ``a[lo:hi]``, or -1 where it is not there (a kernel of
+    another file may call it: :mod:`fedgrove.engine.compiling` checks its cache against this file too)."""
+    i, j = lo, hi
+    while i < j:
+        mid = (i + j) >> 1
+        if a[mid] < v:
+            i = mid + 1
+        else:
+            j = mid
+    return i if i < hi and a[i] == v else -1
+
+
 @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right, index,
               index_offsets, missing_codes, out):
@@ -279,16 +293,8 @@ def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_lef
             if indexed:
                 if 0 <= node < index_offsets[c + 1] - index_offsets[c]:
                     k = index[index_offsets[c] + node]
-            else:
-                a, b = lo, hi  # the start node among the layout's ids
-                while a < b:
-                    mid = (a + b) >> 1
-                    if node_ids[mid] < node:
-                        a = mid + 1
-                    else:
-                        b = mid
-                if a < hi and node_ids[a] == node:
-                    k = a
+            else:  # the start node among the layout's ids
+                k = sorted_position(node_ids, lo, hi, node)
             if k >= 0:
                 steps = 0
                 while feature[k] >= 0 and steps <= hi - lo:

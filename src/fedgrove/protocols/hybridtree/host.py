@@ -19,6 +19,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tree_class, names_of
 from fedgrove.engine.params import Flag, Interval
+from fedgrove.engine.predict import sorted_position
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import PackedEnsemble, Tree
 from fedgrove.exceptions import InvalidParameterError, ModelFormatError, ProtocolError
@@ -572,17 +573,9 @@ def _sum_guest_leaves(acc, cnt, handoff, leaves, g, n_guests, keys, values, offs
                     acc[i, t] += dense[lo + leaf]
                     cnt[i, t] += 1
                     continue
-            else:  # (written out, not shared with walk_down's search: numba's cache of a kernel does not see
-                # a change to a function of another module that the kernel calls)
-                lo, hi = offsets[j], offsets[j + 1]
-                a, b = lo, hi
-                while a < b:
-                    mid = (a + b) >> 1
-                    if keys[mid] < leaf:
-                        a = mid + 1
-                    else:
-                        b = mid
-                if a < hi and keys[a] == leaf:
+            else:
+                a = sorted_position(keys, offsets[j], offsets[j + 1], leaf)
+                if a >= 0:
                     acc[i, t] += values[a]
                     cnt[i, t] += 1
                     continue
