@@ -499,12 +499,13 @@ def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference
     # left as they were; the leaves looked up in tables indexed by node, or (nodes numbered too sparsely for
     # such tables) searched
     from fedgrove.exceptions import ProtocolError
+    from fedgrove.engine import predict
     from fedgrove.protocols.hybridtree.host import _add_chunk, _LeafTables
     from fedgrove.engine.tree import PackedEnsemble
 
     if tables == "searched":
-        monkeypatch.setattr(_LeafTables, "DENSE_SLACK", 0)
-        monkeypatch.setattr(_LeafTables, "DENSE_MIN", 0)
+        monkeypatch.setattr(predict, "INDEX_SLACK", 0)
+        monkeypatch.setattr(predict, "INDEX_MIN", 0)
     Xh, y, guests = setup
     out = run_hybridtree(Xh, y, guests, PARAMS, keygen("ou", 2048, "plain"), 4, 2, timeout=60)
     model = out["model"]
@@ -512,7 +513,7 @@ def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference
     rng = np.random.default_rng(3)
     handoff = PackedEnsemble(model.host_trees).leaves(Xh[:500]).astype(np.int32)
     leaf_tables = _LeafTables(model, names)
-    assert (len(leaf_tables.dense_offsets) > 0) == (tables == "dense")
+    assert (len(leaf_tables.index_offsets) > 0) == (tables == "dense")
     answers = {}
     for u in names:
         leaves = np.full(handoff.shape, -1, dtype=np.int32)

@@ -368,12 +368,11 @@ def test_walking_down_a_guests_splits_matches_the_reference_and_a_walk_by_hand(r
     # within the ids the layout indexes or past them), missing values both ways; the kernel, its numpy
     # reference and a walk node by node agree, the start nodes looked up by id or (ids too sparse) searched
     from fedgrove.engine.binning import BinMapper
-    from fedgrove.protocols.vertical import passive
     from fedgrove.protocols.vertical.passive import PassiveModel
 
     if not indexed:
-        monkeypatch.setattr(passive, "INDEX_SLACK", 0)
-        monkeypatch.setattr(passive, "INDEX_MIN", 0)
+        monkeypatch.setattr(predict, "INDEX_SLACK", 0)
+        monkeypatch.setattr(predict, "INDEX_MIN", 0)
 
     X = rng.normal(size=(500, 4))
     X[rng.random(X.shape) < 0.15] = np.nan

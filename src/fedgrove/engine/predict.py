@@ -266,6 +266,38 @@ def sorted_position(a, lo, hi, v):
     return i if i < hi and a[i] == v else -1
 
 
+#: :func:`id_positions` indexes ids where that takes at most this many entries an id (plus ``INDEX_MIN``)
+INDEX_SLACK, INDEX_MIN = 16, 1 << 16
+
+
+def id_positions(ids: list) -> tuple[np.ndarray, np.ndarray]:
+    """For lists of increasing ids laid end to end, each list's positions by id (``index``, ``offsets``: list
+    ``c``'s id ``v`` at ``index[offsets[c] + v]``, its position in the concatenation, or -1 where the list
+    lacks it; negative ids left out, as they are never looked up), for :func:`find_position`; two empty
+    arrays where the ids are too sparse for that (see ``INDEX_SLACK``)."""
+    spans = [int(a[-1]) + 1 if len(a) and a[-1] >= 0 else 0 for a in ids]
+    if not ids or sum(spans) > INDEX_SLACK * sum(len(a) for a in ids) + INDEX_MIN:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
+    index = np.full(int(offsets[-1]), -1, dtype=np.int64)
+    start = 0
+    for c, a in enumerate(ids):
+        ok = np.asarray(a) >= 0
+        index[offsets[c] + a[ok]] = start + np.flatnonzero(ok)
+        start += len(a)
+    return index, offsets
+
+
+@njit(cache=True, nogil=True, inline="always")
+def find_position(ids, lo, hi, index, index_offsets, c, v):
+    """The position of id ``v`` in list ``c`` (``ids[lo:hi]``, increasing), or -1 where it is not there: by
+    :func:`id_positions`' ``index`` where ``index_offsets`` is not empty, else searched."""
+    if index_offsets.shape[0] > 0:
+        at = index_offsets[c]
+        return index[at + v] if 0 <= v < index_offsets[c + 1] - at else -1
+    return sorted_position(ids, lo, hi, v)
+
+
 @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
 def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_left, left, right, index,
               index_offsets, missing_codes, out):
@@ -278,23 +310,16 @@ def walk_down(X, rows, start, node_ids, offsets, feature, threshold, missing_lef
     increasing; at a split ``k`` (``feature[k] >= 0``) a row goes to ``left[k]`` where ``X[i, feature[k]] <=
     threshold[k]``, else ``right[k]`` (positions in the same arrays), a missing value (raw values: NaN; bin
     codes, with ``missing_codes`` not empty: the feature's missing code) following ``missing_left``.  A start
-    node is found by its id in ``index`` where ``index_offsets`` is not empty (layout ``c``'s node ``v`` at
-    ``index[index_offsets[c] + v]``, its position, or -1 where it holds no such node; ids past
-    ``index_offsets[c + 1]`` none), else searched among ``node_ids``.  A walk longer than its layout's nodes
-    (children that are not later nodes: a cycle) gives ``out[j, c] = -2``."""
+    node is found by :func:`find_position` (``index``, ``index_offsets``: :func:`id_positions` of the
+    layouts' ids, or empty).  A walk longer than its layout's nodes (children that are not later nodes: a
+    cycle) gives ``out[j, c] = -2``."""
     binned = missing_codes.shape[0] > 0
-    indexed = index_offsets.shape[0] > 0
     for j in prange(rows.shape[0]):
         i = rows[j]
         for c in range(start.shape[1]):
             lo, hi = offsets[c], offsets[c + 1]
             node = start[j, c]
-            k = -1
-            if indexed:
-                if 0 <= node < index_offsets[c + 1] - index_offsets[c]:
-                    k = index[index_offsets[c] + node]
-            else:  # the start node among the layout's ids
-                k = sorted_position(node_ids, lo, hi, node)
+            k = find_position(node_ids, lo, hi, index, index_offsets, c, node)
             if k >= 0:
                 steps = 0
                 while feature[k] >= 0 and steps <= hi - lo:

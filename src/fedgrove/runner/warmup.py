@@ -115,8 +115,7 @@ def _warm_engine(cfg, X, rng) -> None:
         none, one = np.zeros(0, dtype=np.int64), np.zeros((2, 1), dtype=np.int32)
         acc, cnt = np.zeros((2, 1)), np.zeros((2, 1), dtype=np.int32)
         _sum_guest_leaves(acc, cnt, one, np.full((2, 1), -1, dtype=np.int32), 0, 1, none, np.zeros(0),
-                          np.zeros(2, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.uint8), none,
-                          np.full(3, -1, dtype=np.int64))
+                          np.zeros(2, dtype=np.int64), none, none, np.full(3, -1, dtype=np.int64))
         _add_means(np.zeros((2, 1)), acc, cnt, one, np.zeros(1), np.zeros(2, dtype=np.int64),
                    np.zeros(1, dtype=np.int64))
     if cfg.protocol == "simfl":

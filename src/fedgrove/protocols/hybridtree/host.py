@@ -19,7 +19,7 @@ from fedgrove.engine.grower import Layer, LayerSplits, TreeGrower
 from fedgrove.engine.losses import OBJECTIVES, objective_for
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, check_tree_class, names_of
 from fedgrove.engine.params import Flag, Interval
-from fedgrove.engine.predict import sorted_position
+from fedgrove.engine.predict import find_position, id_positions
 from fedgrove.engine.splitter import GBDTScorer, HistogramSplitFinder, resolve_missing_direction
 from fedgrove.engine.tree import PackedEnsemble, Tree
 from fedgrove.exceptions import InvalidParameterError, ModelFormatError, ProtocolError
@@ -490,13 +490,9 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
 class _LeafTables:
     """Per tree and guest, the guest's leaf values sorted by node, to look the routed leaves up: as lists
     (``per_tree``, for the numpy reference) and flat (``keys``, ``values``, ``offsets`` of tree ``t`` and guest
-    ``g`` at ``t * len(guests) + g``), with the host trees' node values and each tree's output.  Where the
-    nodes are numbered densely enough (as the guests number them: a few times as many numbers as leaves),
-    also as tables indexed by node (``dense`` and ``present`` between ``dense_offsets[t * len(guests) + g]``
-    and the next), which spare the kernel a search a leaf."""
-
-    #: the dense tables' entries, at most, against the leaves they hold (else the kernel searches ``keys``)
-    DENSE_SLACK, DENSE_MIN = 16, 1 << 16
+    ``g`` at ``t * len(guests) + g``; their positions by node, ``index`` and ``index_offsets``, where the
+    guests number their nodes densely enough: :func:`~fedgrove.engine.predict.id_positions`), with the host
+    trees' node values and each tree's output."""
 
     def __init__(self, model: HybridHostModel, guests: list[str]):
         self.guests = list(guests)
@@ -514,15 +510,7 @@ class _LeafTables:
         self.offsets = np.concatenate([[0], np.cumsum([len(k) for k in keys])]).astype(np.int64)
         self.keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         self.values = np.concatenate(values) if values else np.zeros(0)
-        spans = [int(k[-1]) + 1 if len(k) and k[-1] >= 0 else 0 for k in keys]  # (negative nodes never match)
-        self.dense_offsets = np.zeros(0, dtype=np.int64)
-        self.dense, self.present = np.zeros(0), np.zeros(0, dtype=np.uint8)
-        if keys and sum(spans) <= self.DENSE_SLACK * len(self.keys) + self.DENSE_MIN:
-            self.dense_offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
-            self.dense, self.present = np.zeros(sum(spans)), np.zeros(sum(spans), dtype=np.uint8)
-            for j, (k, v) in enumerate(zip(keys, values)):
-                at = self.dense_offsets[j] + k[k >= 0]
-                self.dense[at], self.present[at] = v[k >= 0], 1
+        self.index, self.index_offsets = id_positions(keys)
         packed = PackedEnsemble(model.host_trees)
         self.host_values = np.ascontiguousarray(packed.node_values()[:, 0]) if model.host_trees else np.zeros(0)
         self.host_offsets = packed.tree_offsets
@@ -543,8 +531,8 @@ class _LeafTables:
             if u not in answers:
                 continue
             _sum_guest_leaves(acc, cnt, handoff, np.ascontiguousarray(answers[u], dtype=np.int32), g,
-                              len(self.guests), self.keys, self.values, self.offsets, self.dense, self.present,
-                              self.dense_offsets, bad)
+                              len(self.guests), self.keys, self.values, self.offsets, self.index, self.index_offsets,
+                              bad)
             if bad[0] >= 0:
                 _add_chunk(raw.copy(), model, handoff, ids, answers, self.per_tree, K)  # raises, naming the leaf
                 raise ProtocolError(f"{u} routed test instance {int(ids[bad[0]])} of tree {bad[1]} to a node for "
@@ -553,33 +541,23 @@ class _LeafTables:
 
 
 @njit(cache=True, nogil=True)
-def _sum_guest_leaves(acc, cnt, handoff, leaves, g, n_guests, keys, values, offsets, dense, present, dense_offsets,
-                      bad):
+def _sum_guest_leaves(acc, cnt, handoff, leaves, g, n_guests, keys, values, offsets, index, index_offsets, bad):
     """Add to ``acc[i, t]``, and count in ``cnt[i, t]``, the value of the leaf ``leaves[i, t]`` guest ``g``
     routed row ``i`` of tree ``t`` to (-1: a row it does not hold; its hand-off node: nothing grown below it,
-    skipped): looked up in the dense tables where ``dense_offsets`` has them, else searched in ``keys`` (of
-    ``t`` and ``g`` between ``offsets[t * n_guests + g]`` and the next).  A leaf that is neither known nor the
-    hand-off node stops the kernel with ``bad = (i, t, g)``."""
-    use_dense = dense_offsets.shape[0] > 0
+    skipped), found by :func:`~fedgrove.engine.predict.find_position` among the ``keys`` of ``t`` and ``g``
+    (between ``offsets[t * n_guests + g]`` and the next).  A leaf that is neither known nor the hand-off node
+    stops the kernel with ``bad = (i, t, g)``."""
     for i in range(leaves.shape[0]):
         for t in range(leaves.shape[1]):
             leaf = leaves[i, t]
             if leaf < 0:
                 continue
             j = t * n_guests + g
-            if use_dense:
-                lo = dense_offsets[j]
-                if leaf < dense_offsets[j + 1] - lo and present[lo + leaf]:
-                    acc[i, t] += dense[lo + leaf]
-                    cnt[i, t] += 1
-                    continue
-            else:
-                a = sorted_position(keys, offsets[j], offsets[j + 1], leaf)
-                if a >= 0:
-                    acc[i, t] += values[a]
-                    cnt[i, t] += 1
-                    continue
-            if leaf != handoff[i, t]:
+            a = find_position(keys, offsets[j], offsets[j + 1], index, index_offsets, j, leaf)
+            if a >= 0:
+                acc[i, t] += values[a]
+                cnt[i, t] += 1
+            elif leaf != handoff[i, t]:
                 bad[0], bad[1], bad[2] = i, t, g
                 return
 

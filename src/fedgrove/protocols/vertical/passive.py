@@ -12,14 +12,10 @@ from fedgrove.crypto.he import IndexGroups, public_context
 from fedgrove.crypto.packing import MASK_BITS, MAX_ROWS, MAX_VALUE_BITS, GHPacker, RowPacking
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, by_names, names_of
-from fedgrove.engine.predict import pack_go_left
+from fedgrove.engine.predict import id_positions, pack_go_left
 from fedgrove.exceptions import DataError, ModelFormatError, ProtocolError
 from fedgrove.protocols import MAX_PREDICT_BYTES, check_ids_everywhere, check_split_lists, instance_ids
 from fedgrove.protocols.vertical import messages as m
-
-#: :meth:`PassiveModel.walk_layout` indexes its nodes by id where that takes at most this many entries a node
-#: (plus ``INDEX_MIN``); sparser ids are searched
-INDEX_SLACK, INDEX_MIN = 16, 1 << 16
 
 
 def _whole(v) -> int:
@@ -126,9 +122,8 @@ class PassiveModel:
         """This party's splits of ``trees`` (tree numbers, one layout each) as the flat arrays
         :func:`~fedgrove.engine.predict.walk_down` walks: per tree its split nodes and their children in id
         order (``node_ids``, ``offsets``), each split's feature, threshold (its bin where ``binned``), missing
-        direction and children's positions; -1 as the feature of a node that is not a split; and, where the ids
-        are few enough against the nodes (as the guests number them), each tree's positions by node id
-        (``index``, ``index_offsets``; -1: no such node; both empty where the ids are too sparse)."""
+        direction and children's positions; -1 as the feature of a node that is not a split; and the positions
+        by node id (``index``, ``index_offsets``: :func:`~fedgrove.engine.predict.id_positions`)."""
         want = {int(t): c for c, t in enumerate(trees)}
         known = [set() for _ in want]
         for (t, node), kids in self.children.items():
@@ -151,14 +146,7 @@ class PassiveModel:
                     kids = self.children[(t, node)]
                     feature[k], threshold[k], missing_left[k] = f, (b if binned else thr), ml
                     left[k], right[k] = at[kids[0]], at[kids[1]]
-        spans = [int(a[-1]) + 1 if len(a) and a[-1] >= 0 else 0 for a in ids]
-        index_offsets, index = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if sum(spans) <= INDEX_SLACK * total + INDEX_MIN:
-            index_offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
-            index = np.full(sum(spans), -1, dtype=np.int64)
-            for c, a in enumerate(ids):
-                index[index_offsets[c] + a[a >= 0]] = offsets[c] + np.flatnonzero(a >= 0)
-        return node_ids, offsets, feature, threshold, missing_left, left, right, index, index_offsets
+        return node_ids, offsets, feature, threshold, missing_left, left, right, *id_positions(ids)
 
     def before(self, n_trees: int) -> "PassiveModel":
         """The part of this model that belongs to the first ``n_trees`` trees (resuming from a checkpoint)."""
