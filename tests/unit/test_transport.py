@@ -181,9 +181,128 @@ def test_list_part_lengths_that_do_not_add_up_are_refused(n_parts):
 
 def test_a_message_of_another_wire_format_says_so():
     data = b"FGM1" + encode(_probe())[4:]
-    with pytest.raises(ProtocolError, match=r"wire format 'FGM1', this party reads 'FGM3' \(is the sender a "
+    with pytest.raises(ProtocolError, match=r"wire format 'FGM1', this party reads 'FGM4' \(is the sender a "
                                             r"fedgrove of another version\?\)"):
         decode(data, Probe, context="from peer")
+
+
+@pytest.mark.parametrize("older", [b"FGM2", b"FGM3"])
+def test_messages_of_the_formats_fgm4_extends_are_read(older):
+    # an FGM3 message (narrowed arrays) is an FGM4 message without packed arrays, FGM2's without narrowed ones
+    # either: a ledger written by those versions stays readable; packed descriptors need FGM4's magic
+    msg = IntArrays(np.array([[1, -3]]), np.array([7], dtype=np.int32), np.array([2], dtype=np.int16),
+                    np.array([9], dtype=np.uint16))
+    data = encode(msg)
+    assert data[:4] == b"FGM4" and b'"b":' not in _header(data)
+    back = decode(older + data[4:], IntArrays)
+    for name in ("a64", "a32", "a16", "u16"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(msg, name))
+    packed = encode(IntArrays(a32=np.arange(1000, dtype=np.int32)))
+    assert b'"b":' in _header(packed)
+    with pytest.raises(ProtocolError, match="field a32 is not an array that travels packed"):
+        decode(older + packed[4:], IntArrays)
+
+
+@register
+class Packable(Message):
+    i8: np.ndarray = array_field("<i8", 2)
+    i4: np.ndarray = array_field("<i4", 1)
+    i2: np.ndarray = array_field("<i2", 1)
+    i1: np.ndarray = array_field("|i1", 1)
+    u8: np.ndarray = array_field("<u8", 1)
+    u4: np.ndarray = array_field("<u4", 1)
+    u2: np.ndarray = array_field("<u2", 1)
+    u1: np.ndarray = array_field("|u1", 1)
+    b1: np.ndarray = array_field("|b1", 1)
+    f8: np.ndarray = array_field("<f8", 1)
+
+
+def _extremes(dtype, n, rng, span):
+    """``n`` values of ``dtype`` spanning ``span`` distinct values at the type's low end, high end and middle."""
+    if dtype == np.bool_:
+        return [rng.integers(0, 2, n).astype(bool), np.ones(n, dtype=bool), np.zeros(n, dtype=bool)]
+    info = np.iinfo(dtype)
+    span = min(span, int(info.max) - int(info.min))
+    low, mid = int(info.min), (int(info.min) + int(info.max)) // 2
+    return [np.array([base + int(v) for v in rng.integers(0, span + 1, n)], dtype=object).astype(dtype)
+            for base in (low, int(info.max) - span, mid - span // 2)]
+
+
+@pytest.mark.parametrize("name", ["i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1", "b1"])
+@pytest.mark.parametrize("span", [0, 1, 5, 200, 70_000, 2**40])
+def test_an_array_of_a_narrow_range_travels_packed_and_comes_back_exactly(name, span):
+    # FGM4: integer and boolean arrays whose values span a narrow range travel as distances from an offset in as
+    # few bits as they need, at the bottom, top and middle of their type (an unsigned 64-bit offset above int64)
+    import json
+
+    rng = np.random.default_rng(span)
+    dtype = Packable.__dataclass_fields__[name].metadata["dtype"]
+    for values in _extremes(np.dtype(dtype).type, 3000, rng, span):
+        msg = Packable(**{name: values.reshape(2, -1) if name == "i8" else values})
+        data = encode(msg)
+        d = json.loads(_header(data))["fields"][name]
+        lo, hi = int(values.min()), int(values.max())
+        width = 1 if name == "b1" else np.dtype(dtype).itemsize
+        if name in ("i8", "i4", "i2"):  # against the narrowest signed width that holds them (FGM3)
+            width = next(w for w in (1, 2, 4, 8) if -2**(8 * w - 1) <= lo and hi < 2**(8 * w - 1))
+        distinct = hi - lo
+        if max(1, distinct.bit_length()) * 3000 // 8 + 32 < 3000 * width:
+            assert d["b"] == max(1, distinct.bit_length()) and d["len"] == (3000 * d["b"] + 7) // 8
+        else:
+            assert "b" not in d
+        back = getattr(decode(data, Packable), name)
+        sent = getattr(msg, name)
+        assert back.dtype == sent.dtype and back.shape == sent.shape and back.flags.writeable
+        np.testing.assert_array_equal(back, sent)
+
+
+def test_small_arrays_and_floats_are_not_packed():
+    import json
+
+    msg = Packable(i4=np.arange(10, dtype=np.int32), f8=np.zeros(1000), u4=np.zeros(1000, dtype=np.uint32))
+    fields = json.loads(_header(encode(msg)))["fields"]
+    assert "b" not in fields["i4"] and fields["i4"]["w"] == 1  # 10 bytes narrowed: packing saves too little
+    assert "b" not in fields["f8"] and fields["f8"]["len"] == 8000
+    assert fields["u4"]["b"] == 1 and fields["u4"]["len"] == 125 and fields["u4"]["o"] == 0
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda d: {**d, "b": 0}, "packed bits out of range"),  # (no bits: any count of values in no bytes)
+    (lambda d: {**d, "b": 57}, "packed bits out of range"),
+    (lambda d: {**d, "b": "3"}, "packed bits out of range"),
+    (lambda d: {**d, "b": 4}, "packed bits out of range"),  # 3 bits a value: the length does not fit 4
+    (lambda d: {**d, "o": 2**31 - 7}, "packed bits out of range"),  # its largest distance above int32
+    (lambda d: {**d, "o": -2**31 - 1}, "packed bits out of range"),
+    (lambda d: {**d, "o": 1.5}, "packed bits out of range"),
+    (lambda d: {k: v for k, v in d.items() if k != "b"}, "packed bits out of range"),
+    (lambda d: {**d, "w": 1}, "is not an array that travels packed"),
+    (lambda d: {**d, "shape": [d["shape"][0] + 3]}, "packed bits out of range or do not fit its length"),
+])
+def test_a_packed_array_whose_descriptor_does_not_fit_is_refused(change, why):
+    import json
+
+    data = encode(Packable(i4=np.arange(1000, dtype=np.int32) % 7))
+    header = json.loads(_header(data))
+    assert header["fields"]["i4"]["b"] == 3 and header["fields"]["i4"]["o"] == 0
+    header["fields"]["i4"] = change(header["fields"]["i4"])
+    with pytest.raises(ProtocolError, match=f"malformed message: field i4 {why}"):
+        decode(_with_header(data, json.dumps(header).encode()), Packable)
+    header["fields"]["f8"] = {**header["fields"]["f8"], "b": 1, "o": 0}  # packed floats: no such thing
+    with pytest.raises(ProtocolError, match="malformed message: field (i4|f8)"):
+        decode(_with_header(data, json.dumps(header).encode()), Packable)
+
+
+def test_a_packed_array_with_bits_set_past_its_last_value_is_refused():
+    # 1001 values of 3 bits end 5 bits into the last byte: those bits are zero, or the bytes are not the values'
+    import json
+
+    data = bytearray(encode(Packable(i4=np.arange(1001, dtype=np.int32) % 7)))
+    d = json.loads(_header(bytes(data)))["fields"]["i4"]
+    end = 8 + len(_header(bytes(data))) + d["off"] + d["len"] - 1
+    assert d["b"] == 3 and d["len"] == 376 and data[end] < 32
+    data[end] |= 64
+    with pytest.raises(ProtocolError, match="field i4 packed bits out of range or do not fit its length"):
+        decode(bytes(data), Packable)
 
 
 def test_a_timeout_that_is_not_a_positive_number_is_refused():
@@ -560,3 +679,21 @@ def test_why_a_party_cannot_listen_is_told_from_a_plain_bind(monkeypatch):
     monkeypatch.setattr(socket, "socket", Refused)
     assert why_not_listening("127.0.0.1:80") == ("this user may not listen on port 80 (ports below 1024 need "
                                                  "root, or the CAP_NET_BIND_SERVICE capability: choose a higher one)")
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 7, 8, 9, 17, 31, 55, 56])
+def test_packed_values_are_their_bits_lowest_first_as_numpy_packbits_lays_them(bits):
+    # the layout bitpack documents: value k in bits k * bits .. of the little-endian bit stream, zero padding
+    from fedgrove.transport import bitpack
+
+    rng = np.random.default_rng(bits)
+    for n in (1, 7, 8, 9, 1000):
+        dist = rng.integers(0, 2**bits, n, dtype=np.int64)
+        offset = -2**62 + 5
+        data = bitpack.pack(dist + offset, offset, bits)
+        stream = ((dist[:, None] >> np.arange(bits)) & 1).astype(np.uint8).reshape(-1)
+        assert data == np.packbits(stream, bitorder="little").tobytes()
+        np.testing.assert_array_equal(bitpack.unpack(data, n, offset, bits, np.int64), dist + offset)
+    assert bitpack.unpack(data[:-1], n, offset, bits, np.int64) is None
+    with pytest.raises(ValueError, match="bits must be between 1 and 56, got 57"):
+        bitpack.pack(dist, 0, 57)

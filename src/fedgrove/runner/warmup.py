@@ -8,9 +8,10 @@ that pause counts against the peers' ``timeout``: a peer waiting for the
 first encrypted gradients gives up on a party that is compiling, not stalled.
 
 :func:`warm_up` runs the engine on a few dozen generated rows, with the
-federation's objective and parameters, before the party sends anything: the
-pause then falls under ``startup_timeout``, which covers peers starting.  With
-a filled cache it takes a fraction of a second.
+federation's objective and parameters, and the codec's bit packing, before
+the party sends anything: the pause then falls under ``startup_timeout``,
+which covers peers starting.  With a filled cache it takes a fraction of a
+second.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fedgrove.engine.partition import partition_by_flags
 from fedgrove.engine.predict import leaves_with_peer_bits, pack_go_left, predict_leaves_ranked, walk_down
 from fedgrove.engine.tree import PackedEnsemble, RankedRows
 from fedgrove.log import logger
+from fedgrove.transport import bitpack
 
 _NOTE_AFTER = 3.0  # seconds: a warm-up taking longer has compiled kernels: the note gives the time
 
@@ -40,6 +42,7 @@ def warm_up(cfg, who: str = "fedgrove") -> float:
     sparse[:, :4] = dense
     for X in (dense, sparse):  # a kernel compiled here, not loaded from the cache, is noted (engine.compiling)
         _warm_engine(cfg, X, rng)
+    bitpack.warm_up()  # the codec's packed arrays
     seconds = time.perf_counter() - t0
     if seconds > _NOTE_AFTER:
         logger.info("%s: kernels ready after %.0f s", who, seconds)

@@ -16,7 +16,15 @@ limit a Federated Forest's leaf sets passed at about 90,000 leaves).  An
 array of signed integers of 2 to 8 bytes travels likewise in the narrowest
 signed type that holds its values (the descriptor's ``w``; ``FGM3``, where
 ``FGM2`` sent its declared type: HybridTree's hand-off nodes and leaves went
-in 4 bytes each) and is decoded to its declared type.
+in 4 bytes each) and is decoded to its declared type.  An array of integers
+(signed or not) or booleans whose values span a narrower range than that
+travels as each value's distance from an offset (the descriptor's ``o``) in
+as few bits as the largest distance needs (``b``, 1 to 56;
+:mod:`fedgrove.transport.bitpack`), where that saves more bytes than the two
+descriptors cost (``FGM4``: SimFL's hash values, a forest's bootstrap
+counts, HybridTree's routed leaves).  ``FGM2`` and ``FGM3`` messages are
+``FGM4`` messages without the newer descriptors, and are read as such (a
+ledger written by an older fedgrove stays readable).
 :func:`decode` checks everything before it builds anything: total size
 against the limit, magic, header size, known type, exactly the declared
 fields, each of the declared kind, dtype and rank, buffer offsets contiguous
@@ -38,8 +46,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedgrove.exceptions import ProtocolError
+from fedgrove.transport import bitpack
 
-MAGIC = b"FGM3"
+MAGIC = b"FGM4"
+_READ = (b"FGM2", b"FGM3", MAGIC)  # the older formats are this one without its newer descriptors
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MAX_HEADER = 1 << 20
 _REGISTRY: dict[str, type] = {}
@@ -47,6 +57,10 @@ _ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "<u2", "<u4"
 _DTYPES = {s: np.dtype(s) for s in _ALLOWED_DTYPES}
 _BUFFER_KINDS = ("nd", "bytes", "list int", "list bytes")  # the kinds whose values travel after the header
 _NARROWED = {"<i8", "<i4", "<i2"}  # array types whose values travel in the narrowest signed type that holds them
+_PACKED = {"<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", "|u1", "|b1"}  # ... or as distances in a few bits
+_BOUNDS = {s: (0, 1) if s == "|b1" else (int(np.iinfo(_DTYPES[s]).min), int(np.iinfo(_DTYPES[s]).max))
+           for s in _PACKED}
+_PACK_DESCRIPTORS = 32  # bytes that a packed array's "b" and "o" may add to the header: packed where it saves more
 _INT64 = np.iinfo(np.int64)
 _INTS = {w: np.dtype(f"<i{w}") for w in (1, 2, 4, 8)}  # a list's integers travel in the narrowest
 # (width, least, greatest, struct code) of each: np.iinfo per list and width was a fifth of encoding a forest's
@@ -128,13 +142,14 @@ def encode(msg: Message) -> bytes:
             if arr.ndim != spec[2]:
                 raise TypeError(f"{cls.__name__}.{name} must have {spec[2]} dimensions, got {arr.ndim}")
             header["fields"][name] = {"shape": list(arr.shape), "off": offset}
-            if spec[1] in _NARROWED and arr.size:  # signed integers: in the narrowest type that holds them
+            raw = _packed(arr, spec[1], header["fields"][name]) if spec[1] in _PACKED and arr.size else None
+            if raw is None and spec[1] in _NARROWED and arr.size:  # signed: the narrowest type that holds them
                 w, raw = _narrow(arr)
                 if w < arr.itemsize:
                     header["fields"][name]["w"] = w
                 else:
-                    raw = arr.tobytes()
-            else:
+                    raw = None
+            if raw is None:
                 raw = arr.tobytes()
             header["fields"][name]["len"] = len(raw)
         elif kind == "bytes":
@@ -181,6 +196,32 @@ def _int_list(cls, name: str, value) -> np.ndarray:
     return arr.astype("<i8")
 
 
+def _packed(arr: np.ndarray, dtype: str, descriptor: dict) -> bytes | None:
+    """``arr``'s values as distances from an offset in as few bits as the largest needs (at least one), with
+    ``"b"`` and ``"o"`` put in ``descriptor``; None where that would not save more than :data:`_PACK_DESCRIPTORS`
+    bytes on the narrowest width (signed) or the declared one (the rest)."""
+    lo, hi = int(arr.min()), int(arr.max())
+    bits = max(1, (hi - lo).bit_length())
+    width = next(w for w, least, greatest, _ in _WIDTHS if least <= lo and hi <= greatest) \
+        if dtype in _NARROWED else arr.itemsize
+    if bits > bitpack.MAX_BITS or bitpack.packed_size(arr.size, bits) + _PACK_DESCRIPTORS >= arr.size * width:
+        return None
+    offset = min(lo, _BOUNDS[dtype][1] - (1 << bits) + 1)  # every distance of ``bits`` bits decodes in range
+    descriptor.update(b=bits, o=offset)
+    return bitpack.pack(arr, offset, bits)
+
+
+def _unpacked(raw, shape: list, dtype: np.dtype, bits, offset) -> np.ndarray | None:
+    """The array :func:`_packed` sent (None: ``bits`` or ``offset`` out of range for ``dtype``, or ``raw`` not
+    their packed values)."""
+    least, greatest = _BOUNDS[dtype.str]
+    if (type(bits) is not int or not 1 <= bits <= bitpack.MAX_BITS or type(offset) is not int
+            or offset < least or offset + (1 << bits) - 1 > greatest):
+        return None
+    out = bitpack.unpack(raw, math.prod(shape), offset, bits, dtype)
+    return None if out is None else out.reshape(shape)
+
+
 def _narrow(arr: np.ndarray) -> tuple[int, bytes]:
     """Integers as the narrowest little-endian signed type that holds them all: (its bytes, the buffer)."""
     lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
@@ -218,10 +259,10 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
 
     if len(data) > max_bytes:
         raise bad(f"{len(data)} bytes exceeds the limit of {max_bytes}")
-    if len(data) >= 8 and data[:3] == MAGIC[:3] and data[:4] != MAGIC:
+    if len(data) >= 8 and data[:3] == MAGIC[:3] and data[:4] not in _READ:
         raise bad(f"wire format {data[:4].decode('latin-1')!r}, this party reads {MAGIC.decode()!r} "
                   f"(is the sender a fedgrove of another version?)")
-    if len(data) < 8 or data[:4] != MAGIC:
+    if len(data) < 8 or data[:4] not in _READ:
         raise bad("bad magic / truncated")
     (hlen,) = struct.unpack(">I", data[4:8])
     if hlen > MAX_HEADER or 8 + hlen > len(data):
@@ -261,6 +302,13 @@ def decode(data: bytes, expect: type | None = None, max_bytes: int = DEFAULT_MAX
                 if not (type(shape) is list and len(shape) == spec[2]
                         and all(type(s) is int and s >= 0 for s in shape)):
                     raise bad(f"field {name} must be a {spec[2]}-d array")
+                if "b" in d or "o" in d:  # distances from an offset, packed (FGM4)
+                    if spec[1] not in _PACKED or "w" in d or data[:4] != MAGIC:
+                        raise bad(f"field {name} is not an array that travels packed")
+                    values[name] = _unpacked(raw, shape, dtype, d.get("b"), d.get("o"))
+                    if values[name] is None:
+                        raise bad(f"field {name} packed bits out of range or do not fit its length")
+                    continue
                 w = d.get("w", dtype.itemsize)
                 if "w" in d and (spec[1] not in _NARROWED or type(w) is not int or w not in _INTS
                                  or w >= dtype.itemsize):
