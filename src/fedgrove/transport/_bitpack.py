@@ -8,13 +8,15 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def _pack(values, offset, bits, out):
+    """Each of ``values`` less ``offset`` (unsigned 64-bit, a signed value's two's complement, so that the
+    difference is the distance) in ``bits`` bits into ``out``."""
     acc = np.uint64(0)  # pending bits, lowest first: fewer than 8 before a value is added
     have = np.uint64(0)
     eight = np.uint64(8)
     low = np.uint64(255)
     at = 0
     for k in range(values.shape[0]):
-        acc |= (values[k] - offset) << have  # (signed values: their two's complement, as the offset's)
+        acc |= (values[k] - offset) << have
         have += bits
         while have >= eight:
             out[at] = acc & low
