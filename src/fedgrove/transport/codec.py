@@ -142,13 +142,7 @@ def encode(msg: Message) -> bytes:
             if arr.ndim != spec[2]:
                 raise TypeError(f"{cls.__name__}.{name} must have {spec[2]} dimensions, got {arr.ndim}")
             header["fields"][name] = {"shape": list(arr.shape), "off": offset}
-            raw = _packed(arr, spec[1], header["fields"][name]) if spec[1] in _PACKED and arr.size else None
-            if raw is None and spec[1] in _NARROWED and arr.size:  # signed: the narrowest type that holds them
-                w, raw = _narrow(arr)
-                if w < arr.itemsize:
-                    header["fields"][name]["w"] = w
-                else:
-                    raw = None
+            raw = _compact(arr, spec[1], header["fields"][name]) if spec[1] in _PACKED and arr.size else None
             if raw is None:
                 raw = arr.tobytes()
             header["fields"][name]["len"] = len(raw)
@@ -196,23 +190,27 @@ def _int_list(cls, name: str, value) -> np.ndarray:
     return arr.astype("<i8")
 
 
-def _packed(arr: np.ndarray, dtype: str, descriptor: dict) -> bytes | None:
-    """``arr``'s values as distances from an offset in as few bits as the largest needs (at least one), with
-    ``"b"`` and ``"o"`` put in ``descriptor``; None where that would not save more than :data:`_PACK_DESCRIPTORS`
-    bytes on the narrowest width (signed) or the declared one (the rest)."""
+def _compact(arr: np.ndarray, dtype: str, descriptor: dict) -> bytes | None:
+    """A non-empty integer or boolean array's buffer, and its descriptor's ``"b"`` and ``"o"``, or ``"w"``:
+    its values as distances from an offset in as few bits as the largest needs (at least one) where that saves
+    more than :data:`_PACK_DESCRIPTORS` bytes on the narrowest signed width that holds them (signed types of 2
+    to 8 bytes) or its own (the rest); else signed values in that narrowest width where it is narrower than
+    their type; else None (the array's own bytes)."""
     lo, hi = int(arr.min()), int(arr.max())
     bits = max(1, (hi - lo).bit_length())
-    width = next(w for w, least, greatest, _ in _WIDTHS if least <= lo and hi <= greatest) \
-        if dtype in _NARROWED else arr.itemsize
-    if bits > bitpack.MAX_BITS or bitpack.packed_size(arr.size, bits) + _PACK_DESCRIPTORS >= arr.size * width:
-        return None
-    offset = min(lo, _BOUNDS[dtype][1] - (1 << bits) + 1)  # every distance of ``bits`` bits decodes in range
-    descriptor.update(b=bits, o=offset)
-    return bitpack.pack(arr, offset, bits)
+    width = _width(lo, hi) if dtype in _NARROWED else arr.itemsize
+    if bits <= bitpack.MAX_BITS and bitpack.packed_size(arr.size, bits) + _PACK_DESCRIPTORS < arr.size * width:
+        offset = min(lo, _BOUNDS[dtype][1] - (1 << bits) + 1)  # every distance of ``bits`` bits decodes in range
+        descriptor.update(b=bits, o=offset)
+        return bitpack.pack(arr, offset, bits)
+    if width < arr.itemsize:
+        descriptor["w"] = width
+        return arr.astype(_INTS[width]).tobytes()
+    return None
 
 
 def _unpacked(raw, shape: list, dtype: np.dtype, bits, offset) -> np.ndarray | None:
-    """The array :func:`_packed` sent (None: ``bits`` or ``offset`` out of range for ``dtype``, or ``raw`` not
+    """The array :func:`_compact` packed (None: ``bits`` or ``offset`` out of range for ``dtype``, or ``raw`` not
     their packed values)."""
     least, greatest = _BOUNDS[dtype.str]
     if (type(bits) is not int or not 1 <= bits <= bitpack.MAX_BITS or type(offset) is not int
@@ -224,9 +222,13 @@ def _unpacked(raw, shape: list, dtype: np.dtype, bits, offset) -> np.ndarray | N
 
 def _narrow(arr: np.ndarray) -> tuple[int, bytes]:
     """Integers as the narrowest little-endian signed type that holds them all: (its bytes, the buffer)."""
-    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
-    w = next(w for w, least, greatest, _ in _WIDTHS if least <= lo and hi <= greatest)
+    w = _width(*((int(arr.min()), int(arr.max())) if arr.size else (0, 0)))
     return w, arr.astype(_INTS[w]).tobytes()
+
+
+def _width(lo: int, hi: int) -> int:
+    """Bytes of the narrowest signed integer type that holds ``lo`` to ``hi``."""
+    return next(w for w, least, greatest, _ in _WIDTHS if least <= lo and hi <= greatest)
 
 
 def _parts(raw: memoryview, n: int, w: int, body: int) -> list[bytes] | None:
