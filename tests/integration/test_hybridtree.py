@@ -438,16 +438,38 @@ def test_count_mode_refuses_row_subsampling_by_name(setup):
         run_hybridtree(Xh, y, guests, params, keygen("ou", 2048, "plain"), 2, 1, mode="count", timeout=30)
 
 
-def test_a_routing_answer_naming_no_node_is_refused(monkeypatch):
-    # a guest's answer is a node index per test instance and tree, or -1 for an instance it does not hold; -7
-    # was read as "not held", so the host's value stood in for the guest's layers without a word
-    from fedgrove.exceptions import ProtocolError
-    from fedgrove.protocols.hybridtree import messages as m
-    from tests.conftest import altering_received, make_classification
+@pytest.fixture(scope="module")
+def small_files():
+    """A small federation's model files (host and two guests) and their test rows."""
+    from tests.conftest import make_classification
 
     X, y = make_classification(n=300, d=6, seed=1)
     halves = [np.arange(0, 300, 2), np.arange(1, 300, 2)]
-    tests = [np.arange(0, 20, 2), np.arange(1, 20, 2)]
+    tests = [np.arange(0, 40, 2), np.arange(1, 40, 2)]
+    out = run_hybridtree(X[:, :3], y, [(X[i][:, 3:], i) for i in halves], GBDTParams(n_estimators=3, max_bins=8),
+                         keygen("ou", 2048, "plain"), 2, 2, timeout=30, X_test_host=X[:40, :3],
+                         test_guests=[(X[i][:, 3:], i) for i in tests])
+    return (json.loads(json.dumps(out["model"].to_dict())),
+            {u: json.loads(json.dumps(g.to_dict())) for u, g in out["guest_models"].items()},
+            X[:40, :3], {f"guest{k}": (X[i][:, 3:], i) for k, i in enumerate(tests)}, out["test_raw"])
+
+
+def _without_guest_splits(host: dict) -> dict:
+    """A host model file as written before 2026-12-07: without the guests' splits (its guests answer nodes)."""
+    return {k: v for k, v in host.items() if k != "guest_children"}
+
+
+@pytest.mark.parametrize("answers", ["ranks", "nodes"])
+def test_a_routing_answer_naming_no_node_is_refused(monkeypatch, small_files, answers):
+    # a guest's answer is a leaf (its rank below the hand-off node, or with a host model file written before
+    # the ranks its node) per test instance and tree, or -1 for an instance it does not hold; -7 was read as
+    # "not held", so the host's value stood in for the guest's layers without a word
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.protocols.hybridtree.simulate import predict_hybridtree
+    from tests.conftest import altering_received
+
+    host, guests, X_test, test_guests, _ = small_files
 
     def negative(msg):
         leaves = msg.leaves.copy()
@@ -456,11 +478,110 @@ def test_a_routing_answer_naming_no_node_is_refused(monkeypatch):
         return msg
 
     changed = altering_received(monkeypatch, "host", m.RouteAnswer, negative)
-    with pytest.raises(ProtocolError, match="routing answer from guest0 names node -7"):
-        run_hybridtree(X[:, :3], y, [(X[i][:, 3:], i) for i in halves], GBDTParams(n_estimators=2, max_bins=8),
-                       keygen("ou", 2048, "plain"), 2, 1, timeout=30, X_test_host=X[:20, :3],
-                       test_guests=[(X[i][:, 3:], i) for i in tests])
+    what = "leaf rank" if answers == "ranks" else "node"
+    with pytest.raises(ProtocolError, match=f"routing answer from guest0 names {what} -7"):
+        predict_hybridtree(host if answers == "ranks" else _without_guest_splits(host), guests, X_test, test_guests,
+                           timeout=30)
     assert changed
+
+
+def test_guests_answer_leaf_ranks_with_the_scores_of_their_nodes_in_fewer_bytes(small_files, monkeypatch):
+    # a guest's answer names each leaf by its rank below the instance's hand-off node (2 bits at guest depth 2)
+    # instead of its node (a number past the host tree's nodes); a host model file written before the ranks
+    # (no guest splits in it) still gets nodes; the scores are the same, and those of the live run
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.protocols.hybridtree.simulate import predict_hybridtree
+    from fedgrove.transport import codec
+    from fedgrove.transport.channel import Channel
+
+    host, guests, X_test, test_guests, live = small_files
+    assert len(host["guest_children"]) == 3 and all(host["guest_children"][t] for t in range(3))
+    sizes, send = {}, Channel._send_encoded
+
+    def recording(self, peers, tag, message):
+        if isinstance(message, m.RouteAnswer):
+            sizes[label, self.party] = (message.leaves.copy(), len(codec.encode(message)))
+        return send(self, peers, tag, message)
+
+    monkeypatch.setattr(Channel, "_send_encoded", recording)
+    label = "ranks"
+    ranked = predict_hybridtree(host, guests, X_test, test_guests, timeout=30)
+    label = "nodes"
+    nodes = predict_hybridtree(_without_guest_splits(host), guests, X_test, test_guests, timeout=30)
+    np.testing.assert_array_equal(ranked, nodes)
+    np.testing.assert_array_equal(ranked, live)
+    for u in guests:
+        (r_leaves, r_bytes), (n_leaves, n_bytes) = sizes["ranks", u], sizes["nodes", u]
+        assert np.array_equal(r_leaves < 0, n_leaves < 0) and (r_leaves >= 0).any()
+        assert r_leaves.max() <= 3 and n_leaves.max() > 3 and r_bytes < n_bytes, (r_bytes, n_bytes)
+
+
+def test_a_leaf_rank_past_the_leaves_below_its_node_is_refused_by_name(monkeypatch, small_files):
+    from fedgrove.exceptions import ProtocolError
+    from fedgrove.protocols.hybridtree import messages as m
+    from fedgrove.protocols.hybridtree.simulate import predict_hybridtree
+    from tests.conftest import altering_received
+
+    host, guests, X_test, test_guests, _ = small_files
+
+    def past(msg):
+        leaves = msg.leaves.copy()
+        row = int(np.argmax(leaves[:, 1] >= 0))
+        leaves[row, 1] = 4  # (at most 4 leaves below a node at guest depth 2)
+        msg.leaves = leaves
+        return msg
+
+    altering_received(monkeypatch, "host", m.RouteAnswer, past)
+    with pytest.raises(ProtocolError, match=r"guest\d routed test instance \d+ of tree 1 to leaf 4 below node \d+, "
+                                            r"where the host's model knows [1-4]: the host's and guest\d's model "
+                                            r"files are not of one training run"):
+        predict_hybridtree(host, guests, X_test, test_guests, timeout=30)
+
+
+def _first(host: dict) -> list:
+    """The first of guest0's splits in tree 0 of a host model file: [node, left, right]."""
+    return list(host["guest_children"][0]["guest0"][0])
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda d: d["guest_children"].pop(), "3 host trees and 2 sets of guest splits"),
+    (lambda d: d["guest_children"][0]["guest0"][0].__setitem__(1, -2), "node -2 is not a non-negative integer"),
+    (lambda d: d["guest_children"][0]["guest0"][0].__setitem__(2, d["guest_children"][0]["guest0"][0][1]),
+     "children .* are not two distinct nodes"),
+    (lambda d: d["guest_children"][0]["guest0"].append([_first(d)[1], _first(d)[0], 10_000]),
+     r"the splits of guest0 in tree 0: its splits' children lead back to an earlier node \(a cycle\)"),
+    (lambda d: d["guest_children"][0]["guest0"].append([_first(d)[2], _first(d)[1], 10_000]),
+     r"the splits of guest0 in tree 0: node \d+ is the child of two splits"),
+    (lambda d: d["guest_children"][0]["guest0"][0].__setitem__(0, 10_000), "hang below node 10000, which is not a "
+                                                                           "leaf of the host's tree 0"),
+    (lambda d: d["guest_values"][0]["guest0"].__setitem__(str(d["guest_children"][0]["guest0"][0][0]), 0.5),
+     r"tree 0 holds a value for node \d+ of guest0, which is one of guest0's splits there"),
+])
+def test_a_host_model_file_with_damaged_guest_splits_is_refused(small_files, damage, expected):
+    import copy
+
+    from fedgrove.exceptions import ModelFormatError
+    from fedgrove.protocols.hybridtree.host import HybridHostModel
+
+    host = copy.deepcopy(small_files[0])
+    damage(host)
+    with pytest.raises(ModelFormatError, match=expected):
+        HybridHostModel.from_dict(host)
+
+
+def test_a_guest_model_file_whose_splits_share_a_child_is_refused(small_files):
+    import copy
+
+    from fedgrove.exceptions import ModelFormatError
+    from fedgrove.protocols.hybridtree.guest import HybridGuest
+
+    # (a file that passes the older checks: the children are later nodes than their splits)
+    guest = copy.deepcopy(small_files[1]["guest0"])
+    t, n, left, right = guest["children"][0]
+    other = next(c for c in guest["children"] if c[0] == t and c[1] not in (n, left, right) and c[1] < left)
+    other[2] = left
+    with pytest.raises(ModelFormatError, match="is the child of two splits"):
+        HybridGuest.from_model(None, guest, "host")
 
 
 def test_a_test_set_too_large_for_one_message_is_routed_in_chunks_with_the_same_scores(setup, monkeypatch):
@@ -489,6 +610,54 @@ def test_a_test_set_too_large_for_one_message_is_routed_in_chunks_with_the_same_
     out = run_hybridtree(Xh, y, guests, PARAMS, plain, 4, 2, timeout=60, X_test_host=Xh, test_guests=guests)
     np.testing.assert_array_equal(out["test_raw"], whole["test_raw"])
     assert starts == [(a, min(96, 3000 - a), 3000) for a in range(0, 3000, 96)]
+
+
+@pytest.mark.parametrize("tables", ["dense", "searched"])
+def test_the_leaf_rank_kernels_match_their_numpy_references(small_files, tables, monkeypatch):
+    # the guest's ranks of the leaves it walked to (-1 kept; 0 for a hand-off node it grew nothing below) and
+    # the host's nodes of those ranks (a rank past the leaves below the hand-off node stops the host's kernel
+    # where the reference raises); and the round trip gives back the nodes
+    from fedgrove.engine import predict
+    from fedgrove.engine.tree import PackedEnsemble
+    from fedgrove.protocols.hybridtree.guest import (HybridGuest, _leaf_ranks, _ranks_of_leaves_numpy, _walked,
+                                                     ranks_of_leaves)
+    from fedgrove.protocols.hybridtree.host import (HybridHostModel, _LeafTables, _leaves_of_ranks,
+                                                    _leaves_of_ranks_numpy)
+
+    if tables == "searched":
+        monkeypatch.setattr(predict, "INDEX_SLACK", 0)
+        monkeypatch.setattr(predict, "INDEX_MIN", 0)
+    host, guests, X_test, test_guests, _ = small_files
+    model = HybridHostModel.from_dict(host)
+    names = sorted(guests)
+    leaf_tables = _LeafTables(model, names)
+    rng = np.random.default_rng(5)
+    X = np.resize(X_test, (400, X_test.shape[1]))
+    handoff = PackedEnsemble(model.host_trees).leaves(X).astype(np.int32)
+    for g, u in enumerate(names):
+        guest = HybridGuest.from_model(None, guests[u], "host")
+        layout = guest.model.walk_layout(range(handoff.shape[1]))
+        assert (len(layout[-1]) > 0) == (tables == "dense")
+        Xg = np.resize(test_guests[u][0], (400, test_guests[u][0].shape[1]))
+        leaves = _walked(layout, Xg, np.arange(400), handoff)
+        leaves[rng.random(leaves.shape) < 0.3] = -1
+        rank = _leaf_ranks(guest.model, range(handoff.shape[1]), layout)
+        ranks = ranks_of_leaves(leaves, layout, rank)
+        np.testing.assert_array_equal(ranks, _ranks_of_leaves_numpy(leaves, layout, rank))
+        assert ranks.min() == -1 and ranks.max() == 3 and (ranks == 0).any()
+        args = (g, len(names), leaf_tables.n_slots, leaf_tables.rank_start, leaf_tables.rank_count,
+                leaf_tables.rank_leaves)
+        back = leaf_tables.leaves_of(u, ranks, handoff, np.arange(400))
+        np.testing.assert_array_equal(back, _leaves_of_ranks_numpy(ranks, handoff, *args))
+        np.testing.assert_array_equal(back, leaves)  # the nodes the guest walked to
+        for r in (4, 9):  # past the leaves below any node
+            bad_ranks = ranks.copy()
+            bad_ranks[17, 2] = r
+            out, bad = np.empty(ranks.shape, dtype=np.int32), np.full(2, -1, dtype=np.int64)
+            _leaves_of_ranks(bad_ranks, handoff, *args, out, bad)
+            assert tuple(bad) == (17, 2)
+            with pytest.raises(ValueError, match=f"rank {r} of row 17, tree 2"):
+                _leaves_of_ranks_numpy(bad_ranks, handoff, *args)
 
 
 @pytest.mark.parametrize("tables", ["dense", "searched"])

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from fedgrove.crypto.he import public_context
 from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, names_of
-from fedgrove.engine.predict import walk_down
+from fedgrove.engine.predict import find_position, walk_down
 from fedgrove.exceptions import ModelFormatError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols import MAX_PREDICT_BYTES, check_split_lists, instance_ids
@@ -180,6 +181,14 @@ class HybridGuest:
         # end its instances' walk there, short of the leaves the host holds values for)
         if orphans := [k for k in guest.model.children if k not in guest.model.splits]:
             raise ModelFormatError(f"node {orphans[0][1]} of tree {orphans[0][0]} has children but no split")
+        per_tree = {}
+        for (t, node), kids in guest.model.children.items():
+            per_tree.setdefault(t, {})[node] = kids
+        for t, kids in per_tree.items():
+            try:
+                subtree_leaves(kids)
+            except ValueError as exc:
+                raise ModelFormatError(f"the splits of tree {t}: {exc}") from None
         return guest
 
     def model_dict(self) -> dict:
@@ -193,7 +202,7 @@ class HybridGuest:
         order = np.argsort(test_ids, kind="stable")
         sorted_ids = test_ids[order]
         done, total, any_held = 0, None, False  # the host asks about consecutive chunks, the last ending at total
-        layout = None  # this guest's splits of the trees asked about, laid out once
+        layout = ranks = None  # this guest's splits of the trees asked about, laid out once; its leaves' ranks
         while total is None or done < total:
             req = self.ch.recv(self.host, "route", m.RouteRequest)
             n, n_trees = req.nodes.shape
@@ -214,14 +223,71 @@ class HybridGuest:
             any_held = any_held or len(held) > 0
             leaves = np.full((n, n_trees), -1, dtype=np.int32)
             if layout is None or layout[1].shape[0] != n_trees + 1:  # (raw values against the thresholds)
-                layout = self.model.walk_layout(range(n_trees))
+                layout, ranks = self.model.walk_layout(range(n_trees)), None
             leaves[held] = _walked(layout, X_test, order[pos[held]], req.nodes[held])
+            if req.ranks:  # (each leaf as its rank below the hand-off node: the host knows the order)
+                if ranks is None or len(ranks) != len(layout[0]):
+                    ranks = _leaf_ranks(self.model, range(n_trees), layout)
+                leaves = ranks_of_leaves(leaves, layout, ranks)
             self.ch.send(self.host, "route", m.RouteAnswer(leaves))
             done += n
         if total and len(test_ids) and not any_held:
             logger.warning("%s: none of the host's %d test instances is among the %d of its test file: were both "
                            "files' _id columns written alike (numbers, or the same text)?", self.ch.party, total,
                            len(test_ids))
+
+
+def _leaf_ranks(model: PassiveModel, trees, layout: tuple) -> np.ndarray:
+    """Per node of ``layout`` (:meth:`~fedgrove.protocols.vertical.passive.PassiveModel.walk_layout` of
+    ``trees``), a leaf's rank among the leaves below its hand-off node, left to right (:func:`subtree_leaves`);
+    0 for the splits."""
+    node_ids, offsets = layout[0], layout[1]
+    rank = np.zeros(len(node_ids), dtype=np.int32)
+    per_tree = {}
+    for (t, node), kids in model.children.items():
+        per_tree.setdefault(t, {})[node] = kids
+    for c, t in enumerate(trees):
+        known = node_ids[offsets[c]:offsets[c + 1]]
+        for leaves in subtree_leaves(per_tree.get(t, {})).values():
+            rank[offsets[c] + np.searchsorted(known, leaves)] = np.arange(len(leaves))
+    return rank
+
+
+def ranks_of_leaves(leaves: np.ndarray, layout: tuple, rank: np.ndarray) -> np.ndarray:
+    """The walked ``leaves`` (nodes; -1 kept) as their ``rank`` (:func:`_leaf_ranks` of ``layout``), 0 for a
+    node the layout lacks (a hand-off node with nothing grown below it), by :func:`_ranks_of_leaves`."""
+    out = np.empty(leaves.shape, dtype=np.int32)
+    _ranks_of_leaves(np.ascontiguousarray(leaves, dtype=np.int32), layout[0], layout[1], layout[-2], layout[-1],
+                     rank, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _ranks_of_leaves(leaves, node_ids, offsets, index, index_offsets, rank, out):
+    """``out[i, c]``: the rank of node ``leaves[i, c]`` of layout ``c`` (found by
+    :func:`~fedgrove.engine.predict.find_position`), 0 for a node the layout lacks, -1 kept."""
+    for i in range(leaves.shape[0]):
+        for c in range(leaves.shape[1]):
+            v = leaves[i, c]
+            if v < 0:
+                out[i, c] = -1
+                continue
+            k = find_position(node_ids, offsets[c], offsets[c + 1], index, index_offsets, c, v)
+            out[i, c] = rank[k] if k >= 0 else 0
+
+
+def _ranks_of_leaves_numpy(leaves, layout: tuple, rank: np.ndarray) -> np.ndarray:
+    """numpy reference for :func:`_ranks_of_leaves`."""
+    node_ids, offsets = layout[0], layout[1]
+    out = np.zeros(leaves.shape, dtype=np.int32)
+    for c in range(leaves.shape[1]):
+        known = node_ids[offsets[c]:offsets[c + 1]]
+        col = leaves[:, c].astype(np.int64)
+        pos = np.minimum(np.searchsorted(known, col), max(len(known) - 1, 0))
+        hit = (col >= 0) & (known[pos] == col) if len(known) else np.zeros(len(col), dtype=bool)
+        out[hit, c] = rank[offsets[c] + pos[hit]]
+        out[col < 0, c] = -1
+    return out
 
 
 def _walked(layout: tuple, X: np.ndarray, rows: np.ndarray, start: np.ndarray, missing_codes=None) -> np.ndarray:
@@ -236,3 +302,31 @@ def _walked(layout: tuple, X: np.ndarray, rows: np.ndarray, start: np.ndarray, m
     if out.size and int(out.min()) == -2:  # (children that are later nodes, as a model file's are checked to be)
         raise ProtocolError("a guest's splits lead from a node back to an earlier one (a cycle)")
     return out.astype(np.int32)
+
+
+def subtree_leaves(children: dict) -> dict:
+    """For a party's splits of one tree (``children``: {node: (left, right)}), the leaves below each node that
+    is no split's child (a HybridTree hand-off node), left to right: {root: [leaf, ...]}.  A node that is two
+    splits' child, a split's child that is itself, or a cycle raises ValueError."""
+    parent = {}
+    for node, kids in children.items():
+        if len(kids) != 2 or kids[0] == kids[1]:
+            raise ValueError(f"node {node}'s children {list(kids)} are not two distinct nodes")
+        for k in kids:
+            if k in parent or k == node:
+                raise ValueError(f"node {k} is the child of {'itself' if k == node else 'two splits'}")
+            parent[k] = node
+    out, seen = {}, 0
+    for root in sorted(n for n in children if n not in parent):
+        leaves, stack = [], [root]
+        while stack:
+            node = stack.pop()
+            seen += 1
+            if node in children:
+                stack += [children[node][1], children[node][0]]  # the left one first
+            else:
+                leaves.append(node)
+        out[root] = leaves
+    if seen != len(set(children) | set(parent)):
+        raise ValueError("its splits' children lead back to an earlier node (a cycle)")
+    return out

@@ -25,6 +25,7 @@ from fedgrove.engine.tree import PackedEnsemble, Tree
 from fedgrove.exceptions import InvalidParameterError, ModelFormatError, ProtocolError
 from fedgrove.log import logger
 from fedgrove.protocols.hybridtree import messages as m
+from fedgrove.protocols.hybridtree.guest import subtree_leaves
 from fedgrove.runner.checkpoint import CheckpointStore
 from fedgrove.crypto.packing import RowPacking
 from fedgrove.protocols.vertical.active import _Remote, decode_histograms, packer_for, row_packing_for
@@ -45,6 +46,10 @@ class HybridHostModel:
     guest_gains: dict = field(default_factory=dict)  # {guest: [gain per column]}
     guest_splits: dict = field(default_factory=dict)  # {guest: [splits per column]}
     feature_names: list | None = None  # the host's own columns' names when it trained on named data
+    # per tree: {guest: {node: (left, right)}}, the guests' splits the host chose (their node numbers alone: not
+    # the features, nor the thresholds), by which it reads the guests' leaves as ranks below the hand-off nodes;
+    # None in a model file written before 2026-12-07 (its guests answer with node numbers)
+    guest_children: list | None = None
 
     def to_dict(self) -> dict:
         return {"format": "fedgrove-hybridtree-host", "version": 1, "objective": self.objective,
@@ -53,7 +58,10 @@ class HybridHostModel:
                 "guest_values": [{u: {str(k): v for k, v in vals.items()} for u, vals in per_tree.items()}
                                  for per_tree in self.guest_values],
                 "guest_gains": self.guest_gains, "guest_splits": self.guest_splits,
-                **({} if self.feature_names is None else {"feature_names": list(self.feature_names)})}
+                **({} if self.feature_names is None else {"feature_names": list(self.feature_names)}),
+                **({} if self.guest_children is None else {"guest_children": [
+                    {u: [[int(k), int(a), int(b)] for k, (a, b) in kids.items()] for u, kids in per_tree.items()}
+                    for per_tree in self.guest_children]})}
 
     def add_guest_split(self, guest: str, n_features: int, feature: int, gain: float) -> None:
         gains = self.guest_gains.setdefault(guest, [0.0] * n_features)
@@ -72,7 +80,10 @@ class HybridHostModel:
                          for per_tree in d["guest_values"]],
                         {str(u): [float(v) for v in vals] for u, vals in d.get("guest_gains", {}).items()},
                         {str(u): [int(v) for v in vals] for u, vals in d.get("guest_splits", {}).items()},
-                        None if d.get("feature_names") is None else [str(n) for n in d["feature_names"]])
+                        None if d.get("feature_names") is None else [str(n) for n in d["feature_names"]],
+                        None if d.get("guest_children") is None else
+                        [{str(u): {_node(k): (_node(a), _node(b)) for k, a, b in kids} for u, kids in per_tree.items()}
+                         for per_tree in d["guest_children"]])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelFormatError(f"not a HybridTree host model: {type(exc).__name__}: {exc}") from None
         if set(model.guest_gains) != set(model.guest_splits) or any(
@@ -94,7 +105,32 @@ class HybridHostModel:
         if not len(model.host_trees) == len(model.tree_class) == len(model.guest_values):
             raise ModelFormatError(f"{len(model.host_trees)} host trees, {len(model.tree_class)} output columns "
                                    f"and {len(model.guest_values)} sets of guest leaves: one of each per tree")
+        if model.guest_children is not None:
+            if len(model.guest_children) != len(model.host_trees):
+                raise ModelFormatError(f"{len(model.host_trees)} host trees and {len(model.guest_children)} sets of "
+                                       f"guest splits: one of each per tree")
+            for t, per_tree in enumerate(model.guest_children):
+                for u, kids in per_tree.items():
+                    try:
+                        roots = subtree_leaves(kids)
+                    except ValueError as exc:
+                        raise ModelFormatError(f"the splits of {u} in tree {t}: {exc}") from None
+                    tree = model.host_trees[t]
+                    if below := [r for r in roots if r >= tree.n_nodes or not tree.is_leaf[r]]:
+                        raise ModelFormatError(f"the splits of {u} in tree {t} hang below node {below[0]}, which is "
+                                               f"not a leaf of the host's tree {t}")
+                    # (a value for a leaf, or for a hand-off node the guest grew nothing below; not for a split)
+                    if stray := sorted(set(model.guest_values[t].get(u, {})) & set(kids)):
+                        raise ModelFormatError(f"tree {t} holds a value for node {stray[0]} of {u}, which is one "
+                                               f"of {u}'s splits there, not a leaf")
         return model
+
+
+def _node(v) -> int:
+    """A node number from a model file: a non-negative integer."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"node {v!r} is not a non-negative integer")
+    return v
 
 
 MODES = ("hessian", "count")
@@ -201,7 +237,7 @@ class HybridHost:
         K = objective.n_outputs
         base = self.weights.init_score(objective, y) if p.base_score == "auto" else np.full(K, float(p.base_score))
         raw = np.tile(base, (n, 1))
-        model = HybridHostModel(p.objective, base, feature_names=self.feature_names)
+        model = HybridHostModel(p.objective, base, feature_names=self.feature_names, guest_children=[])
         state = checkpoint.load() if (checkpoint is not None and resume) else None
         if state is not None:
             try:
@@ -249,16 +285,18 @@ class HybridHost:
                         leaf_of_row = PackedEnsemble([host_tree]).leaves_binned(
                             X_binned, self.bin_mapper.missing_codes)[:, 0].astype(np.int64)
                     update = host_tree.values[leaf_of_row, 0].copy()
-                    values = {}
+                    values, children = {}, {}
                     if self.guest_depth > 0 and self.guests:
                         values = self._guest_layers(tree_id, g[:, c], h[:, c], leaf_of_row, host_tree.n_nodes,
                                                     guest_rows, remotes, scorer, update, model, in_sample,
-                                                    guest_masks)
+                                                    guest_masks, children)
                 raw[:, c] += update
                 self.tree_seconds.append(time.perf_counter() - t0)
                 model.host_trees.append(host_tree)
                 model.tree_class.append(c)
                 model.guest_values.append(values)
+                if model.guest_children is not None:  # (None: resumed from a checkpoint written without them)
+                    model.guest_children.append({u: kids for u, kids in children.items() if kids})
                 tree_id += 1
                 if checkpoint is not None and c == K - 1 and checkpoint.due(tree_id // K, p.n_estimators):
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
@@ -286,9 +324,10 @@ class HybridHost:
                 np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets, **kept))
 
     def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update, model,
-                      in_sample=None, guest_masks=None):
+                      in_sample=None, guest_masks=None, children=None):
         """The guests' layers of one tree (``in_sample``: the round's rows, None for all; ``guest_masks``: each
-        guest's sampled features, None for all)."""
+        guest's sampled features, None for all); each guest's splits' children go into ``children[guest]``."""
+        children = {} if children is None else children
         ch, p = self.ch, self.params
         if self.mode == "count":
             h = np.ones_like(h)  # the paper's h = 1 below the host's layers: H sums are instance counts
@@ -346,6 +385,7 @@ class HybridHost:
                     model.add_guest_split(u, remotes[u].n_features, int(feat[j]), gain[j])
                     lid, rid = st["next"], st["next"] + 1
                     st["next"] += 2
+                    children.setdefault(u, {})[int(front[j])] = (lid, rid)
                     st["totals"][lid] = left[j, :2]
                     st["totals"][rid] = totals[j] - left[j, :2]
                     lefts.append(lid)
@@ -448,7 +488,8 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
     route every test instance through the host subtrees, ask ``guests`` to continue, average their leaves."""
     from fedgrove.engine.tree import PackedEnsemble
 
-    trained = sorted({u for per_tree in model.guest_values for u, values in per_tree.items() if values})
+    trained = sorted({u for per_tree in model.guest_values for u, values in per_tree.items() if values}
+                     | {u for per_tree in model.guest_children or [] for u, kids in per_tree.items() if kids})
     if absent := [u for u in trained if u not in guests]:  # the host's value would stand in for their layers
         lacks = (f"the layers of {', '.join(absent)}, which the federation lacks (its guests: {', '.join(guests)})"
                  if guests else "guest layers, but the config asks no guest to predict ([hybridtree] guest_depth = "
@@ -468,16 +509,19 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
         rows = slice(start, stop)
         answers = {}
         if guests:
-            channel.broadcast("route", m.RouteRequest(ids[rows], handoff[rows], n, start), guests)
+            channel.broadcast("route", m.RouteRequest(ids[rows], handoff[rows], n, start, tables.ranked), guests)
             answers = {u: channel.recv(u, "route", m.RouteAnswer).leaves for u in guests}
             for u, leaves in answers.items():
                 if leaves.shape != handoff[rows].shape:
                     raise ProtocolError(f"routing answer from {u} has the wrong shape")
                 if leaves.size and int(leaves.min()) < -1:  # -1: an instance the guest does not hold; else a node
-                    raise ProtocolError(f"routing answer from {u} names node {int(leaves.min())} (a node index, or "
+                    what = "leaf rank" if tables.ranked else "node"
+                    raise ProtocolError(f"routing answer from {u} names {what} {int(leaves.min())} (a {what}, or "
                                         f"-1 for an instance it does not hold)")
                 if leaves.shape[1] and (leaves[:, 0] >= 0).any():  # (the shape is handoff's)
                     held[u] = True
+                if tables.ranked:
+                    answers[u] = tables.leaves_of(u, leaves, handoff[rows], ids[rows])
         tables.add(raw[rows], model, handoff[rows], ids[rows], answers, K)
     for u in guests:
         if n and handoff.shape[1] and not held[u]:
@@ -496,6 +540,7 @@ class _LeafTables:
 
     def __init__(self, model: HybridHostModel, guests: list[str]):
         self.guests = list(guests)
+        self._rank_tables(model)
         self.per_tree, keys, values = [], [], []
         for t in range(len(model.host_trees)):
             per_guest = {}
@@ -518,6 +563,42 @@ class _LeafTables:
         self.tree_class = np.asarray([model.tree_class[t] if K > 1 else 0 for t in range(len(model.host_trees))],
                                      dtype=np.int64)
 
+    def _rank_tables(self, model: HybridHostModel) -> None:
+        """Where the model holds the guests' splits (``ranked``): per tree ``t``, guest ``g`` and host node
+        ``h`` at ``j = (t * len(guests) + g) * n_slots + h``, the ``rank_count[j]`` leaves the guest grew below
+        ``h``, left to right, from ``rank_leaves[rank_start[j]]`` on (none where it grew nothing there)."""
+        self.ranked = model.guest_children is not None
+        T, G = len(model.host_trees), len(self.guests)
+        self.n_slots = max([tree.n_nodes for tree in model.host_trees], default=1)
+        self.rank_start = np.zeros(T * G * self.n_slots if self.ranked else 0, dtype=np.int64)
+        self.rank_count = np.zeros_like(self.rank_start)
+        flat = []
+        for t, per_tree in enumerate(model.guest_children if self.ranked else []):
+            for g, u in enumerate(self.guests):
+                for root, leaves in subtree_leaves(per_tree.get(u, {})).items():  # (checked with the model)
+                    j = (t * G + g) * self.n_slots + root
+                    self.rank_start[j], self.rank_count[j] = len(flat), len(leaves)
+                    flat += leaves
+        self.rank_leaves = np.asarray(flat, dtype=np.int64)
+
+    def leaves_of(self, u: str, ranks, handoff, ids) -> np.ndarray:
+        """Guest ``u``'s answer of leaf ranks for a chunk of test rows as its leaves' nodes (-1 kept; rank 0
+        where it grew nothing below the hand-off node: that node), by :func:`_leaves_of_ranks`
+        (:func:`_leaves_of_ranks_numpy` its reference); a rank past the leaves there is refused by name."""
+        out = np.empty(ranks.shape, dtype=np.int32)
+        bad = np.full(2, -1, dtype=np.int64)
+        _leaves_of_ranks(np.ascontiguousarray(ranks, dtype=np.int32), np.ascontiguousarray(handoff, dtype=np.int32),
+                         self.guests.index(u), len(self.guests), self.n_slots, self.rank_start, self.rank_count,
+                         self.rank_leaves, out, bad)
+        if bad[0] >= 0:
+            i, t = int(bad[0]), int(bad[1])
+            j = (t * len(self.guests) + self.guests.index(u)) * self.n_slots + int(handoff[i, t])
+            raise ProtocolError(f"{u} routed test instance {int(ids[i])} of tree {t} to leaf {int(ranks[i, t])} "
+                                f"below node {int(handoff[i, t])}, where the host's model knows "
+                                f"{max(int(self.rank_count[j]), 1)}: the host's and {u}'s model files are not of "
+                                f"one training run")
+        return out
+
     def add(self, raw, model: HybridHostModel, handoff, ids, answers: dict, K: int) -> None:
         """Add each tree's value to the ``raw`` scores of a chunk of test rows: the mean of the leaf values of
         the guests that routed a row on (``answers``), else the host's hand-off node's value; by two kernels
@@ -538,6 +619,44 @@ class _LeafTables:
                 raise ProtocolError(f"{u} routed test instance {int(ids[bad[0]])} of tree {bad[1]} to a node for "
                                     f"which the host's model has no leaf value")
         _add_means(raw, acc, cnt, handoff, self.host_values, self.host_offsets, self.tree_class)
+
+
+@njit(cache=True, nogil=True)
+def _leaves_of_ranks(ranks, handoff, g, n_guests, n_slots, start, count, leaf_ids, out, bad):
+    """``out[i, t]``: the node of the leaf of rank ``ranks[i, t]`` (-1 kept) that guest ``g`` grew below row
+    ``i``'s hand-off node ``handoff[i, t]`` in tree ``t`` (:meth:`_LeafTables._rank_tables`' ``start``,
+    ``count`` and ``leaf_ids``), or that node itself for rank 0 where it grew none there; a rank past them stops
+    the kernel with ``bad = (i, t)``."""
+    for i in range(ranks.shape[0]):
+        for t in range(ranks.shape[1]):
+            r = ranks[i, t]
+            if r < 0:
+                out[i, t] = r
+                continue
+            j = (t * n_guests + g) * n_slots + handoff[i, t]
+            c = count[j]
+            if c == 0 and r == 0:
+                out[i, t] = handoff[i, t]
+            elif r < c:
+                out[i, t] = leaf_ids[start[j] + r]
+            else:
+                bad[0], bad[1] = i, t
+                return
+
+
+def _leaves_of_ranks_numpy(ranks, handoff, g, n_guests, n_slots, start, count, leaf_ids) -> np.ndarray:
+    """numpy reference for :func:`_leaves_of_ranks`: the nodes, or ValueError naming the first bad rank."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    j = (np.arange(ranks.shape[1]) * n_guests + g) * n_slots + handoff.astype(np.int64)
+    c = count[j]
+    ok = (ranks < 0) | (ranks < c) | ((c == 0) & (ranks == 0))
+    if not ok.all():
+        i, t = np.argwhere(~ok)[0]
+        raise ValueError(f"rank {ranks[i, t]} of row {i}, tree {t}")
+    inside = (ranks >= 0) & (ranks < c)
+    out = np.where(ranks < 0, ranks, handoff).astype(np.int64)
+    out[inside] = leaf_ids[start[j][inside] + ranks[inside]]
+    return out.astype(np.int32)
 
 
 @njit(cache=True, nogil=True)

@@ -9,7 +9,8 @@ Per layer: host -> guest  HistogramRequest (with colsample_bytree: the guest's d
            host -> guest  GuestSplits
 End tree:  host -> guest  TreeEnd;             guest -> host  LeafAssignment (hessian mode)
                                                guest -> host  EncryptedPredictions (count mode)
-Inference: host -> guest  RouteRequest;        guest -> host  RouteAnswer     (two rounds for all trees)
+Inference: host -> guest  RouteRequest;        guest -> host  RouteAnswer     (two rounds for all trees; the
+                                               leaves as ranks below their hand-off nodes)
 """
 
 from __future__ import annotations
@@ -105,10 +106,13 @@ class RouteRequest(Message):
     nodes: np.ndarray = array_field("<i4", 2)
     n_samples: int = 0
     start: int = 0
+    ranks: bool = False  # answer each leaf's rank below its hand-off node, not its node (the host knows the order)
 
 
 @register
 class RouteAnswer(Message):
-    """Per instance and tree, the guest leaf reached (-1: the guest does not hold the instance)."""
+    """Per instance and tree, the guest leaf reached (-1: the guest does not hold the instance): its node, or
+    with the request's ``ranks`` its rank among the leaves below the instance's hand-off node, left to right (0
+    where the guest grew nothing below it): a few bits each where a node takes eight or more."""
 
     leaves: np.ndarray = array_field("<i4", 2)
