@@ -304,7 +304,13 @@ def test_inference_from_per_party_model_files(setup, tmp_path):
         files[party] = json.loads((tmp_path / f"{party}.json").read_text())
     guest_files = {n: files[n] for n in names}
     assert all("splits" in d and "guest_values" not in d for d in guest_files.values())  # guests hold no values
-    assert "splits" not in files["host"] and "children" not in files["host"]  # the host holds no guest split
+    # the host holds no guest split's feature or threshold: of the guests' splits, only the node numbers it
+    # chose ([node, left, right]), each guest's the nodes of that guest's file
+    assert "splits" not in files["host"] and "children" not in files["host"]
+    for t, per_tree in enumerate(files["host"]["guest_children"]):
+        for u, kids in per_tree.items():
+            assert all(len(k) == 3 and all(isinstance(v, int) for v in k) for k in kids)
+            assert sorted(kids) == sorted(c[1:] for c in guest_files[u]["children"] if c[0] == t)
     raw = predict_hybridtree(files["host"], guest_files, Xh, {n: g for n, g in zip(names, guests)})
     np.testing.assert_array_equal(raw, live_raw)
 

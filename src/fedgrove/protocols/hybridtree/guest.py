@@ -181,10 +181,7 @@ class HybridGuest:
         # end its instances' walk there, short of the leaves the host holds values for)
         if orphans := [k for k in guest.model.children if k not in guest.model.splits]:
             raise ModelFormatError(f"node {orphans[0][1]} of tree {orphans[0][0]} has children but no split")
-        per_tree = {}
-        for (t, node), kids in guest.model.children.items():
-            per_tree.setdefault(t, {})[node] = kids
-        for t, kids in per_tree.items():
+        for t, kids in _children_by_tree(guest.model).items():
             try:
                 subtree_leaves(kids)
             except ValueError as exc:
@@ -226,7 +223,7 @@ class HybridGuest:
                 layout, ranks = self.model.walk_layout(range(n_trees)), None
             leaves[held] = _walked(layout, X_test, order[pos[held]], req.nodes[held])
             if req.ranks:  # (each leaf as its rank below the hand-off node: the host knows the order)
-                if ranks is None or len(ranks) != len(layout[0]):
+                if ranks is None:
                     ranks = _leaf_ranks(self.model, range(n_trees), layout)
                 leaves = ranks_of_leaves(leaves, layout, ranks)
             self.ch.send(self.host, "route", m.RouteAnswer(leaves))
@@ -237,15 +234,21 @@ class HybridGuest:
                            len(test_ids))
 
 
+def _children_by_tree(model: PassiveModel) -> dict:
+    """The model's splits' children by tree: {tree: {node: (left, right)}}."""
+    per_tree = {}
+    for (t, node), kids in model.children.items():
+        per_tree.setdefault(t, {})[node] = kids
+    return per_tree
+
+
 def _leaf_ranks(model: PassiveModel, trees, layout: tuple) -> np.ndarray:
     """Per node of ``layout`` (:meth:`~fedgrove.protocols.vertical.passive.PassiveModel.walk_layout` of
     ``trees``), a leaf's rank among the leaves below its hand-off node, left to right (:func:`subtree_leaves`);
     0 for the splits."""
     node_ids, offsets = layout[0], layout[1]
     rank = np.zeros(len(node_ids), dtype=np.int32)
-    per_tree = {}
-    for (t, node), kids in model.children.items():
-        per_tree.setdefault(t, {})[node] = kids
+    per_tree = _children_by_tree(model)
     for c, t in enumerate(trees):
         known = node_ids[offsets[c]:offsets[c + 1]]
         for leaves in subtree_leaves(per_tree.get(t, {})).values():
