@@ -626,7 +626,7 @@ def test_the_leaf_rank_kernels_match_their_numpy_references(small_files, tables,
     from fedgrove.engine import predict
     from fedgrove.engine.tree import PackedEnsemble
     from fedgrove.protocols.hybridtree.guest import (HybridGuest, _leaf_ranks, _ranks_of_leaves_numpy, _walked,
-                                                     ranks_of_leaves)
+                                                     layout_leaf_ranks, ranks_of_leaves)
     from fedgrove.protocols.hybridtree.host import (HybridHostModel, _LeafTables, _leaves_of_ranks,
                                                     _leaves_of_ranks_numpy)
 
@@ -647,7 +647,9 @@ def test_the_leaf_rank_kernels_match_their_numpy_references(small_files, tables,
         Xg = np.resize(test_guests[u][0], (400, test_guests[u][0].shape[1]))
         leaves = _walked(layout, Xg, np.arange(400), handoff)
         leaves[rng.random(leaves.shape) < 0.3] = -1
-        rank = _leaf_ranks(guest.model, range(handoff.shape[1]), layout)
+        rank = layout_leaf_ranks(layout)
+        np.testing.assert_array_equal(rank, _leaf_ranks(guest.model, range(handoff.shape[1]), layout))
+        assert rank.max() == 3
         ranks = ranks_of_leaves(leaves, layout, rank)
         np.testing.assert_array_equal(ranks, _ranks_of_leaves_numpy(leaves, layout, rank))
         assert ranks.min() == -1 and ranks.max() == 3 and (ranks == 0).any()

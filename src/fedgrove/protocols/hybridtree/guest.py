@@ -224,7 +224,7 @@ class HybridGuest:
             leaves[held] = _walked(layout, X_test, order[pos[held]], req.nodes[held])
             if req.ranks:  # (each leaf as its rank below the hand-off node: the host knows the order)
                 if ranks is None:
-                    ranks = _leaf_ranks(self.model, range(n_trees), layout)
+                    ranks = layout_leaf_ranks(layout)
                 leaves = ranks_of_leaves(leaves, layout, ranks)
             self.ch.send(self.host, "route", m.RouteAnswer(leaves))
             done += n
@@ -242,10 +242,48 @@ def _children_by_tree(model: PassiveModel) -> dict:
     return per_tree
 
 
+def layout_leaf_ranks(layout: tuple) -> np.ndarray:
+    """Per node of ``layout`` (:meth:`~fedgrove.protocols.vertical.passive.PassiveModel.walk_layout`), a leaf's
+    rank among the leaves below its hand-off node, left to right; 0 for the splits: by
+    :func:`_layout_leaf_ranks` (:func:`_leaf_ranks` its reference, by :func:`subtree_leaves`)."""
+    feature = layout[2]
+    rank = np.zeros(len(feature), dtype=np.int32)
+    _layout_leaf_ranks(layout[1], feature, layout[5], layout[6], rank, np.empty(len(feature) + 1, dtype=np.int64))
+    return rank
+
+
+@njit(cache=True, nogil=True)
+def _layout_leaf_ranks(offsets, feature, left, right, rank, stack):
+    """``rank[k]``: leaf ``k``'s place among the leaves below the split that is no split's child above it (its
+    hand-off node), left to right, walking the layout's splits (``feature[k] >= 0``: children at positions
+    ``left[k]``, ``right[k]``) depth first with ``stack`` (one more entry than nodes)."""
+    n = feature.shape[0]
+    child = np.zeros(n, dtype=np.bool_)
+    for k in range(n):
+        if feature[k] >= 0:
+            child[left[k]] = True
+            child[right[k]] = True
+    for c in range(offsets.shape[0] - 1):
+        for k in range(offsets[c], offsets[c + 1]):
+            if feature[k] < 0 or child[k]:
+                continue
+            r, top = 0, 1
+            stack[0] = k
+            while top > 0:
+                top -= 1
+                v = stack[top]
+                if feature[v] >= 0:
+                    stack[top] = right[v]
+                    stack[top + 1] = left[v]
+                    top += 2
+                else:
+                    rank[v] = r
+                    r += 1
+
+
 def _leaf_ranks(model: PassiveModel, trees, layout: tuple) -> np.ndarray:
-    """Per node of ``layout`` (:meth:`~fedgrove.protocols.vertical.passive.PassiveModel.walk_layout` of
-    ``trees``), a leaf's rank among the leaves below its hand-off node, left to right (:func:`subtree_leaves`);
-    0 for the splits."""
+    """Reference for :func:`layout_leaf_ranks` from the model's children (:func:`subtree_leaves`): per node of
+    ``layout`` (of ``trees``) a leaf's rank below its hand-off node, 0 for the splits."""
     node_ids, offsets = layout[0], layout[1]
     rank = np.zeros(len(node_ids), dtype=np.int32)
     per_tree = _children_by_tree(model)
@@ -312,24 +350,24 @@ def subtree_leaves(children: dict) -> dict:
     is no split's child (a HybridTree hand-off node), left to right: {root: [leaf, ...]}.  A node that is two
     splits' child, a split's child that is itself, or a cycle raises ValueError."""
     parent = {}
-    for node, kids in children.items():
-        if len(kids) != 2 or kids[0] == kids[1]:
-            raise ValueError(f"node {node}'s children {list(kids)} are not two distinct nodes")
-        for k in kids:
-            if k in parent or k == node:
-                raise ValueError(f"node {k} is the child of {'itself' if k == node else 'two splits'}")
-            parent[k] = node
+    for node, (a, b) in children.items():
+        if a == b or a == node or b == node or a in parent or b in parent:
+            k = a if a == node or a in parent else b
+            raise ValueError(f"node {node}'s children {a}, {b} are not two distinct nodes" if a == b else
+                             f"node {k} is the child of {'itself' if k == node else 'two splits'}")
+        parent[a] = parent[b] = node
     out, seen = {}, 0
-    for root in sorted(n for n in children if n not in parent):
+    for root in sorted(children.keys() - parent.keys()):
         leaves, stack = [], [root]
         while stack:
             node = stack.pop()
-            seen += 1
-            if node in children:
-                stack += [children[node][1], children[node][0]]  # the left one first
-            else:
+            kids = children.get(node)
+            if kids is None:
                 leaves.append(node)
+            else:
+                stack += (kids[1], kids[0])  # the left one first
         out[root] = leaves
-    if seen != len(set(children) | set(parent)):
+        seen += 2 * len(leaves) - 1  # (a binary tree's nodes)
+    if seen != len(children.keys() | parent.keys()):
         raise ValueError("its splits' children lead back to an earlier node (a cycle)")
     return out

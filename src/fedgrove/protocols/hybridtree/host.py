@@ -63,6 +63,21 @@ class HybridHostModel:
                     {u: [[int(k), int(a), int(b)] for k, (a, b) in kids.items()] for u, kids in per_tree.items()}
                     for per_tree in self.guest_children]})}
 
+    def leaf_orders(self) -> list:
+        """Per tree and guest, the leaves below each of its hand-off nodes, left to right (:func:`subtree_leaves`
+        of ``guest_children``): {guest: {node: [leaf, ...]}}; ValueError names a guest's splits that are not
+        trees below their hand-off nodes.  Kept for the trees it was computed for (trees are only added)."""
+        orders = self.__dict__.setdefault("_leaf_orders", [])
+        for t in range(len(orders), len(self.guest_children or [])):
+            per_tree = {}
+            for u, kids in self.guest_children[t].items():
+                try:
+                    per_tree[u] = subtree_leaves(kids)
+                except ValueError as exc:
+                    raise ValueError(f"the splits of {u} in tree {t}: {exc}") from None
+            orders.append(per_tree)
+        return orders
+
     def add_guest_split(self, guest: str, n_features: int, feature: int, gain: float) -> None:
         gains = self.guest_gains.setdefault(guest, [0.0] * n_features)
         splits = self.guest_splits.setdefault(guest, [0] * n_features)
@@ -82,7 +97,7 @@ class HybridHostModel:
                         {str(u): [int(v) for v in vals] for u, vals in d.get("guest_splits", {}).items()},
                         None if d.get("feature_names") is None else [str(n) for n in d["feature_names"]],
                         None if d.get("guest_children") is None else
-                        [{str(u): {_node(k): (_node(a), _node(b)) for k, a, b in kids} for u, kids in per_tree.items()}
+                        [{str(u): _splits_of(kids) for u, kids in per_tree.items()}
                          for per_tree in d["guest_children"]])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelFormatError(f"not a HybridTree host model: {type(exc).__name__}: {exc}") from None
@@ -109,14 +124,14 @@ class HybridHostModel:
             if len(model.guest_children) != len(model.host_trees):
                 raise ModelFormatError(f"{len(model.host_trees)} host trees and {len(model.guest_children)} sets of "
                                        f"guest splits: one of each per tree")
+            try:
+                orders = model.leaf_orders()
+            except ValueError as exc:
+                raise ModelFormatError(str(exc)) from None
             for t, per_tree in enumerate(model.guest_children):
+                host_leaves = set(np.flatnonzero(model.host_trees[t].is_leaf).tolist())
                 for u, kids in per_tree.items():
-                    try:
-                        roots = subtree_leaves(kids)
-                    except ValueError as exc:
-                        raise ModelFormatError(f"the splits of {u} in tree {t}: {exc}") from None
-                    tree = model.host_trees[t]
-                    if below := [r for r in roots if r >= tree.n_nodes or not tree.is_leaf[r]]:
+                    if below := sorted(orders[t][u].keys() - host_leaves):
                         raise ModelFormatError(f"the splits of {u} in tree {t} hang below node {below[0]}, which is "
                                                f"not a leaf of the host's tree {t}")
                     # (a value for a leaf, or for a hand-off node the guest grew nothing below; not for a split)
@@ -126,11 +141,16 @@ class HybridHostModel:
         return model
 
 
-def _node(v) -> int:
-    """A node number from a model file: a non-negative integer."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"node {v!r} is not a non-negative integer")
-    return v
+def _splits_of(kids: list) -> dict:
+    """A guest's splits of one tree from a model file, ``[[node, left, right], ...]``, as {node: (left, right)}:
+    node numbers, non-negative integers."""
+    if any(len(r) != 3 for r in kids):
+        raise ValueError(f"splits {next(r for r in kids if len(r) != 3)!r} are not [node, left, right]")
+    flat = [v for r in kids for v in r]
+    if set(map(type, flat)) - {int} or (flat and min(flat) < 0):
+        bad = next(v for v in flat if type(v) is not int or v < 0)
+        raise ValueError(f"node {bad!r} is not a non-negative integer")
+    return {k: (a, b) for k, a, b in kids}
 
 
 MODES = ("hessian", "count")
@@ -572,13 +592,15 @@ class _LeafTables:
         self.n_slots = max([tree.n_nodes for tree in model.host_trees], default=1)
         self.rank_start = np.zeros(T * G * self.n_slots if self.ranked else 0, dtype=np.int64)
         self.rank_count = np.zeros_like(self.rank_start)
-        flat = []
-        for t, per_tree in enumerate(model.guest_children if self.ranked else []):
+        flat, slots, starts, counts = [], [], [], []
+        for t, per_tree in enumerate(model.leaf_orders() if self.ranked else []):
             for g, u in enumerate(self.guests):
-                for root, leaves in subtree_leaves(per_tree.get(u, {})).items():  # (checked with the model)
-                    j = (t * G + g) * self.n_slots + root
-                    self.rank_start[j], self.rank_count[j] = len(flat), len(leaves)
+                for root, leaves in per_tree.get(u, {}).items():
+                    slots.append((t * G + g) * self.n_slots + root)
+                    starts.append(len(flat))
+                    counts.append(len(leaves))
                     flat += leaves
+        self.rank_start[slots], self.rank_count[slots] = starts, counts
         self.rank_leaves = np.asarray(flat, dtype=np.int64)
 
     def leaves_of(self, u: str, ranks, handoff, ids) -> np.ndarray:
