@@ -522,6 +522,36 @@ def test_guests_answer_leaf_ranks_with_the_scores_of_their_nodes_in_fewer_bytes(
         assert r_leaves.max() <= 3 and n_leaves.max() > 3 and r_bytes < n_bytes, (r_bytes, n_bytes)
 
 
+@pytest.mark.parametrize("mode, params", [
+    ("count", GBDTParams(n_estimators=3, max_bins=8)),
+    ("hessian", GBDTParams(n_estimators=3, max_bins=8, subsample=0.3, colsample_bytree=0.7)),
+    ("hessian", GBDTParams(n_estimators=2, max_bins=8, objective="multiclass", n_classes=3)),
+], ids=["count", "sampled", "multiclass"])
+def test_leaf_ranks_give_the_scores_of_node_answers_in_count_mode_with_sampling_and_multiclass(mode, params):
+    # count mode's leaf values come from the guests' leaves (every node they end at, hand-off nodes with nothing
+    # grown below included); with subsample a guest's layers grow on the round's rows; multiclass: a tree a
+    # class; in each the ranks give the live run's scores and those of a host file without the guests' splits
+    from fedgrove.protocols.hybridtree.simulate import predict_hybridtree
+    from tests.conftest import make_classification
+
+    X, y = make_classification(n=400, d=6, seed=4)
+    if params.objective == "multiclass":
+        y = (X[:, 0] > 0).astype(float) + (X[:, 4] > 0.5)
+    parts = [np.arange(0, 400, 3), np.arange(1, 400, 3), np.arange(0, 400, 2)]  # (the last overlaps both)
+    tests = [np.arange(0, 60, 3), np.arange(1, 60, 3), np.arange(0, 60, 2)]
+    out = run_hybridtree(X[:, :3], y, [(X[i][:, 3:], i) for i in parts], params, keygen("ou", 2048, "plain"), 2, 2,
+                         timeout=60, X_test_host=X[:60, :3], test_guests=[(X[i][:, 3:], i) for i in tests],
+                         mode=mode)
+    host = json.loads(json.dumps(out["model"].to_dict()))
+    guests = {u: json.loads(json.dumps(g.to_dict())) for u, g in out["guest_models"].items()}
+    test_guests = {f"guest{k}": (X[i][:, 3:], i) for k, i in enumerate(tests)}
+    ranked = predict_hybridtree(host, guests, X[:60, :3], test_guests, timeout=30)
+    nodes = predict_hybridtree(_without_guest_splits(host), guests, X[:60, :3], test_guests, timeout=30)
+    np.testing.assert_array_equal(ranked, out["test_raw"])
+    np.testing.assert_array_equal(nodes, out["test_raw"])
+    assert any(host["guest_children"])
+
+
 def test_a_leaf_rank_past_the_leaves_below_its_node_is_refused_by_name(monkeypatch, small_files):
     from fedgrove.exceptions import ProtocolError
     from fedgrove.protocols.hybridtree import messages as m
