@@ -515,6 +515,16 @@ def test_guests_answer_leaf_ranks_with_the_scores_of_their_nodes_in_fewer_bytes(
     label = "nodes"
     nodes = predict_hybridtree(_without_guest_splits(host), guests, X_test, test_guests, timeout=30)
     np.testing.assert_array_equal(ranked, nodes)
+    # tables too large for the ranks (deep host trees, many trees and guests): nodes, the same scores
+    from fedgrove.protocols.hybridtree import host as host_module
+
+    label = "too many slots"
+    monkeypatch.setattr(host_module, "RANK_SLOTS_MAX", 3 * 2 * 7 - 1)  # (3 trees, 2 guests, 7 host nodes)
+    np.testing.assert_array_equal(predict_hybridtree(host, guests, X_test, test_guests, timeout=30), nodes)
+    assert all(np.array_equal(sizes["too many slots", u][0], sizes["nodes", u][0]) for u in guests)
+    monkeypatch.setattr(host_module, "RANK_SLOTS_MAX", 3 * 2 * 7)
+    predict_hybridtree(host, guests, X_test, test_guests, timeout=30)
+    assert all(np.array_equal(sizes["too many slots", u][0], sizes["ranks", u][0]) for u in guests)
     np.testing.assert_array_equal(ranked, live)
     for u in guests:
         (r_leaves, r_bytes), (n_leaves, n_bytes) = sizes["ranks", u], sizes["nodes", u]

@@ -154,6 +154,8 @@ def _splits_of(kids: list) -> dict:
 
 
 MODES = ("hessian", "count")
+#: the most (tree, guest, host node) slots of the tables by which the host reads the guests' leaf ranks
+RANK_SLOTS_MAX = 1 << 22
 SCALE_BITS = 53  # fractional bits of the scalar 1/(|I|+lambda) in count mode
 
 
@@ -587,9 +589,10 @@ class _LeafTables:
         """Where the model holds the guests' splits (``ranked``): per tree ``t``, guest ``g`` and host node
         ``h`` at ``j = (t * len(guests) + g) * n_slots + h``, the ``rank_count[j]`` leaves the guest grew below
         ``h``, left to right, from ``rank_leaves[rank_start[j]]`` on (none where it grew nothing there)."""
-        self.ranked = model.guest_children is not None
         T, G = len(model.host_trees), len(self.guests)
         self.n_slots = max([tree.n_nodes for tree in model.host_trees], default=1)
+        # (past RANK_SLOTS_MAX slots, 64 MB, the guests answer with nodes: deep host trees, many trees and guests)
+        self.ranked = model.guest_children is not None and T * G * self.n_slots <= RANK_SLOTS_MAX
         self.rank_start = np.zeros(T * G * self.n_slots if self.ranked else 0, dtype=np.int64)
         self.rank_count = np.zeros_like(self.rank_start)
         flat, slots, starts, counts = [], [], [], []
