@@ -589,15 +589,30 @@ def _first(host: dict) -> list:
     return list(host["guest_children"][0]["guest0"][0])
 
 
+def _leaf(host: dict) -> int:
+    """A leaf of guest0's splits in tree 0 of a host model file: a child that is not split."""
+    kids = host["guest_children"][0]["guest0"]
+    return min(c for _, a, b in kids for c in (a, b) if c not in {k for k, *_ in kids})
+
+
+def _root_above(host: dict, node: int) -> int:
+    """The hand-off node above ``node`` in guest0's splits of tree 0."""
+    parent = {c: k for k, a, b in host["guest_children"][0]["guest0"] for c in (a, b)}
+    while node in parent:
+        node = parent[node]
+    return node
+
+
 @pytest.mark.parametrize("damage, expected", [
     (lambda d: d["guest_children"].pop(), "3 host trees and 2 sets of guest splits"),
     (lambda d: d["guest_children"][0]["guest0"][0].__setitem__(1, -2), "node -2 is not a non-negative integer"),
     (lambda d: d["guest_children"][0]["guest0"][0].__setitem__(2, d["guest_children"][0]["guest0"][0][1]),
      "children .* are not two distinct nodes"),
-    (lambda d: d["guest_children"][0]["guest0"].append([_first(d)[1], _first(d)[0], 10_000]),
+    (lambda d: d["guest_children"][0]["guest0"].append([_leaf(d), _root_above(d, _leaf(d)), 10_000]),
      r"the splits of guest0 in tree 0: its splits' children lead back to an earlier node \(a cycle\)"),
-    (lambda d: d["guest_children"][0]["guest0"].append([_first(d)[2], _first(d)[1], 10_000]),
+    (lambda d: d["guest_children"][0]["guest0"].append([10_002, _first(d)[1], 10_003]),
      r"the splits of guest0 in tree 0: node \d+ is the child of two splits"),
+    (lambda d: d["guest_children"][0]["guest0"].append(_first(d)[:1] + [10_000, 10_001]), "a node is split twice"),
     (lambda d: d["guest_children"][0]["guest0"][0].__setitem__(0, 10_000), "hang below node 10000, which is not a "
                                                                            "leaf of the host's tree 0"),
     (lambda d: d["guest_values"][0]["guest0"].__setitem__(str(d["guest_children"][0]["guest0"][0][0]), 0.5),

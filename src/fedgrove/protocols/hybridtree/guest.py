@@ -295,7 +295,7 @@ def _leaf_ranks(model: PassiveModel, trees, layout: tuple) -> np.ndarray:
 
 
 def ranks_of_leaves(leaves: np.ndarray, layout: tuple, rank: np.ndarray) -> np.ndarray:
-    """The walked ``leaves`` (nodes; -1 kept) as their ``rank`` (:func:`_leaf_ranks` of ``layout``), 0 for a
+    """The walked ``leaves`` (nodes; -1 kept) as their ``rank`` (:func:`layout_leaf_ranks`), 0 for a
     node the layout lacks (a hand-off node with nothing grown below it), by :func:`_ranks_of_leaves`."""
     out = np.empty(leaves.shape, dtype=np.int32)
     _ranks_of_leaves(np.ascontiguousarray(leaves, dtype=np.int32), layout[0], layout[1], layout[-2], layout[-1],

@@ -150,7 +150,10 @@ def _splits_of(kids: list) -> dict:
     if set(map(type, flat)) - {int} or (flat and min(flat) < 0):
         bad = next(v for v in flat if type(v) is not int or v < 0)
         raise ValueError(f"node {bad!r} is not a non-negative integer")
-    return {k: (a, b) for k, a, b in kids}
+    splits = {k: (a, b) for k, a, b in kids}
+    if len(splits) != len(kids):
+        raise ValueError(f"a node is split twice: {sorted(k for k, *_ in kids)[:8]}")
+    return splits
 
 
 MODES = ("hessian", "count")
