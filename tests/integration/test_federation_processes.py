@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -538,6 +539,10 @@ def test_hybridtree_example_trains_and_predicts_from_its_files(tmp_path, capsys)
         assert main(["info", str(out / f"{name}.model.json")]) == 0
         text = capsys.readouterr().out
         assert "a party's part of a federated model" in text and shown in text
+        if name == "host":  # (the guests' splits it keeps, node numbers only, by which it reads leaf ranks)
+            kept = sum(len(k) for per_tree in json.loads((out / "host.model.json").read_text())["guest_children"]
+                       for k in per_tree.values())
+            assert kept > 0 and re.search(rf"guests' splits it keeps\W+{kept} \(node numbers", text), text
         assert main(["predict", str(out / f"{name}.model.json"), str(tmp_path / "parts" / "host-test.csv")]) == 4
         assert "predicts through its federation" in capsys.readouterr().err
     # the host's file ranks the host's own features (by name) over its layers with the guests' columns (by
