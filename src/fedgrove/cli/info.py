@@ -382,15 +382,16 @@ def _federated_part(p: Path):
     if d.get("format") == "fedgrove-hybridtree-host":
         guests = sorted({g for values in d.get("guest_values", []) if isinstance(values, dict) for g in values})
         kept = d.get("guest_children")
-        splits = (sum(len(k) for per_tree in kept if isinstance(per_tree, dict) for k in per_tree.values()
-                      if isinstance(k, list)) if isinstance(kept, list) else None)
+        if isinstance(kept, list):  # (node numbers, by which the host reads its guests' leaf ranks)
+            n_kept = sum(len(k) for per_tree in kept if isinstance(per_tree, dict) for k in per_tree.values()
+                         if isinstance(k, list))
+            splits = f"{n_kept} (node numbers, without features or thresholds: the guests answer with leaf ranks)"
+        else:
+            splits = "none: a file from before 2026-12-07, whose guests answer with node numbers"
         return [("role", "HybridTree host"), ("objective", str(d.get("objective"))),
                 ("trees", _trees_text(len(d.get("host_trees", [])), _classes_of(d.get("tree_class")))),
                 ("guests with leaves", ", ".join(guests) or "none"),
-                ("guests' splits it keeps", "none: a file from before 2026-12-07, whose guests answer with node "
-                                            "numbers" if splits is None else
-                 f"{splits} (node numbers, without features or thresholds: the guests answer with leaf ranks)")], \
-            _host_importance(d, p)
+                ("guests' splits it keeps", splits)], _host_importance(d, p)
     return None
 
 

@@ -150,9 +150,11 @@ def _splits_of(kids: list) -> dict:
     if set(map(type, flat)) - {int} or (flat and min(flat) < 0):
         bad = next(v for v in flat if type(v) is not int or v < 0)
         raise ValueError(f"node {bad!r} is not a non-negative integer")
-    splits = {k: (a, b) for k, a, b in kids}
-    if len(splits) != len(kids):
-        raise ValueError(f"a node is split twice: {sorted(k for k, *_ in kids)[:8]}")
+    splits = {}
+    for k, a, b in kids:
+        if k in splits:
+            raise ValueError(f"a node is split twice: node {k}")
+        splits[k] = (a, b)
     return splits
 
 
@@ -321,7 +323,7 @@ class HybridHost:
                 model.tree_class.append(c)
                 model.guest_values.append(values)
                 if model.guest_children is not None:  # (None: resumed from a checkpoint written without them)
-                    model.guest_children.append({u: kids for u, kids in children.items() if kids})
+                    model.guest_children.append(children)
                 tree_id += 1
                 if checkpoint is not None and c == K - 1 and checkpoint.due(tree_id // K, p.n_estimators):
                     checkpoint.save({"trees_done": tree_id, "model": model.to_dict()}, raw)
@@ -349,10 +351,9 @@ class HybridHost:
                 np.concatenate(shared).astype(np.int64) if shared else np.zeros(0, np.int64), offsets, **kept))
 
     def _guest_layers(self, tree_id, g, h, leaf_of_row, first_id, guest_rows, remotes, scorer, update, model,
-                      in_sample=None, guest_masks=None, children=None):
+                      in_sample, guest_masks, children):
         """The guests' layers of one tree (``in_sample``: the round's rows, None for all; ``guest_masks``: each
         guest's sampled features, None for all); each guest's splits' children go into ``children[guest]``."""
-        children = {} if children is None else children
         ch, p = self.ch, self.params
         if self.mode == "count":
             h = np.ones_like(h)  # the paper's h = 1 below the host's layers: H sums are instance counts
