@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -275,6 +276,8 @@ class HEUContext(HEContext):
             kit = hnp.setup(schema, key_bits)
         self._kit = kit if kit is not None else hnp.setup(public_key)
         self._secret = kit is not None
+        # held for as long as this context lives: the entry of :data:`_HEU_PUBLIC_KEYS` lasts as long
+        self._public_key = public_key if public_key is not None else _shared_heu_public_key(self._kit.public_key())
         self._encoder = phe.BigintEncoder(schema)
         self._enc = self._kit.encryptor()
         self._ev = self._kit.evaluator()
@@ -669,6 +672,35 @@ def _note_no_heu() -> None:
                     "1.1-1.2x HEU's time in fedgrove's benchmarks)", _NO_HEU)
 
 
+# HEU's public keys in this process, by their bytes, for as long as a context holds them.  HEU builds tables
+# when it loads a key (an OU-2048 key: 0.3-0.4 s, holding the interpreter's lock, and about 48 MB, on the 2-CPU
+# development machine): the parties of one process (an in-process federation) that are sent the same key share
+# one, and a key holder's own key is there from its creation.  A party in a process of its own loads its key once.
+_HEU_PUBLIC_KEYS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_HEU_PUBLIC_KEYS_LOCK = threading.Lock()
+
+
+def _load_heu_public_key(key: bytes):
+    """HEU's public key of bytes ``key``: the one in this process, or loaded (and kept while in use)."""
+    from heu import phe
+
+    with _HEU_PUBLIC_KEYS_LOCK:  # (held while loading: a second party sent the key waits, then shares it)
+        pk = _HEU_PUBLIC_KEYS.get(key)
+        if pk is None:
+            try:
+                pk = phe.PublicKey.load_from(key)
+            except Exception as exc:  # HEU raises its own runtime errors on bad bytes
+                raise ProtocolError(f"malformed public key: {exc}") from None
+            _HEU_PUBLIC_KEYS[key] = pk
+        return pk
+
+
+def _shared_heu_public_key(pk):
+    """A key holder's public key ``pk``, entered as the one of its bytes (another of the same bytes stays)."""
+    with _HEU_PUBLIC_KEYS_LOCK:
+        return _HEU_PUBLIC_KEYS.setdefault(bytes(pk.serialize()), pk)
+
+
 def _key_header(kind: str, scheme: str, key_bits: int) -> bytes:
     return f"{kind}|{scheme}|{key_bits}|".encode()
 
@@ -691,13 +723,7 @@ def public_context(data: bytes) -> HEContext:
             raise ProtocolError(f"the key holder encrypts with HEU ({scheme}), which this party lacks ({_NO_HEU}): "
                                 f"run this party on CPython 3.11, or give the key holder's config {instead}, "
                                 f"which every party has")
-        from heu import phe
-
-        try:
-            pk = phe.PublicKey.load_from(key)
-        except Exception as exc:  # HEU raises its own runtime errors on bad bytes
-            raise ProtocolError(f"malformed public key: {exc}") from None
-        return HEUContext(scheme, key_bits, public_key=pk)
+        return HEUContext(scheme, key_bits, public_key=_load_heu_public_key(key))
     if kind == "plain":
         return PlainContext()
     if kind == "gmpy2":
