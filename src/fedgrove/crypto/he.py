@@ -673,9 +673,10 @@ def _note_no_heu() -> None:
 
 
 # HEU's public keys in this process, by their bytes, for as long as a context holds them.  HEU builds tables
-# when it loads a key (an OU-2048 key: 0.3-0.4 s, holding the interpreter's lock, and about 48 MB, on the 2-CPU
-# development machine): the parties of one process (an in-process federation) that are sent the same key share
-# one, and a key holder's own key is there from its creation.  A party in a process of its own loads its key once.
+# when it loads a key (an OU-2048 key: 0.26-0.39 s, holding the interpreter's lock, and 45-48 MB; Paillier-2048
+# 0.57 s and 16-20 MB; on the 2-CPU development machine): the parties of one process (an in-process federation)
+# that are sent the same key share one, and a key holder's own key is there from its creation.  A party in a
+# process of its own loads its key once.
 _HEU_PUBLIC_KEYS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _HEU_PUBLIC_KEYS_LOCK = threading.Lock()
 
