@@ -675,15 +675,18 @@ def test_a_test_set_too_large_for_one_message_is_routed_in_chunks_with_the_same_
 
 @pytest.mark.parametrize("tables", ["dense", "searched"])
 def test_the_leaf_rank_kernels_match_their_numpy_references(small_files, tables, monkeypatch):
-    # the guest's ranks of the leaves it walked to (-1 kept; 0 for a hand-off node it grew nothing below) and
-    # the host's nodes of those ranks (a rank past the leaves below the hand-off node stops the host's kernel
-    # where the reference raises); and the round trip gives back the nodes
+    # the guest's ranks of the leaves it walked to (-1 kept; 0 for a hand-off node it grew nothing below); the
+    # host's nodes of those ranks give back the walked leaves, and its sum of their values by rank is its sum
+    # by node (the scores exactly alike); a rank past the leaves below the hand-off node, or a leaf the host
+    # has no value for, is refused by name with the scores left as they were
+    from dataclasses import replace
+
     from fedgrove.engine import predict
     from fedgrove.engine.tree import PackedEnsemble
+    from fedgrove.exceptions import ProtocolError
     from fedgrove.protocols.hybridtree.guest import (HybridGuest, _leaf_ranks, _ranks_of_leaves_numpy, _walked,
                                                      layout_leaf_ranks, ranks_of_leaves)
-    from fedgrove.protocols.hybridtree.host import (HybridHostModel, _LeafTables, _leaves_of_ranks,
-                                                    _leaves_of_ranks_numpy)
+    from fedgrove.protocols.hybridtree.host import HybridHostModel, _add_chunk, _LeafTables, _leaves_of_ranks_numpy
 
     if tables == "searched":
         monkeypatch.setattr(predict, "INDEX_SLACK", 0)
@@ -692,9 +695,12 @@ def test_the_leaf_rank_kernels_match_their_numpy_references(small_files, tables,
     model = HybridHostModel.from_dict(host)
     names = sorted(guests)
     leaf_tables = _LeafTables(model, names)
+    assert leaf_tables.ranked
     rng = np.random.default_rng(5)
     X = np.resize(X_test, (400, X_test.shape[1]))
     handoff = PackedEnsemble(model.host_trees).leaves(X).astype(np.int32)
+    ids, K = np.arange(400) + 3, len(model.base_score)
+    ranked, walked = {}, {}
     for g, u in enumerate(names):
         guest = HybridGuest.from_model(None, guests[u], "host")
         layout = guest.model.walk_layout(range(handoff.shape[1]))
@@ -710,17 +716,56 @@ def test_the_leaf_rank_kernels_match_their_numpy_references(small_files, tables,
         assert ranks.min() == -1 and ranks.max() == 3 and (ranks == 0).any()
         args = (g, len(names), leaf_tables.n_slots, leaf_tables.rank_start, leaf_tables.rank_count,
                 leaf_tables.rank_leaves)
-        back = leaf_tables.leaves_of(u, ranks, handoff, np.arange(400))
-        np.testing.assert_array_equal(back, _leaves_of_ranks_numpy(ranks, handoff, *args))
-        np.testing.assert_array_equal(back, leaves)  # the nodes the guest walked to
-        for r in (4, 9):  # past the leaves below any node
-            bad_ranks = ranks.copy()
-            bad_ranks[17, 2] = r
-            out, bad = np.empty(ranks.shape, dtype=np.int32), np.full(2, -1, dtype=np.int64)
-            _leaves_of_ranks(bad_ranks, handoff, *args, out, bad)
-            assert tuple(bad) == (17, 2)
-            with pytest.raises(ValueError, match=f"rank {r} of row 17, tree 2"):
-                _leaves_of_ranks_numpy(bad_ranks, handoff, *args)
+        np.testing.assert_array_equal(_leaves_of_ranks_numpy(ranks, handoff, *args), leaves)  # the walked nodes
+        ranked[u], walked[u] = ranks, leaves
+    # some rows end at a hand-off node their guest grew nothing below (rank 0 there: the guest's value of it)
+    T, G = handoff.shape[1], len(names)
+    at_handoff = [leaf_tables.rank_count[(np.arange(T) * G + g) * leaf_tables.n_slots + handoff] == 0
+                  for g in range(G)]
+    valued = [leaf_tables.rank_start[(np.arange(T) * G + g) * leaf_tables.n_slots + handoff] > 0 for g in range(G)]
+    assert all((at_handoff[g] & valued[g] & (ranked[u] == 0)).any() for g, u in enumerate(names))
+    # and, in a copy of the model, such nodes without the guest's value (it held no training instance there):
+    # the host's own value stands
+    u = names[0]
+    i, t = np.argwhere(at_handoff[0] & (ranked[u] == 0))[0]
+    values = [dict(per_tree) for per_tree in model.guest_values]
+    values[t][u] = {k: v for k, v in values[t][u].items() if k != handoff[i, t]}
+    unvalued = replace(model, guest_values=values)
+    sums = []
+    for m in (unvalued, model):
+        tables_m = _LeafTables(m, names)
+        expected, got = np.zeros((400, K)) + 0.5, np.zeros((400, K)) + 0.5
+        _add_chunk(expected, m, handoff, ids, walked, tables_m.per_tree, K)
+        tables_m.add(got, m, handoff, ids, ranked, K)
+        np.testing.assert_array_equal(got, expected)
+        assert len(np.unique(got)) > 10
+        sums.append(got)
+    assert not np.array_equal(sums[0][i], sums[1][i])  # (the guest's value counted in one, not the other)
+    u, g = names[1], 1
+    row = int(np.argmax(ranked[u][:, 2] >= 0))
+    j = (2 * len(names) + g) * leaf_tables.n_slots + int(handoff[row, 2])
+    before = got.copy()
+    for r in (4, 9):  # past the leaves below any node
+        bad_ranks = dict(ranked)
+        bad_ranks[u] = ranked[u].copy()
+        bad_ranks[u][row, 2] = r
+        with pytest.raises(ProtocolError, match=f"{u} routed test instance {row + 3} of tree 2 to leaf {r} below "
+                                                f"node {int(handoff[row, 2])}, where the host's model knows "
+                                                f"{max(int(leaf_tables.rank_count[j]), 1)}"):
+            leaf_tables.add(got, model, handoff, ids, bad_ranks, K)
+        np.testing.assert_array_equal(got, before)
+        with pytest.raises(ValueError, match=f"rank {r} of row {row}, tree 2"):
+            _leaves_of_ranks_numpy(bad_ranks[u], handoff, g, len(names), leaf_tables.n_slots,
+                                   leaf_tables.rank_start, leaf_tables.rank_count, leaf_tables.rank_leaves)
+    # the host's model without its value of the leaf that row reaches
+    leaf = int(walked[u][row, 2])
+    values = [dict(per_tree) for per_tree in model.guest_values]
+    values[2][u] = {k: v for k, v in values[2][u].items() if k != leaf}
+    lacking = replace(model, guest_values=values)
+    with pytest.raises(ProtocolError, match=f"{u} routed test instance {row + 3} of tree 2 to its node {leaf}, "
+                                            f"for which the host's model has no leaf value"):
+        _LeafTables(lacking, names).add(got, lacking, handoff, ids, ranked, K)
+    np.testing.assert_array_equal(got, before)
 
 
 @pytest.mark.parametrize("tables", ["dense", "searched"])
@@ -732,9 +777,13 @@ def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference
     # such tables) searched
     from fedgrove.exceptions import ProtocolError
     from fedgrove.engine import predict
+    from fedgrove.protocols.hybridtree import host as host_module
     from fedgrove.protocols.hybridtree.host import _add_chunk, _LeafTables
     from fedgrove.engine.tree import PackedEnsemble
 
+    # the guests answer with nodes where the host's tables by rank would be too large (tested here) or the model
+    # lacks the guests' splits; with ranks: test_the_leaf_rank_kernels_match_their_numpy_references
+    monkeypatch.setattr(host_module, "RANK_SLOTS_MAX", 0)
     if tables == "searched":
         monkeypatch.setattr(predict, "INDEX_SLACK", 0)
         monkeypatch.setattr(predict, "INDEX_MIN", 0)
@@ -745,7 +794,7 @@ def test_the_hosts_kernel_for_the_guests_leaf_values_matches_its_numpy_reference
     rng = np.random.default_rng(3)
     handoff = PackedEnsemble(model.host_trees).leaves(Xh[:500]).astype(np.int32)
     leaf_tables = _LeafTables(model, names)
-    assert (len(leaf_tables.index_offsets) > 0) == (tables == "dense")
+    assert not leaf_tables.ranked and (len(leaf_tables.index_offsets) > 0) == (tables == "dense")
     answers = {}
     for u in names:
         leaves = np.full(handoff.shape, -1, dtype=np.int32)

@@ -121,17 +121,17 @@ def _warm_engine(cfg, X, rng) -> None:
                           np.zeros(2, dtype=np.int64), none, none, np.full(3, -1, dtype=np.int64))
         _add_means(np.zeros((2, 1)), acc, cnt, one, np.zeros(1), np.zeros(2, dtype=np.int64),
                    np.zeros(1, dtype=np.int64))
-        # and the leaves as ranks below their hand-off nodes: the guest's ranks, the host's nodes of them
+        # and the leaves as ranks below their hand-off nodes: the guest's ranks, the host's values of them
         from fedgrove.protocols.hybridtree.guest import _layout_leaf_ranks, _ranks_of_leaves
-        from fedgrove.protocols.hybridtree.host import _leaves_of_ranks
+        from fedgrove.protocols.hybridtree.host import _sum_guest_ranks
 
         _layout_leaf_ranks(np.zeros(2, dtype=np.int64), none, none, none, np.zeros(0, dtype=np.int32),
                            np.empty(1, dtype=np.int64))
         unheld = np.full((2, 1), -1, dtype=np.int32)
         _ranks_of_leaves(unheld, none, np.zeros(2, dtype=np.int64), none, none, np.zeros(0, dtype=np.int32),
                          np.empty_like(unheld))
-        _leaves_of_ranks(unheld, one, 0, 1, 1, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), none,
-                         np.empty_like(unheld), np.full(2, -1, dtype=np.int64))
+        _sum_guest_ranks(acc, cnt, one, unheld, 0, 1, 1, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+                         np.full(1, np.nan), np.full(3, -1, dtype=np.int64))
     if cfg.protocol == "simfl":
         _warm_lsh(X)
         # routing the others' trees through a party's rows: ranks of the smallest type that holds them

@@ -546,8 +546,6 @@ def predict_hybrid(channel, guests: list[str], model: HybridHostModel, X_test, t
                                         f"-1 for an instance it does not hold)")
                 if leaves.shape[1] and (leaves[:, 0] >= 0).any():  # (the shape is handoff's)
                     held[u] = True
-                if tables.ranked:
-                    answers[u] = tables.leaves_of(u, leaves, handoff[rows], ids[rows])
         tables.add(raw[rows], model, handoff[rows], ids[rows], answers, K)
     for u in guests:
         if n and handoff.shape[1] and not held[u]:
@@ -562,7 +560,8 @@ class _LeafTables:
     (``per_tree``, for the numpy reference) and flat (``keys``, ``values``, ``offsets`` of tree ``t`` and guest
     ``g`` at ``t * len(guests) + g``; their positions by node, ``index`` and ``index_offsets``, where the
     guests number their nodes densely enough: :func:`~fedgrove.engine.predict.id_positions`), with the host
-    trees' node values and each tree's output."""
+    trees' node values and each tree's output; where the guests answer with leaf ranks (``ranked``), the leaves
+    and their values by rank (:meth:`_rank_tables`)."""
 
     def __init__(self, model: HybridHostModel, guests: list[str]):
         self.guests = list(guests)
@@ -592,89 +591,112 @@ class _LeafTables:
     def _rank_tables(self, model: HybridHostModel) -> None:
         """Where the model holds the guests' splits (``ranked``): per tree ``t``, guest ``g`` and host node
         ``h`` at ``j = (t * len(guests) + g) * n_slots + h``, the ``rank_count[j]`` leaves the guest grew below
-        ``h``, left to right, from ``rank_leaves[rank_start[j]]`` on (none where it grew nothing there)."""
+        ``h``, left to right, from ``rank_leaves[rank_start[j]]`` on, and their values ``rank_values`` (NaN for
+        a leaf the host has no value for).  Where the guest grew nothing below ``h`` (count 0), the entry at
+        ``rank_start[j]`` is ``h`` itself with the guest's value of it, or entry 0, which names no node (-1)
+        and holds NaN: the guest's rank 0 there adds that value, or nothing."""
         T, G = len(model.host_trees), len(self.guests)
         self.n_slots = max([tree.n_nodes for tree in model.host_trees], default=1)
         # (past RANK_SLOTS_MAX slots, 64 MB, the guests answer with nodes: deep host trees, many trees and guests)
         self.ranked = model.guest_children is not None and T * G * self.n_slots <= RANK_SLOTS_MAX
         self.rank_start = np.zeros(T * G * self.n_slots if self.ranked else 0, dtype=np.int64)
         self.rank_count = np.zeros_like(self.rank_start)
-        flat, slots, starts, counts = [], [], [], []
+        flat, vals, slots, starts, counts = [-1], [np.nan], [], [], []
         for t, per_tree in enumerate(model.leaf_orders() if self.ranked else []):
             for g, u in enumerate(self.guests):
-                for root, leaves in per_tree.get(u, {}).items():
+                known = model.guest_values[t].get(u, {})
+                below = per_tree.get(u, {})
+                for root, leaves in below.items():
                     slots.append((t * G + g) * self.n_slots + root)
                     starts.append(len(flat))
                     counts.append(len(leaves))
                     flat += leaves
+                    vals += [known.get(leaf, np.nan) for leaf in leaves]
+                # hand-off nodes (the host tree's) the guest grew nothing below but holds a value for
+                for h in sorted(k for k in known if k not in below and 0 <= k < self.n_slots):
+                    slots.append((t * G + g) * self.n_slots + h)
+                    starts.append(len(flat))
+                    counts.append(0)
+                    flat.append(h)
+                    vals.append(known[h])
         self.rank_start[slots], self.rank_count[slots] = starts, counts
         self.rank_leaves = np.asarray(flat, dtype=np.int64)
-
-    def leaves_of(self, u: str, ranks, handoff, ids) -> np.ndarray:
-        """Guest ``u``'s answer of leaf ranks for a chunk of test rows as its leaves' nodes (-1 kept; rank 0
-        where it grew nothing below the hand-off node: that node), by :func:`_leaves_of_ranks`
-        (:func:`_leaves_of_ranks_numpy` its reference); a rank past the leaves there is refused by name."""
-        out = np.empty(ranks.shape, dtype=np.int32)
-        bad = np.full(2, -1, dtype=np.int64)
-        _leaves_of_ranks(np.ascontiguousarray(ranks, dtype=np.int32), np.ascontiguousarray(handoff, dtype=np.int32),
-                         self.guests.index(u), len(self.guests), self.n_slots, self.rank_start, self.rank_count,
-                         self.rank_leaves, out, bad)
-        if bad[0] >= 0:
-            i, t = int(bad[0]), int(bad[1])
-            j = (t * len(self.guests) + self.guests.index(u)) * self.n_slots + int(handoff[i, t])
-            raise ProtocolError(f"{u} routed test instance {int(ids[i])} of tree {t} to leaf {int(ranks[i, t])} "
-                                f"below node {int(handoff[i, t])}, where the host's model knows "
-                                f"{max(int(self.rank_count[j]), 1)}: the host's and {u}'s model files are not of "
-                                f"one training run")
-        return out
+        self.rank_values = np.asarray(vals, dtype=np.float64)
 
     def add(self, raw, model: HybridHostModel, handoff, ids, answers: dict, K: int) -> None:
         """Add each tree's value to the ``raw`` scores of a chunk of test rows: the mean of the leaf values of
-        the guests that routed a row on (``answers``), else the host's hand-off node's value; by two kernels
-        (:func:`_sum_guest_leaves` a guest at a time, then :func:`_add_means`; :func:`_add_chunk` is their
-        numpy reference, and says what is wrong when a guest names a leaf the host does not know).  ``raw`` is
-        left as it was when a guest names such a leaf."""
+        the guests that routed a row on (``answers``: leaf ranks where ``ranked``, else nodes), else the host's
+        hand-off node's value; by two kernels (:func:`_sum_guest_ranks` or :func:`_sum_guest_leaves` a guest at
+        a time, then :func:`_add_means`; :func:`_add_chunk`, after :func:`_leaves_of_ranks_numpy` for ranks,
+        is their numpy reference).  A rank past the leaves below its hand-off node, or a leaf the host has no
+        value for, is refused by name, ``raw`` left as it was."""
         handoff = np.ascontiguousarray(handoff, dtype=np.int32)
         acc, cnt = np.zeros(handoff.shape), np.zeros(handoff.shape, dtype=np.int32)
         bad = np.full(3, -1, dtype=np.int64)
+        G = len(self.guests)
         for g, u in enumerate(self.guests):
             if u not in answers:
                 continue
-            _sum_guest_leaves(acc, cnt, handoff, np.ascontiguousarray(answers[u], dtype=np.int32), g,
-                              len(self.guests), self.keys, self.values, self.offsets, self.index, self.index_offsets,
-                              bad)
-            if bad[0] >= 0:
+            routed = np.ascontiguousarray(answers[u], dtype=np.int32)
+            if self.ranked:
+                _sum_guest_ranks(acc, cnt, handoff, routed, g, G, self.n_slots, self.rank_start, self.rank_count,
+                                 self.rank_values, bad)
+            else:
+                _sum_guest_leaves(acc, cnt, handoff, routed, g, G, self.keys, self.values, self.offsets, self.index,
+                                  self.index_offsets, bad)
+            if bad[0] < 0:
+                continue
+            i, t = int(bad[0]), int(bad[1])
+            if not self.ranked:
                 _add_chunk(raw.copy(), model, handoff, ids, answers, self.per_tree, K)  # raises, naming the leaf
-                raise ProtocolError(f"{u} routed test instance {int(ids[bad[0]])} of tree {bad[1]} to a node for "
-                                    f"which the host's model has no leaf value")
+                raise ProtocolError(f"{u} routed test instance {int(ids[i])} of tree {t} to a node for which the "
+                                    f"host's model has no leaf value")
+            j = (t * G + g) * self.n_slots + int(handoff[i, t])
+            if bad[2] == 0:
+                raise ProtocolError(f"{u} routed test instance {int(ids[i])} of tree {t} to leaf {int(routed[i, t])} "
+                                    f"below node {int(handoff[i, t])}, where the host's model knows "
+                                    f"{max(int(self.rank_count[j]), 1)}: the host's and {u}'s model files are not "
+                                    f"of one training run")
+            raise ProtocolError(f"{u} routed test instance {int(ids[i])} of tree {t} to its node "
+                                f"{int(self.rank_leaves[self.rank_start[j] + routed[i, t]])}, for which the host's "
+                                f"model has no leaf value: the host's and {u}'s model files are not of one "
+                                f"training run")
         _add_means(raw, acc, cnt, handoff, self.host_values, self.host_offsets, self.tree_class)
 
 
 @njit(cache=True, nogil=True)
-def _leaves_of_ranks(ranks, handoff, g, n_guests, n_slots, start, count, leaf_ids, out, bad):
-    """``out[i, t]``: the node of the leaf of rank ``ranks[i, t]`` (-1 kept) that guest ``g`` grew below row
-    ``i``'s hand-off node ``handoff[i, t]`` in tree ``t`` (:meth:`_LeafTables._rank_tables`' ``start``,
-    ``count`` and ``leaf_ids``), or that node itself for rank 0 where it grew none there; a rank past them stops
-    the kernel with ``bad = (i, t)``."""
+def _sum_guest_ranks(acc, cnt, handoff, ranks, g, n_guests, n_slots, start, count, values, bad):
+    """Add to ``acc[i, t]``, and count in ``cnt[i, t]``, the value of the leaf of rank ``ranks[i, t]`` that
+    guest ``g`` grew below row ``i``'s hand-off node in tree ``t`` (-1: a row it does not hold), read from
+    :meth:`_LeafTables._rank_tables`' ``start``, ``count`` and ``values``; rank 0 where it grew nothing there
+    adds its value of the hand-off node, or nothing (NaN).  A rank past the leaves stops the kernel with
+    ``bad = (i, t, 0)``, a leaf without a value with ``bad = (i, t, 1)``."""
     for i in range(ranks.shape[0]):
         for t in range(ranks.shape[1]):
             r = ranks[i, t]
             if r < 0:
-                out[i, t] = r
                 continue
             j = (t * n_guests + g) * n_slots + handoff[i, t]
             c = count[j]
-            if c == 0 and r == 0:
-                out[i, t] = handoff[i, t]
-            elif r < c:
-                out[i, t] = leaf_ids[start[j] + r]
-            else:
-                bad[0], bad[1] = i, t
+            if r >= max(c, 1):
+                bad[0], bad[1], bad[2] = i, t, 0
                 return
+            v = values[start[j] + r]
+            if np.isnan(v):
+                if c == 0:
+                    continue
+                bad[0], bad[1], bad[2] = i, t, 1
+                return
+            acc[i, t] += v
+            cnt[i, t] += 1
 
 
 def _leaves_of_ranks_numpy(ranks, handoff, g, n_guests, n_slots, start, count, leaf_ids) -> np.ndarray:
-    """numpy reference for :func:`_leaves_of_ranks`: the nodes, or ValueError naming the first bad rank."""
+    """Guest ``g``'s answer of leaf ranks (``ranks``; -1 kept) as its leaves' nodes: per row ``i`` and tree ``t``
+    the leaf of that rank below the hand-off node ``handoff[i, t]`` (:meth:`_LeafTables._rank_tables`' ``start``,
+    ``count`` and ``leaf_ids``), or that node itself for rank 0 where the guest grew nothing below it; a rank
+    past the leaves raises ValueError naming it.  With :func:`_add_chunk`, the numpy reference for
+    :func:`_sum_guest_ranks`."""
     ranks = np.asarray(ranks, dtype=np.int64)
     j = (np.arange(ranks.shape[1]) * n_guests + g) * n_slots + handoff.astype(np.int64)
     c = count[j]
