@@ -288,7 +288,15 @@ def test_a_damaged_party_part_names_the_entry_at_fault():
     part = PassiveModel("guest0", BinMapper(8).fit(X), {(0, 3): (1, 2, False, 0.5), (1, 4): (0, 1, True, -0.2)},
                         {(0, 3): (7, 8), (1, 4): (9, 10)}, ["u", "v"])
     good = json.loads(json.dumps(part.to_dict()))
-    assert PassiveModel.from_dict(good).splits == part.splits
+    loaded = PassiveModel.from_dict(good)  # (a file as fedgrove writes it: read at once)
+    assert loaded.splits == part.splits and loaded.children == part.children
+    # whole numbers written as floats by another writer: read entry by entry, to the same model
+    floats = json.loads(json.dumps(good))
+    floats["splits"][1][:4] = [float(v) for v in floats["splits"][1][:4]]
+    floats["children"][0][2] = 7.0
+    again = PassiveModel.from_dict(floats)
+    assert again.splits == part.splits and again.children == part.children
+    assert all(type(v) is int for k, (f, b, _, _) in again.splits.items() for v in (*k, f, b))
 
     def refused(change, match):
         d = json.loads(json.dumps(good))
@@ -303,3 +311,9 @@ def test_a_damaged_party_part_names_the_entry_at_fault():
     refused(lambda d: d["children"][1].pop(), r"ValueError in children entry 1 \(\[1, 4, 9\]\): not enough values")
     refused(lambda d: d["feature_names"].__setitem__(1, {}), "feature_names must be a list of names")
     refused(lambda d: d.__setitem__("splits", 5), "TypeError in its splits")
+    refused(lambda d: d["splits"][1].__setitem__(0, True), "True is not a whole number")  # (a bool is an int)
+    refused(lambda d: d["children"][0].__setitem__(3, False), "False is not a whole number")
+    refused(lambda d: d["splits"][0].__setitem__(4, 2), "missing_left must be 0 or 1")
+    refused(lambda d: d["splits"][0].__setitem__(5, "0.5"), "the threshold a number")
+    refused(lambda d: d["splits"][0].__setitem__(5, None), r"TypeError in split 0")
+    refused(lambda d: d["children"].__setitem__(0, (3, 4)), r"ValueError in children entry 0")
