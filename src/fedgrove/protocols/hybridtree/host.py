@@ -603,7 +603,7 @@ class _LeafTables:
         self.rank_count = np.zeros_like(self.rank_start)
         flat, vals, slots, starts, counts = [-1], [np.nan], [], [], []
         for t, per_tree in enumerate(model.leaf_orders() if self.ranked else []):
-            host_leaf = model.host_trees[t].is_leaf
+            host_leaves = set(np.flatnonzero(model.host_trees[t].is_leaf).tolist())
             for g, u in enumerate(self.guests):
                 known = model.guest_values[t].get(u, {})
                 below = per_tree.get(u, {})
@@ -614,7 +614,7 @@ class _LeafTables:
                     flat += leaves
                     vals += [known.get(leaf, np.nan) for leaf in leaves]
                 # the host tree's leaves (hand-off nodes) the guest grew nothing below but holds a value for
-                for h in sorted(k for k in known if k not in below and 0 <= k < len(host_leaf) and host_leaf[k]):
+                for h in sorted((known.keys() & host_leaves) - below.keys()):
                     slots.append((t * G + g) * self.n_slots + h)
                     starts.append(len(flat))
                     counts.append(0)
