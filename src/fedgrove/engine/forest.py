@@ -19,7 +19,7 @@ import numpy as np
 from fedgrove.engine.binning import BinMapper, column_major
 from fedgrove.engine.gbdt import check_sample_weight, check_xy, weighted_rows
 from fedgrove.engine.grower import TreeGrower
-from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
+from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.model import ForestModel, check_row_labels, names_of
 from fedgrove.engine.params import Flag, Interval, OneOf, check_types, validate
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder
@@ -175,9 +175,17 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
         raise DataError(f"regression labels {top:.3g} from the middle of their range overflow the squared sums of "
                         f"{total_weight:g} rows (rows x that^2 must stay below 1.8e308): divide the label by a power "
                         f"of ten, and the predictions scale back by it")
-    b1 = int(np.ceil(np.log2(total_weight * top + 1.0)))
-    b2 = int(np.ceil(np.log2(total_weight * top * top + 1.0)))
-    return 52 - b1, 52 - b2
+    return 52 - _bits_above(total_weight * top), 52 - _bits_above(total_weight * top * top)
+
+
+def _bits_above(x: float) -> int:
+    """The exponent b of the smallest power of two 2^b above ``x``, bounds of 1 and more as they were
+    (``ceil(log2(x + 1))``), and for ``0 < x < 1`` itself, 0 or less, so the grid scales with labels spread over
+    little instead of holding them to 2^-51 (labels within 1e-7 of each other: R^2 0 before); 0 for 0, and no
+    less than -900, so the grid's scale, 2^(52 - b), stays a float (Federated Forest's packing takes it)."""
+    if x >= 1.0:
+        return int(np.ceil(np.log2(x + 1.0)))
+    return max(int(np.ceil(np.log2(x))), -900) if x > 0 else 0
 
 
 def regression_grid(y: np.ndarray, weights: np.ndarray | None = None) -> tuple[int, int]:
@@ -264,7 +272,6 @@ def train_forest(params: ForestParams, X, y, bin_mapper: BinMapper | None = None
         n = len(y)
     offset, grid = 0.0, None
     if params.task == "regression":
-        warn_if_labels_close(y)
         offset = label_offset(y)
         y = y - offset
         grid = regression_grid(y, sample_weight)

@@ -148,7 +148,7 @@ CLOSE_LABELS = 1e-2
 
 
 def warn_if_labels_close(y: np.ndarray) -> None:
-    """Warn of regression labels spread over less than ``CLOSE_LABELS``: the split search counts gains within
+    """Warn of regression labels spread over less than ``CLOSE_LABELS``: a GBDT's split search counts gains within
     about 1e-10 of each other as ties (so that a federation's sums, taken in another order, choose the same
     split; :mod:`fedgrove.engine.split`), and such labels give gains that small: ``bench/label_scale.py``
     measures the fits it costs (README, the engine)."""

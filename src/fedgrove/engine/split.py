@@ -13,6 +13,12 @@ a deep node's histogram comes from a chain of subtractions starting at root
 sums over all samples, so its gains carry absolute errors of the order of
 ``n * eps * root_sum`` (about 1e-10 relative was seen for a 15-sample node of
 a 6,000-sample a9a subset, where two features split off the same sample).
+A forest's statistics are on fixed-point grids (:func:`fedgrove.engine.forest.mse_grid`, the weights'
+grid), so its sums, and gains, are the same bits in any order; under ``mse``, whose gains are in the
+labels' units squared, its ties have no floor (:func:`cart_tie_floor`): ``TIE_FLOOR`` would count every
+gain of labels spread over less than about 0.01 a tie (``bench/label_scale.py``: R^2 0.90 for labels
+spread over 7.6e-5, 0.98 without the floor).  A GBDT's floor stays: its gradient sums do differ with the
+order, by an absolute amount.
 
 A split is worth making only when its gain exceeds ``TIE_TOL`` times the scale
 of the scores it is the difference of (GBDT: half the sum of the children's and
@@ -54,9 +60,23 @@ CRITERIA = {"gini": 0, "entropy": 1, "mse": 2}
 
 @njit(cache=True, inline="always")
 def _better(gain, best):
+    return _better_above(gain, best, TIE_FLOOR)
+
+
+@njit(cache=True, inline="always")
+def _better_above(gain, best, floor):
+    """The tie rule with ``floor`` in place of ``TIE_FLOOR``."""
     if best == -np.inf:
         return gain > best
-    return gain > best + TIE_TOL * max(TIE_FLOOR, abs(best))
+    return gain > best + TIE_TOL * max(floor, abs(best))
+
+
+@njit(cache=True, inline="always")
+def cart_tie_floor(criterion):
+    """The tie rule's floor for a forest's ``criterion`` (a code of ``CRITERIA``): 0 for ``mse``, whose gains are
+    in the labels' units squared, ``TIE_FLOOR`` for the class criteria, whose gains are fractions (see the
+    module's docstring)."""
+    return 0.0 if criterion == 2 else TIE_FLOOR
 
 
 def best_index(gains) -> int:
@@ -311,8 +331,9 @@ def _scan_wide_pair(q, hist, rows, node_stats, feature_offsets, allowed, reg_lam
 
 
 @njit(cache=True)
-def reduce_pairs(pg, pb, pm, pl, n_nodes, n_features):
-    """Per node, the best of its (node, feature) pairs, scanning features in order (see the module's tie rule)."""
+def reduce_pairs(pg, pb, pm, pl, n_nodes, n_features, floor=TIE_FLOOR):
+    """Per node, the best of its (node, feature) pairs, scanning features in order (see the module's tie rule;
+    ``floor``: a forest's is :func:`cart_tie_floor`)."""
     n_stats = pl.shape[1]
     gain = np.full(n_nodes, -np.inf)
     feature = np.full(n_nodes, NO_FEATURE, dtype=np.int32)
@@ -325,7 +346,7 @@ def reduce_pairs(pg, pb, pm, pl, n_nodes, n_features):
             q = j * n_features + f
             if pg[q] == -np.inf:
                 continue
-            if _better(pg[q], best):
+            if _better_above(pg[q], best, floor):
                 best = pg[q]
                 feature[j] = f
                 bins[j] = pb[q]
@@ -387,7 +408,7 @@ def find_splits_cart(hist, rows, node_stats, feature_offsets, allowed, criterion
     """
     pg, pb, pm, pl = cart_pair_splits(hist, rows, node_stats, feature_offsets, allowed, criterion, root_weight,
                                       min_samples_leaf)
-    return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1)
+    return reduce_pairs(pg, pb, pm, pl, rows.shape[0], feature_offsets.shape[0] - 1, cart_tie_floor(criterion))
 
 
 @njit(parallel=PRANGE_ONLY, cache=True, nogil=True)
@@ -473,7 +494,7 @@ def _scan_cart_pair(q, hist, rows, node_stats, feature_offsets, allowed, criteri
                                        - wr / wt * _impurity(rgt, criterion))
             if not _worth(gain, wt / root_weight * imp):
                 continue
-            if _better(gain, best):
+            if _better_above(gain, best, cart_tie_floor(criterion)):
                 best = gain
                 pb[q] = t
                 pm[q] = d == 1
@@ -558,11 +579,12 @@ def _scan_wide_cart_pair(q, hist, rows, node_stats, feature_offsets, allowed, cr
             gains[t] = gain if (gain > TIE_TOL * scale) & (not bad) else -np.inf
     best = -np.inf
     at = -1
+    floor = cart_tie_floor(criterion)
     for t in range(nvb):  # the scan's order: bin by bin, missing right before missing left
-        if _better(scratch[n_stats + 4, t], best):
+        if _better_above(scratch[n_stats + 4, t], best, floor):
             best = scratch[n_stats + 4, t]
             at = 2 * t
-        if both and _better(scratch[n_stats + 5, t], best):
+        if both and _better_above(scratch[n_stats + 5, t], best, floor):
             best = scratch[n_stats + 5, t]
             at = 2 * t + 1
     if at >= 0:
@@ -585,7 +607,7 @@ def _mse_impurity(w, wy, wy2):
 
 
 # --------------------------------------------------------------------------- references
-def _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score_fn, valid_fn):
+def _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score_fn, valid_fn, floor=TIE_FLOOR):
     n_nodes = len(rows)
     n_features = len(feature_offsets) - 1
     n_stats = node_stats.shape[1]
@@ -596,7 +618,7 @@ def _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score_fn, 
     left = np.zeros((n_nodes, n_stats))
 
     def better(g, b):
-        return g > b if b == -np.inf else g > b + TIE_TOL * max(TIE_FLOOR, abs(b))
+        return g > b if b == -np.inf else g > b + TIE_TOL * max(floor, abs(b))
 
     for j in range(n_nodes):
         best = -np.inf
@@ -686,7 +708,8 @@ def find_splits_cart_reference(hist, rows, node_stats, feature_offsets, allowed,
         wl, wr = weight(lft), weight(rgt)
         return wl >= min_samples_leaf and wr >= min_samples_leaf and wl > 0 and wr > 0
 
-    return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid)
+    return _reference_scan(hist, rows, node_stats, feature_offsets, allowed, score, valid,
+                           cart_tie_floor.py_func(criterion))
 
 
 @njit(cache=True, nogil=True)

@@ -88,13 +88,15 @@ class CARTScorer:
     hist_weight = sample_weight
 
     def splittable(self, stats):
-        """Impure nodes only (scikit-learn's rule: impurity above machine epsilon)."""
+        """Impure nodes only (scikit-learn's rule: impurity above machine epsilon; under ``mse`` relative to the
+        node's mean square, so the rule holds at any label scale)."""
         stats = np.atleast_2d(stats)
         if self.criterion == "mse":
             w = stats[:, 0]
             safe = np.where(w > 0, w, 1.0)
-            var = stats[:, 2] / safe - (stats[:, 1] / safe) ** 2
-            return var > np.finfo(np.float64).eps * np.maximum(1.0, (stats[:, 1] / safe) ** 2)
+            square = stats[:, 2] / safe
+            var = square - (stats[:, 1] / safe) ** 2
+            return var > np.finfo(np.float64).eps * square
         return (stats > 0).sum(axis=1) > 1
 
     def leaf_value(self, stats):

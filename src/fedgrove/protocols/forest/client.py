@@ -19,7 +19,7 @@ from fedgrove.engine.binning import BinMapper
 from fedgrove.engine.model import TEXT_FEATURES, as_numbers, check_row_labels, names_of
 from fedgrove.engine.forest import forest_stats, forest_weights, label_offset, regression_grid, weight_fraction_bits
 from fedgrove.engine.gbdt import check_sample_weight
-from fedgrove.engine.losses import classes_from_labels, warn_if_labels_close
+from fedgrove.engine.losses import classes_from_labels
 from fedgrove.engine.grower import Layer, LayerSplits
 from fedgrove.engine.split import CRITERIA, cart_pair_splits
 from fedgrove.engine.splitter import CARTScorer, HistogramSplitFinder, absent_missing_left
@@ -168,8 +168,12 @@ class ForestClient:
             ch.send(self.holder, "layout", m.FeatureLayout(self.bin_mapper.n_value_bins.astype(np.int32),
                                                            len(self.X), m.ids_digest(self.ids)))
             key = ch.recv(self.holder, "key", m.LabelKey)
+            # a field holds frac + int (+ sign) bits: at most 256, and a scale 2^frac that is a float (labels spread
+            # over little have more fractional bits than the field's width, and negative integer bits; spread over
+            # much, negative fractional bits)
             if not (len(key.frac_bits) == len(key.int_bits) == len(key.signed) == self.n_stats) \
-                    or not all(0 <= b <= 256 for b in list(key.frac_bits) + list(key.int_bits)):
+                    or not all(-1000 <= f <= 1000 and 0 < f + b <= 256
+                               for f, b in zip(key.frac_bits, key.int_bits)):
                 raise ProtocolError(f"{ch.party}: label statistics layout from {self.holder} is malformed")
             self.he = public_context(key.key)
             self.packer = VectorPacker(tuple(key.frac_bits), tuple(key.int_bits), tuple(bool(s) for s in key.signed))
@@ -178,7 +182,6 @@ class ForestClient:
         self.grid = None
         if self.y is not None and setup.task == "regression":
             self.grid = regression_grid(self.y, self.row_weights)
-            warn_if_labels_close(self.y[self._weighed()])
 
     def _weighed(self):
         """The rows the bootstraps draw among: those of positive weight."""

@@ -17,7 +17,7 @@ import numpy as np
 from fedgrove.engine.forest import ForestParams, draw_tree, node_feature_sampler
 from fedgrove.engine.grower import Layer, LayerSplits, SplitFinder, TreeGrower
 from fedgrove.engine.model import ForestModel
-from fedgrove.engine.split import reduce_pairs
+from fedgrove.engine.split import CRITERIA, cart_tie_floor, reduce_pairs
 from fedgrove.engine.splitter import CARTScorer
 from fedgrove.engine.tree import LEAF
 from fedgrove.exceptions import InvalidParameterError, ProtocolError
@@ -338,7 +338,8 @@ class _MasterFinder(SplitFinder):
             pm[:, g] = reply.missing_left
         n_pairs = n_nodes * mst.n_total
         gain, feature, _, missing_left, _ = reduce_pairs(
-            pg.ravel(), np.zeros(n_pairs, dtype=np.int32), pm.ravel(), np.zeros((n_pairs, 1)), n_nodes, mst.n_total)
+            pg.ravel(), np.zeros(n_pairs, dtype=np.int32), pm.ravel(), np.zeros((n_pairs, 1)), n_nodes, mst.n_total,
+            cart_tie_floor(CRITERIA[self.cart.criterion]))
         owner = np.where(feature >= 0, mst.owner_of[np.maximum(feature, 0)], -1).astype(np.int32)
         return LayerSplits(gain, feature, np.full(n_nodes, -1, dtype=np.int32), missing_left,
                            np.zeros((n_nodes, self.n_stats)), np.full(n_nodes, np.nan), owner)
