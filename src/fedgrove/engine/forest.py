@@ -179,12 +179,10 @@ def mse_grid(y: np.ndarray, total_weight: float) -> tuple[int, int]:
 
 
 def _bits_above(x: float) -> int:
-    """The exponent b of the smallest power of two 2^b above ``x``, bounds of 1 and more as they were
-    (``ceil(log2(x + 1))``), and for ``0 < x < 1`` itself, 0 or less, so the grid scales with labels spread over
-    little instead of holding them to 2^-51 (labels within 1e-7 of each other: R^2 0 before); 0 for 0, and no
-    less than -900, so the grid's scale, 2^(52 - b), stays a float (Federated Forest's packing takes it)."""
-    if x >= 1.0:
-        return int(np.ceil(np.log2(x + 1.0)))
+    """The exponent b of the smallest power of two 2^b at or above ``x`` (0 for 0), no less than -900 so that the
+    grid's scale, 2^(52 - b), is a float (Federated Forest's packing takes it): labels x 2^-k get grids x 2^-k, so a
+    forest's fit does not depend on the labels' scale.  (Before, ``ceil(log2(x + 1))`` held sums below 1, labels
+    spread over little, to a grid of 2^-51: labels within 1e-7 of each other fit R^2 0.)"""
     return max(int(np.ceil(np.log2(x))), -900) if x > 0 else 0
 
 
