@@ -113,6 +113,25 @@ def test_regression_labels_spread_over_little_grow_the_engines_forest_scaled(ou,
     np.testing.assert_array_equal(np.ldexp(out["predictions"]["one-round"], 40), unscaled)
 
 
+def test_whole_number_regression_labels_are_not_warned_of_as_classes(caplog):
+    # the label holder counted its whole-number labels as classes before the master had said the task, so a
+    # regression forest on diabetes's labels (25 to 346) warned "347 classes ... if the label is a quantity, train
+    # for regression", which it was doing; a classification forest on such labels still warns, once
+    import logging
+
+    X, y = load_diabetes(return_X_y=True)
+    parts = _parts(X)
+    params = ForestParams(task="regression", n_estimators=1, max_depth=2, max_bins=8, seed=0)
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        run_federated_forest(parts, y, params, None, mode="shared", label_holder=0)
+    assert not [r for r in caplog.records if "classes" in r.getMessage()], caplog.records
+    with caplog.at_level(logging.WARNING, logger="fedgrove"):
+        run_federated_forest(parts, y, ForestParams(n_estimators=1, max_depth=2, max_bins=8, seed=0), None,
+                             mode="shared", label_holder=0)
+    said = [r.getMessage() for r in caplog.records if "classes" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("347 classes, from the largest label 346"), said
+
+
 def test_one_round_prediction_takes_the_same_messages_whatever_the_depth_and_number_of_trees():
     # one request and one reply per client for the whole forest; the classical algorithm's messages grow with
     # depth and trees

@@ -286,19 +286,19 @@ def make_objective(name: str, n_classes: int = 1) -> Objective:
     return OBJECTIVES[name](n_classes)
 
 
-def classes_from_labels(y: np.ndarray) -> int:
+def classes_from_labels(y: np.ndarray, warn: bool = True) -> int:
     """The class count K of labels 0..K-1 that name no count: the largest label plus one.
 
-    Warns when that looks like a quantity rather than classes (more than 100
-    classes, or most codes below the largest label unused), since each class
-    costs a tree per boosting round or a statistic per forest node.
+    Warns (``warn``) when that looks like a quantity rather than classes (more
+    than 100 classes, or most codes below the largest label unused), since each
+    class costs a tree per boosting round or a statistic per forest node.
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     if not len(y) or not np.all(np.isfinite(y)):
         return 0
     k = int(y.max()) + 1
     distinct = len(np.unique(y))
-    if k > 100 or (k > 2 and 2 * distinct < k):
+    if warn and (k > 100 or (k > 2 and 2 * distinct < k)):
         logger.warning("%d classes, from the largest label %d (%d distinct values in %d rows): each class costs a "
                        "tree per boosting round or a statistic per forest node; if the label is a quantity, train "
                        "for regression (objective or task)", k, k - 1, distinct, len(y))

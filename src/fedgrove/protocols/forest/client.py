@@ -100,7 +100,8 @@ class ForestClient:
         ch = self.ch
         n_classes = 0
         if self.y is not None:
-            n_classes = classes_from_labels(self.y) if np.all(self.y == np.round(self.y)) else 0
+            # (the master decides the task: the warning of labels that look like a quantity waits for it)
+            n_classes = classes_from_labels(self.y, warn=False) if np.all(self.y == np.round(self.y)) else 0
             if self.n_classes is not None and n_classes:  # a class the holder's rows lack still has its output
                 n_classes = max(n_classes, self.n_classes)
         w = self.row_weights
@@ -120,6 +121,8 @@ class ForestClient:
         if setup.task == "classification" and self.y is not None and \
                 (np.any(self.y != np.round(self.y)) or np.any(self.y < 0) or np.any(self.y >= setup.n_classes)):
             raise DataError(f"{ch.party}: classification labels must be integers 0..{setup.n_classes - 1}")
+        if setup.task == "classification" and self.y is not None:
+            classes_from_labels(self.y)  # warns of labels that look like a quantity
         self.n_stats = setup.n_classes if setup.task == "classification" else 3
         self.offset = 0.0
         if setup.task == "regression" and self.is_holder:  # centred as the engine centres them (label_offset)
