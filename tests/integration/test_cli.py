@@ -1412,3 +1412,13 @@ def test_a_run_that_fails_leaves_no_empty_output_directory_but_keeps_one_with_fi
     (parts / "runs" / "first" / "keep.txt").write_text("a file of the user's")
     code, _, err = run(["simulate", config], capsys)
     assert code == 3 and (parts / "runs" / "first" / "keep.txt").read_text() == "a file of the user's"
+
+
+def test_a_federations_test_scores_print_an_rmse_to_six_significant_digits():
+    # an RMSE is in the labels' units: labels of about 1e-9 printed "rmse 0.0000" (four decimals, as accuracies
+    # and AUCs print); fedgrove predict prints six significant digits, and so does a federation's summary now
+    from fedgrove.cli.federation import scores_text
+
+    assert scores_text({"test_rmse": 5.4975e-08}) == "rmse 5.4975e-08"
+    assert scores_text({"test_rmse": 61.0912345}) == "rmse 61.0912"
+    assert scores_text({"test_accuracy": 0.97222, "test_auc": 0.995}) == "accuracy 0.9722  auc 0.9950"

@@ -294,7 +294,7 @@ def test_the_label_holder_scores_the_masters_test_predictions(tmp_path, capsys, 
         if kind == "regression":
             expect = metrics.rmse(truth, preds["prediction"].to_numpy())
             assert stats["test_rmse"] == pytest.approx(expect, rel=1e-12)
-            assert f"c0: rmse {expect:.4f} on its 60 test rows (master's predictions)" in out
+            assert f"c0: rmse {expect:.6g} on its 60 test rows (master's predictions)" in out
         else:
             expect = metrics.accuracy(truth, preds["prediction"].to_numpy())
             assert 0.5 < stats["test_accuracy"] == expect

@@ -136,7 +136,8 @@ def _report(results: dict, out_dir) -> None:
 
 
 def scores_text(stats: dict) -> str:
-    """``accuracy 0.9722  auc 0.9950`` from a party's statistics (empty without test metrics)."""
-    text = "  ".join(f"{k.removeprefix('test_')} {stats[k]:.4f}" for k in ("test_accuracy", "test_auc", "test_rmse")
-                     if k in stats)
+    """``accuracy 0.9722  auc 0.9950`` from a party's statistics (empty without test metrics); an RMSE, in the
+    labels' units, to six significant digits as ``fedgrove predict`` prints it (labels of 1e-9 had 0.0000)."""
+    text = "  ".join(f"{k.removeprefix('test_')} {stats[k]:{'.6g' if k == 'test_rmse' else '.4f'}}"
+                     for k in ("test_accuracy", "test_auc", "test_rmse") if k in stats)
     return text + (f", rows weighted by {stats['test_weight']!r}" if text and stats.get("test_weight") else "")
