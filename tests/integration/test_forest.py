@@ -97,20 +97,22 @@ def test_regression_labels_far_from_zero_are_centred_as_the_engine_centres_them(
 
 
 @pytest.mark.parametrize("mode", ["shared", "encrypted"])
-def test_regression_labels_spread_over_little_grow_the_engines_forest_scaled(ou, mode):
-    # labels times 2^-40 (spread about 1e-11): the statistics' grid scales with them (2^-51 at least before, so
-    # the encrypted layout's integer parts are negative numbers of bits now), and the federation grows the
-    # engine's forest, whose values are the unscaled forest's times 2^-40
+@pytest.mark.parametrize("k", [-40, 50])
+def test_regression_labels_of_any_scale_grow_the_engines_forest_scaled(ou, mode, k):
+    # labels times 2^-40 (spread about 1e-11): the statistics' grid scales with them (2^-51 at least before), so
+    # the encrypted layout's integer parts are negative numbers of bits; times 2^50 (spread about 5e16) its
+    # fractional parts are, which clients refused before as a malformed layout.  The federation grows the
+    # engine's forest, whose values are the unscaled forest's times 2^k
     X, y = _data("regression")
     parts = _parts(X)
     params = ForestParams(task="regression", n_estimators=2, max_depth=6, max_bins=16, seed=3)
-    small = np.ldexp(y, -40)
-    ref = train_forest(params, np.hstack(parts), small)
-    out = run_federated_forest(parts, small, params, ou if mode == "encrypted" else None, mode=mode, label_holder=0,
-                               X_test_parts=parts)
-    _assert_same_forest(out, ref, [f"client{k}" for k in range(3)])
+    scaled = np.ldexp(y, k)
+    ref = train_forest(params, np.hstack(parts), scaled)
+    out = run_federated_forest(parts, scaled, params, ou if mode == "encrypted" else None, mode=mode,
+                               label_holder=0, X_test_parts=parts)
+    _assert_same_forest(out, ref, [f"client{c}" for c in range(3)])
     unscaled = train_forest(params, np.hstack(parts), y).predict(np.hstack(parts))
-    np.testing.assert_array_equal(np.ldexp(out["predictions"]["one-round"], 40), unscaled)
+    np.testing.assert_array_equal(np.ldexp(out["predictions"]["one-round"], -k), unscaled)
 
 
 def test_whole_number_regression_labels_are_not_warned_of_as_classes(caplog):

@@ -173,6 +173,14 @@ CASES = [
     ("forest", "master", "LeafSetsRequest", "n_trees", lambda v: v + 10**8,  # each client answered for every
      r"client\d: asked for the leaf sets of 100000002 trees over test instances 0:50, 7000000\d\d bytes, more "),
     # tree asked (a million more took 7 s and 1.3 GB; a hundred million would take 130 GB)
+    # a label holder's packing layout: fields 1 to 256 bits wide, scales 2^-1000 to 2^1000 (negative integer or
+    # fractional bits are labels spread over little or much: tests/integration/test_forest.py)
+    ("forest", "client0", "LabelKey", "int_bits", lambda v: [300] + list(v[1:]),
+     r"client\d: label statistics layout from client0 is malformed"),
+    ("forest", "client0", "LabelKey", "int_bits", lambda v: [-1] + list(v[1:]),  # a field of fewer than 1 bit
+     r"client\d: label statistics layout from client0 is malformed"),
+    ("forest", "client0", "LabelKey", "frac_bits", lambda v: [5000] + list(v[1:]),
+     r"client\d: label statistics layout from client0 is malformed"),
     ("forest", "master", "LayerPartition", "left", lambda v: [0] * len(v),  # was a cycle: prediction's walk never
      r"client\d: partition of tree 0 from master: children \[0, .*\] are not distinct new nodes"),  # ended
     ("vertical", "party0", "PredictRequest", "start", lambda v: v + 8,  # a chunk of test rows out of order
