@@ -477,6 +477,7 @@ def _scan_cart_pair(q, hist, rows, node_stats, feature_offsets, allowed, criteri
     lft = np.empty(n_stats)
     rgt = np.empty(n_stats)
     best = -np.inf
+    floor = cart_tie_floor(criterion)
     for t in range(nvb):
         for c in range(n_stats):
             acc[c] += h[off + t, c]
@@ -494,7 +495,7 @@ def _scan_cart_pair(q, hist, rows, node_stats, feature_offsets, allowed, criteri
                                        - wr / wt * _impurity(rgt, criterion))
             if not _worth(gain, wt / root_weight * imp):
                 continue
-            if _better_above(gain, best, cart_tie_floor(criterion)):
+            if _better_above(gain, best, floor):
                 best = gain
                 pb[q] = t
                 pm[q] = d == 1
